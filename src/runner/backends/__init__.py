@@ -1,0 +1,34 @@
+"""Backends: one module per framework, each exposing the SAME functions, imported only when chosen.
+
+Every backend module defines:
+
+  prepare(device, dtype) -> str          configure the framework for a run; resolve device "auto";
+                                           raise ConfigError when the device or dtype cannot be used
+  asarray(array, device, dtype)          numpy float64 array -> native array on device, in dtype
+  to_numpy(native) -> np.ndarray         back to host numpy (bfloat16 comes back as float32)
+  synchronizer(device) -> () -> None     waits for queued device work; a no-op where none is queued
+  compile(fn, mode, device) -> fn        eager / function / xla (and the per-example modes)
+  grad(loss, manual) -> fn               d loss / d params: fn(params, x, labels) -> {name: array}
+  per_example_grad(loss, mode, manual)   the same with a leading batch axis (vectorized or looped)
+  batch_jacobian(forward, manual) -> fn  fn(params, x) -> (batch, outputs, inputs)
+  reset_peak_memory(device), peak_device_mb(device) -> float | None
+  environment(device) -> dict            versions, device name, thread counts
+  ops: linear, relu, matmul, exp, sum, square   the primitives the workloads are written with
+
+`manual` is the workload's explicit numpy backprop: numpy, which has no autodiff, uses it; the
+autodiff backends ignore it.
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+BACKENDS = ("numpy", "torch", "tensorflow", "tnp")
+
+
+def load_backend(name: str) -> ModuleType:
+    """Import the module of one backend (and with it, its framework)."""
+    if name not in BACKENDS:
+        raise ValueError(f"unknown backend {name!r} (allowed: {', '.join(BACKENDS)})")
+    return importlib.import_module(f"runner.backends.{name}_backend")

@@ -1,0 +1,112 @@
+"""NumPy backend: eager only, host memory only; gradients come from the workloads' explicit backprop."""
+
+from __future__ import annotations
+
+import platform
+from collections.abc import Callable
+
+import numpy as np
+
+from runner.config import ConfigError
+
+DTYPES = {"float16": np.float16, "float32": np.float32, "float64": np.float64}
+
+
+def prepare(device: str, dtype: str) -> str:
+    if device == "cuda":
+        raise ConfigError("backend=numpy runs on the CPU only (allowed: device=cpu or device=auto)")
+    return "cpu"
+
+
+def asarray(array: np.ndarray, device: str, dtype: str) -> np.ndarray:
+    return np.ascontiguousarray(array, dtype=DTYPES[dtype])
+
+
+def to_numpy(native: np.ndarray) -> np.ndarray:
+    return np.asarray(native)
+
+
+def synchronizer(device: str) -> Callable[[], None]:
+    return _no_sync
+
+
+def _no_sync() -> None:
+    return None
+
+
+def compile(fn: Callable, mode: str, device: str) -> Callable:
+    if mode not in ("eager", "map_fn"):
+        raise ConfigError(f"backend=numpy cannot run mode={mode} (allowed: eager, map_fn)")
+    return fn
+
+
+def grad(loss: Callable, manual: Callable | None) -> Callable:
+    return _require(manual, "gradients")
+
+
+def per_example_grad(loss: Callable, mode: str, manual: Callable | None) -> Callable:
+    if mode != "map_fn":
+        raise ConfigError(f"backend=numpy cannot run mode={mode} (allowed: eager, map_fn)")
+    single = _require(manual, "gradients")  # the batch gradient of a one-example slice
+
+    def looped(params: dict, x: np.ndarray, labels: np.ndarray) -> dict:
+        per_example = [single(params, x[i : i + 1], labels[i : i + 1]) for i in range(len(x))]
+        return {name: np.stack([g[name] for g in per_example]) for name in per_example[0]}
+
+    return looped
+
+
+def batch_jacobian(forward: Callable, manual: Callable | None) -> Callable:
+    return _require(manual, "jacobians")
+
+
+def _require(manual: Callable | None, what: str) -> Callable:
+    if manual is None:
+        raise ConfigError(f"backend=numpy has no autodiff and this model has no explicit backprop for {what}")
+    return manual
+
+
+def reset_peak_memory(device: str) -> None:
+    return None
+
+
+def peak_device_mb(device: str) -> float | None:
+    return None
+
+
+def environment(device: str) -> dict:
+    return {
+        "framework": "numpy",
+        "framework_version": np.__version__,
+        "device_name": platform.processor() or platform.machine(),
+        "blas": _blas_name(),
+    }
+
+
+def _blas_name() -> str:
+    try:
+        config = np.show_config(mode="dicts")
+        return config["Build Dependencies"]["blas"]["name"]
+    except Exception:  # the layout of show_config differs across numpy versions
+        return "unknown"
+
+
+# -- ops --------------------------------------------------------------------------------------
+
+
+def linear(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
+    y = x @ weight.T
+    return y if bias is None else y + bias
+
+
+def relu(x: np.ndarray) -> np.ndarray:
+    return np.maximum(x, 0)
+
+
+matmul = np.matmul
+exp = np.exp
+square = np.square
+
+
+def sum(x: np.ndarray) -> np.ndarray:  # noqa: A001 - the ops namespace mirrors numpy's names
+    return np.sum(x)

@@ -1,0 +1,121 @@
+"""PyTorch backend: torch.func for gradients, vmap and jacobians; torch.compile for compiled modes."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from runner.config import ConfigError
+
+DTYPES = {
+    "float16": torch.float16,
+    "float32": torch.float32,
+    "float64": torch.float64,
+    "bfloat16": torch.bfloat16,
+}
+_ops = sys.modules[__name__]
+
+
+def prepare(device: str, dtype: str) -> str:
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("device=cuda but torch sees no CUDA device (use device=cpu or auto)")
+    # TF32 would make float32 matmuls on Ampere+ GPUs disagree with the other backends.
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    return device
+
+
+def asarray(array: np.ndarray, device: str, dtype: str) -> torch.Tensor:
+    return torch.from_numpy(np.ascontiguousarray(array)).to(device=device, dtype=DTYPES[dtype])
+
+
+def to_numpy(native: torch.Tensor) -> np.ndarray:
+    tensor = native.detach().cpu()
+    if tensor.dtype == torch.bfloat16:
+        tensor = tensor.float()
+    return tensor.numpy()
+
+
+def synchronizer(device: str) -> Callable[[], None]:
+    return torch.cuda.synchronize if device == "cuda" else _no_sync
+
+
+def _no_sync() -> None:
+    return None
+
+
+def compile(fn: Callable, mode: str, device: str) -> Callable:
+    if mode == "function":
+        return torch.compile(fn)
+    if mode == "xla":  # torch has no XLA here: the strongest torch.compile stands in for it
+        return torch.compile(fn, mode="max-autotune", fullgraph=True)
+    return fn  # eager, and the per-example modes (vmap and the loop run eagerly)
+
+
+def grad(loss: Callable, manual: Callable | None) -> Callable:
+    return torch.func.grad(loss)
+
+
+def per_example_grad(loss: Callable, mode: str, manual: Callable | None) -> Callable:
+    def single_loss(params: dict, x: torch.Tensor, label: torch.Tensor) -> torch.Tensor:
+        return loss(params, x.unsqueeze(0), label.unsqueeze(0))
+
+    single_grad = torch.func.grad(single_loss)
+    if mode == "vectorized_map":
+        return torch.func.vmap(single_grad, in_dims=(None, 0, 0))
+
+    def looped(params: dict, x: torch.Tensor, labels: torch.Tensor) -> dict:
+        per_example = [single_grad(params, x[i], labels[i]) for i in range(x.shape[0])]
+        return {name: torch.stack([g[name] for g in per_example]) for name in per_example[0]}
+
+    return looped
+
+
+def batch_jacobian(forward: Callable, manual: Callable | None) -> Callable:
+    def single_output(params: dict, x: torch.Tensor) -> torch.Tensor:
+        return forward(params, x.unsqueeze(0)).squeeze(0)
+
+    return torch.func.vmap(torch.func.jacrev(single_output, argnums=1), in_dims=(None, 0))
+
+
+def reset_peak_memory(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+
+
+def peak_device_mb(device: str) -> float | None:
+    if device != "cuda":
+        return None
+    return torch.cuda.max_memory_allocated() / 2**20
+
+
+def environment(device: str) -> dict:
+    env = {
+        "framework": "torch",
+        "framework_version": torch.__version__,
+        "torch_num_threads": torch.get_num_threads(),
+        "torch_num_interop_threads": torch.get_num_interop_threads(),
+        "cuda_available": torch.cuda.is_available(),
+        "tf32_matmul": torch.backends.cuda.matmul.allow_tf32,
+    }
+    if device == "cuda":
+        env["device_name"] = torch.cuda.get_device_name()
+        env["cuda_version"] = torch.version.cuda
+        env["cudnn_version"] = torch.backends.cudnn.version()
+    return env
+
+
+# -- ops --------------------------------------------------------------------------------------
+
+linear = F.linear
+relu = torch.relu
+matmul = torch.matmul
+exp = torch.exp
+square = torch.square
+sum = torch.sum  # noqa: A001 - the ops namespace mirrors the frameworks' names

@@ -1,0 +1,185 @@
+"""One job: check the config, run and time the task, record what happened whatever happened."""
+
+from __future__ import annotations
+
+import resource
+import sys
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from omegaconf import DictConfig, OmegaConf
+
+from runner import tracking
+from runner.config import ConfigError, check_combination, choices
+from runner.timing import NOISY_REL_IQR, Measurement, MeasurementInterrupted, ProgressLine, format_seconds
+
+WEIGHTS_RECORD_LIMIT = 2_000_000  # weights are written to tensors.h5 when they have fewer elements
+
+
+@dataclass
+class Outcome:
+    status: str  # MLflow's words: FINISHED, FAILED, KILLED
+    metrics: dict = field(default_factory=dict)
+    environment: dict = field(default_factory=dict)
+    tensors: dict = field(default_factory=dict)
+    attrs: dict = field(default_factory=dict)
+    error: str | None = None
+    warnings: list[str] = field(default_factory=list)
+
+
+def run_job(cfg: DictConfig) -> Outcome:
+    """Run the configured measurement. Raises ConfigError for combinations that cannot run."""
+    check_combination(cfg)  # before any framework import
+    c = choices(cfg)
+    from runner import environment
+    from runner.backends import load_backend
+    from runner.models import build_workload
+    from runner.tasks import build_task, errors_vs_reference, forward_outputs, reference_results
+    from runner.timing import measure
+
+    backend = load_backend(c["backend"])
+    device = backend.prepare(c["device"], c["dtype"])
+    workload = build_workload(cfg.model)
+    rng = np.random.default_rng(cfg.seed)
+    params64 = workload.init_params(rng)
+    inputs64 = workload.make_inputs(rng, cfg.batch_size)
+    params = {k: backend.asarray(v, device, c["dtype"]) for k, v in params64.items()}
+    inputs = {k: backend.asarray(v, device, c["dtype"]) for k, v in inputs64.items()}
+    # What the backend really holds (rounded to dtype): the reference starts from the same values.
+    params_held = {k: backend.to_numpy(v) for k, v in params.items()}
+    inputs_held = {k: backend.to_numpy(v) for k, v in inputs.items()}
+
+    task_run = build_task(backend, workload, c["task"], c["mode"], device, params, inputs)
+    backend.reset_peak_memory(device)
+    progress = ProgressLine(f"{c['backend']} {c['model']} {c['task']} {c['mode']}")
+    try:
+        measurement, first_output = measure(
+            task_run.step,
+            backend.synchronizer(device),
+            **OmegaConf.to_container(cfg.timing),
+            progress=progress,
+        )
+    finally:
+        progress.close()
+    results = task_run.results(first_output)
+
+    outcome = Outcome(status="FINISHED")
+    outcome.environment = environment.collect(backend.environment(device))
+    outcome.environment["device"] = device
+    outcome.metrics = timing_metrics(measurement, workload.examples_per_call(cfg.batch_size))
+    outcome.metrics.update(memory_metrics(backend, device))
+    outcome.metrics.update(
+        errors_vs_reference(results, reference_results(workload, c["task"], c["mode"], params_held, inputs_held))
+    )
+    if hasattr(workload, "flops_per_call") and "time_median_s" in outcome.metrics:
+        outcome.metrics["gflops_per_s"] = workload.flops_per_call() / outcome.metrics["time_median_s"] / 1e9
+    outcome.tensors = {f"inputs/{k}": v for k, v in inputs_held.items()}
+    if sum(v.size for v in params_held.values()) <= WEIGHTS_RECORD_LIMIT:
+        outcome.tensors.update({f"weights/{k}": v for k, v in params_held.items()})
+    outcome.tensors.update(forward_outputs(backend, workload, params, inputs))
+    outcome.tensors.update(results)
+    outcome.tensors["timings/samples_s"] = np.asarray(measurement.samples_s)
+    outcome.attrs = {
+        **c,
+        "device": device,
+        "block_size": measurement.block_size,
+        "stopped_by": measurement.stopped_by,
+    }
+    if measurement.rel_iqr() > NOISY_REL_IQR:
+        outcome.warnings.append(
+            f"noisy measurement: IQR is {measurement.rel_iqr():.0%} of the median; "
+            "raise timing.max_time_s or quiet the machine"
+        )
+    return outcome
+
+
+def timing_metrics(measurement: Measurement, examples_per_call: int) -> dict:
+    metrics = measurement.stats()
+    metrics["n_samples"] = len(measurement.samples_s)
+    metrics["calls_per_sample"] = measurement.block_size
+    if "time_median_s" in metrics and metrics["time_median_s"] > 0:
+        metrics["throughput_per_s"] = examples_per_call / metrics["time_median_s"]
+    return metrics
+
+
+def memory_metrics(backend, device: str) -> dict:
+    metrics = {"peak_host_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    peak_device = backend.peak_device_mb(device)
+    if peak_device is not None:
+        metrics["peak_device_mb"] = peak_device
+    return metrics
+
+
+def execute(cfg: DictConfig, run_dir: Path, parent_run_id: str | None = None) -> Outcome:
+    """Run a job and record it (result.json, tensors.h5, MLflow) whatever its status."""
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        outcome = run_job(cfg)
+    except ConfigError as error:
+        outcome = Outcome(status="FAILED", error=str(error))
+    except MeasurementInterrupted as interrupt:
+        outcome = Outcome(status="KILLED", error="interrupted by the user (Ctrl-C) while timing")
+        outcome.metrics = timing_metrics(interrupt.measurement, 1)
+        outcome.tensors = {"timings/samples_s": np.asarray(interrupt.measurement.samples_s)}
+    except KeyboardInterrupt:
+        outcome = Outcome(status="KILLED", error="interrupted by the user (Ctrl-C)")
+    except Exception as error:  # a crash in the workload is a result to record, not to lose
+        (run_dir / "error.log").write_text(traceback.format_exc())
+        outcome = Outcome(status="FAILED", error=f"{type(error).__name__}: {error}".splitlines()[0])
+    record(cfg, run_dir, outcome, parent_run_id)
+    return outcome
+
+
+def record(cfg: DictConfig, run_dir: Path, outcome: Outcome, parent_run_id: str | None = None) -> None:
+    config = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
+    result = {
+        "status": outcome.status,
+        "config": config,
+        "metrics": outcome.metrics,
+        "environment": outcome.environment,
+    }
+    if outcome.error:
+        result["error"] = outcome.error
+    if outcome.warnings:
+        result["warnings"] = outcome.warnings
+    tracking.write_result(run_dir, result)
+    if outcome.tensors:
+        attrs = {**choices(cfg), **outcome.attrs, "environment": outcome.environment}
+        tracking.write_tensors(run_dir, outcome.tensors, attrs)
+    if cfg.tracking.name == "mlflow":
+        tracking.track(run_dir, cfg.tracking.uri, cfg.tracking.experiment, parent_run_id)
+
+
+def print_summary(cfg: DictConfig, run_dir: Path, outcome: Outcome) -> None:
+    """A few readable lines: what ran, how fast, how accurate, where the files are."""
+    c = choices(cfg)
+    device = outcome.environment.get("device", c["device"])
+    print(f"{c['backend']} | {c['model']} | {c['task']} | {c['mode']} | {device} | {c['dtype']}: {outcome.status}")
+    if outcome.error:
+        print(f"error: {outcome.error}", file=sys.stderr)
+    for label, value in summary_rows(outcome.metrics):
+        print(f"  {label:<14}{value}")
+    for warning in outcome.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    print(f"  results in {run_dir}")
+
+
+def summary_rows(m: dict) -> list[tuple[str, str]]:
+    rows = []
+    if "time_median_s" in m:
+        spread = f"IQR {format_seconds(m['time_iqr_s'])}, min {format_seconds(m['time_min_s'])}"
+        count = f"{m['n_samples']} samples x {m['calls_per_sample']} calls"
+        rows.append(("median", f"{format_seconds(m['time_median_s'])}  ({spread}, {count})"))
+        rows.append(("first call", format_seconds(m["first_call_s"])))
+        rows.append(("throughput", f"{m.get('throughput_per_s', float('nan')):.4g} examples/s"))
+    if "gflops_per_s" in m:
+        rows.append(("GFLOP/s", f"{m['gflops_per_s']:.4g}"))
+    if "max_abs_err_vs_reference" in m:
+        errors = f"max abs {m['max_abs_err_vs_reference']:.3g}, max rel {m['max_rel_err_vs_reference']:.3g}"
+        rows.append(("vs float64", errors))
+    if "peak_device_mb" in m:
+        rows.append(("device memory", f"{m['peak_device_mb']:.1f} MB peak"))
+    return rows

@@ -1,0 +1,52 @@
+"""Op workloads of the seeds: matmul (seed 000) and sigmoid (seed 003). Inference only, no weights."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+class Matmul:
+    """x @ x for one n x n matrix (seed 000 times `tf.matmul(x, x)` on a 1000 x 1000 input)."""
+
+    name = "matmul"
+    gradients = per_example_gradients = jacobian = None
+
+    def __init__(self, n: int):
+        self.n = n
+
+    def init_params(self, rng: np.random.Generator) -> dict[str, np.ndarray]:
+        return {}
+
+    def make_inputs(self, rng: np.random.Generator, batch_size: int) -> dict[str, np.ndarray]:
+        return {"x": rng.uniform(size=(self.n, self.n))}
+
+    def examples_per_call(self, batch_size: int) -> int:
+        return 1
+
+    def flops_per_call(self) -> float:
+        return 2.0 * self.n**3
+
+    def forward(self, ops, params: dict, x):
+        return ops.matmul(x, x)
+
+
+class Sigmoid:
+    """1 / (1 + exp(-y)) on a vector of `size` elements, written as seed 003 writes it."""
+
+    name = "sigmoid"
+    gradients = per_example_gradients = jacobian = None
+
+    def __init__(self, size: int):
+        self.size = size
+
+    def init_params(self, rng: np.random.Generator) -> dict[str, np.ndarray]:
+        return {}
+
+    def make_inputs(self, rng: np.random.Generator, batch_size: int) -> dict[str, np.ndarray]:
+        return {"x": rng.standard_normal(self.size)}
+
+    def examples_per_call(self, batch_size: int) -> int:
+        return 1
+
+    def forward(self, ops, params: dict, x):
+        return 1.0 / (1.0 + ops.exp(-x))

@@ -1,0 +1,99 @@
+"""Tasks (inference, gradients, jacobian) built from a backend's primitives, and their references.
+
+A task yields results keyed by their tensors.h5 path ("outputs/y", "gradients/dense.weight",
+"outputs/jacobian"), so recording and comparison never need to know which task ran.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from types import ModuleType
+
+import numpy as np
+
+PER_EXAMPLE_MODES = ("vectorized_map", "map_fn")
+
+
+@dataclass
+class TaskRun:
+    step: Callable[[], object]  # the call that is timed
+    results: Callable[[object], dict[str, np.ndarray]]  # a step's output -> {h5 path: numpy array}
+
+
+def build_task(backend: ModuleType, workload, task: str, mode: str, device: str, params: dict, inputs: dict) -> TaskRun:
+    """The timed call of `task` under `mode`, on arrays already placed on the device."""
+    forward = partial(workload.forward, backend)
+    x = inputs["x"]
+    if task == "inference":
+        fn, args = forward, (params, x)
+        return TaskRun(_bind(backend.compile(fn, mode, device), args), lambda out: {"outputs/y": backend.to_numpy(out)})
+    if task == "gradients":
+        loss = partial(workload.loss, backend)
+        if mode in PER_EXAMPLE_MODES:
+            fn = backend.per_example_grad(loss, mode, workload.gradients)
+        else:
+            fn = backend.grad(loss, workload.gradients)
+        args = (params, x, inputs["labels"])
+        return TaskRun(_bind(backend.compile(fn, mode, device), args), partial(_gradient_results, backend))
+    if task == "jacobian":
+        fn = backend.batch_jacobian(forward, workload.jacobian)
+        return TaskRun(
+            _bind(backend.compile(fn, mode, device), (params, x)),
+            lambda out: {"outputs/jacobian": backend.to_numpy(out)},
+        )
+    raise ValueError(f"unknown task {task!r}")
+
+
+def _bind(fn: Callable, args: tuple) -> Callable[[], object]:
+    def step():
+        return fn(*args)
+
+    return step
+
+
+def _gradient_results(backend: ModuleType, grads: dict) -> dict[str, np.ndarray]:
+    return {f"gradients/{name}": backend.to_numpy(g) for name, g in grads.items()}
+
+
+def forward_outputs(backend: ModuleType, workload, params: dict, inputs: dict) -> dict[str, np.ndarray]:
+    """Untimed eager forward pass (and loss, where there are labels), for the record."""
+    results = {"outputs/y": backend.to_numpy(workload.forward(backend, params, inputs["x"]))}
+    if "labels" in inputs:
+        loss = workload.loss(backend, params, inputs["x"], inputs["labels"])
+        results["outputs/loss"] = np.asarray(backend.to_numpy(loss))
+    return results
+
+
+def reference_results(workload, task: str, mode: str, params: dict, inputs: dict) -> dict[str, np.ndarray]:
+    """The same results computed in float64 numpy: the reference every run is checked against."""
+    from runner.backends import numpy_backend
+
+    params = {k: np.asarray(v, np.float64) for k, v in params.items()}
+    inputs = {k: np.asarray(v, np.float64) for k, v in inputs.items()}
+    x = inputs["x"]
+    if task == "inference":
+        return {"outputs/y": workload.forward(numpy_backend, params, x)}
+    if task == "gradients":
+        method = workload.per_example_gradients if mode in PER_EXAMPLE_MODES else workload.gradients
+        if method is None:
+            return {}
+        return {f"gradients/{k}": v for k, v in method(params, x, inputs["labels"]).items()}
+    if task == "jacobian" and workload.jacobian is not None:
+        return {"outputs/jacobian": workload.jacobian(params, x)}
+    return {}
+
+
+def errors_vs_reference(results: dict[str, np.ndarray], reference: dict[str, np.ndarray]) -> dict[str, float]:
+    """Largest absolute error over all compared tensors, and the largest error relative to each
+    tensor's own largest reference magnitude (a max-norm relative error, stable near zeros)."""
+    shared = [k for k in reference if k in results]
+    if not shared:
+        return {}
+    for k in shared:
+        if results[k].shape != reference[k].shape:
+            raise ValueError(f"{k} has shape {results[k].shape}, the reference {reference[k].shape}")
+    abs_errs = {k: float(np.max(np.abs(results[k].astype(np.float64) - reference[k]), initial=0.0)) for k in shared}
+    rel_errs = [abs_errs[k] / max(float(np.max(np.abs(reference[k]), initial=0.0)), 1e-300) for k in shared]
+    return {"max_abs_err_vs_reference": max(abs_errs.values()), "max_rel_err_vs_reference": max(rel_errs)}

@@ -1,0 +1,156 @@
+"""Honest timing: device sync at every boundary, first call apart, warm-up, adaptive blocked repeats.
+
+Calls are timed in blocks (n calls between two clock reads, like timeit and
+torch.utils.benchmark's blocked_autorange) so that for microsecond workloads the clock and loop
+overhead stays far below 0.1% of what is measured. Every block gives one sample: seconds per call.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+NOISY_REL_IQR = 0.1  # above this IQR/median the result is flagged as noisy
+
+
+@dataclass
+class Measurement:
+    first_call_s: float
+    samples_s: list[float] = field(default_factory=list)  # seconds per call, one per block
+    block_size: int = 1
+    warmup_calls: int = 0
+    stopped_by: str = ""  # "spread", "time cap" or "interrupted"
+
+    def stats(self) -> dict[str, float]:
+        if not self.samples_s:
+            return {"first_call_s": self.first_call_s}
+        samples = np.asarray(self.samples_s)
+        q25, median, q75 = np.percentile(samples, [25, 50, 75])
+        return {
+            "time_median_s": float(median),
+            "time_iqr_s": float(q75 - q25),
+            "time_mean_s": float(samples.mean()),
+            "time_min_s": float(samples.min()),
+            "first_call_s": self.first_call_s,
+        }
+
+    def rel_iqr(self) -> float:
+        stats = self.stats()
+        return stats["time_iqr_s"] / stats["time_median_s"] if "time_median_s" in stats else float("nan")
+
+
+class MeasurementInterrupted(KeyboardInterrupt):
+    """Ctrl-C during timing; carries the samples taken so far."""
+
+    def __init__(self, measurement: Measurement):
+        super().__init__("interrupted while timing")
+        self.measurement = measurement
+
+
+def measure(
+    fn: Callable[[], object],
+    sync: Callable[[], None],
+    warmup_s: float = 0.2,
+    min_warmup_calls: int = 3,
+    min_repeats: int = 10,
+    max_time_s: float = 5.0,
+    target_rel_iqr: float = 0.03,
+    min_block_s: float = 0.002,
+    progress: Callable[[Measurement, float], None] | None = None,
+) -> tuple[Measurement, object]:
+    """Time `fn`; returns the measurement and the output of the first call."""
+    sync()
+    start = time.perf_counter()
+    first_output = fn()
+    sync()
+    measurement = Measurement(first_call_s=time.perf_counter() - start)
+    try:
+        block = _calibrate_block(fn, sync, min_block_s)
+        measurement.warmup_calls = _warm_up(fn, sync, block, warmup_s, min_warmup_calls)
+        measurement.block_size = block
+        _repeat(fn, sync, measurement, min_repeats, max_time_s, target_rel_iqr, progress)
+    except KeyboardInterrupt as interrupt:
+        measurement.stopped_by = "interrupted"
+        raise MeasurementInterrupted(measurement) from interrupt
+    return measurement, first_output
+
+
+def _time_block(fn: Callable[[], object], sync: Callable[[], None], calls: int) -> float:
+    sync()
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    sync()
+    return time.perf_counter() - start
+
+
+def _calibrate_block(fn: Callable[[], object], sync: Callable[[], None], min_block_s: float) -> int:
+    """Smallest call count (1, 2, 5, 10, 20, ...) whose block lasts at least min_block_s."""
+    calls = 1
+    while True:
+        for factor in (1, 2, 5):
+            n = calls * factor
+            if _time_block(fn, sync, n) >= min_block_s:
+                return n
+        calls *= 10
+
+
+def _warm_up(fn, sync, block: int, warmup_s: float, min_calls: int) -> int:
+    calls, start = 0, time.perf_counter()
+    while calls < min_calls or time.perf_counter() - start < warmup_s:
+        _time_block(fn, sync, block)
+        calls += block
+    return calls
+
+
+def _repeat(fn, sync, measurement: Measurement, min_repeats, max_time_s, target_rel_iqr, progress) -> None:
+    block, start = measurement.block_size, time.perf_counter()
+    while True:
+        measurement.samples_s.append(_time_block(fn, sync, block) / block)
+        elapsed = time.perf_counter() - start
+        if progress is not None:
+            progress(measurement, elapsed)
+        if len(measurement.samples_s) >= min_repeats and measurement.rel_iqr() <= target_rel_iqr:
+            measurement.stopped_by = "spread"
+            return
+        if elapsed >= max_time_s:
+            measurement.stopped_by = "time cap"
+            return
+
+
+class ProgressLine:
+    """Prints a progress line to stderr once timing has taken more than `after_s` seconds."""
+
+    def __init__(self, label: str, after_s: float = 2.0, every_s: float = 1.0):
+        self.label, self.after_s, self.every_s = label, after_s, every_s
+        self.last_print = 0.0
+        self.tty = sys.stderr.isatty()
+        self.printed = False
+
+    def __call__(self, measurement: Measurement, elapsed: float) -> None:
+        every = self.every_s if self.tty else 5 * self.every_s
+        if elapsed < self.after_s or elapsed - self.last_print < every:
+            return
+        self.last_print = elapsed
+        median = np.median(measurement.samples_s)
+        line = (
+            f"  timing {self.label}: {len(measurement.samples_s)} samples in {elapsed:.1f} s, "
+            f"median {format_seconds(median)}, IQR/median {measurement.rel_iqr():.1%}"
+        )
+        print(("\r" + line) if self.tty else line, end="" if self.tty else "\n", file=sys.stderr, flush=True)
+        self.printed = True
+
+    def close(self) -> None:
+        if self.printed and self.tty:
+            print(file=sys.stderr)
+
+
+def format_seconds(seconds: float) -> str:
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
+        if seconds >= scale:
+            return f"{seconds / scale:.3g} {unit}"
+    return f"{seconds / 1e-9:.3g} ns"

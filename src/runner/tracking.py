@@ -7,6 +7,7 @@ when it ran is uploaded later, unchanged, by `runner sync RUN_DIR`.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -17,7 +18,9 @@ import numpy as np
 RESULT_FILE = "result.json"
 TENSORS_FILE = "tensors.h5"
 TRACKING_FILE = "tracking.json"  # where (and whether) the run reached MLflow
-ROOT_ATTRS = ("backend", "device", "model", "dtype", "mode", "task")
+# A tracking server that is down should cost seconds, not MLflow's default minutes of retries.
+os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
+os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
 
 
 def write_result(run_dir: Path, result: dict) -> Path:

@@ -1,0 +1,69 @@
+"""Bad input: one clear line on stderr, a non-zero exit, no traceback."""
+
+from __future__ import annotations
+
+import pytest
+
+from runner.config import ConfigError, check_combination
+
+
+def _error_lines(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.strip()]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        (["backend=foo"], "backend=foo is not an option (allowed backend: numpy, tensorflow, tnp, torch)"),
+        (["dtype=float8"], "dtype=float8"),
+        (["batch_size=abc"], "batch_size=abc"),
+        (["no_such_key=1"], "no_such_key"),
+        (["backend=numpy", "mode=function"], "backend=numpy cannot run mode=function"),
+        (["backend=torch", "device=cuda"], "device=cuda"),
+        (["batch_size=-3"], "batch_size=-3: must be a positive integer"),
+        (["-m", "backend=numpy,foo"], "backend=foo is not an option"),
+    ],
+)
+def test_bad_input_is_one_line_and_nonzero(cli, tmp_path, overrides, expected):
+    if "device=cuda" in overrides:
+        from runner.config import nvidia_driver_present
+
+        if nvidia_driver_present():
+            pytest.skip("this machine has a GPU")
+    result = cli("tracking=none", f"hydra.run.dir={tmp_path}", *overrides)
+    assert result.returncode != 0
+    lines = _error_lines(result.stderr)
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: ")
+    assert expected in lines[0]
+    assert "Traceback" not in result.stdout + result.stderr
+
+
+def test_refused_combination_is_recorded_as_failed(cli, tmp_path):
+    import json
+
+    result = cli("tracking=none", f"hydra.run.dir={tmp_path}", "backend=numpy", "mode=vectorized_map")
+    assert result.returncode == 1
+    saved = json.loads((tmp_path / "result.json").read_text())
+    assert saved["status"] == "FAILED"
+    assert "backend=numpy cannot run mode=vectorized_map" in saved["error"]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["backend=numpy", "mode=xla"], "backend=numpy cannot run mode=xla"),
+        (["backend=numpy", "dtype=bfloat16"], "cannot compute in dtype=bfloat16"),
+        (["backend=torch", "mode=map_fn", "task=inference"], "needs task=gradients"),
+        (["model=matmul", "task=gradients"], "only task=inference"),
+        (["batch_size=0"], "batch_size=0"),
+    ],
+)
+def test_combination_rules(make_config, overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        check_combination(make_config(*overrides))
+
+
+def test_valid_combinations_pass(make_config):
+    for overrides in (["backend=numpy", "mode=map_fn"], ["backend=tensorflow", "mode=xla", "task=jacobian"]):
+        check_combination(make_config(*overrides))

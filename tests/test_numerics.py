@@ -1,0 +1,112 @@
+"""Every backend computes what the seed-003 MLP defines, checked against an independent float64 computation."""
+
+from __future__ import annotations
+
+import h5py
+import numpy as np
+import pytest
+
+from runner.job import execute
+
+BACKENDS = ["numpy", "torch", "tensorflow", "tnp"]
+
+
+def independent_mlp(f: h5py.File):
+    """Forward pass and batch gradients of y = relu(x W1^T + b) W2^T, loss = sum((y - t)^2)."""
+    x, t = f["inputs/x"][()], f["inputs/labels"][()]
+    w1, b, w2 = f["weights/dense.weight"][()], f["weights/dense.bias"][()], f["weights/proj.weight"][()]
+    pre = x @ w1.T + b
+    h = np.maximum(pre, 0.0)
+    y = h @ w2.T
+    dy = 2.0 * (y - t)
+    dpre = (dy @ w2) * (pre > 0)
+    grads = {"dense.weight": dpre.T @ x, "dense.bias": dpre.sum(0), "proj.weight": dy.T @ h}
+    return y, grads, (pre > 0)
+
+
+def run(make_config, tmp_path, *overrides):
+    cfg = make_config("tracking=none", "batch_size=8", *overrides)
+    outcome = execute(cfg, tmp_path)
+    assert outcome.status == "FINISHED", outcome.error
+    return outcome, h5py.File(tmp_path / "tensors.h5", "r")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_float64_gradients_match_independent_computation(make_config, tmp_path, backend):
+    outcome, f = run(make_config, tmp_path, f"backend={backend}", "task=gradients", "dtype=float64")
+    with f:
+        y, grads, _ = independent_mlp(f)
+        np.testing.assert_allclose(f["outputs/y"][()], y, rtol=0, atol=1e-9)
+        for name, expected in grads.items():
+            assert f[f"gradients/{name}"].shape == expected.shape
+            np.testing.assert_allclose(f[f"gradients/{name}"][()], expected, rtol=0, atol=1e-9)
+        assert dict(f.attrs)["backend"] == backend
+    assert outcome.metrics["max_abs_err_vs_reference"] < 1e-9
+
+
+@pytest.mark.parametrize(
+    ("backend", "mode"),
+    [
+        ("tensorflow", "vectorized_map"),
+        ("tensorflow", "map_fn"),
+        ("torch", "vectorized_map"),
+        ("torch", "map_fn"),
+        ("tnp", "vectorized_map"),
+        ("numpy", "map_fn"),
+    ],
+)
+def test_per_example_gradients_sum_to_batch_gradient(make_config, tmp_path, backend, mode):
+    _, f = run(make_config, tmp_path, f"backend={backend}", f"mode={mode}", "task=gradients", "dtype=float64")
+    with f:
+        _, grads, _ = independent_mlp(f)
+        for name, batch_grad in grads.items():
+            per_example = f[f"gradients/{name}"][()]
+            assert per_example.shape == (8, *batch_grad.shape)
+            np.testing.assert_allclose(per_example.sum(0), batch_grad, rtol=0, atol=1e-9)
+            assert not np.allclose(per_example[0], per_example[1])  # really per example
+
+
+@pytest.mark.parametrize(
+    ("backend", "mode"), [("tensorflow", "eager"), ("tensorflow", "function"), ("torch", "eager"), ("numpy", "eager")]
+)
+def test_batch_jacobian_is_analytic(make_config, tmp_path, backend, mode):
+    _, f = run(make_config, tmp_path, f"backend={backend}", f"mode={mode}", "task=jacobian", "dtype=float64")
+    with f:
+        _, _, active = independent_mlp(f)
+        w1, w2 = f["weights/dense.weight"][()], f["weights/proj.weight"][()]
+        expected = np.stack([w2 @ np.diag(mask.astype(float)) @ w1 for mask in active])
+        assert f["outputs/jacobian"].shape == (8, 2, 32)
+        np.testing.assert_allclose(f["outputs/jacobian"][()], expected, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_backends_agree_in_float32(make_config, tmp_path, backend):
+    """Same seed -> same weights and inputs everywhere; float32 results close to the float64 reference."""
+    outcome, f = run(make_config, tmp_path, f"backend={backend}", "task=inference")
+    with f:
+        assert f["outputs/y"].dtype == np.float32
+        reference = np.random.default_rng(0)  # the weights come from the seed, not from the backend
+        w1 = reference.standard_normal((32, 64)) / np.sqrt(32)
+        np.testing.assert_allclose(f["weights/dense.weight"][()], w1.T, rtol=1e-6)
+    assert outcome.metrics["max_rel_err_vs_reference"] < 1e-5
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_op_workloads(make_config, tmp_path, backend):
+    outcome, f = run(make_config, tmp_path, f"backend={backend}", "model=sigmoid", "model.size=100", "task=inference")
+    with f:
+        x = f["inputs/x"][()].astype(np.float64)
+        np.testing.assert_allclose(f["outputs/y"][()], 1 / (1 + np.exp(-x)), rtol=1e-6)
+    outcome, f = run(make_config, tmp_path, f"backend={backend}", "model=matmul", "model.n=64", "task=inference")
+    with f:
+        x = f["inputs/x"][()].astype(np.float64)
+        np.testing.assert_allclose(f["outputs/y"][()], x @ x, rtol=1e-5)
+    assert outcome.metrics["gflops_per_s"] > 0
+
+
+def test_tnp_prefers_float32(make_config, tmp_path):
+    """tnp runs with numpy behaviour and prefer_float32=True: float32 stays float32 through the MLP."""
+    _, f = run(make_config, tmp_path, "backend=tnp", "task=gradients")
+    with f:
+        assert f["outputs/y"].dtype == np.float32
+        assert f["gradients/dense.weight"].dtype == np.float32

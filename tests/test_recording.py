@@ -1,0 +1,124 @@
+"""What a run leaves behind: result.json, tensors.h5 and an MLflow run, with the documented layout."""
+
+from __future__ import annotations
+
+import json
+
+import h5py
+
+from runner.job import execute
+
+METRICS = {
+    "time_median_s",
+    "time_iqr_s",
+    "time_mean_s",
+    "time_min_s",
+    "first_call_s",
+    "throughput_per_s",
+    "n_samples",
+    "peak_host_mb",
+    "max_abs_err_vs_reference",
+    "max_rel_err_vs_reference",
+}
+
+
+def test_cli_run_tracked_in_mlflow(cli, tmp_path):
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    run_dir = tmp_path / "run"
+    result = cli(
+        f"tracking.uri={uri}",
+        "tracking.experiment=core-test",
+        f"hydra.run.dir={run_dir}",
+        "timing.max_time_s=0.2",
+        "backend=numpy",
+    )
+    assert result.returncode == 0, result.stderr
+    assert "median" in result.stdout  # the summary table
+
+    saved = json.loads((run_dir / "result.json").read_text())
+    assert set(saved) >= {"status", "config", "metrics", "environment"}
+    assert saved["status"] == "FINISHED"
+    assert METRICS <= set(saved["metrics"])
+    assert saved["config"]["backend"]["name"] == "numpy"
+    assert saved["environment"]["git_commit"]
+
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=uri)
+    experiment = client.get_experiment_by_name("core-test")
+    (run,) = client.search_runs([experiment.experiment_id])
+    assert run.info.status == "FINISHED"
+    assert run.data.metrics["time_median_s"] == saved["metrics"]["time_median_s"]
+    assert run.data.params["backend.name"] == "numpy"
+    assert run.data.tags["git_commit"] == saved["environment"]["git_commit"]
+    artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert {"tensors.h5", "result.json", "hydra"} <= artifacts
+    assert str(tmp_path) in experiment.artifact_location  # artifacts beside the SQLite store
+
+
+def test_tensors_h5_layout(make_config, tmp_path):
+    outcome = execute(make_config("tracking=none", "backend=numpy", "batch_size=4"), tmp_path)
+    with h5py.File(tmp_path / "tensors.h5", "r") as f:
+        assert f["inputs/x"].shape == (4, 32) and f["inputs/labels"].shape == (4, 2)
+        assert {k: f["weights"][k].shape for k in f["weights"]} == {
+            "dense.weight": (64, 32),
+            "dense.bias": (64,),
+            "proj.weight": (2, 64),
+        }
+        assert set(f["gradients"]) == {"dense.weight", "dense.bias", "proj.weight"}
+        assert f["outputs/y"].shape == (4, 2)
+        samples = f["timings/samples_s"][()]
+        assert len(samples) == outcome.metrics["n_samples"] and (samples > 0).all()
+        attrs = dict(f.attrs)
+        assert {k: attrs[k] for k in ("backend", "device", "model", "dtype", "mode", "task")} == {
+            "backend": "numpy",
+            "device": "cpu",
+            "model": "mlp",
+            "dtype": "float32",
+            "mode": "eager",
+            "task": "gradients",
+        }
+        assert json.loads(attrs["environment"])["python"]
+
+
+def test_unreachable_store_keeps_results(make_config, tmp_path):
+    """The tracking store cannot be opened: the run still finishes and says how to upload it later."""
+    (tmp_path / "a-file").write_text("not a directory")
+    cfg = make_config("backend=numpy", f"tracking.uri=sqlite:///{tmp_path}/a-file/mlflow.db")
+    outcome = execute(cfg, tmp_path / "run")
+    assert outcome.status == "FINISHED"
+    assert json.loads((tmp_path / "run" / "result.json").read_text())["status"] == "FINISHED"
+    note = json.loads((tmp_path / "run" / "tracking.json").read_text())
+    assert note["synced"] is False and note["error"]
+
+
+def test_numpy_run_imports_no_framework(tmp_path):
+    """A numpy run (MLflow on) never imports torch or tensorflow: -X importtime lists every import."""
+    import os
+    import subprocess
+    import sys
+
+    from runner.config import PROJECT_ROOT
+
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-X",
+            "importtime",
+            str(PROJECT_ROOT / "run.py"),
+            "backend=numpy",
+            f"tracking.uri=sqlite:///{tmp_path}/mlflow.db",
+            f"hydra.run.dir={tmp_path}/run",
+            "timing.max_time_s=0.1",
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(PROJECT_ROOT / "src")},
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    imported = {
+        line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines() if line.startswith("import time")
+    }
+    assert "numpy" in imported and "mlflow" in imported
+    assert not {"torch", "tensorflow", "jax"} & imported

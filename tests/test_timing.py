@@ -1,0 +1,105 @@
+"""The timing harness: first call apart, blocks long enough, every sample kept, statistics right."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from runner.timing import Measurement, MeasurementInterrupted, measure
+
+
+def test_statistics_from_samples():
+    m = Measurement(first_call_s=1.0, samples_s=[1.0, 2.0, 3.0, 4.0, 100.0])
+    stats = m.stats()
+    assert stats["time_median_s"] == 3.0
+    assert stats["time_iqr_s"] == pytest.approx(np.percentile(m.samples_s, 75) - np.percentile(m.samples_s, 25))
+    assert stats["time_min_s"] == 1.0 and stats["time_mean_s"] == pytest.approx(22.0)
+    assert stats["first_call_s"] == 1.0
+
+
+def test_first_call_timed_apart_and_blocks_reach_min_block():
+    calls = []
+
+    def fn():
+        calls.append(1)
+        if len(calls) == 1:
+            time.sleep(0.05)  # a slow first call, like tracing or compilation
+        return len(calls)
+
+    m, first = measure(
+        fn,
+        lambda: None,
+        warmup_s=0.0,
+        min_warmup_calls=1,
+        min_repeats=5,
+        max_time_s=0.2,
+        target_rel_iqr=1.0,
+        min_block_s=0.001,
+    )
+    assert first == 1
+    assert m.first_call_s >= 0.05
+    assert m.block_size >= 10  # a call costs ~100 ns: one block holds many calls
+    assert m.block_size * max(m.samples_s) * 0.5 < 0.05  # the slow first call is not in any sample
+    assert len(m.samples_s) >= 5 and m.stopped_by == "spread"
+
+
+def test_sync_called_at_every_clock_read():
+    syncs = []
+    m, _ = measure(
+        lambda: None,
+        lambda: syncs.append(1),
+        warmup_s=0.0,
+        min_warmup_calls=1,
+        min_repeats=3,
+        max_time_s=0.05,
+        target_rel_iqr=1.0,
+        min_block_s=0.0,
+    )
+    blocks = 1 + 1 + len(m.samples_s)  # first call, calibration, samples (warm-up adds more)
+    assert len(syncs) >= 2 * blocks
+
+
+def test_time_cap_stops_noisy_measurement():
+    count = [0]
+
+    def noisy():  # alternates between two durations: the spread never settles
+        count[0] += 1
+        time.sleep(0.0005 if count[0] % 2 else 0.003)
+
+    m, _ = measure(
+        noisy,
+        lambda: None,
+        warmup_s=0.0,
+        min_warmup_calls=1,
+        min_repeats=3,
+        max_time_s=0.1,
+        target_rel_iqr=0.001,
+        min_block_s=0.0,
+    )
+    assert m.stopped_by == "time cap"
+
+
+def test_interrupt_keeps_samples():
+    count = [0]
+
+    def fn():
+        count[0] += 1
+        if count[0] > 20:
+            raise KeyboardInterrupt
+        time.sleep(0.001)
+
+    with pytest.raises(MeasurementInterrupted) as caught:
+        measure(
+            fn,
+            lambda: None,
+            warmup_s=0.0,
+            min_warmup_calls=1,
+            min_repeats=100,
+            max_time_s=10,
+            target_rel_iqr=0.0,
+            min_block_s=0.0,
+        )
+    assert caught.value.measurement.samples_s  # what was measured before Ctrl-C survives
+    assert caught.value.measurement.stopped_by == "interrupted"

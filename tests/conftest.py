@@ -30,7 +30,7 @@ def make_config():
 
 def run_cli(*args: str, cwd: Path = PROJECT_ROOT, timeout: int = 300) -> subprocess.CompletedProcess:
     """`python run.py ARGS` in a subprocess, as a user runs it."""
-    env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT / "src")}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(PROJECT_ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
     return subprocess.run(
         [sys.executable, str(PROJECT_ROOT / "run.py"), *args],
         cwd=cwd,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import warnings
 from collections.abc import Callable
 
 import numpy as np
@@ -28,6 +29,7 @@ def prepare(device: str, dtype: str) -> str:
     # TF32 would make float32 matmuls on Ampere+ GPUs disagree with the other backends.
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
+    warnings.filterwarnings("ignore", message="TensorFloat32 tensor cores", category=UserWarning)  # off on purpose
     return device
 
 

@@ -22,7 +22,10 @@ autodiff backends ignore it.
 from __future__ import annotations
 
 import importlib
+import sys
 from types import ModuleType
+
+from runner.config import nvidia_driver_present
 
 BACKENDS = ("numpy", "torch", "tensorflow", "tnp")
 
@@ -31,4 +34,8 @@ def load_backend(name: str) -> ModuleType:
     """Import the module of one backend (and with it, its framework)."""
     if name not in BACKENDS:
         raise ValueError(f"unknown backend {name!r} (allowed: {', '.join(BACKENDS)})")
+    if {"torch", "tensorflow"} & set(sys.modules) and "triton" not in sys.modules and not nvidia_driver_present():
+        # One process running both frameworks (isolation=inline): triton, torch's GPU kernel compiler, then
+        # segfaults when it loads after TensorFlow. Without a GPU torch never needs it, so hide it.
+        sys.modules["triton"] = None
     return importlib.import_module(f"runner.backends.{name}_backend")

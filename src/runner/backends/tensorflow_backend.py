@@ -179,8 +179,11 @@ def to_nchw(x: tf.Tensor) -> tf.Tensor:
 
 
 def conv2d(x, weight, bias=None, stride: int = 1, padding: int = 0):
-    pads = [[0, 0], [padding, padding], [padding, padding], [0, 0]]  # explicit, as torch pads (not "SAME")
-    y = tf.nn.conv2d(x, weight, strides=stride, padding=pads)
+    # Explicit zero padding, as torch pads (not "SAME"); a separate tf.pad because TF's vectorized_map
+    # loses Conv2D's own explicit_paddings in the filter gradient.
+    if padding:
+        x = tf.pad(x, [[0, 0], [padding, padding], [padding, padding], [0, 0]])
+    y = tf.nn.conv2d(x, weight, strides=stride, padding="VALID")
     return y if bias is None else y + bias
 
 

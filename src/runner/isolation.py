@@ -54,7 +54,7 @@ def _execute_in_worker(cfg: DictConfig, run_dir: Path) -> Outcome:
     forwarder.start()
     interrupted = False
     try:
-        worker.start()
+        _start(worker)
         interrupted = _wait(worker)
     finally:
         forwarder.stop()
@@ -62,6 +62,19 @@ def _execute_in_worker(cfg: DictConfig, run_dir: Path) -> Outcome:
         return _recorded(cfg, run_dir, "KILLED", "interrupted by the user (Ctrl-C) before the worker recorded it")
     reason = _exit_reason(worker.exitcode)
     return _recorded(cfg, run_dir, "FAILED", reason)
+
+
+def _start(worker) -> None:
+    """Start the worker, also from a joblib (loky) worker, whose start method a fresh Python cannot know."""
+    method = multiprocessing.get_start_method(allow_none=True)
+    foreign = method not in (None, *multiprocessing.get_all_start_methods())
+    if foreign:  # the child would be told to use it, and fail
+        multiprocessing.set_start_method(None, force=True)
+    try:
+        worker.start()
+    finally:
+        if foreign:
+            multiprocessing.set_start_method(method, force=True)
 
 
 def _wait(worker) -> bool:

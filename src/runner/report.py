@@ -88,6 +88,9 @@ def runs_from_mlflow(uri: str, experiment: str, parent_run_id: str | None = None
 def _finish_frame(frame: pd.DataFrame) -> pd.DataFrame:
     if frame.empty:
         return frame
+    for key in ("metrics.time_median_s", "metrics.time_iqr_s"):  # absent when no run was timed
+        if key not in frame:
+            frame[key] = np.nan
     for key in ("params.batch_size", "params.seed", "params.model.size", "params.model.n"):
         if key in frame:
             frame[key] = pd.to_numeric(frame[key], errors="coerce")

@@ -87,7 +87,7 @@ def create_parent_run(note: dict) -> str:
         "overrides": " ".join(note["overrides"])[:5000],
     }
     run = tracking.retry_on_lock(client.create_run, experiment_id, tags=tags)
-    params = [Param(*_split_override(o)) for o in note["overrides"]]
+    params = [Param(k, v) for k, v in dict(_split_override(o) for o in note["overrides"]).items()]  # last wins
     if params:
         tracking.retry_on_lock(client.log_batch, run.info.run_id, params=params)
     return run.info.run_id
@@ -256,3 +256,41 @@ def _nan(value) -> bool:
 def _first_line(error: BaseException) -> str:
     text = str(error).strip()
     return text.splitlines()[0] if text else type(error).__name__
+
+
+def sync_sweep(sweep_dir: Path, uri: str | None, sync_one) -> list[tuple[Path, str]]:
+    """Upload a sweep kept locally: its parent run (created now if the store was down), then its jobs."""
+    from runner import report
+
+    sweep_dir = Path(sweep_dir)
+    note = read_note(sweep_dir)
+    if note.get("tracking") != "mlflow":
+        return [(sweep_dir, "error: this sweep ran with tracking=none: there is nothing to upload")]
+    note["uri"] = uri or note.get("uri")
+    lines: list[tuple[Path, str]] = []
+    if not note.get("parent_run_id"):
+        try:
+            note["parent_run_id"] = create_parent_run(note)
+        except Exception as error:
+            return [(sweep_dir, f"error: could not create the parent run ({_first_line(error)})")]
+        note.pop("error", None)
+        write_note(sweep_dir, note)
+        lines.append((sweep_dir, f"parent run {note['parent_run_id']} created"))
+    run_dirs = report.sweep_run_dirs(sweep_dir)
+    for run_dir in run_dirs:
+        _adopt(run_dir, note["parent_run_id"])
+        lines.append((run_dir, sync_one(run_dir, uri)))
+    statuses = [tracking.read_result(d)["status"] for d in run_dirs]
+    status = note.get("status") or sweep_status(statuses, interrupted=False)
+    files = [p for p in [sweep_dir / "summary.md", *sorted((sweep_dir / "report").glob("*"))] if p.is_file()]
+    _close_parent(Sweep(sweep_dir, note), statuses, status, files)
+    return lines
+
+
+def _adopt(run_dir: Path, parent_id: str) -> None:
+    """A job that ran while there was no parent run becomes a child of the one created at sync."""
+    path = run_dir / tracking.TRACKING_FILE
+    if path.exists():
+        job_note = json.loads(path.read_text())
+        if not job_note.get("synced") and not job_note.get("parent_run_id"):
+            path.write_text(json.dumps({**job_note, "parent_run_id": parent_id}, indent=2) + "\n")

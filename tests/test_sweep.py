@@ -12,8 +12,8 @@ from pathlib import Path
 
 import h5py
 import pytest
-
 from conftest import FAST_TIMING, run_cli
+
 from runner.config import PROJECT_ROOT
 
 

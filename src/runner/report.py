@@ -67,7 +67,8 @@ def runs_from_mlflow(uri: str, experiment: str, parent_run_id: str | None = None
         raise LookupError(f"no experiment named {experiment!r} at {uri}")
     query = f"tags.mlflow.parentRunId = '{parent_run_id}'" if parent_run_id else ""
     rows = []
-    for run in client.search_runs([found.experiment_id], filter_string=query, max_results=50_000):
+    runs = client.search_runs([found.experiment_id], filter_string=query, max_results=50_000)
+    for run in sorted(runs, key=lambda r: r.info.start_time):
         tags = run.data.tags
         if "sweep_dir" in tags:  # a sweep's parent run, not a measurement
             continue
@@ -246,10 +247,9 @@ def plot_time_vs_size(frame: pd.DataFrame, path: Path) -> Path | None:
         ax.errorbar(series["size"], series["metrics.time_median_s"], yerr=iqr, marker="o", capsize=3, label=name)
     ax.set_xscale("log")
     _seconds_axis(ax.yaxis)
-    model = timed["params.model.name"].iloc[0]
-    ax.set_xlabel("matrix side n" if model == "matmul" else "number of elements")
+    ax.set_xlabel(_size_label(timed))
     ax.set_ylabel("seconds per call (median, IQR bars)")
-    ax.set_title(f"{model}: time against size")
+    ax.set_title(f"{timed['params.model.name'].iloc[0]}: time against size")
     ax.grid(which="both", alpha=0.3)
     ax.legend()
     return _save(fig, path)
@@ -285,12 +285,16 @@ def _plot_speedup_vs_size(timed: pd.DataFrame, path: Path, plt) -> Path:
     for name in times.columns:
         ax.plot(times.index, times[baseline] / times[name], marker="o", label=name)
     ax.set_xscale("log")
-    ax.set_xlabel("size")
+    ax.set_xlabel(_size_label(timed))
     ax.set_ylabel(f"speedup over {baseline}")
     ax.set_title("Speedups against size")
     ax.grid(which="both", alpha=0.3)
     ax.legend()
     return _save(fig, path)
+
+
+def _size_label(timed: pd.DataFrame) -> str:
+    return "matrix side n (matmul)" if timed["params.model.name"].iloc[0] == "matmul" else "number of elements"
 
 
 def _labels_for(rows: pd.DataFrame, frame: pd.DataFrame) -> pd.Series:

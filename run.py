@@ -8,6 +8,7 @@ python run.py +experiment=NAME     a ready-made experiment from experiments/
 
 from __future__ import annotations
 
+import signal
 import sys
 from pathlib import Path
 
@@ -39,6 +40,7 @@ def main(cfg: DictConfig) -> str:
 def cli() -> None:
     """Run Hydra, then close a sweep whatever happened to its jobs, and exit with its status."""
     preflight.main()
+    signal.signal(signal.SIGTERM, _stop)  # scancel, kill, a closing session: like Ctrl-C, record and stop
     interrupted = False
     try:
         main()
@@ -50,6 +52,10 @@ def cli() -> None:
         raise SystemExit(sweep.EXIT_INTERRUPTED)
     if code:
         raise SystemExit(code)
+
+
+def _stop(signum, frame) -> None:
+    raise KeyboardInterrupt(f"stopped by {signal.Signals(signum).name}")
 
 
 if __name__ == "__main__":

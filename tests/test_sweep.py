@@ -106,6 +106,7 @@ def test_parallel_joblib_jobs_lose_no_runs(tmp_path):
     parents, children = mlflow_runs(tmp_path)
     assert len(parents) == 1 and parents[0].info.status == "FINISHED"
     assert len(children) == 8 and {c.info.status for c in children} == {"FINISHED"}
+    assert "timings disturb each other" in result.stderr  # parallel jobs are warned about
     assert sorted(int(c.data.params["seed"]) for c in children) == list(range(8))
     assert {c.data.tags["mlflow.parentRunId"] for c in children} == {parents[0].info.run_id}
 
@@ -163,7 +164,8 @@ def test_a_killed_worker_fails_its_job_and_the_sweep_goes_on(tmp_path):
     assert sorted(c.info.status for c in children) == ["FAILED", "FINISHED"]
 
 
-def test_ctrl_c_kills_the_running_job_keeps_its_samples_and_stops_the_sweep(tmp_path):
+@pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
+def test_ctrl_c_kills_the_running_job_keeps_its_samples_and_stops_the_sweep(tmp_path, how):
     proc = _start_sweep(tmp_path, "backend=numpy", "timing.target_rel_iqr=0", "timing.max_time_s=60", "seed=0,1")
     _worker_of(proc)
     log = tmp_path / "sweep" / "0" / "job.log"
@@ -171,7 +173,10 @@ def test_ctrl_c_kills_the_running_job_keeps_its_samples_and_stops_the_sweep(tmp_
     while "timing numpy" not in (log.read_text() if log.exists() else ""):  # the progress line: it is timing
         assert time.monotonic() < deadline and proc.poll() is None
         time.sleep(0.1)
-    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
+    if how == "ctrl-c":
+        os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does: the whole foreground group
+    else:
+        proc.send_signal(signal.SIGTERM)  # scancel or kill: only the launching process hears it
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err[-3000:]
     saved = results(tmp_path)
@@ -200,3 +205,40 @@ def test_untracked_sweep_still_summarises(tmp_path):
     assert "Sweep: 2 jobs" in result.stdout
     assert (tmp_path / "sweep" / "summary.md").exists()
     assert not (tmp_path / "mlflow.db").exists()
+
+
+@pytest.mark.parametrize("hold_s", [3, pytest.param(25, marks=pytest.mark.slow)])
+def test_a_locked_store_still_gets_the_run(make_config, tmp_path, hold_s):
+    """Another connection holds the SQLite store's write lock. MLflow's SQLite sessions wait up to 20 s
+    (busy_timeout); a longer lock makes them fail with 'database is locked' and tracking.retry_on_lock
+    tries again."""
+    import sqlite3
+    import threading
+
+    from runner import isolation
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    cfg = make_config("backend=numpy", "isolation=inline", f"tracking.uri={uri}", "tracking.experiment=locked")
+    isolation.execute(cfg, tmp_path / "first")  # creates the store
+    locked, release = threading.Event(), threading.Event()
+
+    def hold_lock():
+        con = sqlite3.connect(tmp_path / "mlflow.db", isolation_level=None)
+        con.execute("BEGIN EXCLUSIVE")
+        locked.set()
+        release.wait(hold_s)
+        con.execute("COMMIT")
+        con.close()
+
+    holder = threading.Thread(target=hold_lock)
+    holder.start()
+    locked.wait()
+    try:
+        outcome = isolation.execute(cfg, tmp_path / "second")
+    finally:
+        release.set()
+        holder.join()
+    assert outcome.status == "FINISHED"
+    assert json.loads((tmp_path / "second" / "tracking.json").read_text())["synced"] is True
+    _, children = mlflow_runs(tmp_path, "locked")
+    assert len(children) == 2

@@ -62,6 +62,13 @@ def start(config: DictConfig) -> Sweep:
         "parent_run_id": None,
         "started": time.strftime("%Y-%m-%d %H:%M:%S"),
     }
+    parallel = parallel_launcher(config.hydra.launcher)
+    if parallel:
+        print(
+            f"warning: {parallel}: jobs that run at the same time share cores, caches and memory bandwidth, "
+            "so their timings disturb each other; time what you publish with the basic launcher",
+            file=sys.stderr,
+        )
     if note["tracking"] == "mlflow":
         try:
             note["parent_run_id"] = create_parent_run(note)
@@ -71,6 +78,18 @@ def start(config: DictConfig) -> Sweep:
     write_note(sweep_dir, note)
     _active = Sweep(sweep_dir, note)
     return _active
+
+
+def parallel_launcher(launcher: DictConfig) -> str | None:
+    """A description of how jobs share this machine, or None when they run one at a time."""
+    target = str(launcher.get("_target_", ""))
+    n_jobs = launcher.get("n_jobs")
+    if target.endswith("JoblibLauncher") and n_jobs != 1:
+        at_once = "one job per core" if n_jobs == -1 else f"up to {n_jobs} jobs"
+        return f"the joblib launcher runs {at_once} at once on this machine"
+    if target.endswith("submitit_launcher.LocalLauncher"):
+        return "submitit's local executor runs the jobs at once on this machine"
+    return None
 
 
 def create_parent_run(note: dict) -> str:

@@ -140,7 +140,7 @@ def _add_output_tail(run_dir: Path) -> None:
 
 def _worker_main(config: dict, run_dir: str, log_path: str) -> None:
     """In the spawned worker: send all output to job.log, measure, write result.json + tensors.h5."""
-    log = open(log_path, "a", buffering=1)  # noqa: SIM115 (open for the worker's whole life)
+    log = open(log_path, "a", buffering=1)  # stays open for the worker's whole life
     os.dup2(log.fileno(), 1)
     os.dup2(log.fileno(), 2)
     sys.stdout.reconfigure(line_buffering=True)

@@ -38,6 +38,11 @@ class ModelName(StrEnum):
     mlp = "mlp"
     matmul = "matmul"
     sigmoid = "sigmoid"
+    alexnet = "alexnet"
+    resnet18 = "resnet18"
+    resnet50 = "resnet50"
+    resnet101 = "resnet101"
+    cyclegan = "cyclegan"
 
 
 class DType(StrEnum):
@@ -63,6 +68,9 @@ class Task(StrEnum):
 
 class DataSource(StrEnum):
     random = "random"
+    image = "image"
+    tfrecord = "tfrecord"
+    hdf5 = "hdf5"
 
 
 class Isolation(StrEnum):
@@ -98,11 +106,16 @@ class ModelConfig:
     out_features: int = 2  # mlp
     n: int = 1000  # matmul: n x n
     size: int = 1024  # sigmoid: vector length
+    pretrained: bool = False  # vision: torchvision's weights from the local torch hub cache
+    weights: str | None = None  # vision: a local state dict (.pth) or HDF5 file of named arrays
 
 
 @dataclass
 class DataConfig:
     name: DataSource = MISSING
+    path: str | None = None  # image file or folder, TFRecord file, HDF5 file
+    dataset: str = "images"  # hdf5: the dataset holding the images
+    image_size: int = 224  # random: side of the synthetic images for vision models
 
 
 @dataclass
@@ -152,6 +165,8 @@ register_configs()
 COMPILED_MODES = {"function", "xla"}
 PER_EXAMPLE_MODES = {"vectorized_map", "map_fn"}
 OP_WORKLOADS = {"matmul", "sigmoid"}
+VISION_MODELS = {"alexnet", "resnet18", "resnet50", "resnet101", "cyclegan"}
+VISION_BACKENDS = {"torch", "tensorflow"}
 BACKEND_DTYPES = {
     "numpy": {"float32", "float64", "float16"},
     "torch": {"float32", "float64", "float16", "bfloat16"},
@@ -195,6 +210,14 @@ def check_combination(cfg: DictConfig) -> None:
         raise ConfigError(f"mode={mode} computes per-example gradients and needs task=gradients, not task={task}")
     if model in OP_WORKLOADS and task != "inference":
         raise ConfigError(f"model={model} is an op workload: only task=inference is defined for it")
+    if model in VISION_MODELS and backend not in VISION_BACKENDS:
+        raise ConfigError(f"model={model} runs on backend=torch or backend=tensorflow, not backend={backend}")
+    if model in VISION_MODELS and task == "jacobian":
+        raise ConfigError(f"model={model}: task=jacobian is defined for the mlp only (allowed: inference, gradients)")
+    if model not in VISION_MODELS and (cfg.model.pretrained or cfg.model.weights):
+        raise ConfigError(
+            f"model={model} has seeded weights only: model.pretrained/model.weights are for vision models"
+        )
     if c["device"] == "cuda" and not nvidia_driver_present():
         raise ConfigError("device=cuda but this machine has no NVIDIA GPU driver (use device=cpu or auto)")
 

@@ -122,6 +122,7 @@ def outcome_from_result(result: dict) -> Outcome:
         environment=result.get("environment", {}),
         error=result.get("error"),
         warnings=result.get("warnings", []),
+        predictions=result.get("predictions"),
     )
 
 

@@ -27,6 +27,8 @@ class Outcome:
     attrs: dict = field(default_factory=dict)
     error: str | None = None
     warnings: list[str] = field(default_factory=list)
+    predictions: list | None = None  # classifiers: per example, top-5 {"label", "probability"}
+    images: np.ndarray | None = None  # image models: NCHW outputs in [-1, 1], written as PNG
 
 
 def run_job(cfg: DictConfig) -> Outcome:
@@ -35,23 +37,27 @@ def run_job(cfg: DictConfig) -> Outcome:
     c = choices(cfg)
     from runner import environment
     from runner.backends import load_backend
-    from runner.models import build_workload
+    from runner.data import load_inputs
+    from runner.models import build_workload, initial_weights
     from runner.tasks import build_task, errors_vs_reference, forward_outputs, reference_results
     from runner.timing import measure
 
     backend = load_backend(c["backend"])
     device = backend.prepare(c["device"], c["dtype"])
-    workload = build_workload(cfg.model)
+    workload = build_workload(cfg.model, cfg.data.image_size)
     rng = np.random.default_rng(cfg.seed)
-    params64 = workload.init_params(rng)
-    inputs64 = workload.make_inputs(rng, cfg.batch_size)
-    params = {k: backend.asarray(v, device, c["dtype"]) for k, v in params64.items()}
+    params64 = initial_weights(cfg.model, workload, rng)
+    inputs64 = load_inputs(cfg.data, workload, rng, cfg.batch_size)
+    state = {k: backend.asarray(backend.to_native_layout(v), device, c["dtype"]) for k, v in params64.items()}
     inputs = {k: backend.asarray(v, device, c["dtype"]) for k, v in inputs64.items()}
     # What the backend really holds (rounded to dtype): the reference starts from the same values.
-    params_held = {k: backend.to_numpy(v) for k, v in params.items()}
+    params_held = {k: backend.from_native_layout(backend.to_numpy(v)) for k, v in state.items()}
     inputs_held = {k: backend.to_numpy(v) for k, v in inputs.items()}
+    trainable = getattr(workload, "trainable", lambda name: True)
+    params = {k: v for k, v in state.items() if trainable(k)}
+    constants = {k: v for k, v in state.items() if not trainable(k)}  # e.g. batch-norm running statistics
 
-    task_run = build_task(backend, workload, c["task"], c["mode"], device, params, inputs)
+    task_run = build_task(backend, workload, c["task"], c["mode"], device, params, inputs, constants)
     backend.reset_peak_memory(device)
     progress = ProgressLine(f"{c['backend']} {c['model']} {c['task']} {c['mode']}")
     try:
@@ -78,7 +84,7 @@ def run_job(cfg: DictConfig) -> Outcome:
     outcome.tensors = {f"inputs/{k}": v for k, v in inputs_held.items()}
     if sum(v.size for v in params_held.values()) <= WEIGHTS_RECORD_LIMIT:
         outcome.tensors.update({f"weights/{k}": v for k, v in params_held.items()})
-    outcome.tensors.update(forward_outputs(backend, workload, params, inputs))
+    outcome.tensors.update(forward_outputs(backend, workload, state, inputs))
     outcome.tensors.update(results)
     outcome.tensors["timings/samples_s"] = np.asarray(measurement.samples_s)
     outcome.attrs = {
@@ -87,12 +93,38 @@ def run_job(cfg: DictConfig) -> Outcome:
         "block_size": measurement.block_size,
         "stopped_by": measurement.stopped_by,
     }
+    if getattr(workload, "makes_images", False):
+        outcome.images = outcome.tensors["outputs/y"]
+    elif getattr(workload, "spec", None) is not None:  # a classifier: top-5 ImageNet classes per example
+        outcome.predictions = top5(outcome.tensors["outputs/y"])
     if measurement.rel_iqr() > NOISY_REL_IQR:
         outcome.warnings.append(
             f"noisy measurement: IQR is {measurement.rel_iqr():.0%} of the median; "
             "raise timing.max_time_s or quiet the machine"
         )
     return outcome
+
+
+def top5(logits: np.ndarray) -> list[list[dict]]:
+    """Softmax probabilities of the five most likely ImageNet classes, per example."""
+    from runner.models.vision import imagenet_classes
+
+    shifted = logits.astype(np.float64) - logits.max(axis=1, keepdims=True)
+    probabilities = np.exp(shifted) / np.exp(shifted).sum(axis=1, keepdims=True)
+    names = imagenet_classes()
+    return [
+        [{"label": names[i], "probability": float(row[i])} for i in np.argsort(row)[::-1][:5]] for row in probabilities
+    ]
+
+
+def write_images(folder: Path, images: np.ndarray) -> None:
+    """NCHW images in [-1, 1] (tanh outputs) -> PNG files, as seed 004 turns its output into a picture."""
+    from PIL import Image
+
+    folder.mkdir(parents=True, exist_ok=True)
+    pixels = np.clip((images.astype(np.float64) + 1.0) / 2.0, 0.0, 1.0)
+    for index, image in enumerate(pixels):
+        Image.fromarray(np.round(image.transpose(1, 2, 0) * 255).astype(np.uint8)).save(folder / f"{index:03d}.png")
 
 
 def timing_metrics(measurement: Measurement, examples_per_call: int) -> dict:
@@ -147,7 +179,11 @@ def record(
         result["error"] = outcome.error
     if outcome.warnings:
         result["warnings"] = outcome.warnings
+    if outcome.predictions is not None:
+        result["predictions"] = outcome.predictions
     tracking.write_result(run_dir, result)
+    if outcome.images is not None:
+        write_images(run_dir / "images", outcome.images)
     if outcome.tensors:
         attrs = {**choices(cfg), **outcome.attrs, "environment": outcome.environment}
         tracking.write_tensors(run_dir, outcome.tensors, attrs)

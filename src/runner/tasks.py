@@ -22,21 +22,38 @@ class TaskRun:
     results: Callable[[object], dict[str, np.ndarray]]  # a step's output -> {h5 path: numpy array}
 
 
-def build_task(backend: ModuleType, workload, task: str, mode: str, device: str, params: dict, inputs: dict) -> TaskRun:
-    """The timed call of `task` under `mode`, on arrays already placed on the device."""
-    forward = partial(workload.forward, backend)
+def build_task(
+    backend: ModuleType,
+    workload,
+    task: str,
+    mode: str,
+    device: str,
+    params: dict,
+    inputs: dict,
+    constants: dict | None = None,
+) -> TaskRun:
+    """The timed call of `task` under `mode`, on arrays already placed on the device. Gradients are
+    taken w.r.t. `params`; `constants` (batch-norm statistics) enter the model but are not trained."""
+    constants = constants or {}
+
+    def forward(params: dict, x):
+        return workload.forward(backend, {**params, **constants}, x)
+
+    def loss(params: dict, x, labels):
+        return workload.loss(backend, {**params, **constants}, x, labels)
+
     x = inputs["x"]
     if task == "inference":
         fn, args = forward, (params, x)
         return TaskRun(_bind(backend.compile(fn, mode, device), args), lambda out: {"outputs/y": backend.to_numpy(out)})
     if task == "gradients":
-        loss = partial(workload.loss, backend)
         if mode in PER_EXAMPLE_MODES:
             fn = backend.per_example_grad(loss, mode, workload.gradients)
         else:
             fn = backend.grad(loss, workload.gradients)
         args = (params, x, inputs["labels"])
-        return TaskRun(_bind(backend.compile(fn, mode, device), args), partial(_gradient_results, backend))
+        results = partial(_gradient_results, backend, mode in PER_EXAMPLE_MODES)
+        return TaskRun(_bind(backend.compile(fn, mode, device), args), results)
     if task == "jacobian":
         fn = backend.batch_jacobian(forward, workload.jacobian)
         return TaskRun(
@@ -53,8 +70,10 @@ def _bind(fn: Callable, args: tuple) -> Callable[[], object]:
     return step
 
 
-def _gradient_results(backend: ModuleType, grads: dict) -> dict[str, np.ndarray]:
-    return {f"gradients/{name}": backend.to_numpy(g) for name, g in grads.items()}
+def _gradient_results(backend: ModuleType, per_example: bool, grads: dict) -> dict[str, np.ndarray]:
+    return {
+        f"gradients/{name}": backend.from_native_layout(backend.to_numpy(g), per_example) for name, g in grads.items()
+    }
 
 
 def forward_outputs(backend: ModuleType, workload, params: dict, inputs: dict) -> dict[str, np.ndarray]:
@@ -70,6 +89,8 @@ def reference_results(workload, task: str, mode: str, params: dict, inputs: dict
     """The same results computed in float64 numpy: the reference every run is checked against."""
     from runner.backends import numpy_backend
 
+    if not getattr(workload, "numpy_reference", True):
+        return {}
     params = {k: np.asarray(v, np.float64) for k, v in params.items()}
     inputs = {k: np.asarray(v, np.float64) for k, v in inputs.items()}
     x = inputs["x"]

@@ -66,6 +66,14 @@ def _require(manual: Callable | None, what: str) -> Callable:
     return manual
 
 
+def to_native_layout(array: np.ndarray) -> np.ndarray:
+    return array
+
+
+def from_native_layout(array: np.ndarray, per_example: bool = False) -> np.ndarray:
+    return array
+
+
 def reset_peak_memory(device: str) -> None:
     return None
 

@@ -138,7 +138,7 @@ def environment(device: str) -> dict:
 
 
 def linear(x: tf.Tensor, weight: tf.Tensor, bias: tf.Tensor | None = None) -> tf.Tensor:
-    y = tf.matmul(x, weight, transpose_b=True)
+    y = tf.matmul(x, weight)  # weight held as (in, out): see to_native_layout
     return y if bias is None else y + bias
 
 
@@ -147,3 +147,98 @@ matmul = tf.matmul
 exp = tf.exp
 square = tf.square
 sum = tf.reduce_sum  # noqa: A001 - the ops namespace mirrors the frameworks' names
+
+
+# -- convnet ops: NHWC inside, torch (NCHW, OIHW) conventions at the edges ----------------------
+
+
+def to_native_layout(array: np.ndarray) -> np.ndarray:
+    """Torch weight layouts -> TF's: linear (out, in) -> (in, out) as seed 003 keeps it; conv OIHW -> HWIO;
+    transposed conv (in, out, kH, kW) -> (kH, kW, out, in). Vectors are unchanged."""
+    return array.transpose(_TO_TF[array.ndim]) if array.ndim in _TO_TF else array
+
+
+def from_native_layout(array: np.ndarray, per_example: bool = False) -> np.ndarray:
+    """Back to torch layouts; with per_example, a leading batch axis stays in front."""
+    ndim = array.ndim - per_example
+    if ndim not in _TO_TF:
+        return array
+    inverse = np.argsort(_TO_TF[ndim])
+    return array.transpose((0, *(1 + inverse)) if per_example else inverse)
+
+
+_TO_TF = {2: (1, 0), 4: (2, 3, 1, 0)}
+
+
+def from_nchw(x: tf.Tensor) -> tf.Tensor:
+    return tf.transpose(x, (0, 2, 3, 1))
+
+
+def to_nchw(x: tf.Tensor) -> tf.Tensor:
+    return tf.transpose(x, (0, 3, 1, 2))
+
+
+def conv2d(x, weight, bias=None, stride: int = 1, padding: int = 0):
+    pads = [[0, 0], [padding, padding], [padding, padding], [0, 0]]  # explicit, as torch pads (not "SAME")
+    y = tf.nn.conv2d(x, weight, strides=stride, padding=pads)
+    return y if bias is None else y + bias
+
+
+def conv_transpose2d(x, weight, bias=None, stride: int = 1, padding: int = 0, output_padding: int = 0):
+    """torch's ConvTranspose2d: the full transposed convolution, cropped by `padding` at the start and
+    by `padding - output_padding` at the end."""
+    n, h, w = tf.shape(x)[0], x.shape[1], x.shape[2]
+    k = weight.shape[0]
+    full = ((h - 1) * stride + k, (w - 1) * stride + k)
+    y = tf.nn.conv2d_transpose(x, weight, (n, *full, weight.shape[2]), strides=stride, padding="VALID")
+    end = padding - output_padding
+    y = y[:, padding : full[0] - end, padding : full[1] - end, :]
+    return y if bias is None else y + bias
+
+
+def batch_norm(x, mean, var, weight, bias, eps: float = 1e-5):
+    return (x - mean) * (weight / tf.sqrt(var + eps)) + bias
+
+
+def instance_norm(x, eps: float = 1e-5):
+    mean, var = tf.nn.moments(x, axes=(1, 2), keepdims=True)
+    return (x - mean) / tf.sqrt(var + eps)
+
+
+def max_pool2d(x, kernel: int, stride: int, padding: int = 0):
+    if padding:  # torch pads max-pooling with -inf
+        pads = [[0, 0], [padding, padding], [padding, padding], [0, 0]]
+        x = tf.pad(x, pads, constant_values=x.dtype.min)
+    return tf.nn.max_pool2d(x, kernel, stride, "VALID")
+
+
+def adaptive_avg_pool2d(x, size: tuple[int, int]):
+    """torch's AdaptiveAvgPool2d: output bin i averages rows floor(i*H/out) .. ceil((i+1)*H/out)."""
+    h, w = x.shape[1], x.shape[2]
+    if tuple(size) == (1, 1):
+        return tf.reduce_mean(x, axis=(1, 2), keepdims=True)
+    rows = [_bin(i, h, size[0]) for i in range(size[0])]
+    cols = [_bin(j, w, size[1]) for j in range(size[1])]
+    pooled = [
+        tf.stack([tf.reduce_mean(x[:, r0:r1, c0:c1, :], axis=(1, 2)) for c0, c1 in cols], axis=1) for r0, r1 in rows
+    ]
+    return tf.stack(pooled, axis=1)
+
+
+def _bin(i: int, size: int, bins: int) -> tuple[int, int]:
+    return (i * size) // bins, -((-(i + 1) * size) // bins)
+
+
+def reflection_pad2d(x, pad: int):
+    """Reflection padding from slices (tf.pad's MirrorPad has no tf.vectorized_map converter)."""
+    x = tf.concat([x[:, pad:0:-1], x, x[:, -2 : -pad - 2 : -1]], axis=1)
+    return tf.concat([x[:, :, pad:0:-1], x, x[:, :, -2 : -pad - 2 : -1]], axis=2)
+
+
+def flatten(x):
+    """Flatten in torch's (C, H, W) order, so a classifier's weights mean the same on both backends."""
+    x = to_nchw(x)
+    return tf.reshape(x, (tf.shape(x)[0], -1))
+
+
+tanh = tf.tanh

@@ -121,3 +121,57 @@ matmul = torch.matmul
 exp = torch.exp
 square = torch.square
 sum = torch.sum  # noqa: A001 - the ops namespace mirrors the frameworks' names
+
+
+# -- convnet ops (NCHW, torch weight layouts) ----------------------------------------------------
+
+
+def to_native_layout(array: np.ndarray) -> np.ndarray:
+    return array  # torch layouts are the reference layouts
+
+
+def from_native_layout(array: np.ndarray, per_example: bool = False) -> np.ndarray:
+    return array
+
+
+def from_nchw(x: torch.Tensor) -> torch.Tensor:
+    return x
+
+
+def to_nchw(x: torch.Tensor) -> torch.Tensor:
+    return x
+
+
+def conv2d(x, weight, bias=None, stride: int = 1, padding: int = 0):
+    return F.conv2d(x, weight, bias, stride=stride, padding=padding)
+
+
+def conv_transpose2d(x, weight, bias=None, stride: int = 1, padding: int = 0, output_padding: int = 0):
+    return F.conv_transpose2d(x, weight, bias, stride=stride, padding=padding, output_padding=output_padding)
+
+
+def batch_norm(x, mean, var, weight, bias, eps: float = 1e-5):
+    return F.batch_norm(x, mean, var, weight, bias, training=False, eps=eps)
+
+
+def instance_norm(x, eps: float = 1e-5):
+    return F.instance_norm(x, eps=eps)
+
+
+def max_pool2d(x, kernel: int, stride: int, padding: int = 0):
+    return F.max_pool2d(x, kernel, stride, padding)
+
+
+def adaptive_avg_pool2d(x, size: tuple[int, int]):
+    return F.adaptive_avg_pool2d(x, size)
+
+
+def reflection_pad2d(x, pad: int):
+    return F.pad(x, (pad, pad, pad, pad), mode="reflect")
+
+
+def flatten(x):
+    return torch.flatten(x, 1)
+
+
+tanh = torch.tanh

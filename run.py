@@ -8,6 +8,7 @@ python run.py +experiment=NAME     a ready-made experiment from experiments/
 
 from __future__ import annotations
 
+import signal
 import sys
 from pathlib import Path
 
@@ -17,20 +18,45 @@ from omegaconf import DictConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "src"))  # works before `pip install -e .` too
 
-from runner import preflight  # noqa: E402  (registers the structured configs and resolvers)
-from runner.job import execute, print_summary  # noqa: E402
+from runner import isolation, preflight, sweep  # noqa: E402  (registers the structured configs and resolvers)
+from runner.job import print_summary  # noqa: E402
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def main(cfg: DictConfig) -> str:
-    run_dir = Path(HydraConfig.get().runtime.output_dir)
-    outcome = execute(cfg, run_dir)
+    hydra_cfg = HydraConfig.get()
+    run_dir = Path(hydra_cfg.runtime.output_dir)
+    multirun = hydra_cfg.mode.name == "MULTIRUN"
+    parent = sweep.parent_run_id(hydra_cfg.sweep.dir) if multirun else None
+    outcome = isolation.execute(cfg, run_dir, parent)
     print_summary(cfg, run_dir, outcome)
-    if outcome.status != "FINISHED" and HydraConfig.get().mode.name == "RUN":
+    if outcome.status == "KILLED":  # Ctrl-C: stop here, the sweep too
+        raise KeyboardInterrupt
+    if outcome.status != "FINISHED" and not multirun:
         raise SystemExit(1)
-    return outcome.status
+    return outcome.status  # a sweep goes on after a failed job; its exit code comes from sweep.finish
+
+
+def cli() -> None:
+    """Run Hydra, then close a sweep whatever happened to its jobs, and exit with its status."""
+    preflight.main()
+    signal.signal(signal.SIGTERM, _stop)  # scancel, kill, a closing session: like Ctrl-C, record and stop
+    interrupted = False
+    try:
+        main()
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        code = sweep.finish(interrupted=interrupted)
+    if interrupted:
+        raise SystemExit(sweep.EXIT_INTERRUPTED)
+    if code:
+        raise SystemExit(code)
+
+
+def _stop(signum, frame) -> None:
+    raise KeyboardInterrupt(f"stopped by {signal.Signals(signum).name}")
 
 
 if __name__ == "__main__":
-    preflight.main()
-    main()
+    cli()

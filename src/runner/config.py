@@ -74,7 +74,8 @@ class DataSource(StrEnum):
 
 
 class Isolation(StrEnum):
-    inline = "inline"
+    process = "process"  # each job's measurement in a fresh spawned worker process (the default)
+    inline = "inline"  # in the Hydra job's own process: for tests and debugging
 
 
 @dataclass
@@ -147,7 +148,7 @@ class RunConfig:
     dtype: DType = DType.float32
     batch_size: int = 32
     seed: int = 0
-    isolation: Isolation = Isolation.inline
+    isolation: Isolation = Isolation.process
 
 
 def register_configs() -> None:

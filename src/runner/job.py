@@ -144,8 +144,8 @@ def memory_metrics(backend, device: str) -> dict:
     return metrics
 
 
-def execute(cfg: DictConfig, run_dir: Path, parent_run_id: str | None = None) -> Outcome:
-    """Run a job and record it (result.json, tensors.h5, MLflow) whatever its status."""
+def execute(cfg: DictConfig, run_dir: Path, parent_run_id: str | None = None, track: bool = True) -> Outcome:
+    """Run a job and record it (result.json, tensors.h5, MLflow unless track=False) whatever its status."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     try:
@@ -161,11 +161,13 @@ def execute(cfg: DictConfig, run_dir: Path, parent_run_id: str | None = None) ->
     except Exception as error:  # a crash in the workload is a result to record, not to lose
         (run_dir / "error.log").write_text(traceback.format_exc())
         outcome = Outcome(status="FAILED", error=f"{type(error).__name__}: {error}".splitlines()[0])
-    record(cfg, run_dir, outcome, parent_run_id)
+    record(cfg, run_dir, outcome, parent_run_id, track)
     return outcome
 
 
-def record(cfg: DictConfig, run_dir: Path, outcome: Outcome, parent_run_id: str | None = None) -> None:
+def record(
+    cfg: DictConfig, run_dir: Path, outcome: Outcome, parent_run_id: str | None = None, track: bool = True
+) -> None:
     config = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
     result = {
         "status": outcome.status,
@@ -185,7 +187,7 @@ def record(cfg: DictConfig, run_dir: Path, outcome: Outcome, parent_run_id: str 
     if outcome.tensors:
         attrs = {**choices(cfg), **outcome.attrs, "environment": outcome.environment}
         tracking.write_tensors(run_dir, outcome.tensors, attrs)
-    if cfg.tracking.name == "mlflow":
+    if track and cfg.tracking.name == "mlflow":
         tracking.track(run_dir, cfg.tracking.uri, cfg.tracking.experiment, parent_run_id)
 
 

@@ -100,6 +100,8 @@ def log_to_mlflow(run_dir: Path, uri: str, experiment: str, parent_run_id: str |
     }
     if "error" in result:
         tags["error"] = result["error"][:5000]
+    if "output_tail" in result:
+        tags["output_tail"] = result["output_tail"][-5000:]
     if parent_run_id:
         tags["mlflow.parentRunId"] = parent_run_id
     run = retry_on_lock(client.create_run, experiment_id, tags=tags)
@@ -109,7 +111,7 @@ def log_to_mlflow(run_dir: Path, uri: str, experiment: str, parent_run_id: str |
     params = [Param(k, v[:6000]) for k, v in flatten(result["config"]).items()]
     env_tags = [RunTag(f"env.{k}", str(v)[:5000]) for k, v in env.items()]
     retry_on_lock(client.log_batch, run_id, metrics=metrics, params=params, tags=env_tags)
-    for name in (RESULT_FILE, TENSORS_FILE):
+    for name in (RESULT_FILE, TENSORS_FILE, "job.log", "error.log"):
         if (run_dir / name).exists():
             retry_on_lock(client.log_artifact, run_id, str(run_dir / name))
     for folder, artifact_path in ((".hydra", "hydra"), ("images", "images")):
@@ -155,6 +157,7 @@ def track(run_dir: Path, uri: str, experiment: str, parent_run_id: str | None = 
     """Log run_dir to MLflow; on failure keep everything local, say so, and leave a note for sync."""
     note = {"uri": uri, "experiment": experiment, "parent_run_id": parent_run_id}
     try:
+        check_reachable(uri)
         run_id = log_to_mlflow(run_dir, uri, experiment, parent_run_id)
     except Exception as error:  # the store is down, locked or unreachable: results stay on disk
         reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
@@ -171,6 +174,21 @@ def track(run_dir: Path, uri: str, experiment: str, parent_run_id: str | None = 
     return run_id
 
 
+def check_reachable(uri: str, timeout_s: float = 5.0) -> None:
+    """Fail fast when a tracking server does not answer: MLflow's own retries would wait minutes."""
+    if not uri.startswith(("http://", "https://")):
+        return
+    import urllib.error
+    import urllib.request
+
+    try:
+        urllib.request.urlopen(f"{uri.rstrip('/')}/health", timeout=timeout_s).close()
+    except urllib.error.HTTPError:
+        return  # it answered (perhaps asking for credentials): MLflow's client takes it from here
+    except OSError as error:
+        raise ConnectionError(f"tracking server {uri} does not answer ({error})") from None
+
+
 def sync(run_dir: Path, uri: str | None = None) -> str | None:
     """Upload a run that could not reach its store when it ran; returns the new run id."""
     note_path = Path(run_dir) / TRACKING_FILE
@@ -179,6 +197,7 @@ def sync(run_dir: Path, uri: str | None = None) -> str | None:
     note = json.loads(note_path.read_text())
     if note.get("synced"):
         return None
+    check_reachable(uri or note["uri"])
     run_id = log_to_mlflow(Path(run_dir), uri or note["uri"], note["experiment"], note.get("parent_run_id"))
     note.update(run_id=run_id, synced=True, error=None, uri=uri or note["uri"])
     note_path.write_text(json.dumps(note, indent=2) + "\n")

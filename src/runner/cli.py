@@ -1,0 +1,97 @@
+"""`runner` (also `python -m runner`): report on runs, upload runs that could not reach their store.
+
+runner report --tracking-uri URI --experiment NAME --out DIR [--parent RUN_ID]
+runner report --sweep-dir DIR --out DIR
+runner sync RUN_DIR... [--tracking-uri URI]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from runner import sweep, tracking
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return args.command(args)
+    except (LookupError, FileNotFoundError, ConnectionError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="runner", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(required=True, metavar="COMMAND")
+
+    report = commands.add_parser("report", help="CSV, markdown and PNG plots comparing runs")
+    source = report.add_mutually_exclusive_group(required=True)
+    source.add_argument("--experiment", help="MLflow experiment name (with --tracking-uri)")
+    source.add_argument("--sweep-dir", type=Path, help="a sweep directory (reads its result.json files)")
+    report.add_argument("--tracking-uri", help="MLflow tracking URI, e.g. sqlite:///outputs/mlflow.db")
+    report.add_argument("--parent", help="only the children of this sweep parent run (and log the report to it)")
+    report.add_argument("--out", type=Path, required=True, help="directory for runs.csv, runs.md and *.png")
+    report.set_defaults(command=_report)
+
+    sync = commands.add_parser("sync", help="upload runs (or whole sweeps) kept locally to MLflow")
+    sync.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN_DIR")
+    sync.add_argument("--tracking-uri", help="upload here instead of the URI the run was made with")
+    sync.set_defaults(command=_sync)
+    return parser
+
+
+def _report(args: argparse.Namespace) -> int:
+    from runner import report
+
+    parent, uri = args.parent, args.tracking_uri
+    if args.sweep_dir is not None:
+        if not args.sweep_dir.is_dir():
+            raise FileNotFoundError(f"{args.sweep_dir} is not a directory")
+        frame = report.runs_from_dirs(report.sweep_run_dirs(args.sweep_dir))
+        note = sweep.read_note(args.sweep_dir)
+        parent, uri = parent or note.get("parent_run_id"), uri or note.get("uri")
+    else:
+        if not uri:
+            raise LookupError("--experiment needs --tracking-uri")
+        frame = report.runs_from_mlflow(uri, args.experiment, parent)
+    files = report.write_report(frame, args.out)
+    for path in files:
+        print(path)
+    if parent and uri:
+        report.log_to_parent(uri, parent, files)
+        print(f"logged to the parent run {parent}")
+    return 0
+
+
+def _sync(args: argparse.Namespace) -> int:
+    failures = 0
+    for path in args.run_dirs:
+        for run_dir, line in sync_path(path, args.tracking_uri):
+            failures += line.startswith("error")
+            print(f"{run_dir}: {line}")
+    return 1 if failures else 0
+
+
+def sync_path(path: Path, uri: str | None) -> list[tuple[Path, str]]:
+    """Sync one run directory, or every job of a sweep directory (creating its parent run if missing)."""
+    if (path / tracking.TRACKING_FILE).exists():
+        return [(path, _sync_one(path, uri))]
+    if (path / sweep.SWEEP_FILE).exists():
+        return sweep.sync_sweep(path, uri, _sync_one)
+    return [(path, f"error: neither {tracking.TRACKING_FILE} nor {sweep.SWEEP_FILE} here (not a tracked run)")]
+
+
+def _sync_one(run_dir: Path, uri: str | None) -> str:
+    try:
+        run_id = tracking.sync(run_dir, uri)
+    except Exception as error:
+        text = str(error).strip()
+        return f"error: {text.splitlines()[0] if text else type(error).__name__}"
+    return "already in MLflow" if run_id is None else f"uploaded as run {run_id}"
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

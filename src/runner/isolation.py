@@ -1,0 +1,193 @@
+"""Run a job inline or in a fresh spawned worker process, and record it whatever becomes of the worker.
+
+With `isolation=process` the worker measures and writes result.json + tensors.h5; this process
+(the Hydra job) then logs the run directory to MLflow, so the worker never pays for importing MLflow.
+A worker that dies (a signal, the OOM killer, a hard exit) leaves a FAILED result.json written here,
+with the reason and the tail of its output (`job.log`).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import sys
+import threading
+from collections import deque
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from runner import tracking
+from runner.job import Outcome
+
+LOG_FILE = "job.log"  # the worker's stdout and stderr
+TAIL_LINES = 40
+GRACE_S = 30.0  # after Ctrl-C, how long the worker may take to record its samples
+
+
+def execute(cfg: DictConfig, run_dir: Path, parent_run_id: str | None = None) -> Outcome:
+    """Run and record one job as `cfg.isolation` says; returns what result.json holds."""
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if str(cfg.isolation) == "inline":
+        from runner.job import execute as execute_inline
+
+        outcome = execute_inline(cfg, run_dir, parent_run_id, track=False)
+    else:
+        outcome = _execute_in_worker(cfg, run_dir)
+    if outcome.status != "FINISHED":
+        _add_output_tail(run_dir)
+    if cfg.tracking.name == "mlflow":
+        tracking.track(run_dir, cfg.tracking.uri, cfg.tracking.experiment, parent_run_id)
+    return outcome
+
+
+def _execute_in_worker(cfg: DictConfig, run_dir: Path) -> Outcome:
+    config = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
+    log_path = run_dir / LOG_FILE
+    log_path.touch()
+    worker = multiprocessing.get_context("spawn").Process(
+        target=_worker_main, args=(config, str(run_dir), str(log_path)), name=f"runner-job-{run_dir.name}"
+    )
+    forwarder = _LogForwarder(log_path)
+    forwarder.start()
+    interrupted = False
+    try:
+        _start(worker)
+        interrupted = _wait(worker)
+    finally:
+        forwarder.stop()
+    if interrupted:
+        return _recorded(cfg, run_dir, "KILLED", "interrupted by the user (Ctrl-C) before the worker recorded it")
+    reason = _exit_reason(worker.exitcode)
+    return _recorded(cfg, run_dir, "FAILED", reason)
+
+
+def _start(worker) -> None:
+    """Start the worker, also from a joblib (loky) worker, whose start method a fresh Python cannot know."""
+    method = multiprocessing.get_start_method(allow_none=True)
+    foreign = method not in (None, *multiprocessing.get_all_start_methods())
+    if foreign:  # the child would be told to use it, and fail
+        multiprocessing.set_start_method(None, force=True)
+    try:
+        worker.start()
+    finally:
+        if foreign:
+            multiprocessing.set_start_method(method, force=True)
+
+
+def _wait(worker) -> bool:
+    """Wait for the worker; on Ctrl-C let it record what it measured, then stop it. True if interrupted."""
+    try:
+        worker.join()
+        return False
+    except KeyboardInterrupt:
+        pass
+    if worker.is_alive():  # a Ctrl-C at the terminal reached it too; a `kill -INT` of ours did not
+        os.kill(worker.pid, signal.SIGINT)
+    try:
+        worker.join(GRACE_S)
+    except KeyboardInterrupt:  # a second Ctrl-C: stop now
+        pass
+    if worker.is_alive():
+        worker.kill()
+        worker.join()
+    return True
+
+
+def _exit_reason(exitcode: int | None) -> str:
+    if exitcode is not None and exitcode < 0:
+        name = signal.Signals(-exitcode).name
+        hint = " (out of memory? the kernel's OOM killer sends SIGKILL)" if name == "SIGKILL" else ""
+        return f"the worker process was killed by signal {name}{hint}"
+    return f"the worker process exited with code {exitcode} before recording a result"
+
+
+def _recorded(cfg: DictConfig, run_dir: Path, status: str, reason: str) -> Outcome:
+    """What the worker recorded, or (when it recorded nothing) a result.json written here."""
+    if (run_dir / tracking.RESULT_FILE).exists():
+        return outcome_from_result(tracking.read_result(run_dir))
+    from runner.job import record
+
+    outcome = Outcome(status=status, error=reason)
+    record(cfg, run_dir, outcome, track=False)
+    return outcome
+
+
+def outcome_from_result(result: dict) -> Outcome:
+    return Outcome(
+        status=result["status"],
+        metrics=result.get("metrics", {}),
+        environment=result.get("environment", {}),
+        error=result.get("error"),
+        warnings=result.get("warnings", []),
+        predictions=result.get("predictions"),
+    )
+
+
+def _add_output_tail(run_dir: Path) -> None:
+    """Put the last lines of the job's output (or its traceback) into result.json."""
+    for name in (LOG_FILE, "error.log"):
+        path = run_dir / name
+        if path.exists() and path.stat().st_size:
+            with path.open(errors="replace") as f:
+                tail = "".join(deque(f, maxlen=TAIL_LINES))
+            result = tracking.read_result(run_dir)
+            result["output_tail"] = tail
+            tracking.write_result(run_dir, result)
+            return
+
+
+def _worker_main(config: dict, run_dir: str, log_path: str) -> None:
+    """In the spawned worker: send all output to job.log, measure, write result.json + tensors.h5."""
+    log = open(log_path, "a", buffering=1)  # stays open for the worker's whole life
+    os.dup2(log.fileno(), 1)
+    os.dup2(log.fileno(), 2)
+    sys.stdout.reconfigure(line_buffering=True)
+    sys.stderr.reconfigure(line_buffering=True)
+    _interrupt_once()
+    from runner.job import execute as execute_inline
+
+    execute_inline(OmegaConf.create(config), Path(run_dir), track=False)
+
+
+def _interrupt_once() -> None:
+    """The first SIGINT interrupts the measurement; later ones must not break the recording of it."""
+    fired = []
+
+    def handler(signum, frame):
+        if not fired:
+            fired.append(signum)
+            raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, handler)
+
+
+class _LogForwarder:
+    """Copies what the worker writes to job.log onto this process's stderr while it runs."""
+
+    def __init__(self, path: Path, every_s: float = 0.1):
+        self.path, self.every_s = path, every_s
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.done.set()
+        self.thread.join()
+
+    def _run(self) -> None:
+        with self.path.open("rb") as f:
+            while not self.done.wait(self.every_s):
+                self._copy(f)
+            self._copy(f)
+
+    @staticmethod
+    def _copy(f) -> None:
+        chunk = f.read()
+        if chunk:
+            sys.stderr.write(chunk.decode(errors="replace"))
+            sys.stderr.flush()

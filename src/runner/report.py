@@ -1,0 +1,353 @@
+"""Compare runs: a table (CSV, markdown) and PNG plots, from a sweep directory or an MLflow experiment.
+
+Rows are runs; columns follow `mlflow.search_runs`: `params.<flattened config key>`, `metrics.<name>`,
+plus `status`, `error`, `run_dir`, `size` (model.size for sigmoid, model.n for matmul) and the raw
+timing samples (`samples_s`, from each run's tensors.h5 where it is on this machine). Differences are
+judged as asv does: Mann-Whitney U on the raw samples against the fastest run doing the same work.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from runner import tracking
+
+ALPHA = 0.05  # p-value below which a difference is called real rather than noise
+SIZE_KEYS = {"sigmoid": "params.model.size", "matmul": "params.model.n"}
+WORK_KEYS = ("params.model.name", "params.task.name", "params.batch_size", "size")  # runs that did the same work
+SERIES_KEYS = ("params.backend.name", "params.mode.name", "params.device.name", "params.dtype")
+TABLE_METRICS = (
+    "metrics.time_median_s",
+    "metrics.time_iqr_s",
+    "metrics.throughput_per_s",
+    "vs_fastest",
+    "p_value",
+    "within_noise",
+    "metrics.max_rel_err_vs_reference",
+    "metrics.first_call_s",
+    "metrics.peak_host_mb",
+)
+
+
+# -- loading -------------------------------------------------------------------------------------
+
+
+def runs_from_dirs(run_dirs: Iterable[Path]) -> pd.DataFrame:
+    """One row per run directory that holds a result.json."""
+    rows = []
+    for run_dir in sorted(Path(d) for d in run_dirs):
+        if not (run_dir / tracking.RESULT_FILE).exists():
+            continue
+        result = tracking.read_result(run_dir)
+        row = {"run": run_dir.name, "run_dir": str(run_dir), "status": result["status"], "error": result.get("error")}
+        row.update({f"params.{k}": v for k, v in tracking.flatten(result["config"]).items()})
+        row.update({f"metrics.{k}": v for k, v in result.get("metrics", {}).items()})
+        rows.append(row)
+    return _finish_frame(pd.DataFrame(rows))
+
+
+def sweep_run_dirs(sweep_dir: Path) -> list[Path]:
+    """The job directories of a sweep (Hydra's numbered subdirectories), in job order."""
+    dirs = [p.parent for p in Path(sweep_dir).glob(f"*/{tracking.RESULT_FILE}")]
+    return sorted(dirs, key=lambda d: (not d.name.isdigit(), int(d.name) if d.name.isdigit() else 0, d.name))
+
+
+def runs_from_mlflow(uri: str, experiment: str, parent_run_id: str | None = None) -> pd.DataFrame:
+    """The runs of an experiment (only the children of parent_run_id when given; never parent runs)."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=uri)
+    found = client.get_experiment_by_name(experiment)
+    if found is None:
+        raise LookupError(f"no experiment named {experiment!r} at {uri}")
+    query = f"tags.mlflow.parentRunId = '{parent_run_id}'" if parent_run_id else ""
+    rows = []
+    runs = client.search_runs([found.experiment_id], filter_string=query, max_results=50_000)
+    for run in sorted(runs, key=lambda r: r.info.start_time):
+        tags = run.data.tags
+        if "sweep_dir" in tags:  # a sweep's parent run, not a measurement
+            continue
+        row = {
+            "run": run.info.run_id[:8],
+            "run_id": run.info.run_id,
+            "run_dir": tags.get("run_dir"),
+            "status": run.info.status,
+            "error": tags.get("error"),
+            "parent_run_id": tags.get("mlflow.parentRunId"),
+        }
+        row.update({f"params.{k}": v for k, v in run.data.params.items()})
+        row.update({f"metrics.{k}": v for k, v in run.data.metrics.items()})
+        rows.append(row)
+    return _finish_frame(pd.DataFrame(rows))
+
+
+def _finish_frame(frame: pd.DataFrame) -> pd.DataFrame:
+    if frame.empty:
+        return frame
+    for key in ("metrics.time_median_s", "metrics.time_iqr_s"):  # absent when no run was timed
+        if key not in frame:
+            frame[key] = np.nan
+    for key in ("params.batch_size", "params.seed", "params.model.size", "params.model.n"):
+        if key in frame:
+            frame[key] = pd.to_numeric(frame[key], errors="coerce")
+    model = frame.get("params.model.name", pd.Series([None] * len(frame)))
+    frame["size"] = [
+        frame.at[i, SIZE_KEYS[m]] if m in SIZE_KEYS and SIZE_KEYS[m] in frame else np.nan
+        for i, m in zip(frame.index, model, strict=True)
+    ]
+    frame["samples_s"] = [_samples(d) for d in frame.get("run_dir", [None] * len(frame))]
+    return frame
+
+
+def _samples(run_dir: str | None) -> np.ndarray | None:
+    path = Path(run_dir) / tracking.TENSORS_FILE if run_dir else None
+    if path is None or not path.exists():
+        return None
+    import h5py
+
+    try:
+        with h5py.File(path, "r") as f:
+            return f["timings/samples_s"][()] if "timings/samples_s" in f else None
+    except OSError:
+        return None
+
+
+# -- comparing -----------------------------------------------------------------------------------
+
+
+def varied_params(frame: pd.DataFrame) -> list[str]:
+    """The params.* columns whose value differs between runs: what the sweep varied."""
+    cols = [c for c in frame.columns if c.startswith("params.")]
+    return [c for c in cols if frame[c].map(str).nunique() > 1]
+
+
+def short_name(column: str) -> str:
+    return column.removeprefix("params.").removeprefix("metrics.").removesuffix(".name")
+
+
+def labels(frame: pd.DataFrame, columns: list[str] | None = None) -> pd.Series:
+    """A readable label per run from the parameters that varied: 'backend=torch mode=eager'."""
+    columns = varied_params(frame) if columns is None else columns
+    if not columns:
+        return frame["run"].map(str)
+    return frame[columns].map(str).apply(lambda row: " ".join(f"{short_name(c)}={v}" for c, v in row.items()), axis=1)
+
+
+def compare(frame: pd.DataFrame) -> pd.DataFrame:
+    """Add `vs_fastest` (median / fastest median), `p_value` and `within_noise` against the fastest
+    finished run that did the same work (same model, task, batch size and size)."""
+    frame = frame.copy()
+    frame["vs_fastest"], frame["p_value"], frame["within_noise"] = np.nan, np.nan, None
+    if frame.empty or "metrics.time_median_s" not in frame:
+        return frame
+    timed = frame[(frame["status"] == "FINISHED") & frame["metrics.time_median_s"].notna()]
+    keys = [k for k in WORK_KEYS if k in frame]
+    for _, group in timed.groupby([timed[k].map(str) for k in keys], sort=False):
+        fastest = group["metrics.time_median_s"].idxmin()
+        best = frame.at[fastest, "metrics.time_median_s"]
+        for i in group.index:
+            frame.at[i, "vs_fastest"] = frame.at[i, "metrics.time_median_s"] / best
+            if i == fastest:
+                frame.at[i, "within_noise"] = "fastest"
+                continue
+            frame.at[i, "p_value"], frame.at[i, "within_noise"] = noise_test(
+                frame.at[i, "samples_s"], frame.at[fastest, "samples_s"]
+            )
+    return frame
+
+
+def noise_test(a: np.ndarray | None, b: np.ndarray | None) -> tuple[float, str]:
+    """Mann-Whitney U (two-sided) on raw samples: ('yes' | 'no' | why it cannot tell)."""
+    if a is None or b is None:
+        return math.nan, "no samples"
+    if math.comb(len(a) + len(b), len(a)) < 2 / ALPHA:  # even total separation could not reach ALPHA
+        return math.nan, "too few samples"
+    from scipy.stats import mannwhitneyu
+
+    p = float(mannwhitneyu(a, b, alternative="two-sided").pvalue)
+    return p, "yes" if p >= ALPHA else "no"
+
+
+def table(frame: pd.DataFrame) -> pd.DataFrame:
+    """The columns a person reads: run, status, what varied, timings and the comparison."""
+    frame = compare(frame)
+    columns = ["run", "status", *varied_params(frame), *(c for c in TABLE_METRICS if c in frame), "error"]
+    out = frame[[c for c in columns if c in frame]].copy()
+    return out.rename(columns={c: short_name(c) for c in out.columns})
+
+
+def markdown(frame: pd.DataFrame) -> str:
+    def cell(value) -> str:
+        if value is None or (isinstance(value, float) and math.isnan(value)):
+            return ""
+        return f"{value:.4g}" if isinstance(value, float) else str(value).replace("|", "\\|")
+
+    lines = ["| " + " | ".join(frame.columns) + " |", "|" + "---|" * len(frame.columns)]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in frame.itertuples(index=False)]
+    return "\n".join(lines) + "\n"
+
+
+# -- plots ---------------------------------------------------------------------------------------
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_times(frame: pd.DataFrame, path: Path) -> Path | None:
+    """Time per call for each configuration: box plots of the raw samples (median and IQR otherwise)."""
+    timed = frame[(frame["status"] == "FINISHED") & frame["metrics.time_median_s"].notna()]
+    if timed.empty:
+        return None
+    timed = timed.assign(label=_labels_for(timed, frame)).sort_values("metrics.time_median_s")
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(9, 1.2 + 0.45 * len(timed)))
+    for pos, (_, row) in enumerate(timed.iterrows()):
+        samples = row["samples_s"]
+        if samples is not None and len(samples):
+            ax.boxplot([samples], positions=[pos], vert=False, widths=0.6, showfliers=True)
+        else:
+            half = row.get("metrics.time_iqr_s", 0) / 2
+            ax.errorbar(row["metrics.time_median_s"], pos, xerr=half, fmt="o", capsize=4)
+    ax.set_yticks(range(len(timed)), timed["label"])
+    ax.invert_yaxis()
+    _seconds_axis(ax.xaxis)
+    ax.set_xlabel("seconds per call (box: median and IQR of the raw samples; log scale)")
+    ax.set_title("Time per configuration (faster at the top)")
+    ax.grid(axis="x", which="both", alpha=0.3)
+    return _save(fig, path)
+
+
+def series_labels(frame: pd.DataFrame) -> pd.Series:
+    keys = [k for k in SERIES_KEYS if k in frame and frame[k].map(str).nunique() > 1]
+    keys = keys or [k for k in SERIES_KEYS[:2] if k in frame]
+    return frame[keys].map(str).agg(" / ".join, axis=1)
+
+
+def plot_time_vs_size(frame: pd.DataFrame, path: Path) -> Path | None:
+    """Seed 003's figure: time against size, log-log, one line per backend/mode."""
+    timed = frame[(frame["status"] == "FINISHED") & frame["size"].notna() & frame["metrics.time_median_s"].notna()]
+    if timed["size"].nunique() < 2:
+        return None
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(8, 5.5))
+    for name, series in timed.groupby(series_labels(timed)):
+        series = series.sort_values("size")
+        iqr = series.get("metrics.time_iqr_s", pd.Series(0, index=series.index)) / 2
+        ax.errorbar(series["size"], series["metrics.time_median_s"], yerr=iqr, marker="o", capsize=3, label=name)
+    ax.set_xscale("log")
+    _seconds_axis(ax.yaxis)
+    ax.set_xlabel(_size_label(timed))
+    ax.set_ylabel("seconds per call (median, IQR bars)")
+    ax.set_title(f"{timed['params.model.name'].iloc[0]}: time against size")
+    ax.grid(which="both", alpha=0.3)
+    ax.legend()
+    return _save(fig, path)
+
+
+def plot_speedups(frame: pd.DataFrame, path: Path) -> Path | None:
+    """How many times faster each configuration is than the slowest one doing the same work."""
+    timed = frame[(frame["status"] == "FINISHED") & frame["metrics.time_median_s"].notna()]
+    if len(timed) < 2:
+        return None
+    plt = _pyplot()
+    if timed["size"].nunique() >= 2:
+        return _plot_speedup_vs_size(timed, path, plt)
+    keys = [k for k in WORK_KEYS if k in timed]
+    slowest = timed.groupby([timed[k].map(str) for k in keys])["metrics.time_median_s"].transform("max")
+    speedup = (slowest / timed["metrics.time_median_s"]).sort_values()
+    names = _labels_for(timed, frame)[speedup.index]
+    fig, ax = plt.subplots(figsize=(9, 1.2 + 0.45 * len(speedup)))
+    bars = ax.barh(range(len(speedup)), speedup.to_numpy())
+    ax.bar_label(bars, labels=[f"{s:.3g}x" for s in speedup], padding=3)
+    ax.set_yticks(range(len(speedup)), names)
+    ax.set_xlabel("speedup over the slowest configuration (median time ratio)")
+    ax.set_title("Speedups")
+    ax.grid(axis="x", alpha=0.3)
+    return _save(fig, path)
+
+
+def _plot_speedup_vs_size(timed: pd.DataFrame, path: Path, plt) -> Path:
+    timed = timed.assign(series=series_labels(timed))
+    times = timed.pivot_table(index="size", columns="series", values="metrics.time_median_s", aggfunc="median")
+    baseline = times.iloc[-1].idxmax()  # the slowest configuration at the largest size
+    fig, ax = plt.subplots(figsize=(8, 5.5))
+    for name in times.columns:
+        ax.plot(times.index, times[baseline] / times[name], marker="o", label=name)
+    ax.set_xscale("log")
+    ax.set_xlabel(_size_label(timed))
+    ax.set_ylabel(f"speedup over {baseline}")
+    ax.set_title("Speedups against size")
+    ax.grid(which="both", alpha=0.3)
+    ax.legend()
+    return _save(fig, path)
+
+
+def _size_label(timed: pd.DataFrame) -> str:
+    return "matrix side n (matmul)" if timed["params.model.name"].iloc[0] == "matmul" else "number of elements"
+
+
+def _labels_for(rows: pd.DataFrame, frame: pd.DataFrame) -> pd.Series:
+    """Labels from what varied among these rows (or, if nothing did, among all runs)."""
+    columns = varied_params(rows) if len(rows) > 1 else []
+    return labels(rows, columns) if columns else labels(frame)[rows.index]
+
+
+def _seconds_axis(axis) -> None:
+    """A log axis of seconds labelled '10 µs', '1 ms', ..."""
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    from runner.timing import format_seconds
+
+    axis.axes.set_xscale("log") if axis is axis.axes.xaxis else axis.axes.set_yscale("log")
+    axis.set_major_formatter(FuncFormatter(lambda value, _: format_seconds(value)))
+    axis.set_minor_formatter(NullFormatter())
+
+
+def _save(fig, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    return path
+
+
+# -- the whole report ----------------------------------------------------------------------------
+
+
+def write_report(frame: pd.DataFrame, out_dir: Path) -> list[Path]:
+    """runs.csv, runs.md and the PNG plots that apply to these runs; returns the files written."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if frame.empty:
+        raise LookupError("no runs to report")
+    rows = table(frame)
+    written = [out_dir / "runs.csv", out_dir / "runs.md"]
+    rows.to_csv(written[0], index=False)
+    written[1].write_text(markdown(rows))
+    plots = (
+        plot_times(frame, out_dir / "time_per_config.png"),
+        plot_time_vs_size(frame, out_dir / "time_vs_size.png"),
+        plot_speedups(frame, out_dir / "speedup.png"),
+    )
+    return written + [p for p in plots if p is not None]
+
+
+def log_to_parent(uri: str, parent_run_id: str, files: list[Path], artifact_path: str = "report") -> None:
+    """Attach report files to a sweep's parent run."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=uri)
+    for path in files:
+        tracking.retry_on_lock(client.log_artifact, parent_run_id, str(path), artifact_path)

@@ -1,0 +1,166 @@
+"""`runner report` (tables and plots), `runner sync` (runs kept locally while the store was away)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from conftest import FAST_TIMING, run_cli
+
+from runner import report
+from runner.config import PROJECT_ROOT
+
+
+def runner_cli(*args: str) -> subprocess.CompletedProcess:
+    """`python -m runner ARGS`, as the `runner` console script runs."""
+    env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT / "src")}
+    return subprocess.run([sys.executable, "-m", "runner", *args], env=env, capture_output=True, text=True, timeout=300)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def clients(uri: str, experiment: str):
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=uri)
+    runs = client.search_runs([client.get_experiment_by_name(experiment).experiment_id])
+    return client, [r for r in runs if "sweep_dir" in r.data.tags], [r for r in runs if "sweep_dir" not in r.data.tags]
+
+
+# -- judging differences -------------------------------------------------------------------------
+
+
+def test_noise_test_tells_real_differences_from_noise():
+    rng = np.random.default_rng(0)
+    fast = 1.0 + 0.01 * rng.standard_normal(30)
+    assert report.noise_test(fast + 0.5, fast)[1] == "no"  # clearly slower
+    p, verdict = report.noise_test(1.0 + 0.01 * rng.standard_normal(30), fast)  # same distribution
+    assert verdict == "yes" and p >= report.ALPHA
+    assert report.noise_test(np.array([2.0, 2.1]), np.array([1.0, 1.1]))[1] == "too few samples"
+
+
+def test_compare_against_the_fastest_run_doing_the_same_work():
+    frame = pd.DataFrame(
+        {
+            "run": ["0", "1", "2", "3"],
+            "status": ["FINISHED", "FINISHED", "FINISHED", "FAILED"],
+            "params.model.name": ["sigmoid"] * 4,
+            "params.backend.name": ["numpy", "torch", "numpy", "torch"],
+            "size": [10.0, 10.0, 1000.0, 1000.0],
+            "metrics.time_median_s": [2.0, 1.0, 50.0, np.nan],
+            "samples_s": [np.full(10, 2.0) + np.arange(10) * 1e-3, np.ones(10) + np.arange(10) * 1e-3, None, None],
+        }
+    )
+    compared = report.compare(frame)
+    assert list(compared["vs_fastest"][:3]) == [2.0, 1.0, 1.0]  # size 1000 has its own fastest
+    assert list(compared["within_noise"]) == ["no", "fastest", "fastest", None]
+
+
+# -- the CLI -------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def size_sweep(tmp_path_factory):
+    """Seed 003's sigmoid benchmark in small: two sizes x two dtypes on numpy."""
+    tmp = tmp_path_factory.mktemp("size-sweep")
+    result = run_cli(
+        "-m",
+        f"tracking.uri=sqlite:///{tmp}/mlflow.db",
+        "tracking.experiment=sizes",
+        f"hydra.sweep.dir={tmp}/sweep",
+        *FAST_TIMING,
+        "backend=numpy",
+        "model=sigmoid",
+        "task=inference",
+        "model.size=1000,100000",
+        "dtype=float32,float64",
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return tmp
+
+
+def _png_shape(path: Path) -> tuple:
+    import matplotlib.image
+
+    return matplotlib.image.imread(path).shape
+
+
+def test_report_from_mlflow_writes_tables_and_plots(size_sweep, tmp_path):
+    uri = f"sqlite:///{size_sweep}/mlflow.db"
+    result = runner_cli("report", "--tracking-uri", uri, "--experiment", "sizes", "--out", str(tmp_path))
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = pd.read_csv(tmp_path / "runs.csv")
+    assert len(rows) == 4 and set(rows["status"]) == {"FINISHED"}  # the parent run is not a row
+    assert {"model.size", "dtype", "time_median_s", "vs_fastest", "within_noise"} <= set(rows.columns)
+    lines = (tmp_path / "runs.md").read_text().splitlines()
+    assert len([line for line in lines if line.startswith("| ")]) == 5  # header + 4 runs
+    for plot in ("time_per_config.png", "time_vs_size.png", "speedup.png"):
+        height, width, _ = _png_shape(tmp_path / plot)
+        assert height > 200 and width > 400
+
+
+def test_report_over_a_sweep_is_logged_to_its_parent(size_sweep, tmp_path):
+    client, (parent,), _ = clients(f"sqlite:///{size_sweep}/mlflow.db", "sizes")
+    result = runner_cli("report", "--sweep-dir", str(size_sweep / "sweep"), "--out", str(tmp_path))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"logged to the parent run {parent.info.run_id}" in result.stdout
+    logged = {a.path for a in client.list_artifacts(parent.info.run_id, "report")}
+    assert {"report/time_vs_size.png", "report/runs.csv"} <= logged
+
+
+def test_report_bad_input_is_one_line(tmp_path):
+    result = runner_cli("report", "--sweep-dir", str(tmp_path / "nope"), "--out", str(tmp_path / "out"))
+    assert result.returncode == 1 and result.stderr.strip().count("\n") == 0 and "not a directory" in result.stderr
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    result = runner_cli("report", "--tracking-uri", uri, "--experiment", "absent", "--out", str(tmp_path / "out"))
+    assert result.returncode == 1 and "no experiment named 'absent'" in result.stderr
+
+
+def test_run_while_the_server_is_down_arrives_after_sync(tmp_path):
+    down = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    run_dir = tmp_path / "run"
+    result = run_cli("backend=numpy", f"tracking.uri={down}", f"hydra.run.dir={run_dir}", *FAST_TIMING)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "runner sync" in result.stderr  # it says how to upload later
+    assert json.loads((run_dir / "result.json").read_text())["status"] == "FINISHED"
+    assert json.loads((run_dir / "tracking.json").read_text())["synced"] is False
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    result = runner_cli("sync", str(run_dir), "--tracking-uri", uri)
+    assert result.returncode == 0 and "uploaded as run" in result.stdout, result.stderr[-3000:]
+    _, _, (run,) = clients(uri, "tensor-runner")
+    assert run.info.status == "FINISHED" and run.data.params["backend.name"] == "numpy"
+    assert "already in MLflow" in runner_cli("sync", str(run_dir)).stdout  # idempotent
+
+
+def test_sweep_made_offline_syncs_as_parent_and_children(tmp_path):
+    down = f"http://127.0.0.1:{free_port()}"
+    sweep_dir = tmp_path / "sweep"
+    overrides = [f"tracking.uri={down}", f"hydra.sweep.dir={sweep_dir}", *FAST_TIMING, "backend=numpy", "seed=0,1"]
+    result = run_cli("-m", *overrides)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads((sweep_dir / "sweep.json").read_text())["parent_run_id"] is None
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    result = runner_cli("sync", str(sweep_dir), "--tracking-uri", uri)
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    assert result.stdout.count("uploaded as run") == 2
+    _, (parent,), children = clients(uri, "tensor-runner")
+    assert parent.info.status == "FINISHED" and len(children) == 2
+    assert {c.data.tags["mlflow.parentRunId"] for c in children} == {parent.info.run_id}
+
+
+def test_sync_of_an_untracked_directory_says_so(tmp_path):
+    result = runner_cli("sync", str(tmp_path))
+    assert result.returncode == 1 and "not a tracked run" in result.stdout

@@ -1,0 +1,244 @@
+"""Sweeps: one MLflow parent run with a child per job, failures recorded and survived, a summary at the end."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import h5py
+import pytest
+from conftest import FAST_TIMING, run_cli
+
+from runner.config import PROJECT_ROOT
+
+
+def sweep_cli(tmp: Path, *overrides: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    """`python run.py -m OVERRIDES` into tmp/sweep, tracked in tmp/mlflow.db."""
+    return run_cli(
+        "-m",
+        f"tracking.uri=sqlite:///{tmp}/mlflow.db",
+        "tracking.experiment=sweeps",
+        f"hydra.sweep.dir={tmp}/sweep",
+        *FAST_TIMING,
+        *overrides,
+        timeout=timeout,
+    )
+
+
+def mlflow_runs(tmp: Path, experiment: str = "sweeps") -> tuple[list, list]:
+    """(parent runs, child runs) of the experiment."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp}/mlflow.db")
+    runs = client.search_runs([client.get_experiment_by_name(experiment).experiment_id])
+    parents = [r for r in runs if "sweep_dir" in r.data.tags]
+    children = [r for r in runs if "sweep_dir" not in r.data.tags]
+    return parents, children
+
+
+def results(tmp: Path) -> dict[str, dict]:
+    return {p.parent.name: json.loads(p.read_text()) for p in sorted((tmp / "sweep").glob("*/result.json"))}
+
+
+@pytest.fixture(scope="module")
+def failing_sweep(tmp_path_factory):
+    """numpy has no bfloat16 (FAILED), torch has (FINISHED): the fast twin of numpy,torch mode=function."""
+    tmp = tmp_path_factory.mktemp("failing-sweep")
+    result = sweep_cli(tmp, "backend=numpy,torch", "dtype=bfloat16", "mode=eager", "batch_size=4")
+    return tmp, result
+
+
+def test_failed_job_fails_the_sweep_but_not_the_other_jobs(failing_sweep):
+    tmp, result = failing_sweep
+    assert result.returncode == 1, result.stderr[-3000:]
+    saved = results(tmp)
+    assert saved["0"]["status"] == "FAILED" and "bfloat16" in saved["0"]["error"]
+    assert saved["1"]["status"] == "FINISHED" and saved["1"]["config"]["backend"]["name"] == "torch"
+    # the summary table names every job and what failed
+    assert "Sweep: 2 jobs" in result.stdout
+    assert "FAILED job 0: backend=numpy cannot compute in dtype=bfloat16" in result.stdout
+
+
+def test_sweep_is_one_parent_run_with_a_child_per_job(failing_sweep):
+    tmp, _ = failing_sweep
+    from mlflow.tracking import MlflowClient
+
+    parents, children = mlflow_runs(tmp)
+    assert len(parents) == 1 and len(children) == 2
+    parent = parents[0]
+    assert parent.info.status == "FAILED"  # truthful, never left RUNNING
+    assert parent.data.params["backend"] == "numpy,torch"
+    assert parent.data.metrics["n_failed"] == 1 and parent.data.metrics["n_finished"] == 1
+    assert {c.data.tags["mlflow.parentRunId"] for c in children} == {parent.info.run_id}
+    by_backend = {c.data.params["backend.name"]: c for c in children}
+    assert by_backend["numpy"].info.status == "FAILED" and "bfloat16" in by_backend["numpy"].data.tags["error"]
+    assert by_backend["torch"].info.status == "FINISHED"
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp}/mlflow.db")
+    artifacts = {a.path for a in client.list_artifacts(parent.info.run_id)}
+    assert {"summary.md", "sweep.json", "report"} <= artifacts
+    plots = {a.path for a in client.list_artifacts(parent.info.run_id, "report")}
+    assert "report/time_per_config.png" in plots
+
+
+@pytest.mark.slow
+def test_numpy_cannot_compile_torch_can(tmp_path):
+    """The README's example: numpy has no mode=function, torch.compile works (about 15 s on a CPU)."""
+    result = sweep_cli(tmp_path, "backend=numpy,torch", "model=mlp", "mode=function", timeout=900)
+    assert result.returncode != 0
+    parents, children = mlflow_runs(tmp_path)
+    assert len(parents) == 1 and parents[0].info.status == "FAILED"
+    status = {c.data.params["backend.name"]: c.info.status for c in children}
+    assert status == {"numpy": "FAILED", "torch": "FINISHED"}
+    assert {c.data.tags["mlflow.parentRunId"] for c in children} == {parents[0].info.run_id}
+
+
+def test_parallel_joblib_jobs_lose_no_runs(tmp_path):
+    """4 joblib workers, 8 jobs, one fresh SQLite store: 8 finished children of one finished parent."""
+    result = sweep_cli(
+        tmp_path, "hydra/launcher=joblib", "hydra.launcher.n_jobs=4", "backend=numpy", "seed=range(8)", timeout=600
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    parents, children = mlflow_runs(tmp_path)
+    assert len(parents) == 1 and parents[0].info.status == "FINISHED"
+    assert len(children) == 8 and {c.info.status for c in children} == {"FINISHED"}
+    assert "timings disturb each other" in result.stderr  # parallel jobs are warned about
+    assert sorted(int(c.data.params["seed"]) for c in children) == list(range(8))
+    assert {c.data.tags["mlflow.parentRunId"] for c in children} == {parents[0].info.run_id}
+
+
+def test_out_of_memory_is_a_failed_job_with_its_output_tail(tmp_path):
+    result = sweep_cli(tmp_path, "backend=numpy", "model=matmul", "task=inference", "model.n=10000000,8")
+    assert result.returncode == 1
+    saved = results(tmp_path)
+    assert saved["0"]["status"] == "FAILED" and "MemoryError" in saved["0"]["error"]
+    assert "Unable to allocate" in saved["0"]["output_tail"]  # the tail of the traceback
+    assert saved["1"]["status"] == "FINISHED"
+    _, children = mlflow_runs(tmp_path)
+    failed = next(c for c in children if c.info.status == "FAILED")
+    assert "Unable to allocate" in failed.data.tags["output_tail"]
+
+
+def _start_sweep(tmp: Path, *overrides: str) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT / "src")}
+    args = [f"tracking.uri=sqlite:///{tmp}/mlflow.db", "tracking.experiment=sweeps", f"hydra.sweep.dir={tmp}/sweep"]
+    return subprocess.Popen(
+        [sys.executable, str(PROJECT_ROOT / "run.py"), "-m", *args, *FAST_TIMING, *overrides],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own process group, like a terminal's foreground job
+    )
+
+
+def _worker_of(proc: subprocess.Popen, timeout_s: float = 120):
+    """The spawned worker process measuring the current job."""
+    import psutil
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for child in psutil.Process(proc.pid).children():
+            if "spawn_main" in " ".join(child.cmdline()):
+                return child
+        time.sleep(0.05)
+    raise AssertionError("no worker process appeared")
+
+
+def test_a_killed_worker_fails_its_job_and_the_sweep_goes_on(tmp_path):
+    # job 0 would time for 60 s; job 1 is quick
+    proc = _start_sweep(tmp_path, "backend=numpy", "timing.target_rel_iqr=0", "timing.max_time_s=60,0.2")
+    _worker_of(proc).send_signal(signal.SIGKILL)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 1, err[-3000:]
+    saved = results(tmp_path)
+    assert saved["0"]["status"] == "FAILED" and "killed by signal SIGKILL" in saved["0"]["error"]
+    assert saved["1"]["status"] == "FINISHED"
+    assert "FAILED job 0" in out
+    parents, children = mlflow_runs(tmp_path)
+    assert parents[0].info.status == "FAILED"
+    assert sorted(c.info.status for c in children) == ["FAILED", "FINISHED"]
+
+
+@pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
+def test_ctrl_c_kills_the_running_job_keeps_its_samples_and_stops_the_sweep(tmp_path, how):
+    proc = _start_sweep(tmp_path, "backend=numpy", "timing.target_rel_iqr=0", "timing.max_time_s=60", "seed=0,1")
+    _worker_of(proc)
+    log = tmp_path / "sweep" / "0" / "job.log"
+    deadline = time.monotonic() + 120
+    while "timing numpy" not in (log.read_text() if log.exists() else ""):  # the progress line: it is timing
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.1)
+    if how == "ctrl-c":
+        os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does: the whole foreground group
+    else:
+        proc.send_signal(signal.SIGTERM)  # scancel or kill: only the launching process hears it
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-3000:]
+    saved = results(tmp_path)
+    assert list(saved) == ["0"]  # the sweep stopped: job 1 never started
+    assert saved["0"]["status"] == "KILLED" and saved["0"]["metrics"]["n_samples"] > 0
+    with h5py.File(tmp_path / "sweep" / "0" / "tensors.h5") as f:
+        assert len(f["timings/samples_s"]) == saved["0"]["metrics"]["n_samples"]
+    parents, children = mlflow_runs(tmp_path)
+    assert parents[0].info.status == "KILLED" and [c.info.status for c in children] == ["KILLED"]
+
+
+def test_inline_isolation_records_the_same_files(tmp_path):
+    result = sweep_cli(tmp_path, "backend=numpy", "isolation=inline", "batch_size=2,3")
+    assert result.returncode == 0, result.stderr[-3000:]
+    saved = results(tmp_path)
+    assert [r["config"]["batch_size"] for r in saved.values()] == [2, 3]
+    assert all(r["status"] == "FINISHED" and r["config"]["isolation"] == "inline" for r in saved.values())
+    assert not (tmp_path / "sweep" / "0" / "job.log").exists()  # no worker ran
+
+
+def test_untracked_sweep_still_summarises(tmp_path):
+    result = run_cli(
+        "-m", "tracking=none", f"hydra.sweep.dir={tmp_path}/sweep", *FAST_TIMING, "backend=numpy", "seed=1,2"
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Sweep: 2 jobs" in result.stdout
+    assert (tmp_path / "sweep" / "summary.md").exists()
+    assert not (tmp_path / "mlflow.db").exists()
+
+
+@pytest.mark.parametrize("hold_s", [3, pytest.param(25, marks=pytest.mark.slow)])
+def test_a_locked_store_still_gets_the_run(make_config, tmp_path, hold_s):
+    """Another connection holds the SQLite store's write lock. MLflow's SQLite sessions wait up to 20 s
+    (busy_timeout); a longer lock makes them fail with 'database is locked' and tracking.retry_on_lock
+    tries again."""
+    import sqlite3
+    import threading
+
+    from runner import isolation
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    cfg = make_config("backend=numpy", "isolation=inline", f"tracking.uri={uri}", "tracking.experiment=locked")
+    isolation.execute(cfg, tmp_path / "first")  # creates the store
+    locked, release = threading.Event(), threading.Event()
+
+    def hold_lock():
+        con = sqlite3.connect(tmp_path / "mlflow.db", isolation_level=None)
+        con.execute("BEGIN EXCLUSIVE")
+        locked.set()
+        release.wait(hold_s)
+        con.execute("COMMIT")
+        con.close()
+
+    holder = threading.Thread(target=hold_lock)
+    holder.start()
+    locked.wait()
+    try:
+        outcome = isolation.execute(cfg, tmp_path / "second")
+    finally:
+        release.set()
+        holder.join()
+    assert outcome.status == "FINISHED"
+    assert json.loads((tmp_path / "second" / "tracking.json").read_text())["synced"] is True
+    _, children = mlflow_runs(tmp_path, "locked")
+    assert len(children) == 2

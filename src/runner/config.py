@@ -155,6 +155,8 @@ def register_configs() -> None:
     ConfigStore.instance().store(name="base_config", node=RunConfig)
     if not OmegaConf.has_resolver("runner.root"):
         OmegaConf.register_new_resolver("runner.root", lambda: str(PROJECT_ROOT))
+    if not OmegaConf.has_resolver("runner.devices"):  # sweep values: the devices this machine has
+        OmegaConf.register_new_resolver("runner.devices", lambda: "cpu,cuda" if nvidia_driver_present() else "cpu")
 
 
 register_configs()

@@ -233,7 +233,7 @@ def print_table(frame, sweep_dir: Path) -> None:
     frame = report.compare(frame)
     varied = report.varied_params(frame)
     table = Table(title=f"Sweep: {len(frame)} jobs in {sweep_dir}", title_justify="left")
-    columns = ["job", *(report.short_name(c) for c in varied), "status", "median ± IQR", "examples/s"]
+    columns = ["job", *(report.short_name(c) for c in varied), "status", "median ± IQR", "first call", "examples/s"]
     for column in [*columns, "time / fastest", "within noise (MWU p)", "max rel err"]:
         table.add_column(column, overflow="fold")
     for _, row in frame.iterrows():
@@ -242,6 +242,7 @@ def print_table(frame, sweep_dir: Path) -> None:
         cells = [str(row["run"]), *(str(row[c]) for c in varied), _status(row["status"])]
         cells += [
             f"{format_seconds(median)} ± {format_seconds(row['metrics.time_iqr_s'])}" if timed else "",
+            format_seconds(row["metrics.first_call_s"]) if timed else "",  # tracing, compilation, device start-up
             _num(row.get("metrics.throughput_per_s")),
             "" if _nan(row["vs_fastest"]) else f"{row['vs_fastest']:.2f}x",
             _noise(row["within_noise"], row["p_value"]),

@@ -15,6 +15,8 @@ SMALL_GRIDS = {
     "sigmoid_scaling": ["model.size=1,1024"],
     "resnet_inference": ["model=resnet18", "mode=eager", "data.image_size=64"],
     "horse2zebra": ["data.image_size=64"],
+    "tensor_conversion": ["model.size=1024"],
+    "view_vs_reshape": ["model.n=16"],
 }
 FAST = ["tracking=none", "isolation=inline", "timing.warmup_s=0.01", "timing.min_repeats=3", "timing.max_time_s=0.2"]
 
@@ -33,5 +35,18 @@ def test_experiment_runs_as_one_command(cli, tmp_path, name):
     assert "time / fastest" in result.stdout  # the comparison the seed made, printed at the end
     devices = {r["environment"]["device"] for r in results}
     assert devices == ({"cpu", "cuda"} if nvidia_driver_present() and name == "cpu_vs_gpu_matmul" else {"cpu"})
+    if name == "tensor_conversion":
+        shared = {
+            r["config"]["model"]["method"]: r["metrics"]["shares_memory"]
+            for r in results
+            if r["config"]["backend"]["name"] == "torch"
+        }
+        assert shared["from_numpy"] == 1.0 and shared["tensor"] == 0.0  # torch.tensor always copies
+    if name == "view_vs_reshape":
+        copied = {
+            (r["config"]["backend"]["name"], r["config"]["model"]["method"]): r["metrics"]["copied"] for r in results
+        }
+        assert copied[("torch", "view")] == 0.0 and copied[("torch", "transpose_contiguous")] == 1.0
+        assert copied[("numpy", "reshape")] == 0.0 and copied[("numpy", "transpose_reshape")] == 1.0
     if name == "horse2zebra":
         assert all((tmp_path / str(job) / "images" / "000.png").exists() for job in range(len(results)))

@@ -43,6 +43,8 @@ class ModelName(StrEnum):
     resnet50 = "resnet50"
     resnet101 = "resnet101"
     cyclegan = "cyclegan"
+    conversion = "conversion"
+    reshape = "reshape"
 
 
 class DType(StrEnum):
@@ -106,6 +108,7 @@ class ModelConfig:
     out_features: int = 2  # mlp
     n: int = 1000  # matmul: n x n
     size: int = 1024  # sigmoid: vector length
+    method: str = ""  # conversion / reshape: which operation (see conf/model/conversion.yaml, reshape.yaml)
     pretrained: bool = False  # vision: torchvision's weights from the local torch hub cache
     weights: str | None = None  # vision: a local state dict (.pth) or HDF5 file of named arrays
 
@@ -166,7 +169,8 @@ register_configs()
 
 COMPILED_MODES = {"function", "xla"}
 PER_EXAMPLE_MODES = {"vectorized_map", "map_fn"}
-OP_WORKLOADS = {"matmul", "sigmoid"}
+OP_WORKLOADS = {"matmul", "sigmoid", "conversion", "reshape"}
+LAYOUT_WORKLOADS = {"conversion", "reshape"}
 VISION_MODELS = {"alexnet", "resnet18", "resnet50", "resnet101", "cyclegan"}
 VISION_BACKENDS = {"torch", "tensorflow"}
 BACKEND_DTYPES = {
@@ -212,6 +216,8 @@ def check_combination(cfg: DictConfig) -> None:
         raise ConfigError(f"mode={mode} computes per-example gradients and needs task=gradients, not task={task}")
     if model in OP_WORKLOADS and task != "inference":
         raise ConfigError(f"model={model} is an op workload: only task=inference is defined for it")
+    if model in LAYOUT_WORKLOADS and (mode != "eager" or c["device"] == "cuda" or c["dtype"] == "bfloat16"):
+        raise ConfigError(f"model={model} measures host memory layout: eager mode on the cpu, no bfloat16")
     if model in VISION_MODELS and backend not in VISION_BACKENDS:
         raise ConfigError(f"model={model} runs on backend=torch or backend=tensorflow, not backend={backend}")
     if model in VISION_MODELS and task == "jacobian":

@@ -36,7 +36,7 @@ def run_job(cfg: DictConfig) -> Outcome:
     check_combination(cfg)  # before any framework import
     c = choices(cfg)
     from runner import environment
-    from runner.backends import load_backend
+    from runner.backends import load_backend, numpy_backend
     from runner.data import load_inputs
     from runner.models import build_workload, initial_weights
     from runner.tasks import build_task, errors_vs_reference, forward_outputs, reference_results
@@ -48,7 +48,13 @@ def run_job(cfg: DictConfig) -> Outcome:
     rng = np.random.default_rng(cfg.seed)
     params64 = initial_weights(cfg.model, workload, rng)
     inputs64 = load_inputs(cfg.data, workload, rng, cfg.batch_size)
-    state = {k: backend.asarray(backend.to_native_layout(v), device, c["dtype"]) for k, v in params64.items()}
+    host = getattr(workload, "host_params", ())
+    state = {
+        k: numpy_backend.asarray(v, "cpu", c["dtype"])
+        if k in host
+        else backend.asarray(backend.to_native_layout(v), device, c["dtype"])
+        for k, v in params64.items()
+    }
     inputs = {k: backend.asarray(v, device, c["dtype"]) for k, v in inputs64.items()}
     # What the backend really holds (rounded to dtype): the reference starts from the same values.
     params_held = {k: backend.from_native_layout(backend.to_numpy(v)) for k, v in state.items()}
@@ -93,6 +99,8 @@ def run_job(cfg: DictConfig) -> Outcome:
         "block_size": measurement.block_size,
         "stopped_by": measurement.stopped_by,
     }
+    if hasattr(workload, "extra_metrics"):
+        outcome.metrics.update(workload.extra_metrics(backend, state, inputs, first_output))
     if getattr(workload, "makes_images", False):
         outcome.images = outcome.tensors["outputs/y"]
     elif getattr(workload, "spec", None) is not None:  # a classifier: top-5 ImageNet classes per example

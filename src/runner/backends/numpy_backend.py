@@ -118,3 +118,32 @@ square = np.square
 
 def sum(x: np.ndarray) -> np.ndarray:  # noqa: A001 - the ops namespace mirrors numpy's names
     return np.sum(x)
+
+
+# -- memory-layout ops (seeds 001 and 002) -------------------------------------------------------
+
+CONVERSIONS = {"asarray": np.asarray, "array": np.array}  # numpy -> numpy: no copy / a copy
+RESHAPES = {
+    "reshape": lambda x: x.reshape(-1),
+    "view": lambda x: x.view().reshape(-1),
+    "transpose_contiguous": lambda x: np.ascontiguousarray(x.T),
+    "transpose_reshape": lambda x: x.T.reshape(-1),
+}
+
+
+def convert(method: str, host: np.ndarray, native: np.ndarray):
+    return _method(CONVERSIONS, method, "conversion")(host)
+
+
+def reshape(method: str, x: np.ndarray):
+    return _method(RESHAPES, method, "reshape")(x)
+
+
+def data_pointer(array) -> int:
+    return np.asarray(array).__array_interface__["data"][0]
+
+
+def _method(table: dict, method: str, what: str):
+    if method not in table:
+        raise ConfigError(f"backend=numpy has no {what} method {method!r} (allowed: {', '.join(table)})")
+    return table[method]

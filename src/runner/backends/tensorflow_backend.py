@@ -37,6 +37,8 @@ def asarray(array: np.ndarray, device: str, dtype: str) -> tf.Tensor:
 
 
 def to_numpy(native: tf.Tensor) -> np.ndarray:
+    if isinstance(native, np.ndarray):  # already host memory (a conversion's result)
+        return native
     if native.dtype == tf.bfloat16:
         native = tf.cast(native, tf.float32)
     return native.numpy()
@@ -245,3 +247,37 @@ def flatten(x):
 
 
 tanh = tf.tanh
+
+
+# -- memory-layout ops (seeds 001 and 002) -------------------------------------------------------
+
+FROM_HOST = {  # numpy -> tf
+    "convert_to_tensor": tf.convert_to_tensor,
+    "constant": tf.constant,
+    "from_dlpack": lambda host: tf.experimental.dlpack.from_dlpack(host.__dlpack__()),
+}
+RESHAPES = {
+    "reshape": lambda x: tf.reshape(x, [-1]),
+    "transpose": tf.transpose,
+    "transpose_reshape": lambda x: tf.reshape(tf.transpose(x), [-1]),
+}
+
+
+def convert(method: str, host: np.ndarray, native: tf.Tensor):
+    if method == "numpy":  # tf -> numpy
+        return native.numpy()
+    if method not in FROM_HOST:
+        raise ConfigError(f"backend=tensorflow has no conversion {method!r} (allowed: numpy, {', '.join(FROM_HOST)})")
+    return FROM_HOST[method](host)
+
+
+def reshape(method: str, x: tf.Tensor):
+    if method not in RESHAPES:
+        raise ConfigError(f"backend=tensorflow has no reshape method {method!r} (allowed: {', '.join(RESHAPES)})")
+    return RESHAPES[method](x)
+
+
+def data_pointer(array) -> int:
+    """Where the bytes live. tf.Tensor.numpy() returns a copy; _numpy() is the view of the CPU buffer."""
+    host = array._numpy() if isinstance(array, tf.Tensor) else array
+    return host.__array_interface__["data"][0]

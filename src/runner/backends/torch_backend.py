@@ -38,6 +38,8 @@ def asarray(array: np.ndarray, device: str, dtype: str) -> torch.Tensor:
 
 
 def to_numpy(native: torch.Tensor) -> np.ndarray:
+    if isinstance(native, np.ndarray):  # already host memory (a conversion's result)
+        return native
     tensor = native.detach().cpu()
     if tensor.dtype == torch.bfloat16:
         tensor = tensor.float()
@@ -175,3 +177,37 @@ def flatten(x):
 
 
 tanh = torch.tanh
+
+
+# -- memory-layout ops (seeds 001 and 002) -------------------------------------------------------
+
+FROM_HOST = {  # numpy -> torch
+    "from_numpy": torch.from_numpy,
+    "as_tensor": torch.as_tensor,
+    "tensor": torch.tensor,
+    "from_dlpack": torch.from_dlpack,
+}
+RESHAPES = {
+    "view": lambda x: x.view(-1),
+    "reshape": lambda x: x.reshape(-1),
+    "transpose_contiguous": lambda x: x.t().contiguous(),
+    "transpose_reshape": lambda x: x.t().reshape(-1),
+}
+
+
+def convert(method: str, host: np.ndarray, native: torch.Tensor):
+    if method == "numpy":  # torch -> numpy
+        return native.numpy()
+    if method not in FROM_HOST:
+        raise ConfigError(f"backend=torch has no conversion {method!r} (allowed: numpy, {', '.join(FROM_HOST)})")
+    return FROM_HOST[method](host)
+
+
+def reshape(method: str, x: torch.Tensor):
+    if method not in RESHAPES:
+        raise ConfigError(f"backend=torch has no reshape method {method!r} (allowed: {', '.join(RESHAPES)})")
+    return RESHAPES[method](x)
+
+
+def data_pointer(array) -> int:
+    return array.data_ptr() if isinstance(array, torch.Tensor) else array.__array_interface__["data"][0]

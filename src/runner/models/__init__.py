@@ -6,6 +6,8 @@ A workload provides
   forward(ops, params, x) and loss(ops, params, x, labels), written with the backend's ops
   examples_per_call(batch_size) -> int (for throughput)
   trainable(name) -> bool (optional; without it every parameter is trained)
+  host_params (optional): names of parameters kept as numpy arrays instead of placed on the backend
+  extra_metrics(ops, params, inputs, output) -> dict (optional): workload-specific metrics
 and, as plain float64 numpy (the reference every run is checked against, and numpy's backprop):
   gradients(params, x, labels), per_example_gradients(params, x, labels), jacobian(params, x)
   (None where the workload defines no such derivative).
@@ -19,7 +21,7 @@ from omegaconf import DictConfig
 
 from runner.config import ConfigError
 from runner.models.mlp import MLP
-from runner.models.op_workloads import Matmul, Sigmoid
+from runner.models.op_workloads import Conversion, Matmul, Reshape, Sigmoid
 from runner.models.vision import RESNET_LAYERS, VisionModel
 
 
@@ -34,6 +36,10 @@ def build_workload(model_cfg: DictConfig, image_size: int = 224):
         return Matmul(model_cfg.n)
     if name == "sigmoid":
         return Sigmoid(model_cfg.size)
+    if name == "conversion":
+        return Conversion(model_cfg.size, model_cfg.method)
+    if name == "reshape":
+        return Reshape(model_cfg.n, model_cfg.method)
     raise ValueError(f"unknown model {name!r}")
 
 

@@ -50,3 +50,63 @@ class Sigmoid:
 
     def forward(self, ops, params: dict, x):
         return 1.0 / (1.0 + ops.exp(-x))
+
+
+class Conversion:
+    """Seed 002: move `size` numbers between numpy and a framework by `method`; does memory get shared?
+
+    numpy -> framework methods read a host array; `numpy` (framework -> numpy) reads a framework tensor.
+    """
+
+    name = "conversion"
+    gradients = per_example_gradients = jacobian = None
+    numpy_reference = False  # the result is the input, moved: compared by pointer, not by value
+    host_params = ("host",)  # kept as a numpy array, not placed on the backend
+
+    def __init__(self, size: int, method: str):
+        self.size, self.method = size, method
+
+    def init_params(self, rng: np.random.Generator) -> dict[str, np.ndarray]:
+        return {"host": rng.standard_normal(self.size)}
+
+    def make_inputs(self, rng: np.random.Generator, batch_size: int) -> dict[str, np.ndarray]:
+        return {"x": rng.standard_normal(self.size)}
+
+    def examples_per_call(self, batch_size: int) -> int:
+        return 1
+
+    def forward(self, ops, params: dict, x):
+        return ops.convert(self.method, params["host"], x)
+
+    def extra_metrics(self, ops, params: dict, inputs: dict, output) -> dict[str, float]:
+        sources = {ops.data_pointer(params["host"]), ops.data_pointer(inputs["x"])}
+        return {
+            "shares_memory": float(ops.data_pointer(output) in sources),
+            "result_is_float64": float("float64" in str(output.dtype)),
+        }
+
+
+class Reshape:
+    """Seed 001: view / reshape / transpose + contiguous of an n x n matrix; did a copy happen?"""
+
+    name = "reshape"
+    gradients = per_example_gradients = jacobian = None
+    numpy_reference = False
+
+    def __init__(self, n: int, method: str):
+        self.n, self.method = n, method
+
+    def init_params(self, rng: np.random.Generator) -> dict[str, np.ndarray]:
+        return {}
+
+    def make_inputs(self, rng: np.random.Generator, batch_size: int) -> dict[str, np.ndarray]:
+        return {"x": rng.standard_normal((self.n, self.n))}
+
+    def examples_per_call(self, batch_size: int) -> int:
+        return 1
+
+    def forward(self, ops, params: dict, x):
+        return ops.reshape(self.method, x)
+
+    def extra_metrics(self, ops, params: dict, inputs: dict, output) -> dict[str, float]:
+        return {"copied": float(ops.data_pointer(output) != ops.data_pointer(inputs["x"]))}

@@ -8,6 +8,7 @@ python run.py +experiment=NAME     a ready-made experiment from experiments/
 
 from __future__ import annotations
 
+import gc
 import signal
 import sys
 from pathlib import Path
@@ -48,6 +49,9 @@ def cli() -> None:
         interrupted = True
     finally:
         code = sweep.finish(interrupted=interrupted)
+        # Exit without the garbage collector's passes over every module loaded (MLflow alone loads ~2,000):
+        # 0.7 s of interpreter teardown. Files and the MLflow store are closed already; atexit still runs.
+        gc.freeze()
     if interrupted:
         raise SystemExit(sweep.EXIT_INTERRUPTED)
     if code:

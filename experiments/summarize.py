@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Markdown table of one experiment sweep, from its jobs' result.json files (for experiments/README.md).
 
-    .venv/bin/python experiments/summarize.py SWEEP_DIR
+.venv/bin/python experiments/summarize.py SWEEP_DIR
 """
 
 from __future__ import annotations

@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 
 import h5py
+import pytest
 
+import runner.isolation
 from runner.job import execute
 
 METRICS = {
@@ -81,11 +83,13 @@ def test_tensors_h5_layout(make_config, tmp_path):
         assert json.loads(attrs["environment"])["python"]
 
 
-def test_unreachable_store_keeps_results(make_config, tmp_path):
-    """The tracking store cannot be opened: the run still finishes and says how to upload it later."""
+@pytest.mark.parametrize("isolation", ["inline", "process"])
+def test_unreachable_store_keeps_results(make_config, tmp_path, isolation):
+    """The tracking store cannot be opened: the run still finishes and says how to upload it later.
+    (A process-isolated worker waits for its parent to open the store: it must not wait forever.)"""
     (tmp_path / "a-file").write_text("not a directory")
-    cfg = make_config("backend=numpy", f"tracking.uri=sqlite:///{tmp_path}/a-file/mlflow.db")
-    outcome = execute(cfg, tmp_path / "run")
+    cfg = make_config("backend=numpy", f"tracking.uri=sqlite:///{tmp_path}/a-file/mlflow.db", f"isolation={isolation}")
+    outcome = runner.isolation.execute(cfg, tmp_path / "run")
     assert outcome.status == "FINISHED"
     assert json.loads((tmp_path / "run" / "result.json").read_text())["status"] == "FINISHED"
     note = json.loads((tmp_path / "run" / "tracking.json").read_text())
@@ -122,3 +126,10 @@ def test_numpy_run_imports_no_framework(tmp_path):
     }
     assert "numpy" in imported and "mlflow" in imported
     assert not {"torch", "tensorflow", "jax"} & imported
+
+
+def test_environment_says_whether_freed_memory_was_kept(make_config, tmp_path):
+    for keep in (True, False):
+        cfg = make_config("tracking=none", "backend=numpy", f"timing.keep_freed_memory={keep}")
+        outcome = execute(cfg, tmp_path / str(keep))
+        assert outcome.environment["malloc_keeps_freed_memory"] is keep

@@ -136,6 +136,7 @@ class TimingConfig:
     max_time_s: float = 5.0  # hard cap on the measurement phase
     target_rel_iqr: float = 0.03  # stop early once IQR/median is below this
     min_block_s: float = 0.002  # calls are timed in blocks at least this long
+    keep_freed_memory: bool = True  # glibc keeps freed memory: no history-dependent page faults per call
 
 
 @dataclass

@@ -5,6 +5,7 @@ from __future__ import annotations
 import resource
 import sys
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,8 +32,10 @@ class Outcome:
     images: np.ndarray | None = None  # image models: NCHW outputs in [-1, 1], written as PNG
 
 
-def run_job(cfg: DictConfig) -> Outcome:
-    """Run the configured measurement. Raises ConfigError for combinations that cannot run."""
+def run_job(cfg: DictConfig, before_timing: Callable[[], object] = lambda: None) -> Outcome:
+    """Run the configured measurement. Raises ConfigError for combinations that cannot run.
+
+    `before_timing` is called once everything is set up, just before the first timed call."""
     check_combination(cfg)  # before any framework import
     c = choices(cfg)
     from runner import environment
@@ -40,8 +43,10 @@ def run_job(cfg: DictConfig) -> Outcome:
     from runner.data import load_inputs
     from runner.models import build_workload, initial_weights
     from runner.tasks import build_task, errors_vs_reference, forward_outputs, reference_results
-    from runner.timing import measure
+    from runner.timing import keep_freed_memory, measure
 
+    timing = OmegaConf.to_container(cfg.timing)
+    malloc_keeps_freed = timing.pop("keep_freed_memory") and keep_freed_memory()
     backend = load_backend(c["backend"])
     device = backend.prepare(c["device"], c["dtype"])
     workload = build_workload(cfg.model, cfg.data.image_size)
@@ -64,13 +69,14 @@ def run_job(cfg: DictConfig) -> Outcome:
     constants = {k: v for k, v in state.items() if not trainable(k)}  # e.g. batch-norm running statistics
 
     task_run = build_task(backend, workload, c["task"], c["mode"], device, params, inputs, constants)
+    before_timing()
     backend.reset_peak_memory(device)
     progress = ProgressLine(f"{c['backend']} {c['model']} {c['task']} {c['mode']}")
     try:
         measurement, first_output = measure(
             task_run.step,
             backend.synchronizer(device),
-            **OmegaConf.to_container(cfg.timing),
+            **timing,
             progress=progress,
         )
     finally:
@@ -80,6 +86,7 @@ def run_job(cfg: DictConfig) -> Outcome:
     outcome = Outcome(status="FINISHED")
     outcome.environment = environment.collect(backend.environment(device))
     outcome.environment["device"] = device
+    outcome.environment["malloc_keeps_freed_memory"] = malloc_keeps_freed
     outcome.metrics = timing_metrics(measurement, workload.examples_per_call(cfg.batch_size))
     outcome.metrics.update(memory_metrics(backend, device))
     outcome.metrics.update(
@@ -152,12 +159,18 @@ def memory_metrics(backend, device: str) -> dict:
     return metrics
 
 
-def execute(cfg: DictConfig, run_dir: Path, parent_run_id: str | None = None, track: bool = True) -> Outcome:
+def execute(
+    cfg: DictConfig,
+    run_dir: Path,
+    parent_run_id: str | None = None,
+    track: bool = True,
+    before_timing: Callable[[], object] = lambda: None,
+) -> Outcome:
     """Run a job and record it (result.json, tensors.h5, MLflow unless track=False) whatever its status."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     try:
-        outcome = run_job(cfg)
+        outcome = run_job(cfg, before_timing)
     except ConfigError as error:
         outcome = Outcome(status="FAILED", error=str(error))
     except MeasurementInterrupted as interrupt:

@@ -37,22 +37,19 @@ def build_task(
     forward, loss = _bind_model(workload, backend, constants or {})
     x = inputs["x"]
     if task == "inference":
-        fn, args = forward, (params, x)
-        return TaskRun(_bind(backend.compile(fn, mode, device), args), lambda out: {"outputs/y": backend.to_numpy(out)})
+        step = _timed_call(backend, forward, mode, device, params, x)
+        return TaskRun(step, lambda out: {"outputs/y": backend.to_numpy(out)})
     if task == "gradients":
         if mode in PER_EXAMPLE_MODES:
             fn = backend.per_example_grad(loss, mode, workload.gradients)
         else:
             fn = backend.grad(loss, workload.gradients)
-        args = (params, x, inputs["labels"])
         results = partial(_gradient_results, backend, mode in PER_EXAMPLE_MODES)
-        return TaskRun(_bind(backend.compile(fn, mode, device), args), results)
+        return TaskRun(_timed_call(backend, fn, mode, device, params, x, inputs["labels"]), results)
     if task == "jacobian":
         fn = backend.batch_jacobian(forward, workload.jacobian)
-        return TaskRun(
-            _bind(backend.compile(fn, mode, device), (params, x)),
-            lambda out: {"outputs/jacobian": backend.to_numpy(out)},
-        )
+        step = _timed_call(backend, fn, mode, device, params, x)
+        return TaskRun(step, lambda out: {"outputs/jacobian": backend.to_numpy(out)})
     raise ValueError(f"unknown task {task!r}")
 
 
@@ -71,9 +68,13 @@ def _bind_model(workload, backend: ModuleType, constants: dict) -> tuple[Callabl
     return forward, loss
 
 
-def _bind(fn: Callable, args: tuple) -> Callable[[], object]:
-    """The timed call: fn with its arguments bound (a C-level partial, no extra Python frame)."""
-    return partial(fn, *args)
+def _timed_call(backend: ModuleType, fn: Callable, mode: str, device: str, params: dict, *args) -> Callable[[], object]:
+    """fn compiled for `mode` with all its arguments bound: C-level partials, no extra Python frame.
+
+    The weights are bound before compiling, as a model holds its weights: tf.function then captures
+    them instead of flattening a dict argument on every call (30-50 µs per call on the seed-003 MLP).
+    """
+    return partial(backend.compile(partial(fn, params), mode, device), *args)
 
 
 def _gradient_results(backend: ModuleType, per_example: bool, grads: dict) -> dict[str, np.ndarray]:

@@ -6,6 +6,7 @@ when it ran is uploaded later, unchanged, by `runner sync RUN_DIR`.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import sys
@@ -78,8 +79,30 @@ def _choice(config: dict, key: str):
     return value.get("name") if isinstance(value, dict) else value
 
 
+def open_store(uri: str) -> None:
+    """Import MLflow and open the store at `uri` (MLflow caches it): the slow part of logging a run.
+
+    The garbage collector is paused meanwhile, then told to leave what was loaded alone (gc.freeze):
+    importing MLflow's ~2,000 modules triggers collections that find nothing to free (1.7 s -> 1.2 s
+    for a local SQLite store), and a later full collection over them costs 0.2 s more per run.
+    """
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        from mlflow.entities import Metric, Param, RunTag  # noqa: F401 - imported here, used by log_to_mlflow
+        from mlflow.tracking import MlflowClient
+
+        if not uri.startswith(("http://", "https://")):  # a server is only contacted when a run is logged
+            MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
+        gc.freeze()
+    finally:
+        if collecting:
+            gc.enable()
+
+
 def log_to_mlflow(run_dir: Path, uri: str, experiment: str, parent_run_id: str | None = None) -> str:
     """Create one MLflow run from the files in run_dir; returns its run id."""
+    open_store(uri)
     from mlflow.entities import Metric, Param, RunTag
     from mlflow.tracking import MlflowClient
 

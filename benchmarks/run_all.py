@@ -50,7 +50,7 @@ def timeit_per_call(fn, repeats: int = 7, best: bool = False) -> float:
     return (min(times) if best else statistics.median(times)) / number
 
 
-def interleaved_ratio(ours, bare, rounds: int = 3) -> float:
+def interleaved_ratio(ours, bare, rounds: int = 9) -> float:
     """Median over rounds of ours() / bare(), measured alternately so that machine noise hits both."""
     return statistics.median(ours() / bare() for _ in range(rounds))
 
@@ -69,16 +69,16 @@ def harness_overhead() -> None:
         def sigmoid(y):
             return 1.0 / (1.0 + np.exp(-y))
 
-        rounds = []
-        for _ in range(3):  # interleaved: a burst of machine noise hits both sides alike
-            bare = timeit_per_call(lambda: sigmoid(x))  # noqa: B023 - called right here
-            ours = runner_metrics(
-                "backend=numpy", "model=sigmoid", f"model.size={size}", "task=inference", "timing.max_time_s=1"
-            )["time_median_s"]
-            rounds.append(ours / bare)
-        ratios[power] = statistics.median(rounds)
+        def bare():
+            return timeit_per_call(lambda: sigmoid(x))  # noqa: B023 - called right here
+
+        def ours():
+            overrides = ("backend=numpy", "model=sigmoid", f"model.size={size}", "task=inference")  # noqa: B023
+            return runner_metrics(*overrides, "timing.max_time_s=0.5")["time_median_s"]
+
+        ratios[power] = interleaved_ratio(ours, bare, rounds=5)
     add(
-        "1. Harness overhead: numpy sigmoid, runner median / timeit (median of 3 interleaved rounds)",
+        "1. Harness overhead: numpy sigmoid, runner median / timeit (median of 5 interleaved rounds)",
         ", ".join(f"2^{p}: {r:.3f}" for p, r in ratios.items()),
         "<= 1.05 at every size",
         max(ratios.values()) <= 1.05,
@@ -108,11 +108,11 @@ def workload_parity() -> None:
         fn(x, t)
 
         def seed_style():
-            return statistics.median(timeit.repeat(lambda: fn(x, t), number=10, repeat=30)) / 10  # noqa: B023
+            return statistics.median(timeit.repeat(lambda: fn(x, t), number=10, repeat=20)) / 10  # noqa: B023
 
         def ours():
             overrides = ("backend=tensorflow", "model=mlp", "task=gradients", f"mode={mode}", "batch_size=512")  # noqa: B023
-            return runner_metrics(*overrides, "timing.max_time_s=2")["time_median_s"]
+            return runner_metrics(*overrides, "timing.max_time_s=0.5")["time_median_s"]
 
         results.append((f"tensorflow mlp gradients {mode}", interleaved_ratio(ours, seed_style)))
 
@@ -128,17 +128,17 @@ def workload_parity() -> None:
 
     def bare():
         with torch.inference_mode():
-            return reference.blocked_autorange(min_run_time=4).median
+            return reference.blocked_autorange(min_run_time=2).median
 
     def ours():
         return runner_metrics(
-            "backend=torch", "model=resnet50", "task=inference", "batch_size=8", "timing.max_time_s=4"
+            "backend=torch", "model=resnet50", "task=inference", "batch_size=8", "timing.max_time_s=2"
         )["time_median_s"]
 
     results.append(("torch resnet50 inference batch 8 vs torch.utils.benchmark", interleaved_ratio(ours, bare)))
     measured = "; ".join(f"{name}: {ratio:.3f}" for name, ratio in results)
     add(
-        "2. Workload parity: runner median / hand-written measurement",
+        "2. Workload parity: runner median / hand-written measurement (median of 9 interleaved rounds)",
         measured,
         "<= 1.03",
         all(r <= 1.03 for _, r in results),
@@ -283,6 +283,20 @@ def write_report() -> None:
         "| row | measured | target | verdict |",
         "|---|---|---|---|",
         *[f"| {row} | {measured} | {target} | {verdict} |" for row, measured, target, verdict in ROWS],
+        "",
+        "## What this suite found, and what was fixed",
+        "",
+        "- glibc handed a forward pass's freed activations back to the OS after every call, so each call "
+        "page-faulted ~50k pages in again: torch resnet50 batch 8 took 330 ms in the runner against 235 ms in "
+        "`torch.utils.benchmark` (whose process state happened to avoid it). The runner now fixes glibc's trim "
+        "and mmap thresholds before timing (`timing.keep_freed_memory`, recorded as "
+        "`env.malloc_keeps_freed_memory`): both measure the steady state, 0 faults per call.",
+        "- The seed-003 `tf.function` took its weights as a dict argument, which TensorFlow flattens on every "
+        "call (+30-50 us on a 220 us step); weights are now bound before compiling and captured, as the seed does.",
+        "- With MLflow on, a numpy run cost 3.7 s: importing MLflow and opening its SQLite store (1.7 s, a third "
+        "of it garbage collections), and 0.8 s of interpreter teardown over MLflow's ~2,000 modules. The store is "
+        "now opened while the worker sets up (the worker waits for it before its first timed call), with the "
+        "collector paused and the loaded modules frozen, and `run.py` freezes the heap before exit: 2.0 s.",
         "",
     ]
     (ROOT / "BENCHMARKS.md").write_text("\n".join(lines))

@@ -86,7 +86,7 @@ def open_store(uri: str) -> None:
     importing MLflow's ~2,000 modules triggers collections that find nothing to free (1.7 s -> 1.2 s
     for a local SQLite store), and a later full collection over them costs 0.2 s more per run.
     """
-    collecting = gc.isenabled()
+    first_time, collecting = "mlflow.tracking" not in sys.modules, gc.isenabled()
     gc.disable()
     try:
         from mlflow.entities import Metric, Param, RunTag  # noqa: F401 - imported here, used by log_to_mlflow
@@ -94,7 +94,8 @@ def open_store(uri: str) -> None:
 
         if not uri.startswith(("http://", "https://")):  # a server is only contacted when a run is logged
             MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
-        gc.freeze()
+        if first_time:  # later jobs of a sweep freeze nothing more: their garbage stays collectable
+            gc.freeze()
     finally:
         if collecting:
             gc.enable()

@@ -93,10 +93,11 @@ def parallel_launcher(launcher: DictConfig) -> str | None:
 
 
 def create_parent_run(note: dict) -> str:
+    tracking.check_reachable(note["uri"])
+    tracking.open_store(note["uri"])
     from mlflow.entities import Param
     from mlflow.tracking import MlflowClient
 
-    tracking.check_reachable(note["uri"])
     client = MlflowClient(tracking_uri=note["uri"])
     experiment_id = tracking.ensure_experiment(client, note["uri"], note["experiment"])
     tags = {

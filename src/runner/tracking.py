@@ -92,8 +92,7 @@ def open_store(uri: str) -> None:
         from mlflow.entities import Metric, Param, RunTag  # noqa: F401 - imported here, used by log_to_mlflow
         from mlflow.tracking import MlflowClient
 
-        if not uri.startswith(("http://", "https://")):  # a server is only contacted when a run is logged
-            MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
+        retry_on_lock(MlflowClient, tracking_uri=uri)  # opens a database store; a server is not contacted
         if first_time:  # later jobs of a sweep freeze nothing more: their garbage stays collectable
             gc.freeze()
     finally:

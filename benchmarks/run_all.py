@@ -34,6 +34,11 @@ from runner.job import run_job  # noqa: E402
 
 PYTHON = sys.executable
 SETTLE_S = 0.5
+PARITY_MISS = (
+    "not in the harness: the runner's timed call under measure() times the same as the seed's loop under timeit "
+    "in one process (541 vs 535 us); what runs just before timing (composing the config, building inputs) moves "
+    "the 0.6 ms eager TF step by 2-4% on this VM (issue 6 note)"
+)
 ROWS: list[tuple[str, str, str, str]] = []  # (row, measured, target, verdict + why)
 
 
@@ -165,6 +170,7 @@ def workload_parity() -> None:
         measured,
         "<= 1.03",
         all(r <= 1.03 for _, r in results),
+        "" if all(r <= 1.03 for _, r in results) else PARITY_MISS,
     )
 
 

@@ -320,6 +320,8 @@ class SlurmLauncher(SubmititSlurmLauncher):
 
     def _job_return(self, job: Any, overrides: list[str], index: int, state: JobState) -> JobReturn:
         returned = None
+        if state.state == "TIMEOUT":
+            state.extra += f": past its time limit, hydra.launcher.timeout_min={self.params.get('timeout_min')}"
         if job.paths.result_pickle.exists():
             try:
                 returned = job.results()[0]

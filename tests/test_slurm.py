@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import run_cli
 from test_report import free_port, runner_cli
 from test_sweep import mlflow_runs, results, sweep_cli
 
@@ -168,23 +169,31 @@ def test_shipped_defaults_run_two_jobs_on_the_two_cpu_partition_with_at_most_one
     assert progress and len(progress) == len(set(progress))  # a line per change, never a repeat
 
 
+OVERSIZE = ["backend=numpy,torch", "hydra.launcher.cpus_per_task=8", "hydra.launcher.mem_gb=32"]  # issue 18's
+
+
 @pytest.mark.slurm
 @pytest.mark.slow
-def test_an_oversize_request_is_refused_before_submission(local_slurm, tmp_path):
-    from runner import tracking
-
-    tracking.open_store(f"sqlite:///{tmp_path}/mlflow.db")  # a first store's migrations are not SLURM's time
+def test_an_oversize_request_is_refused_before_submission_in_one_line(local_slurm, tmp_path):
     queued_before = _queue_names()
-    start = time.monotonic()
-    result = slurm_sweep(tmp_path, "backend=numpy,torch", "hydra.launcher.cpus_per_task=8", "hydra.launcher.mem_gb=32")
+    start = time.monotonic()  # untracked: the whole command, without MLflow's import and store
+    result = run_cli("-m", *ON_SLURM, "tracking=none", f"hydra.sweep.dir={tmp_path}/sweep", *OVERSIZE)
     elapsed = time.monotonic() - start
     assert result.returncode == 1 and elapsed < 10, (elapsed, result.stderr[-3000:])
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "asks for 8 CPUs, 32.0 GB per node, but partition debug" in errors[0], result.stderr
-    assert "Traceback" not in result.stderr
+    assert "Traceback" not in result.stderr and "submitting" not in result.stdout
     assert _queue_names() == queued_before and not (tmp_path / "sweep" / ".submitit").exists()
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+def test_a_refused_sweep_is_a_failed_parent_run_with_the_reason(local_slurm, tmp_path):
+    result = slurm_sweep(tmp_path, *OVERSIZE)
+    assert result.returncode == 1, result.stderr[-3000:]
     (parent,), children = mlflow_runs(tmp_path)
     assert parent.info.status == "FAILED" and "partition debug" in parent.data.tags["error"] and not children
+    assert "partition debug" in json.loads((tmp_path / "sweep" / "sweep.json").read_text())["launch_error"]
 
 
 @pytest.mark.slurm

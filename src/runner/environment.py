@@ -47,10 +47,17 @@ def scheduler_context(environ: dict[str, str] | None = None) -> dict[str, str]:
     """The SLURM job/array ids, node and partition, or Ray's job id, of the job this process belongs to."""
     environ = os.environ if environ is None else environ
     context = {key: environ[name] for name, key in SCHEDULER_VARIABLES.items() if environ.get(name)}
-    ray_job = _ray_job_id()
-    if ray_job:
+    ray_job = _ray_job_id() or context.pop("ray_job_id", "")
+    if ray_job.strip("f"):  # a worker Ray started before any job holds the nil id, ffffffff
         context["ray_job_id"] = ray_job
     return context
+
+
+def export_ray_job_id() -> None:
+    """In a Ray task, hand Ray's job id to the measuring worker, a fresh process that never imports Ray."""
+    ray_job = _ray_job_id()
+    if ray_job:
+        os.environ["RAY_JOB_ID"] = ray_job
 
 
 def _ray_job_id() -> str | None:

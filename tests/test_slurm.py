@@ -11,6 +11,7 @@ import logging
 import os
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -24,15 +25,20 @@ from runner.config import PROJECT_ROOT
 
 SCRIPT = PROJECT_ROOT / "scripts" / "local-slurm.sh"
 ON_SLURM = ["hydra/launcher=slurm", "hydra.launcher.partition=debug"]
-SINFO = "debug*|up|vm|2|7800|(null)\nbig|up|g1|64|512000|gpu:a100:4(S:0-1)\nbig|up|g2|64|512000|gpu:a100:4\n"
+SINFO = (
+    "debug*|up|vm|2|7800|(null)|infinite\n"
+    "big|up|g1|64|512000|gpu:a100:4(S:0-1)|1-12:00:00\n"
+    "big|up|g2|64|512000|gpu:a100:4|1-12:00:00\n"
+)
 
 
 # ------------------------------------------------------------------------------ fitting, following
 
 
 def test_sinfo_is_read_per_node_with_gpus_and_the_default_partition():
-    assert slurm.parse_sinfo(SINFO, None) == slurm.Partition("debug", "up", (slurm.Node("vm", 2, 7800, 0),))
+    assert slurm.parse_sinfo(SINFO, None) == slurm.Partition("debug", "up", (slurm.Node("vm", 2, 7800, 0),), None)
     big = slurm.parse_sinfo(SINFO, "big")
+    assert big.max_time_min == 36 * 60
     assert [(n.name, n.cpus, n.gpus) for n in big.nodes] == [("g1", 64, 4), ("g2", 64, 4)]
     with pytest.raises(slurm.LaunchRefused, match="no partition 'gpu' .*big, debug"):
         slurm.parse_sinfo(SINFO, "gpu")
@@ -65,6 +71,13 @@ def test_a_gpu_request_fits_the_gpu_partition():
         {"cpus_per_task": 8, "mem_gb": 64, "gpus_per_node": 4, "nodes": 2}, slurm.parse_sinfo(SINFO, "big")
     )
     assert fitted["cpus_per_task"] == 8
+
+
+def test_a_time_limit_longer_than_the_partition_allows_is_refused():
+    big = slurm.parse_sinfo(SINFO, "big")
+    assert slurm.fit_request({"timeout_min": 36 * 60}, big)["timeout_min"] == 2160
+    with pytest.raises(slurm.LaunchRefused, match="timeout_min=2161 is longer than partition big allows"):
+        slurm.fit_request({"timeout_min": 2161}, big)
 
 
 def test_a_down_partition_is_refused():
@@ -217,6 +230,57 @@ def test_a_job_past_its_time_limit_is_failed_with_slurms_reason_and_the_other_jo
     by_job = {Path(c.data.tags["run_dir"]).name: c for c in children}
     assert by_job["0"].info.status == "FINISHED" and by_job["1"].info.status == "FAILED"
     assert "TIMEOUT (TimeLimit)" in by_job["1"].data.tags["error"]
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+def test_a_job_that_can_never_start_is_cancelled_and_failed_with_slurms_reason(local_slurm, tmp_path):
+    blocker = _submit_blocker()  # holds the node, so the sweep's jobs are still pending when the partition goes down
+    log = tmp_path / "sweep.log"
+    try:
+        with log.open("w") as out:
+            sweep = _start_cli(
+                out, "-m", *ON_SLURM, "tracking=none", f"hydra.sweep.dir={tmp_path}/sweep", "backend=numpy"
+            )
+            _wait_for(lambda: "submitting" in log.read_text(), sweep)
+            _scontrol("update", "PartitionName=debug", "State=DOWN")
+            subprocess.run(["scancel", blocker], check=True)
+            sweep.wait(timeout=slurm.PENDING_GRACE_S + 120)
+    finally:
+        _scontrol("update", "PartitionName=debug", "State=UP")
+        subprocess.run(["scancel", blocker], capture_output=True)
+    output = log.read_text()
+    assert sweep.returncode == 1, output[-3000:]
+    assert "PENDING (PartitionDown): it cannot start as asked" in output
+    error = results(tmp_path)["0"]["error"]
+    assert "PartitionDown" in error and "which waiting cannot resolve; cancelled after 30 s" in error, error
+
+
+def _submit_blocker() -> str:
+    out = subprocess.run(
+        ["sbatch", "--parsable", "-p", "debug", "-c", "2", "-J", "blocker", "--wrap", "sleep 300"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return out.stdout.strip()
+
+
+def _scontrol(*args: str) -> None:
+    subprocess.run(["scontrol", *args], check=True, capture_output=True)
+
+
+def _start_cli(out, *args: str) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(PROJECT_ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
+    run_py = str(PROJECT_ROOT / "run.py")
+    return subprocess.Popen([sys.executable, run_py, *args], env=env, stdout=out, stderr=subprocess.STDOUT)
+
+
+def _wait_for(condition, proc: subprocess.Popen, timeout_s: float = 120) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert proc.poll() is None and time.monotonic() < deadline, "the sweep ended or hung before submitting"
+        time.sleep(0.2)
 
 
 @pytest.mark.slurm

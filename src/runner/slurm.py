@@ -76,6 +76,7 @@ class Partition:
     name: str
     available: str
     nodes: tuple[Node, ...]
+    max_time_min: int | None = None  # None: no limit
 
 
 @dataclass
@@ -98,14 +99,16 @@ def read_partition(name: str | None) -> Partition:
     """The partition's nodes as `sinfo` lists them (the default partition when name is None)."""
     if shutil.which("sinfo") is None:
         raise LaunchRefused("hydra/launcher=slurm needs SLURM's commands, and sinfo is not on PATH")
-    out = subprocess.run(["sinfo", "-h", "-N", "-o", "%P|%a|%N|%c|%m|%G"], capture_output=True, text=True, timeout=30)
+    out = subprocess.run(
+        ["sinfo", "-h", "-N", "-o", "%P|%a|%N|%c|%m|%G|%l"], capture_output=True, text=True, timeout=30
+    )
     if out.returncode != 0:
         raise LaunchRefused(f"sinfo failed: {_first_line(out.stderr) or out.returncode}")
     return parse_sinfo(out.stdout, name)
 
 
 def parse_sinfo(text: str, name: str | None) -> Partition:
-    rows = [line.split("|") for line in text.splitlines() if line.count("|") == 5]
+    rows = [line.split("|") for line in text.splitlines() if line.count("|") == 6]
     names = sorted({row[0].rstrip("*") for row in rows})
     if name is None:
         defaults = [row[0].rstrip("*") for row in rows if row[0].endswith("*")]
@@ -116,7 +119,21 @@ def parse_sinfo(text: str, name: str | None) -> Partition:
     if not mine:
         raise LaunchRefused(f"SLURM has no partition {name!r} (sinfo lists {', '.join(names) or 'none'})")
     nodes = {row[2]: Node(row[2], int(row[3].rstrip("+")), int(row[4].rstrip("+")), _gpus(row[5])) for row in mine}
-    return Partition(name, mine[0][1], tuple(nodes.values()))
+    return Partition(name, mine[0][1], tuple(nodes.values()), _minutes(mine[0][6]))
+
+
+def _minutes(limit: str) -> int | None:
+    """sinfo's time limit in whole minutes (None: infinite). Forms: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S."""
+    match = re.fullmatch(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?", limit)
+    if not match:
+        return None
+    days, *clock = match.groups()
+    numbers = [int(x) for x in clock if x is not None]
+    if days is not None or len(numbers) == 3:
+        hours, minutes, seconds = (numbers + [0, 0])[:3]
+    else:
+        hours, (minutes, seconds) = 0, (numbers + [0])[:2]
+    return int(days or 0) * 1440 + hours * 60 + minutes + (seconds > 0)
 
 
 def _gpus(gres: str) -> int:
@@ -136,6 +153,12 @@ def fit_request(params: dict[str, Any], partition: Partition) -> dict[str, Any]:
         share = params["cpus_per_task"] * tasks / smallest.cpus  # memory in proportion to the cores taken
         params["mem_gb"] = max(1, int(smallest.memory_mb * min(share, 1.0)) // 1024)
     check_fits(params, partition)
+    limit = partition.max_time_min
+    if limit is not None and params.get("timeout_min", 0) > limit:
+        raise LaunchRefused(
+            f"hydra.launcher.timeout_min={params['timeout_min']} is longer than partition {partition.name} allows "
+            f"({limit} min, sinfo): lower timeout_min"
+        )
     return params
 
 
@@ -216,7 +239,7 @@ class Follower:
         self.queue_failed = queue is None
         for index, job in enumerate(self.jobs):
             if self.states[job.job_id].state not in ENDED:
-                self.update(index, job, (queue or {}).get(job.job_id))
+                self.update(index, job, _find(queue or {}, job.job_id))
 
     def update(self, index: int, job: Any, seen: JobState | None) -> None:
         old = self.states[job.job_id]
@@ -225,7 +248,9 @@ class Follower:
         seen.extra = old.extra
         if is_permanent(seen) and not seen.extra and self.pending_too_long(job.job_id):
             subprocess.run(["scancel", job.job_id], capture_output=True, timeout=60)
-            seen.extra = f": cancelled after pending {PENDING_GRACE_S:.0f} s for a reason waiting cannot resolve"
+            seen.extra = (
+                f": pending for {seen.reason}, which waiting cannot resolve; cancelled after {PENDING_GRACE_S:.0f} s"
+            )
         if (seen.state, seen.reason, seen.extra) != (old.state, old.reason, old.extra):
             print(f"slurm: job #{index} {seen.describe()}{_hint(seen)}", flush=True)
         self.states[job.job_id] = seen
@@ -248,8 +273,17 @@ class Follower:
             subprocess.run(["scancel", *ids], capture_output=True, timeout=60)
 
 
+def _find(queue: dict[str, JobState], job_id: str) -> JobState | None:
+    """The job's line; for a task of an array never split (cancelled while pending), the array's line."""
+    found = queue.get(job_id)
+    array = queue.get(job_id.split("_")[0])
+    if found is None and array is not None:
+        found = JobState(job_id, array.state, array.reason, array.slurm_job_id)
+    return found
+
+
 def _hint(state: JobState) -> str:
-    if state.state != "PENDING":
+    if state.state != "PENDING" or state.extra:
         return ""
     if is_permanent(state):
         return f": it cannot start as asked; cancelled after {PENDING_GRACE_S:.0f} s unless SLURM starts it"
@@ -386,6 +420,7 @@ def record_slurm_end(task_cfg: DictConfig, run_dir: Path, state: JobState) -> No
     reason = state.describe()
     context = {"slurm_job_id": state.slurm_job_id} if state.slurm_job_id else {}
     parent = sweep.parent_run_id(run_dir.parent)
+    run_dir.mkdir(parents=True, exist_ok=True)  # a job that never started has no directory yet
     if not (run_dir / tracking.RESULT_FILE).exists():
         record(task_cfg, run_dir, Outcome(status="FAILED", error=reason, environment=context), parent)
         return

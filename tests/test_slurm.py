@@ -93,6 +93,46 @@ def test_pending_reasons_that_waiting_cannot_resolve():
     assert queue["7_1"].slurm_job_id == "9"
 
 
+class FakeJob:
+    def __init__(self, job_id: str, folder: Path):
+        self.job_id = job_id
+        self.paths = type("Paths", (), {"result_pickle": folder / f"{job_id}_result.pkl"})()
+
+
+def test_following_waits_on_resources_and_cancels_what_can_never_start(tmp_path, monkeypatch, capsys):
+    queues = iter(
+        [
+            "5_0|6|PENDING|Resources\n5_1|7|PENDING|PartitionConfig\n",
+            "5_0|6|RUNNING|None\n5_1|7|PENDING|PartitionConfig\n",
+            "5_0|6|COMPLETED|None\n5_1|7|CANCELLED|PartitionConfig\n",
+        ]
+    )
+    cancelled = []
+    monkeypatch.setattr(slurm, "read_queue", lambda ids: slurm.parse_queue(next(queues)))
+    monkeypatch.setattr(slurm.subprocess, "run", lambda args, **kw: cancelled.append(args))
+    monkeypatch.setattr(slurm, "PENDING_GRACE_S", 0.0)
+    monkeypatch.setattr(slurm, "POLL_MIN_S", 0.0)
+    states = slurm.Follower([FakeJob("5_0", tmp_path), FakeJob("5_1", tmp_path)]).run()
+    assert cancelled == [["scancel", "5_1"]]
+    assert states["5_0"].state == "COMPLETED" and not states["5_0"].extra
+    assert states["5_1"].describe() == (
+        "SLURM job 5_1 CANCELLED (PartitionConfig): pending for PartitionConfig, which waiting cannot resolve; "
+        "cancelled after 0 s"
+    )
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "slurm: job #0 SLURM job 5_0 PENDING (Resources): queued" and len(lines) == len(set(lines))
+
+
+def test_a_failing_squeue_is_said_once_and_never_taken_for_the_end_of_a_job(tmp_path, monkeypatch, capsys):
+    running, done = slurm.parse_queue("5_0|6|RUNNING|None\n"), slurm.parse_queue("5_0|6|COMPLETED|None\n")
+    queues = iter([running, None, None, None, None, done])
+    monkeypatch.setattr(slurm, "read_queue", lambda ids: next(queues))
+    monkeypatch.setattr(slurm, "POLL_MIN_S", 0.0)
+    states = slurm.Follower([FakeJob("5_0", tmp_path)]).run()
+    assert states["5_0"].state == "COMPLETED"
+    assert capsys.readouterr().err.count("squeue failed") == 1
+
+
 def test_scheduler_context_names_the_slurm_job_and_node():
     environ = {"SLURM_JOB_ID": "12", "SLURM_ARRAY_JOB_ID": "11", "SLURM_ARRAY_TASK_ID": "1", "SLURMD_NODENAME": "vm"}
     assert environment.scheduler_context(environ) == {

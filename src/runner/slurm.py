@@ -239,13 +239,15 @@ class Follower:
         self.queue_failed = queue is None
         for index, job in enumerate(self.jobs):
             if self.states[job.job_id].state not in ENDED:
-                self.update(index, job, _find(queue or {}, job.job_id))
+                self.update(index, job, _find(queue or {}, job.job_id), listed=queue is not None)
 
-    def update(self, index: int, job: Any, seen: JobState | None) -> None:
+    def update(self, index: int, job: Any, seen: JobState | None, listed: bool = True) -> None:
         old = self.states[job.job_id]
         if seen is None:
-            seen = self.vanished(job, old)
+            seen = self.vanished(job, old, listed)
         seen.extra = old.extra
+        if not is_permanent(seen):
+            self.pending_since.pop(job.job_id, None)
         if is_permanent(seen) and not seen.extra and self.pending_too_long(job.job_id):
             subprocess.run(["scancel", job.job_id], capture_output=True, timeout=60)
             seen.extra = (
@@ -255,9 +257,9 @@ class Follower:
             print(f"slurm: job #{index} {seen.describe()}{_hint(seen)}", flush=True)
         self.states[job.job_id] = seen
 
-    def vanished(self, job: Any, old: JobState) -> JobState:
-        """A job squeue does not list: not yet (just submitted), or purged after it ended."""
-        self.missing[job.job_id] = self.missing.get(job.job_id, 0) + 1
+    def vanished(self, job: Any, old: JobState, listed: bool) -> JobState:
+        """A job squeue does not list: not yet (just submitted), purged after it ended, or squeue failed."""
+        self.missing[job.job_id] = self.missing.get(job.job_id, 0) + listed
         if job.paths.result_pickle.exists() or (old.state != "SUBMITTED" and self.missing[job.job_id] >= 3):
             state = "COMPLETED" if job.paths.result_pickle.exists() else "UNKNOWN_END"
             return JobState(job.job_id, state, "no longer listed by squeue", old.slurm_job_id)

@@ -298,7 +298,7 @@ def test_a_job_that_can_never_start_is_cancelled_and_failed_with_slurms_reason(l
 
 def _submit_blocker() -> str:
     out = subprocess.run(
-        ["sbatch", "--parsable", "-p", "debug", "-c", "2", "-J", "blocker", "--wrap", "sleep 300"],
+        ["sbatch", "--parsable", "-p", "debug", "-c", "2", "-J", "blocker", "-o", "/dev/null", "--wrap", "sleep 300"],
         capture_output=True,
         text=True,
         check=True,

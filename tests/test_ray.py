@@ -15,8 +15,7 @@ import tempfile
 import time
 
 import pytest
-from test_report import free_port
-from test_sweep import mlflow_runs, results, sweep_cli
+from helpers import free_port, mlflow_runs, results, sweep_cli
 
 from runner.config import PROJECT_ROOT
 

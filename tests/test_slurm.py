@@ -16,9 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import run_cli
-from test_report import free_port, runner_cli
-from test_sweep import mlflow_runs, results, sweep_cli
+from helpers import free_port, mlflow_runs, results, run_cli, runner_cli, sweep_cli
 
 from runner import environment, slurm
 from runner.config import PROJECT_ROOT

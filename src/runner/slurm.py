@@ -36,6 +36,8 @@ from hydra.core.utils import JobReturn, JobStatus
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLauncher as SubmititSlurmLauncher
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from runner.config import first_line
+
 PENDING_GRACE_S = 30.0  # how long a job may pend for a permanent reason before it is cancelled
 # Pending reasons that waiting cannot resolve (squeue's %r; ReqNodeNotAvail comes with the node list).
 PERMANENT_REASONS = (
@@ -103,7 +105,7 @@ def read_partition(name: str | None) -> Partition:
         ["sinfo", "-h", "-N", "-o", "%P|%a|%N|%c|%m|%G|%l"], capture_output=True, text=True, timeout=30
     )
     if out.returncode != 0:
-        raise LaunchRefused(f"sinfo failed: {_first_line(out.stderr) or out.returncode}")
+        raise LaunchRefused(f"sinfo failed: {(out.stderr.strip().splitlines() or [out.returncode])[0]}")
     return parse_sinfo(out.stdout, name)
 
 
@@ -362,7 +364,7 @@ class SlurmLauncher(SubmititSlurmLauncher):
             try:
                 returned = job.results()[0]
             except Exception as error:
-                state.extra += f": the job raised {_first_line(str(error))}"
+                state.extra += f": the job raised {first_line(error)}"
         if returned is not None and state.state in ("COMPLETED", "UNKNOWN_END") and not state.extra:
             return returned
         run_dir, task_cfg = self._job_config(overrides, index)
@@ -401,14 +403,12 @@ def refuse(line: str) -> None:
 def _tag_parent(note: dict, line: str) -> None:
     if not note.get("parent_run_id"):
         return
-    from mlflow.tracking import MlflowClient
-
     from runner import tracking
 
     try:
-        tracking.retry_on_lock(MlflowClient(tracking_uri=note["uri"]).set_tag, note["parent_run_id"], "error", line)
+        tracking.retry_on_lock(tracking.client(note["uri"]).set_tag, note["parent_run_id"], "error", line)
     except Exception as error:  # sweep.json keeps the reason whatever the store does
-        print(f"warning: could not tag the parent run ({_first_line(str(error))})", file=sys.stderr)
+        print(f"warning: could not tag the parent run ({first_line(error)})", file=sys.stderr)
 
 
 # ------------------------------------------------------------------------------------ the job's record
@@ -416,41 +416,43 @@ def _tag_parent(note: dict, line: str) -> None:
 
 def record_slurm_end(task_cfg: DictConfig, run_dir: Path, state: JobState) -> None:
     """Record a job SLURM ended as FAILED with SLURM's reason: in result.json, and in MLflow where tracked."""
-    from runner import sweep, tracking
-    from runner.job import Outcome, record
+    from runner import sweep
+    from runner.job import record
+    from runner.result import Result
 
     reason = state.describe()
     context = {"slurm_job_id": state.slurm_job_id} if state.slurm_job_id else {}
     parent = sweep.parent_run_id(run_dir.parent)
     run_dir.mkdir(parents=True, exist_ok=True)  # a job that never started has no directory yet
-    if not (run_dir / tracking.RESULT_FILE).exists():
-        record(task_cfg, run_dir, Outcome(status="FAILED", error=reason, environment=context), parent)
+    if not Result.exists(run_dir):
+        record(task_cfg, run_dir, Result(status="FAILED", error=reason, environment=context))
+        _update_tracked(task_cfg, run_dir, parent)
         return
-    result = tracking.read_result(run_dir)
-    if result.get("error", "").startswith("SLURM job"):
+    result = Result.load(run_dir)
+    if (result.error or "").startswith("SLURM job"):
         return  # recorded already
-    result.update(status="FAILED", error=f"{reason}; {result['error']}" if result.get("error") else reason)
-    result["environment"] = {**context, **result.get("environment", {})}
-    tracking.write_result(run_dir, result)
-    _update_tracked(task_cfg, run_dir, result, parent)
+    result.status, result.error = "FAILED", f"{reason}; {result.error}" if result.error else reason
+    result.environment = {**context, **result.environment}
+    result.save(run_dir)
+    _update_tracked(task_cfg, run_dir, parent)
 
 
-def _update_tracked(task_cfg: DictConfig, run_dir: Path, result: dict, parent: str | None) -> None:
+def _update_tracked(task_cfg: DictConfig, run_dir: Path, parent: str | None) -> None:
+    """Log the amended record: a new run when the job never reached MLflow, else its run corrected."""
     from runner import tracking
+    from runner.result import RESULT_FILE, Result
 
     if task_cfg.tracking.name != "mlflow":
         return
     note_path = run_dir / tracking.TRACKING_FILE
     note = json.loads(note_path.read_text()) if note_path.exists() else None
-    if note is None:  # the job ended before it reached MLflow
+    if note is None:
         tracking.track(run_dir, task_cfg.tracking.uri, task_cfg.tracking.experiment, parent)
     elif note.get("run_id"):
-        from mlflow.tracking import MlflowClient
-
-        client = MlflowClient(tracking_uri=note["uri"])
-        tracking.retry_on_lock(client.set_tag, note["run_id"], "error", result["error"][:5000])
-        tracking.retry_on_lock(client.log_artifact, note["run_id"], str(run_dir / tracking.RESULT_FILE))
-        tracking.retry_on_lock(client.set_terminated, note["run_id"], "FAILED")
+        mlflow = tracking.client(note["uri"])
+        tracking.retry_on_lock(mlflow.set_tag, note["run_id"], "error", Result.load(run_dir).error[:5000])
+        tracking.log_files(note["uri"], note["run_id"], [run_dir / RESULT_FILE])
+        tracking.retry_on_lock(mlflow.set_terminated, note["run_id"], "FAILED")
     # else: not synced yet; `runner sync` uploads the amended result.json
 
 
@@ -485,8 +487,3 @@ def quiet_sacct_warnings() -> None:
     logger = logging.getLogger("submitit")
     if _SACCT_FILTER not in logger.filters:
         logger.addFilter(_SACCT_FILTER)
-
-
-def _first_line(text: str) -> str:
-    text = text.strip()
-    return text.splitlines()[0] if text else ""

@@ -35,7 +35,8 @@ def ray_head():
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(PROJECT_ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
     head = subprocess.Popen(
         [sys.executable, "-m", "ray.scripts.scripts", "start", "--head", "--block"]
-        + [f"--port={port}", "--num-cpus=2", "--include-dashboard=false", "--disable-usage-stats"]
+        + [f"--port={port}", "--node-ip-address=127.0.0.1", "--num-cpus=2", "--include-dashboard=false"]
+        + ["--disable-usage-stats"]
         + [f"--temp-dir={temp_dir}"],
         env=env,
         stdout=subprocess.PIPE,

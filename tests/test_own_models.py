@@ -73,12 +73,23 @@ def test_torchvision_errors_are_one_line():
         TorchvisionModel("vit_b_16", 64).make_inputs(np.random.default_rng(0), 1)
 
 
-def test_torchvision_pretrained_missing_from_the_hub_cache_names_the_file(tmp_path, monkeypatch):
+def test_torchvision_pretrained_reads_the_hub_cache_only(tmp_path, monkeypatch):
+    import torch
+    import torchvision
+
     monkeypatch.setenv("TORCH_HOME", str(tmp_path))
-    cfg = compose_config("backend=torch", "model=torchvision", "model.arch=mobilenet_v3_small", "model.pretrained=true")
-    result = run_and_record(cfg, tmp_path / "run")
+    overrides = ("backend=torch", "model=torchvision", "model.arch=mobilenet_v3_small", "model.pretrained=true")
+    result = run_and_record(compose_config(*overrides, "task=inference", *SMALL), tmp_path / "missing")
     assert result.status == "FAILED"
     assert result.error.startswith("model.pretrained=true: mobilenet_v3_small-047dcff4.pth is not in the torch hub")
+    module = torchvision.models.get_model("mobilenet_v3_small", weights=None).eval()  # stands in for the published file
+    (tmp_path / "hub" / "checkpoints").mkdir(parents=True)
+    torch.save(module.state_dict(), tmp_path / "hub" / "checkpoints" / "mobilenet_v3_small-047dcff4.pth")
+    result = run_and_record(compose_config(*overrides, "task=inference", *SMALL), tmp_path / "cached")
+    assert result.status == "FINISHED", result.error
+    with torch.no_grad():
+        expected = module(torch.from_numpy(_outputs(tmp_path / "cached", "inputs/x"))).numpy()
+    np.testing.assert_allclose(_outputs(tmp_path / "cached"), expected, rtol=0, atol=1e-5 * np.abs(expected).max())
 
 
 def test_torchvision_on_another_backend_points_to_the_cross_framework_routes(tmp_path):

@@ -2,8 +2,8 @@
 
 A backend is a module (named by `module:` in conf/backend/NAME.yaml) that implements `Backend` and
 the op families its yaml lists under `ops:` (`DenseOps`, `ConvOps`, `LayoutOps`, `TorchModuleOps`,
-`KerasOps`). Its yaml also
-declares the dtypes, devices and modes it can run, which `runner.config.check_combination` reads.
+`KerasOps`). Its yaml also declares the dtypes, devices and modes it can run, which
+`runner.config.check_combination` reads.
 tests/test_backend_contract.py checks every backend module against these protocols.
 
 `manual` is a workload's explicit numpy backprop: numpy, which has no autodiff, uses it; the autodiff

@@ -52,6 +52,9 @@ class OptionalWorkloadParts(Protocol):
     own_layout: bool  # True: parameters keep the workload's layout on every backend (Keras's), never converted
     makes_images: bool  # data=image/tfrecord/hdf5: outputs are images (no centre crop), not class scores
 
+    def pretrained_path(self) -> Path:
+        """Where model.pretrained=true finds this model's published weights (default: torchvision's file for `name`)."""
+
     def read_weights(self, path: Path) -> Params:
         """model.weights=FILE read by the workload itself (a Keras .weights.h5) instead of the runner's readers."""
 
@@ -91,7 +94,7 @@ def initial_weights(model_cfg: DictConfig, workload: Workload, rng: np.random.Ge
     if model_cfg.get("weights"):
         path = Path(model_cfg.weights).expanduser()
     elif model_cfg.get("pretrained"):
-        path = pretrained_path(workload.name)
+        path = workload.pretrained_path() if hasattr(workload, "pretrained_path") else pretrained_path(workload.name)
         if not path.is_file():
             raise ConfigError(
                 f"model.pretrained=true: {path.name} is not in the torch hub cache ({path.parent}); "

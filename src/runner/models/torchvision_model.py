@@ -11,6 +11,7 @@ Nothing heavy is imported at module level: the combination rules import this cla
 from __future__ import annotations
 
 import difflib
+from pathlib import Path
 
 import numpy as np
 
@@ -77,12 +78,21 @@ class TorchvisionModel:
     def interpret(self, y: np.ndarray) -> dict:
         return {"predictions": top5(y)}
 
+    def pretrained_path(self) -> Path:
+        """torchvision's file for this arch's default weights in the local torch hub cache (never downloaded)."""
+        return Path(self._torch.hub.get_dir()) / "checkpoints" / Path(self._weights().url).name
+
     def preprocess(self, image) -> np.ndarray:
         """A PIL image -> float64 CHW, through the arch's own weights' `transforms()` (resize, crop, normalise)."""
+        return self._weights().transforms()(image).double().numpy()
+
+    def _weights(self):
         import torchvision
 
-        weights = torchvision.models.get_model_weights(self.arch).DEFAULT
-        return weights.transforms()(image).double().numpy()
+        try:
+            return torchvision.models.get_model_weights(self.arch).DEFAULT
+        except ValueError:
+            raise ConfigError(f"model.arch={self.arch} has no published torchvision weights") from None
 
     def check_images(self, x: np.ndarray, source: str) -> None:
         self.check_size(min(x.shape[-2:]), source)

@@ -165,6 +165,17 @@ def test_keras_weights_saved_under_torch_load_under_tensorflow_with_the_same_gra
     assert np.abs(kernel_torch - kernel_tf).max() <= 1e-3 * np.abs(kernel_tf).max()
 
 
+@pytest.mark.slow
+def test_keras_per_example_gradients_agree_between_tensorflow_and_torch(tmp_path):
+    """What each backend can: tf.vectorized_map on TensorFlow, the loop (map_fn) on torch."""
+    on_tf = _keras_run(tmp_path, "tensorflow", "task=gradients", "mode=vectorized_map")
+    on_torch = _keras_run(tmp_path, "torch", "task=gradients", "mode=map_fn")
+    with h5py.File(on_tf / "tensors.h5", "r") as a, h5py.File(on_torch / "tensors.h5", "r") as b:
+        tf_kernel, torch_kernel = a["gradients/Conv1/kernel"][()], b["gradients/Conv1/kernel"][()]
+    assert tf_kernel.shape == (2, 3, 3, 3, 32)
+    assert np.abs(tf_kernel - torch_kernel).max() <= 1e-3 * np.abs(tf_kernel).max()
+
+
 def test_keras_errors_are_one_line():
     """In this process Keras runs on torch (each process can import one Keras backend)."""
     from runner.models.keras_model import KerasModel

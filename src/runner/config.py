@@ -198,17 +198,21 @@ def _check_backend(backend: DictConfig, c: dict[str, str]) -> None:
 
 def _check_model(model: DictConfig, backend: DictConfig, c: dict[str, str]) -> None:
     supports = model.get("supports") or {}
+    narrower = (supports.get("on_backend") or {}).get(c["backend"]) or {}  # limits on one backend only
     for axis in ("task", "mode", "device", "dtype"):
-        allowed = supports.get(f"{axis}s")
+        allowed = narrower.get(f"{axis}s", supports.get(f"{axis}s"))
         if allowed is not None and c[axis] not in allowed and not (axis == "device" and c[axis] == "auto"):
             only = " or ".join(f"{axis}={value}" for value in allowed)
-            raise ConfigError(f"model={c['model']} runs only {only}, not {axis}={c[axis]}")
+            on = f" on backend={c['backend']}" if f"{axis}s" in narrower else ""
+            raise ConfigError(f"model={c['model']} runs only {only}{on}, not {axis}={c[axis]}")
     missing = [family for family in supports.get("ops", []) if family not in backend.ops]
     if missing:
         able = [name for name, ops in backend_capabilities().items() if set(missing) <= set(ops)]
         where = " or ".join(f"backend={name}" for name in able) or "no installed backend"
+        elsewhere = f"; {supports.elsewhere}" if supports.get("elsewhere") else ""  # the model's other routes
         raise ConfigError(
             f"model={c['model']} needs {', '.join(missing)} ops: it runs on {where}, not backend={c['backend']}"
+            f"{elsewhere}"
         )
     check_model_arguments(model)
 

@@ -28,7 +28,7 @@ def run_job(cfg: DictConfig, before_timing: Callable[[], object] = lambda: None)
     from runner import environment
     from runner.backends import load_backend, numpy_backend
     from runner.data import load_inputs
-    from runner.models import build_workload, initial_weights
+    from runner.models import backend_for, build_workload, initial_weights
     from runner.tasks import build_task, errors_vs_reference, forward_outputs, reference_results
     from runner.timing import keep_freed_memory, measure
 
@@ -37,6 +37,7 @@ def run_job(cfg: DictConfig, before_timing: Callable[[], object] = lambda: None)
     backend = load_backend(cfg.backend.module)
     device = backend.prepare(c["device"], c["dtype"])
     workload = build_workload(cfg.model)
+    backend = backend_for(workload, backend)
     rng = np.random.default_rng(cfg.seed)
     params64 = initial_weights(cfg.model, workload, rng)
     inputs64 = load_inputs(cfg.data, workload, rng, cfg.batch_size)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+import tempfile
 from pathlib import Path
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -17,6 +18,7 @@ from hydra.errors import MissingConfigException
 from runner.config import CONFIG_DIR, ConfigError, check_values, compose, first_line
 
 MULTIRUN_FLAGS = ("-m", "--multirun")
+HYDRA_KEYS_CHECKED = ("hydra.searchpath", "hydra.run.dir", "hydra.sweep.dir")
 
 
 class BadInput(ValueError):
@@ -30,7 +32,7 @@ def check_argv(argv: list[str], config_dir: Path = CONFIG_DIR) -> None:
     overrides = [arg for arg in argv if arg not in MULTIRUN_FLAGS]
     parsed = _parse(overrides)
     parsed = _parse(overrides + _experiment_sweeps(parsed, config_dir))
-    base = [o.input_line for o in parsed if not _is_hydra(o.key_or_group) or o.key_or_group == "hydra.searchpath"]
+    base = [o.input_line for o in parsed if not _is_hydra(o.key_or_group) or o.key_or_group in HYDRA_KEYS_CHECKED]
     for _index, override in enumerate(parsed):
         if _is_hydra(override.key_or_group) or not override.is_sweep_override():
             continue
@@ -49,8 +51,10 @@ def check_writable(key: str, folder: str) -> None:
     existing = next(p for p in (path, *path.parents) if p.exists())
     if not existing.is_dir():
         raise BadInput(f"{key}={folder}: {existing} is not a folder")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise BadInput(f"{key}={folder}: cannot write in {existing}")
+    try:  # a probe, as access() says yes to root on a read-only file system
+        os.rmdir(tempfile.mkdtemp(prefix=".runner-probe-", dir=existing))
+    except OSError as error:
+        raise BadInput(f"{key}={folder}: cannot create folders in {existing} ({error.strerror})") from None
 
 
 def _parse(overrides: list[str]) -> list:

@@ -168,6 +168,8 @@ def _close_parent(sweep: Sweep, statuses: list[str], status: str, files: list[Pa
     files = [sweep.sweep_dir / SWEEP_FILE, sweep.sweep_dir / "multirun.yaml", *files]
     try:
         tracking.close_parent_run(sweep.note["uri"], sweep.note["parent_run_id"], counts, files, status)
+        sweep.note["parent_closed"] = True
+        write_note(sweep.sweep_dir, sweep.note)
     except Exception as error:
         print(
             f"warning: could not close the parent run {sweep.note['parent_run_id']} ({first_line(error)})",
@@ -225,7 +227,9 @@ def sync_sweep(sweep_dir: Path, uri: str | None, sync_one) -> list[tuple[Path, s
     # A sweep that never reached `finish` was stopped (its launcher killed): never FINISHED.
     status = note.get("status") or sweep_status(statuses, interrupted=True)
     files = [p for p in [sweep_dir / "summary.md", *sorted((sweep_dir / "report").glob("*"))] if p.is_file()]
-    _close_parent(Sweep(sweep_dir, note), statuses, status, files)
+    uploaded = any(not line.startswith("already") for _, line in lines)
+    if uploaded or not note.get("parent_closed"):
+        _close_parent(Sweep(sweep_dir, note), statuses, status, files)
     return lines
 
 

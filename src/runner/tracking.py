@@ -76,7 +76,8 @@ def open_store(uri: str) -> None:
     try:
         from mlflow.entities import Metric, Param, RunTag  # noqa: F401 - imported here, used by log_to_mlflow
 
-        logging.getLogger("alembic").setLevel(logging.WARNING)  # schema migrations are not the user's news
+        for name in ("alembic", "mlflow.store.db.utils"):  # creating the tables is not the user's news
+            logging.getLogger(name).setLevel(logging.WARNING)
         check_store_path(uri)
         with store_lock(uri):  # creating the tables is not safe from two processes at once
             retry_on_lock(client, uri)  # opens a database store; a server is not contacted
@@ -370,10 +371,12 @@ def close_parent_run(uri: str, run_id: str, counts: dict[str, int], files: list[
 
     mlflow = client(uri)
     now = int(time.time() * 1000)
-    retry_on_lock(mlflow.log_batch, run_id, metrics=[Metric(k, float(v), now, 0) for k, v in counts.items()])
-    log_files(uri, run_id, [p for p in files if p.parent.name != "report"])
-    log_files(uri, run_id, [p for p in files if p.parent.name == "report"], "report")
-    retry_on_lock(mlflow.set_terminated, run_id, status)
+    try:
+        retry_on_lock(mlflow.log_batch, run_id, metrics=[Metric(k, float(v), now, 0) for k, v in counts.items()])
+        log_files(uri, run_id, [p for p in files if p.parent.name != "report"])
+        log_files(uri, run_id, [p for p in files if p.parent.name == "report"], "report")
+    finally:  # ended whatever could not be logged: never left RUNNING (sync logs the files again)
+        retry_on_lock(mlflow.set_terminated, run_id, status)
 
 
 def log_files(uri: str, run_id: str, files: list[Path], artifact_path: str | None = None) -> None:

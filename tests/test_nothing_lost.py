@@ -415,7 +415,7 @@ def test_fuzz_no_traceback_no_hang(tmp_path):
     import random
 
     rng = random.Random(11)
-    for trial in range(12):
+    for trial in range(30):
         overrides = [f"{key}={rng.choice(FUZZ_VALUES)}" for key in rng.sample(FUZZ_KEYS, rng.randint(1, 3))]
         args = [
             *overrides,
@@ -427,5 +427,6 @@ def test_fuzz_no_traceback_no_hang(tmp_path):
         output = done.stdout + done.stderr
         assert done.returncode in (0, 1, 2), (args, output)
         assert "Traceback" not in output, (args, output)
-        if done.returncode == 2:
-            assert len(done.stderr.strip().splitlines()) == 1, (args, done.stderr)
+        if done.returncode == 2:  # refused before running: one line (a shared venv may add plugin warnings above)
+            errors = [line for line in done.stderr.splitlines() if line.startswith("error")]
+            assert len(errors) == 1 and done.stderr.strip().endswith(errors[0]), (args, done.stderr)

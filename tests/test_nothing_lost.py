@@ -160,6 +160,19 @@ def test_links_in_a_run_directory_are_replaced_not_followed(tmp_path):
     assert not (run_dir / TENSORS_FILE).is_symlink()
 
 
+def test_a_killed_job_counts_its_real_examples(tmp_path, monkeypatch):
+    from runner import timing
+
+    def stopped(*args, **kwargs):
+        measurement = timing.Measurement(first_call_s=0.1, samples_s=[0.5, 0.5, 0.5])
+        raise timing.MeasurementInterrupted(measurement) from KeyboardInterrupt("stopped by SIGTERM")
+
+    monkeypatch.setattr(timing, "measure", stopped)
+    result = run_and_record(compose_config("tracking=none", "batch_size=8"), tmp_path)
+    assert (result.status, result.error) == ("KILLED", "terminated (SIGTERM) while timing")
+    assert result.metrics["throughput_per_s"] == 16.0  # 8 examples per call, 0.5 s per call
+
+
 def test_sigterm_is_not_called_ctrl_c():
     assert stop_reason(KeyboardInterrupt("stopped by SIGTERM")) == "terminated (SIGTERM)"
     assert stop_reason(KeyboardInterrupt()) == "interrupted by the user (Ctrl-C)"

@@ -188,6 +188,18 @@ def test_a_store_in_a_missing_folder_fails_at_once_and_creates_nothing(tmp_path)
     assert not (tmp_path / "absent").exists()
 
 
+def test_a_store_folder_one_level_new_is_made(tmp_path):
+    uri = f"sqlite:///{tmp_path}/outputs/mlflow.db"  # the default store in a fresh clone
+    tracking.check_reachable(uri)
+    tracking.open_store(uri)
+    assert (tmp_path / "outputs" / "mlflow.db").is_file()
+
+
+def test_no_store_folder_is_made_at_the_root():
+    with pytest.raises(ConfigError, match="the folder /runner-nonexistent does not exist"):
+        tracking.check_store_path("sqlite:////runner-nonexistent/x.db")
+
+
 def _tracked_run(tmp_path: Path, name: str = "run") -> tuple[Path, str]:
     """A finished inline run whose tracking.json is pending, as if its launcher died before logging it."""
     uri = f"sqlite:///{tmp_path}/mlflow.db"

@@ -79,6 +79,8 @@ def open_store(uri: str) -> None:
         for name in ("alembic", "mlflow.store.db.utils"):  # creating the tables is not the user's news
             logging.getLogger(name).setLevel(logging.WARNING)
         check_store_path(uri)
+        if sqlite_path(uri) is not None:
+            sqlite_path(uri).parent.mkdir(exist_ok=True)
         with store_lock(uri):  # creating the tables is not safe from two processes at once
             retry_on_lock(client, uri)  # opens a database store; a server is not contacted
         if first_time:  # later jobs of a sweep freeze nothing more: their garbage stays collectable
@@ -105,10 +107,12 @@ def check_store_path(uri: str) -> None:
         if not path.is_file() or not os.access(path, os.R_OK | os.W_OK):
             raise ConfigError(f"tracking.uri={uri}: {path} is not a database file this user can write")
         return
-    folder = path.parent
-    if not folder.is_dir():
+    folder = path.parent.absolute()
+    # The store's own folder may be new (outputs/ in a fresh clone), made by open_store; nothing above it.
+    existing = folder if folder.is_dir() else folder.parent
+    if not existing.is_dir() or (existing != folder and existing == Path(existing.anchor)):
         raise ConfigError(f"tracking.uri={uri}: the folder {folder} does not exist")
-    if not os.access(folder, os.W_OK | os.X_OK):
+    if not os.access(existing, os.W_OK | os.X_OK):
         raise ConfigError(f"tracking.uri={uri}: cannot create a database in {folder} (not writable)")
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import resource
 import sys
+import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -38,7 +39,7 @@ def run_job(cfg: DictConfig, before_timing: Callable[[], object] = lambda: None)
     `before_timing` is called once everything is set up, just before the first timed call."""
     check_combination(cfg)  # before any framework import
     c = choices(cfg)
-    from runner import environment
+    from runner import energy, environment, limits
     from runner.backends import load_backend, numpy_backend
     from runner.data import load_inputs
     from runner.models import build_workload, initial_weights
@@ -48,11 +49,12 @@ def run_job(cfg: DictConfig, before_timing: Callable[[], object] = lambda: None)
     timing = OmegaConf.to_container(cfg.timing)
     malloc_keeps_freed = timing.pop("keep_freed_memory") and keep_freed_memory()
     backend = load_backend(c["backend"])
+    load_start = time.perf_counter()  # load_s: device start-up, model build, weights, weights on the device
     device = backend.prepare(c["device"], c["dtype"])
     workload = build_workload(cfg.model, cfg.data.image_size)
+    cost = limits.preflight(workload, cfg, c, device)  # refuses what cannot fit, before any allocation
     rng = np.random.default_rng(cfg.seed)
     params64 = initial_weights(cfg.model, workload, rng)
-    inputs64 = load_inputs(cfg.data, workload, rng, cfg.batch_size)
     host = getattr(workload, "host_params", ())
     state = {
         k: numpy_backend.asarray(v, "cpu", c["dtype"])
@@ -60,6 +62,9 @@ def run_job(cfg: DictConfig, before_timing: Callable[[], object] = lambda: None)
         else backend.asarray(backend.to_native_layout(v), device, c["dtype"])
         for k, v in params64.items()
     }
+    backend.synchronizer(device)()
+    load_s = time.perf_counter() - load_start
+    inputs64 = load_inputs(cfg.data, workload, rng, cfg.batch_size)
     inputs = {k: backend.asarray(v, device, c["dtype"]) for k, v in inputs64.items()}
     # What the backend really holds (rounded to dtype): the reference starts from the same values.
     params_held = {k: backend.from_native_layout(backend.to_numpy(v)) for k, v in state.items()}
@@ -69,35 +74,45 @@ def run_job(cfg: DictConfig, before_timing: Callable[[], object] = lambda: None)
     constants = {k: v for k, v in state.items() if not trainable(k)}  # e.g. batch-norm running statistics
 
     task_run = build_task(backend, workload, c["task"], c["mode"], device, params, inputs, constants)
+    if cost:
+        print(f"note: {cost}", file=sys.stderr, flush=True)
+    meter, energy_note = energy.meter_for(device)
     before_timing()
     backend.reset_peak_memory(device)
     progress = ProgressLine(f"{c['backend']} {c['model']} {c['task']} {c['mode']}")
     try:
-        measurement, first_output = measure(
+        measurement, (first_output, results) = measure(
             task_run.step,
             backend.synchronizer(device),
             **timing,
             progress=progress,
+            keep=lambda out: (out, task_run.results(out)),  # off the device before the next call reuses it
+            energy=meter,
         )
     finally:
         progress.close()
-    results = task_run.results(first_output)
 
     outcome = Outcome(status="FINISHED")
     outcome.environment = environment.collect(backend.environment(device))
     outcome.environment["device"] = device
     outcome.environment["malloc_keeps_freed_memory"] = malloc_keeps_freed
     outcome.metrics = timing_metrics(measurement, workload.examples_per_call(cfg.batch_size))
-    outcome.metrics.update(memory_metrics(backend, device))
-    outcome.metrics.update(
-        errors_vs_reference(results, reference_results(workload, c["task"], c["mode"], params_held, inputs_held))
+    outcome.metrics["load_s"] = load_s
+    joules, energy_reason = energy.energy_metrics(
+        measurement.energy_j, measurement.timed_calls(), workload.examples_per_call(cfg.batch_size)
     )
+    outcome.metrics.update(joules)
+    outcome.environment.update({**energy_note, **energy_reason})
+    outcome.metrics.update(memory_metrics(backend, device))
+    if cfg.check_reference:
+        reference = reference_results(workload, c["task"], c["mode"], params_held, inputs_held)
+        outcome.metrics.update(errors_vs_reference(results, reference))
     if hasattr(workload, "flops_per_call") and "time_median_s" in outcome.metrics:
         outcome.metrics["gflops_per_s"] = workload.flops_per_call() / outcome.metrics["time_median_s"] / 1e9
     outcome.tensors = {f"inputs/{k}": v for k, v in inputs_held.items()}
     if sum(v.size for v in params_held.values()) <= WEIGHTS_RECORD_LIMIT:
         outcome.tensors.update({f"weights/{k}": v for k, v in params_held.items()})
-    outcome.tensors.update(forward_outputs(backend, workload, state, inputs))
+    outcome.tensors.update(forward_outputs(backend, workload, state, inputs, results))
     outcome.tensors.update(results)
     outcome.tensors["timings/samples_s"] = np.asarray(measurement.samples_s)
     outcome.attrs = {
@@ -112,6 +127,8 @@ def run_job(cfg: DictConfig, before_timing: Callable[[], object] = lambda: None)
         outcome.images = outcome.tensors["outputs/y"]
     elif getattr(workload, "spec", None) is not None:  # a classifier: top-5 ImageNet classes per example
         outcome.predictions = top5(outcome.tensors["outputs/y"])
+    if cost:
+        outcome.warnings.append(cost)
     if measurement.rel_iqr() > NOISY_REL_IQR:
         outcome.warnings.append(
             f"noisy measurement: IQR is {measurement.rel_iqr():.0%} of the median; "

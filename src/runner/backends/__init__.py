@@ -7,7 +7,10 @@ Every backend module defines:
   asarray(array, device, dtype)          numpy float64 array -> native array on device, in dtype
   to_numpy(native) -> np.ndarray         back to host numpy (bfloat16 comes back as float32)
   synchronizer(device) -> () -> None     waits for queued device work; a no-op where none is queued
-  compile(fn, mode, device) -> fn        eager / function / xla (and the per-example modes)
+  compile_model(fn, mode, device) -> fn  compile the model (forward or loss) where the framework's idiom
+                                           compiles the model and differentiates it from outside (torch)
+  compile(fn, mode, device) -> fn        compile the whole step (TF: tape inside tf.function); identity on torch
+  trainable(params) -> dict              the weights as the framework trains them (torch: leaves requiring grad)
   grad(loss, manual) -> fn               d loss / d params: fn(params, x, labels) -> {name: array}
   per_example_grad(loss, mode, manual)   the same with a leading batch axis (vectorized or looped)
   batch_jacobian(forward, manual) -> fn  fn(params, x) -> (batch, outputs, inputs)

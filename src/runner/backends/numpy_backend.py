@@ -40,6 +40,14 @@ def compile(fn: Callable, mode: str, device: str) -> Callable:
     return fn
 
 
+def compile_model(fn: Callable, mode: str, device: str) -> Callable:
+    return fn
+
+
+def trainable(params: dict) -> dict:
+    return params
+
+
 def grad(loss: Callable, manual: Callable | None) -> Callable:
     return _require(manual, "gradients")
 

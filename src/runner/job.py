@@ -48,11 +48,13 @@ def run_job(cfg: DictConfig, before_timing: Callable[[], object] = lambda: None)
 
     timing = OmegaConf.to_container(cfg.timing)
     malloc_keeps_freed = timing.pop("keep_freed_memory") and keep_freed_memory()
-    backend = load_backend(c["backend"])
-    load_start = time.perf_counter()  # load_s: device start-up, model build, weights, weights on the device
-    device = backend.prepare(c["device"], c["dtype"])
     workload = build_workload(cfg.model, cfg.data.image_size)
-    cost = limits.preflight(workload, cfg, c, device)  # refuses what cannot fit, before any allocation
+    cost = limits.preflight(workload, cfg, c)  # refuses what cannot fit: before any allocation or framework import
+    if cost:
+        print(f"note: {cost}", file=sys.stderr, flush=True)
+    backend = load_backend(c["backend"])
+    load_start = time.perf_counter()  # load_s: device start-up, weights built and placed on the device
+    device = backend.prepare(c["device"], c["dtype"])
     rng = np.random.default_rng(cfg.seed)
     params64 = initial_weights(cfg.model, workload, rng)
     host = getattr(workload, "host_params", ())
@@ -74,8 +76,6 @@ def run_job(cfg: DictConfig, before_timing: Callable[[], object] = lambda: None)
     constants = {k: v for k, v in state.items() if not trainable(k)}  # e.g. batch-norm running statistics
 
     task_run = build_task(backend, workload, c["task"], c["mode"], device, params, inputs, constants)
-    if cost:
-        print(f"note: {cost}", file=sys.stderr, flush=True)
     meter, energy_note = energy.meter_for(device)
     before_timing()
     backend.reset_peak_memory(device)

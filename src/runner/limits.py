@@ -13,10 +13,12 @@ import time
 
 import numpy as np
 
-from runner.config import ConfigError
+from runner.config import ConfigError, nvidia_driver_present
 
 FLOAT64_BYTES = 8
-PROBE_N = 384  # float64 matmul used to gauge this CPU's rate: ~0.1 GFLOP, a few milliseconds
+SURELY_SLOWER_FLOPS = 1e9  # float64 FLOP/s that any machine this runs on beats
+PROBE_N = 1024  # float64 matmul used to gauge this CPU's rate: 2 GFLOP, tens of milliseconds (smaller ones
+# mostly measure BLAS threads waiting for each other on a busy machine)
 
 
 def memory_needed(workload, batch_size: int, task: str, mode: str, itemsize: int, device: str, reference: bool):
@@ -65,10 +67,10 @@ def free_device_bytes() -> int | None:
 def cost_note(workload, batch_size: int, task: str, dtype: str, device: str, reference: bool, timing: dict) -> str:
     """One line announcing a call or a float64 reference estimated to outlast timing.max_time_s; '' if none."""
     flops = getattr(workload, "task_flops", lambda b, t: None)(batch_size, task)
-    if not flops:
+    budget = timing["max_time_s"]
+    if not flops or flops / SURELY_SLOWER_FLOPS <= budget:  # no need to gauge the CPU (0.2 s) for this
         return ""
     rate64 = host_float64_flops()
-    budget = timing["max_time_s"]
     reference_s = flops / rate64 if reference else 0.0
     call_s = flops / (rate64 * (2 if dtype == "float32" else 1)) if device == "cpu" else 0.0
     if max(call_s, reference_s) <= budget:
@@ -86,11 +88,13 @@ def cost_note(workload, batch_size: int, task: str, dtype: str, device: str, ref
     )
 
 
-def host_float64_flops() -> float:
-    """This CPU's float64 matmul rate right now (best of three small products)."""
+def host_float64_flops(window_s: float = 0.15) -> float:
+    """This CPU's float64 matmul rate: the best small product within `window_s` (a busy machine's
+    stalls hit some of them, not all)."""
     a = np.random.default_rng(0).standard_normal((PROBE_N, PROBE_N))
-    best = float("inf")
-    for _ in range(3):
+    a @ a  # starts BLAS's threads
+    best, end = float("inf"), time.perf_counter() + window_s
+    while time.perf_counter() < end:
         start = time.perf_counter()
         a @ a
         best = min(best, time.perf_counter() - start)
@@ -116,14 +120,23 @@ def format_duration(seconds: float) -> str:
 ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
 
 
-def preflight(workload, cfg, choices: dict[str, str], device: str) -> str:
+def preflight(workload, cfg, choices: dict[str, str]) -> str:
     """Refuse (ConfigError) a job that cannot fit; return the cost note for one that will run long ('' if not).
 
+    Runs before the framework is imported: device=auto counts as cuda wherever an NVIDIA driver is loaded.
     Workloads that do not describe their arrays (a user's own `_target_`) are not checked."""
     if not hasattr(workload, "array_elements"):
         return ""
     task, mode, dtype = choices["task"], choices["mode"], choices["dtype"]
+    device = choices["device"]
+    if device == "auto":
+        device = "cuda" if choices["backend"] != "numpy" and nvidia_driver_present() else "cpu"
     reference = bool(cfg.check_reference) and getattr(workload, "numpy_reference", True)
     needed = memory_needed(workload, cfg.batch_size, task, mode, ITEMSIZE[dtype], device, reference)
-    check_memory(f"model={choices['model']} batch_size={cfg.batch_size} dtype={dtype}", *needed, device)
+    check_memory(_label(workload, cfg.batch_size, choices), *needed, device)
     return cost_note(workload, cfg.batch_size, task, dtype, device, reference, dict(cfg.timing))
+
+
+def _label(workload, batch_size: int, choices: dict[str, str]) -> str:
+    size = next((f"model.{key}={getattr(workload, key)}" for key in ("n", "size") if hasattr(workload, key)), None)
+    return f"model={choices['model']} {size or f'batch_size={batch_size}'} dtype={choices['dtype']}"

@@ -88,6 +88,7 @@ def grad(loss: Callable, manual: Callable | None) -> Callable:
 
 def per_example_grad(loss: Callable, mode: str, manual: Callable | None) -> Callable:
     if mode == "vectorized_map":  # the one place torch.func is the idiom
+
         def single_loss(params: dict, x: torch.Tensor, label: torch.Tensor) -> torch.Tensor:
             return loss(params, x.unsqueeze(0), label.unsqueeze(0))
 

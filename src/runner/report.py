@@ -31,6 +31,10 @@ TABLE_METRICS = (
     "metrics.max_rel_err_vs_reference",
     "metrics.first_call_s",
     "metrics.peak_host_mb",
+    *(f"metrics.time_{k}_s" for k in ("p50", "p90", "p95", "p99", "mean", "stdev")),  # tail latency
+    "metrics.load_s",
+    "metrics.energy_per_call_j",
+    "metrics.examples_per_j",
 )
 
 

@@ -235,7 +235,7 @@ def print_table(frame, sweep_dir: Path) -> None:
     varied = report.varied_params(frame)
     table = Table(title=f"Sweep: {len(frame)} jobs in {sweep_dir}", title_justify="left")
     columns = ["job", *(report.short_name(c) for c in varied), "status", "median ± IQR", "first call", "examples/s"]
-    for column in [*columns, "time / fastest", "within noise (MWU p)", "max rel err"]:
+    for column in [*columns, "p90 / p99", "time / fastest", "within noise (MWU p)", "max rel err"]:
         table.add_column(column, overflow="fold")
     for _, row in frame.iterrows():
         median = row.get("metrics.time_median_s")
@@ -245,6 +245,7 @@ def print_table(frame, sweep_dir: Path) -> None:
             f"{format_seconds(median)} ± {format_seconds(row['metrics.time_iqr_s'])}" if timed else "",
             format_seconds(row["metrics.first_call_s"]) if timed else "",  # tracing, compilation, device start-up
             _num(row.get("metrics.throughput_per_s")),
+            _tail(row) if timed else "",
             "" if _nan(row["vs_fastest"]) else f"{row['vs_fastest']:.2f}x",
             _noise(row["within_noise"], row["p_value"]),
             _num(row.get("metrics.max_rel_err_vs_reference")),
@@ -254,6 +255,13 @@ def print_table(frame, sweep_dir: Path) -> None:
     console.print(table)
     for _, row in frame[frame["status"] != "FINISHED"].iterrows():
         console.print(f"[bold red]{row['status']}[/] job {row['run']}: {row['error']}", highlight=False)
+
+
+def _tail(row) -> str:
+    from runner.timing import format_seconds
+
+    p90, p99 = row.get("metrics.time_p90_s"), row.get("metrics.time_p99_s")
+    return "" if p90 is None or _nan(p90) else f"{format_seconds(p90)} / {format_seconds(p99)}"
 
 
 def _status(status: str) -> str:

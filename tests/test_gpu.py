@@ -148,8 +148,6 @@ def test_cuda_parity_benchmark_writes_rows_with_the_gpu_name(tmp_path):
         "cuda",
         "--backends",
         "torch",
-        "--rounds",
-        "1",
         "--budget",
         "0.3",
         "--out",

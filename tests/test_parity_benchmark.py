@@ -27,9 +27,7 @@ def run_parity(*args: str) -> subprocess.CompletedProcess:
 def test_parity_benchmark_writes_its_rows_and_keeps_the_rest(tmp_path):
     out = tmp_path / "BENCHMARKS.md"
     out.write_text("# Benchmarks\n\n| row | measured |\n")
-    result = run_parity(
-        "--backends", "numpy", "--rows", "mlp_inference,matmul", "--rounds", "1", "--budget", "0.05", "--out", str(out)
-    )
+    result = run_parity("--backends", "numpy", "--rows", "mlp_inference,matmul", "--budget", "0.05", "--out", str(out))
     assert result.returncode == 0, result.stderr[-2000:]
     text = out.read_text()
     assert text.startswith("# Benchmarks\n\n| row | measured |")
@@ -37,16 +35,14 @@ def test_parity_benchmark_writes_its_rows_and_keeps_the_rest(tmp_path):
     rows = [line for line in section.splitlines() if line.startswith("| numpy | cpu |")]
     assert [row.split(" | ")[2] for row in rows] == ["mlp_inference", "matmul"]
     assert all("**" in row and "target" in row for row in rows)
-    again = run_parity(
-        "--backends", "numpy", "--rows", "matmul", "--rounds", "1", "--budget", "0.05", "--out", str(out)
-    )
+    again = run_parity("--backends", "numpy", "--rows", "matmul", "--budget", "0.05", "--out", str(out))
     assert again.returncode == 0 and out.read_text().count("<!-- parity:begin -->") == 1  # replaced, not appended
 
 
 def test_bad_input_is_one_line_and_exit_2():
     result = run_parity("--backends", "jax")
     assert result.returncode == 2
-    assert result.stderr.strip().splitlines()[-1] == "error: not a backend, row or positive count/budget: jax"
+    assert result.stderr.strip().splitlines()[-1] == "error: not a backend, row or positive budget: jax"
 
 
 def test_replace_section():

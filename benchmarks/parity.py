@@ -342,18 +342,24 @@ def replace_section(text: str, new: str) -> str:
 def conditions(args, load_before: float, load_after: float) -> str:
     from runner.environment import cpu_name
 
+    threads = f"{args.threads} intra-op thread(s) (OMP/BLAS/TF variables)" if args.threads else "default threads"
     return (
         f"Conditions: {cpu_name()}, {os.cpu_count()} cores shared with other work (load average {load_before:.2f} "
         f"before, {load_after:.2f} after); Python {platform.python_version()}; budget {args.budget:g} s "
-        f"(paired phase {PAIRED_BUDGETS * args.budget:g} s per row); float32; MLP batch {BATCH}; matmul n={N}; "
+        f"(paired phase {PAIRED_BUDGETS * args.budget:g} s per row); "
+        f"{threads}; float32; MLP batch {BATCH}; matmul n={N}; "
         f"{datetime.date.today().isoformat()}."
     )
+
+
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "TF_NUM_INTRAOP_THREADS")
 
 
 def run_backend(backend: str, args) -> list[dict]:
     command = [sys.executable, __file__, "--worker", backend, "--device", args.device, "--budget", str(args.budget)]
     command += ["--rows", ",".join(args.rows)]
-    done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
+    env = {**os.environ, **({v: str(args.threads) for v in THREAD_VARIABLES} if args.threads else {})}
+    done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, env=env)
     rows = [json.loads(line[4:]) for line in done.stdout.splitlines() if line.startswith("ROW ")]
     if done.returncode != 0:
         tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
@@ -372,12 +378,14 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--budget", type=float, default=1.0, help="the runner's timing.max_time_s (seconds)")
     out_help = "file whose parity section is rewritten; - prints"
     parser.add_argument("--out", default=str(ROOT / "BENCHMARKS.md"), help=out_help)
+    threads_help = "intra-op threads of every framework and BLAS (default: theirs); 1 on a crowded machine"
+    parser.add_argument("--threads", type=int, default=0, help=threads_help)
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     args.backends, args.rows = args.backends.split(","), args.rows.split(",")
     bad = [b for b in args.backends if b not in BACKENDS] + [r for r in args.rows if r not in WORKLOADS]
-    if bad or args.budget <= 0:
-        what = ", ".join(bad) if bad else f"--budget {args.budget}"
+    if bad or args.budget <= 0 or args.threads < 0:
+        what = ", ".join(bad) if bad else f"--budget {args.budget} --threads {args.threads}"
         parser.exit(2, f"error: not a backend, row or positive budget: {what}\n")
     return args
 

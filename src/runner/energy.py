@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from types import ModuleType
 
 RAPL_ROOT = Path("/sys/class/powercap")
 _PACKAGE = re.compile(r"intel-rapl:\d+$")  # top-level package domains; intel-rapl:0:0 (core) is inside them
@@ -80,7 +81,7 @@ def _nvml_meter() -> tuple[NvmlMeter | None, dict[str, str]]:
     return meter, {"energy_source": "NVML total energy consumption"}
 
 
-def nvml_device():
+def nvml_device() -> tuple[ModuleType, object]:
     """pynvml and the handle of the first GPU this process sees (CUDA_VISIBLE_DEVICES' first entry)."""
     import pynvml
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 
 import numpy as np
+from omegaconf import DictConfig
 
 from runner.config import ConfigError, nvidia_driver_present
 
@@ -21,7 +22,9 @@ PROBE_N = 1024  # float64 matmul used to gauge this CPU's rate: 2 GFLOP, tens of
 # mostly measure BLAS threads waiting for each other on a busy machine)
 
 
-def memory_needed(workload, batch_size: int, task: str, mode: str, itemsize: int, device: str, reference: bool):
+def memory_needed(
+    workload, batch_size: int, task: str, mode: str, itemsize: int, device: str, reference: bool
+) -> tuple[int, int, int]:
     """(host bytes, device bytes, the float64 reference's share of host bytes) this job holds at once."""
     e = workload.array_elements(batch_size, task, mode)
     held = e["weights"] + e["inputs"]
@@ -120,7 +123,7 @@ def format_duration(seconds: float) -> str:
 ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
 
 
-def preflight(workload, cfg, choices: dict[str, str]) -> str:
+def preflight(workload, cfg: DictConfig, choices: dict[str, str]) -> str:
     """Refuse (ConfigError) a job that cannot fit; return the cost note for one that will run long ('' if not).
 
     Runs before the framework is imported: device=auto counts as cuda wherever an NVIDIA driver is loaded.

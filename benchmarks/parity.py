@@ -34,7 +34,8 @@ BEGIN, END = "<!-- parity:begin -->", "<!-- parity:end -->"
 TARGET = 1.05
 BLOCK_S = 0.0005  # short blocks: on a busy machine most pairs then fall between two of its stalls
 DISTURBED_SPREAD = 0.30  # a row whose paired ratios have a wider IQR than this is measured again
-PAIRED_BUDGETS = 3  # the paired phase lasts this many budgets
+PAIRED_BUDGETS = 3  # the paired phase lasts this many budgets ...
+MIN_PAIRS = 15  # ... and at least this many pairs (resnet18 at 0.8 s a call: 5 pairs could not tell 1.07 from 0.99)
 BACKENDS = ("numpy", "torch", "tensorflow")
 WORKLOADS = {  # row -> the runner's overrides
     "mlp_gradients_eager": ("model=mlp", "task=gradients", "mode=eager"),
@@ -170,6 +171,9 @@ def compose_row(backend: str, device: str, row: str, budget: float):
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
+    from runner.config import register_configs
+
+    register_configs()
     overrides = [f"backend={backend}", f"device={device}", *WORKLOADS[row], "tracking=none", "isolation=inline"]
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
@@ -226,7 +230,7 @@ def paired_blocks(ours, theirs, sync, budget: float) -> tuple[list[float], list[
     sync()
     n_ours, n_theirs = calls_per_block(ours, sync), calls_per_block(theirs, sync)
     a, b, end = [], [], time.perf_counter() + budget
-    while time.perf_counter() < end or len(a) < 5:
+    while time.perf_counter() < end or len(a) < MIN_PAIRS:
         first_ours = len(a) % 2 == 0
         if first_ours:
             a.append(timed_block(ours, sync, n_ours) / n_ours)
@@ -305,6 +309,30 @@ def table_row(r: dict) -> str:
     )
 
 
+FINDINGS = (  # measured on 2026-11-23 with this script's pairing, 1 thread, on the shared 2-core VM
+    "What parity found and what changed (issue 19; the numbers are one measurement, 1 intra-op thread):",
+    "",
+    "- torch gradients were timed through `torch.func.grad`; a user writes `torch.autograd.grad` on leaf tensors. "
+    "The runner now times that: MLP batch 32, the new step / `torch.func.grad` = 0.40 (338 vs 873 µs), and the first "
+    "call fell from 2.4 s (loading torch.func's machinery) to a few ms.",
+    "- torch batch jacobians were `vmap(jacrev)`: now `autograd.grad` of the batch-summed output, one backward per "
+    "output up to 2 outputs, one batched backward (`is_grads_batched`, what `autograd.functional.jacobian("
+    "vectorize=True)` runs) beyond: per output was faster at 2 outputs (389 vs 454 µs), batched from 4 on "
+    "(465 vs 701 µs). The new step / `vmap(jacrev)` = 0.37 (540 vs 1471 µs).",
+    "- Compiling the gradient step itself does not work as users expect: dynamo breaks the graph at "
+    "`torch.autograd.grad`, and `fullgraph=True` (mode=xla) refuses it (`using torch.autograd.grad with "
+    "torch._dynamo.config.trace_autograd_ops=False`). The runner compiles the model, as `torch.compile(model)` "
+    "does, and differentiates it from outside.",
+    "- Ratios well under 1 are the idiom's own cost, not less work by the runner: an `nn.Sequential` call under "
+    "`inference_mode` (torch inference), `tf.Variable` reads (TF inference and eager gradients) and "
+    "`torch.compile(nn.Module)`'s guards cost more than the runner's functional calls on plain tensors.",
+    "- With the frameworks' default 2 threads on 2 cores shared with ~5 runnable processes, every parallel region "
+    "waited for a descheduled thread (torch MLP gradients 44 ms a call instead of 0.4 ms, resnet18 2.8 s): "
+    "hence 1 thread and 0.5 ms paired blocks. The `run_job` column is the runner's own 2 ms-block median at the "
+    "time and moves with the machine's load; the paired columns are the comparison.",
+)
+
+
 def section(results: list[dict], conditions: str) -> str:
     lines = [
         BEGIN,
@@ -327,6 +355,8 @@ def section(results: list[dict], conditions: str) -> str:
         "hand-written, paired | ratio | runner first call | verdict |",
         "|---|---|---|---|---|---|---|---|---|---|",
         *(table_row(r) for r in results),
+        "",
+        *FINDINGS,
         END,
     ]
     return "\n".join(lines)

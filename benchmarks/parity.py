@@ -5,7 +5,7 @@
     .venv/bin/python benchmarks/parity.py --backends torch --rows mlp_gradients_eager --budget 0.5 --out -
 
 For each backend x workload, in one process per backend: the runner's median through `runner.job.run_job`
-(isolation inline), then the call the runner times and the hand-written loop in alternating blocks of >= 2 ms
+(isolation inline), then the call the runner times and the hand-written loop in alternating blocks of >= 0.5 ms
 (each side warmed up; the device synchronised at each block's ends); the row's ratio is the median over pairs
 of adjacent blocks, so a busy machine's stalls hit both sides of a pair. A row whose ratios spread (IQR) more
 than 0.30 is measured once more and both attempts are shown. Target: ratio <= 1.05.
@@ -221,7 +221,7 @@ def timed_block(call: Callable[[], object], sync: Callable[[], None], number: in
 
 
 def paired_blocks(ours, theirs, sync, budget: float) -> tuple[list[float], list[float]]:
-    """Alternate blocks of >= 2 ms of each side, swapping which goes first, for `budget` seconds: a busy
+    """Alternate blocks of >= BLOCK_S of each side, swapping which goes first, for `budget` seconds: a busy
     machine's stalls then hit both sides of most pairs alike. Seconds per call, one per block and side."""
     for call in (ours, theirs):  # warm-up, as the runner's timing.warmup_s
         end = time.perf_counter() + 0.2
@@ -342,7 +342,7 @@ def section(results: list[dict], conditions: str) -> str:
         "One process per backend. Per row: the runner's median as a user gets it (`run_job`, isolation inline, "
         "`timing.max_time_s` = the budget); then the call the runner times (built as `run_job` builds it) and a "
         "short hand-written loop kept in `benchmarks/parity.py` (everyday API, the batch passed as arguments) are "
-        "timed in alternating blocks of >= 2 ms each, after 0.2 s of warm-up each, swapping which goes first. "
+        "timed in alternating blocks of >= 0.5 ms each, after 0.2 s of warm-up each, swapping which goes first. "
         f"Ratio = runner's call / hand-written, the median over pairs of adjacent blocks (IQR in brackets); target "
         f"<= {TARGET}. Pairing is what makes the ratio hold on a shared machine: stalls hit both blocks of a pair. "
         f"A row whose ratios' IQR exceeds {DISTURBED_SPREAD:.2f} was measured again and says so. The harness around "

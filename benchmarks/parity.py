@@ -338,7 +338,8 @@ def section(results: list[dict], conditions: str) -> str:
         BEGIN,
         "## Parity with hand-written loops",
         "",
-        "Regenerate: `.venv/bin/python benchmarks/parity.py` (rewrites only this section; `run_all.py` keeps it). "
+        "Regenerate: `.venv/bin/python benchmarks/parity.py --threads 1` (this run; rewrites only this section, "
+        "`run_all.py` keeps it). "
         "One process per backend. Per row: the runner's median as a user gets it (`run_job`, isolation inline, "
         "`timing.max_time_s` = the budget); then the call the runner times (built as `run_job` builds it) and a "
         "short hand-written loop kept in `benchmarks/parity.py` (everyday API, the batch passed as arguments) are "

@@ -49,8 +49,8 @@ def cli() -> None:
         interrupted = True
     finally:
         code = sweep.finish(interrupted=interrupted)
-        # Exit without the garbage collector's passes over every module loaded (MLflow alone loads ~2,000):
-        # 0.7 s of interpreter teardown. Files and the MLflow store are closed already; atexit still runs.
+        # Exit without the garbage collector's passes over every module loaded (MLflow alone loads ~2,000),
+        # most of the interpreter's teardown time. Files and the MLflow store are closed already; atexit still runs.
         gc.freeze()
     if interrupted:
         raise SystemExit(sweep.EXIT_INTERRUPTED)

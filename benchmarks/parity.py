@@ -189,9 +189,9 @@ def runner_step(cfg) -> tuple[Callable[[], object], Callable[[], None]]:
     from runner.tasks import build_task
 
     c = choices(cfg)
-    backend = load_backend(c["backend"])
+    backend = load_backend(cfg.backend.module)
     device = backend.prepare(c["device"], c["dtype"])
-    workload = build_workload(cfg.model, cfg.data.image_size)
+    workload = build_workload(cfg.model)
     rng = np.random.default_rng(cfg.seed)
     weights = initial_weights(cfg.model, workload, rng)
     state = {k: backend.asarray(backend.to_native_layout(v), device, c["dtype"]) for k, v in weights.items()}

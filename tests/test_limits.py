@@ -67,7 +67,7 @@ def test_long_matmul_announced_up_front(monkeypatch):
 
 
 def test_check_reference_false_skips_the_reference(make_config, tmp_path):
-    from runner.job import execute
+    from runner.job import run_and_record as execute
 
     outcome = execute(make_config("tracking=none", "backend=numpy", "check_reference=false"), tmp_path)
     assert outcome.status == "FINISHED" and "max_abs_err_vs_reference" not in outcome.metrics

@@ -5,18 +5,13 @@ from __future__ import annotations
 import importlib.util
 
 import pytest
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
-from test_sweep import mlflow_runs, results, sweep_cli
+from helpers import mlflow_runs, results, sweep_cli
 
-from runner.config import PROJECT_ROOT
+from runner.config import compose
 
 
 def launcher(name: str, *overrides: str):
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(PROJECT_ROOT / "conf"), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=[f"hydra/launcher={name}", *overrides], return_hydra_config=True)
-    return cfg.hydra.launcher
+    return compose([f"hydra/launcher={name}", *overrides], return_hydra_config=True).hydra.launcher
 
 
 def test_slurm_launcher_composes_with_cluster_settings():

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from runner import sweep, tracking
+from runner.config import first_line
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -88,8 +89,7 @@ def _sync_one(run_dir: Path, uri: str | None) -> str:
     try:
         run_id = tracking.sync(run_dir, uri)
     except Exception as error:
-        text = str(error).strip()
-        return f"error: {text.splitlines()[0] if text else type(error).__name__}"
+        return f"error: {first_line(error)}"
     return "already in MLflow" if run_id is None else f"uploaded as run {run_id}"
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from runner import tracking
-from runner.job import Outcome
+from runner.result import Result
 
 LOG_FILE = "job.log"  # the worker's stdout and stderr
 TAIL_LINES = 40
@@ -27,24 +27,24 @@ GRACE_S = 30.0  # after Ctrl-C, how long the worker may take to record its sampl
 STORE_WAIT_S = 120.0  # the longest a worker waits for its parent to open the MLflow store before timing
 
 
-def execute(cfg: DictConfig, run_dir: Path, parent_run_id: str | None = None) -> Outcome:
-    """Run and record one job as `cfg.isolation` says; returns what result.json holds."""
+def execute(cfg: DictConfig, run_dir: Path, parent_run_id: str | None = None) -> Result:
+    """Run and record one job as `cfg.isolation` says, then log it to MLflow; returns its record."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     if str(cfg.isolation) == "inline":
-        from runner.job import execute as execute_inline
+        from runner.job import run_and_record
 
-        outcome = execute_inline(cfg, run_dir, parent_run_id, track=False)
+        result = run_and_record(cfg, run_dir)
     else:
-        outcome = _execute_in_worker(cfg, run_dir)
-    if outcome.status != "FINISHED":
-        _add_output_tail(run_dir)
+        result = _execute_in_worker(cfg, run_dir)
+    if result.status != "FINISHED":
+        result = _with_output_tail(run_dir, result)
     if cfg.tracking.name == "mlflow":
         tracking.track(run_dir, cfg.tracking.uri, cfg.tracking.experiment, parent_run_id)
-    return outcome
+    return result
 
 
-def _execute_in_worker(cfg: DictConfig, run_dir: Path) -> Outcome:
+def _execute_in_worker(cfg: DictConfig, run_dir: Path) -> Result:
     config = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
     log_path = run_dir / LOG_FILE
     log_path.touch()
@@ -71,7 +71,7 @@ def _execute_in_worker(cfg: DictConfig, run_dir: Path) -> Outcome:
 
 
 def _open_store_meanwhile(cfg: DictConfig, may_time) -> None:
-    """Import MLflow and open its store (1.7 s for a local SQLite store) while the worker imports its
+    """Import MLflow and open its store (the slow part of logging: BENCHMARKS.md) while the worker imports its
     framework and builds its inputs; the worker waits for `may_time` so that nothing here runs beside
     its timed calls."""
     if cfg.tracking.name != "mlflow":
@@ -129,39 +129,27 @@ def _exit_reason(exitcode: int | None) -> str:
     return f"the worker process exited with code {exitcode} before recording a result"
 
 
-def _recorded(cfg: DictConfig, run_dir: Path, status: str, reason: str) -> Outcome:
+def _recorded(cfg: DictConfig, run_dir: Path, status: str, reason: str) -> Result:
     """What the worker recorded, or (when it recorded nothing) a result.json written here."""
-    if (run_dir / tracking.RESULT_FILE).exists():
-        return outcome_from_result(tracking.read_result(run_dir))
+    if Result.exists(run_dir):
+        return Result.load(run_dir)
     from runner.job import record
 
-    outcome = Outcome(status=status, error=reason)
-    record(cfg, run_dir, outcome, track=False)
-    return outcome
+    result = Result(status=status, error=reason)
+    record(cfg, run_dir, result)
+    return result
 
 
-def outcome_from_result(result: dict) -> Outcome:
-    return Outcome(
-        status=result["status"],
-        metrics=result.get("metrics", {}),
-        environment=result.get("environment", {}),
-        error=result.get("error"),
-        warnings=result.get("warnings", []),
-        predictions=result.get("predictions"),
-    )
-
-
-def _add_output_tail(run_dir: Path) -> None:
+def _with_output_tail(run_dir: Path, result: Result) -> Result:
     """Put the last lines of the job's output (or its traceback) into result.json."""
     for name in (LOG_FILE, "error.log"):
         path = run_dir / name
         if path.exists() and path.stat().st_size:
             with path.open(errors="replace") as f:
-                tail = "".join(deque(f, maxlen=TAIL_LINES))
-            result = tracking.read_result(run_dir)
-            result["output_tail"] = tail
-            tracking.write_result(run_dir, result)
-            return
+                result.output_tail = "".join(deque(f, maxlen=TAIL_LINES))
+            result.save(run_dir)
+            break
+    return result
 
 
 def _worker_main(config: dict, run_dir: str, log_path: str, may_time) -> None:
@@ -172,11 +160,9 @@ def _worker_main(config: dict, run_dir: str, log_path: str, may_time) -> None:
     sys.stdout.reconfigure(line_buffering=True)
     sys.stderr.reconfigure(line_buffering=True)
     _interrupt_once()
-    from runner.job import execute as execute_inline
+    from runner.job import run_and_record
 
-    execute_inline(
-        OmegaConf.create(config), Path(run_dir), track=False, before_timing=lambda: may_time.wait(STORE_WAIT_S)
-    )
+    run_and_record(OmegaConf.create(config), Path(run_dir), before_timing=lambda: may_time.wait(STORE_WAIT_S))
 
 
 def _interrupt_once() -> None:

@@ -16,6 +16,8 @@ from typing import Protocol
 
 import numpy as np
 
+from runner.table import format_seconds
+
 NOISY_REL_IQR = 0.1  # above this IQR/median the result is flagged as noisy
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters (malloc.h)
 MMAP_THRESHOLD_MAX = 32 * 2**20  # glibc's ceiling for M_MMAP_THRESHOLD on 64-bit machines
@@ -198,10 +200,3 @@ class ProgressLine:
     def close(self) -> None:
         if self.printed and self.tty:
             print(file=sys.stderr)
-
-
-def format_seconds(seconds: float) -> str:
-    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
-        if seconds >= scale:
-            return f"{seconds / scale:.3g} {unit}"
-    return f"{seconds / 1e-9:.3g} ns"

@@ -1,4 +1,5 @@
-"""Op workloads of the seeds: matmul (seed 000) and sigmoid (seed 003). Inference only, no weights."""
+"""Op workloads: matmul (the CPU-vs-GPU timing post), sigmoid (the TF-NumPy guide's benchmark), conversions and
+reshapes (the memory-layout posts). Inference only, no weights."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import numpy as np
 
 
 class Matmul:
-    """x @ x for one n x n matrix (seed 000 times `tf.matmul(x, x)` on a 1000 x 1000 input)."""
+    """x @ x for one n x n matrix (the CPU-vs-GPU post times `tf.matmul(x, x)` on a 1000 x 1000 input)."""
 
     name = "matmul"
     gradients = per_example_gradients = jacobian = None
@@ -37,7 +38,7 @@ class Matmul:
 
 
 class Sigmoid:
-    """1 / (1 + exp(-y)) on a vector of `size` elements, written as seed 003 writes it."""
+    """1 / (1 + exp(-y)) on a vector of `size` elements, written as the TF-NumPy guide writes it."""
 
     name = "sigmoid"
     gradients = per_example_gradients = jacobian = None

@@ -128,7 +128,8 @@ def finish(interrupted: bool = False) -> int | None:
         print_table(frame, sweep.sweep_dir)
         files = _write_files(frame, sweep.sweep_dir)
     elif not interrupted:
-        print(f"error: the sweep in {sweep.sweep_dir} recorded no job", file=sys.stderr)
+        reason = sweep.note.get("launch_error") or f"the sweep in {sweep.sweep_dir} recorded no job"
+        print(f"error: {reason}", file=sys.stderr)
     sweep.note.update(status=status, ended=time.strftime("%Y-%m-%d %H:%M:%S"), n_jobs=len(statuses))
     write_note(sweep.sweep_dir, sweep.note)
     if sweep.note.get("parent_run_id"):

@@ -84,15 +84,38 @@ def test_parallel_joblib_jobs_lose_no_runs(tmp_path):
 
 
 def test_out_of_memory_is_a_failed_job_with_its_output_tail(tmp_path):
-    result = sweep_cli(tmp_path, "backend=numpy", "model=matmul", "task=inference", "model.n=10000000,8")
+    """n=10^7 is refused by the preflight estimate before any allocation; n=22000 passes it (its ~15 GB fit
+    the machine) but not the 3.5 GB address-space limit set here, so numpy's MemoryError comes mid-job."""
+    import resource
+
+    def limit_address_space():
+        resource.setrlimit(resource.RLIMIT_AS, (3_500_000_000, resource.RLIM_INFINITY))
+
+    env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT / "src")}
+    args = [
+        f"tracking.uri=sqlite:///{tmp_path}/mlflow.db",
+        "tracking.experiment=sweeps",
+        f"hydra.sweep.dir={tmp_path}/sweep",
+    ]
+    overrides = ["backend=numpy", "model=matmul", "task=inference", "model.n=10000000,22000,8"]
+    result = subprocess.run(
+        [sys.executable, str(PROJECT_ROOT / "run.py"), "-m", *args, *FAST_TIMING, *overrides],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        preexec_fn=limit_address_space,
+    )
     assert result.returncode == 1
     saved = results(tmp_path)
-    assert saved["0"]["status"] == "FAILED" and "MemoryError" in saved["0"]["error"]
-    assert "Unable to allocate" in saved["0"]["output_tail"]  # the tail of the traceback
-    assert saved["1"]["status"] == "FINISHED"
+    assert saved["0"]["status"] == "FAILED" and "needs about" in saved["0"]["error"]
+    assert "of host memory" in saved["0"]["error"] and "is free" in saved["0"]["error"]
+    assert saved["1"]["status"] == "FAILED" and "MemoryError: Unable to allocate" in saved["1"]["error"]
+    assert "note: one call ≈" in saved["1"]["output_tail"]  # what the job printed: its cost, announced up front
+    assert saved["2"]["status"] == "FINISHED"
     _, children = mlflow_runs(tmp_path)
-    failed = next(c for c in children if c.info.status == "FAILED")
-    assert "Unable to allocate" in failed.data.tags["output_tail"]
+    failed = [c for c in children if c.info.status == "FAILED"]
+    assert len(failed) == 2 and any("Unable to allocate" in c.data.tags.get("error", "") for c in failed)
 
 
 def _start_sweep(tmp: Path, *overrides: str) -> subprocess.Popen:

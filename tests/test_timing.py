@@ -136,3 +136,49 @@ def test_kept_freed_memory_means_no_page_faults_per_call():
     default, kept = faults_per_call("default"), faults_per_call("keep")
     assert default > 1000  # 80 MiB is 20480 pages: glibc trims most of them after every call
     assert kept < 0.01 * default
+
+
+def test_tail_percentiles_and_stdev():
+    samples = [float(i) for i in range(1, 101)]
+    stats = Measurement(first_call_s=0.0, samples_s=samples).stats()
+    for name, q in (("p50", 50), ("p90", 90), ("p95", 95), ("p99", 99)):
+        assert stats[f"time_{name}_s"] == pytest.approx(np.percentile(samples, q))
+    assert stats["time_p99_s"] > stats["time_p95_s"] > stats["time_p90_s"] > stats["time_median_s"]
+    assert stats["time_stdev_s"] == pytest.approx(np.std(samples, ddof=1))
+    assert Measurement(first_call_s=0.0, samples_s=[2.0]).stats()["time_stdev_s"] == 0.0
+
+
+def test_first_output_kept_before_the_next_call_and_energy_spans_the_samples():
+    """A step that overwrites its output buffer on every call (CUDA graphs do) still yields the first
+    call's result; the energy meter starts after warm-up and stops after the last sample."""
+    buffer, events = [0], []
+
+    def fn():
+        buffer[0] += 1
+        events.append("call")
+        return buffer
+
+    class Meter:
+        def start(self):
+            events.append("start")
+
+        def stop(self):
+            events.append("stop")
+            return 3.0
+
+    m, kept = measure(
+        fn,
+        lambda: None,
+        warmup_s=0.0,
+        min_warmup_calls=1,
+        min_repeats=3,
+        max_time_s=0.05,
+        target_rel_iqr=1.0,
+        min_block_s=0.0,
+        keep=lambda out: list(out),
+        energy=Meter(),
+    )
+    assert kept == [1] and buffer[0] > 1
+    assert m.energy_j == 3.0
+    timed = events[events.index("start") + 1 : events.index("stop")]
+    assert len(timed) == m.timed_calls() == len(m.samples_s) * m.block_size

@@ -115,6 +115,7 @@ class RunConfig:
     batch_size: int = 32
     seed: int = 0
     isolation: Isolation = Isolation.process
+    check_reference: bool = True  # compare with a float64 numpy computation (false: skip it, e.g. huge matmuls)
 
 
 def register_configs() -> None:

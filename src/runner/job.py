@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import resource
 import sys
+import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -25,7 +26,7 @@ def run_job(cfg: DictConfig, before_timing: Callable[[], object] = lambda: None)
     `before_timing` is called once everything is set up, just before the first timed call."""
     check_combination(cfg)  # before any framework import
     c = choices(cfg)
-    from runner import environment
+    from runner import energy, environment, limits
     from runner.backends import load_backend, numpy_backend
     from runner.data import load_inputs
     from runner.models import backend_for, build_workload, initial_weights
@@ -34,13 +35,15 @@ def run_job(cfg: DictConfig, before_timing: Callable[[], object] = lambda: None)
 
     timing = OmegaConf.to_container(cfg.timing)
     malloc_keeps_freed = timing.pop("keep_freed_memory") and keep_freed_memory()
-    backend = load_backend(cfg.backend.module)
-    device = backend.prepare(c["device"], c["dtype"])
     workload = build_workload(cfg.model)
-    backend = backend_for(workload, backend)
+    cost = limits.preflight(workload, cfg, c)  # refuses what cannot fit: before any allocation or framework import
+    if cost:
+        print(f"note: {cost}", file=sys.stderr, flush=True)
+    backend = backend_for(workload, load_backend(cfg.backend.module))
+    load_start = time.perf_counter()  # load_s: device start-up, weights built and placed on the device
+    device = backend.prepare(c["device"], c["dtype"])
     rng = np.random.default_rng(cfg.seed)
     params64 = initial_weights(cfg.model, workload, rng)
-    inputs64 = load_inputs(cfg.data, workload, rng, cfg.batch_size)
     host = getattr(workload, "host_params", ())
     state = {
         k: numpy_backend.asarray(v, "cpu", c["dtype"])
@@ -48,6 +51,9 @@ def run_job(cfg: DictConfig, before_timing: Callable[[], object] = lambda: None)
         else backend.asarray(backend.to_native_layout(v), device, c["dtype"])
         for k, v in params64.items()
     }
+    backend.synchronizer(device)()
+    load_s = time.perf_counter() - load_start
+    inputs64 = load_inputs(cfg.data, workload, rng, cfg.batch_size)
     inputs = {k: backend.asarray(v, device, c["dtype"]) for k, v in inputs64.items()}
     # What the backend really holds (rounded to dtype): the reference starts from the same values.
     params_held = {k: backend.from_native_layout(backend.to_numpy(v)) for k, v in state.items()}
@@ -58,38 +64,44 @@ def run_job(cfg: DictConfig, before_timing: Callable[[], object] = lambda: None)
 
     examples_per_call = workload.examples_per_call(cfg.batch_size)
     task_run = build_task(backend, workload, c["task"], c["mode"], device, params, inputs, constants)
+    meter, energy_note = energy.meter_for(device)
     before_timing()
     backend.reset_peak_memory(device)
     progress = ProgressLine(f"{c['backend']} {c['model']} {c['task']} {c['mode']}")
     try:
-        measurement, first_output = measure(
+        measurement, (first_output, results) = measure(
             task_run.step,
             backend.synchronizer(device),
             **timing,
             progress=progress,
+            keep=lambda out: (out, task_run.results(out)),  # off the device before the next call reuses it
+            energy=meter,
         )
     except MeasurementInterrupted as interrupt:
         interrupt.examples_per_call = examples_per_call  # the record's throughput counts real examples
         raise
     finally:
         progress.close()
-    results = task_run.results(first_output)
 
     result = Result(status="FINISHED")
     result.environment = environment.collect(backend.environment(device))
     result.environment["device"] = device
     result.environment["malloc_keeps_freed_memory"] = malloc_keeps_freed
     result.metrics = timing_metrics(measurement, examples_per_call)
+    result.metrics["load_s"] = load_s
+    joules, energy_reason = energy.energy_metrics(measurement.energy_j, measurement.timed_calls(), examples_per_call)
+    result.metrics.update(joules)
+    result.environment.update({**energy_note, **energy_reason})
     result.metrics.update(memory_metrics(backend, device))
-    result.metrics.update(
-        errors_vs_reference(results, reference_results(workload, c["task"], c["mode"], params_held, inputs_held))
-    )
+    if cfg.check_reference:
+        reference = reference_results(workload, c["task"], c["mode"], params_held, inputs_held)
+        result.metrics.update(errors_vs_reference(results, reference))
     if hasattr(workload, "flops_per_call") and "time_median_s" in result.metrics:
         result.metrics["gflops_per_s"] = workload.flops_per_call() / result.metrics["time_median_s"] / 1e9
     result.tensors = {f"inputs/{k}": v for k, v in inputs_held.items()}
     if sum(v.size for v in params_held.values()) <= WEIGHTS_RECORD_LIMIT:
         result.tensors.update({f"weights/{k}": v for k, v in params_held.items()})
-    result.tensors.update(forward_outputs(backend, workload, state, inputs))
+    result.tensors.update(forward_outputs(backend, workload, state, inputs, results))
     result.tensors.update(results)
     result.tensors["timings/samples_s"] = np.asarray(measurement.samples_s)
     result.attrs = {
@@ -110,6 +122,8 @@ def run_job(cfg: DictConfig, before_timing: Callable[[], object] = lambda: None)
             f"warm-up cut short by timing.max_time_s={cfg.timing.max_time_s} after {measurement.warmup_calls} calls: "
             "the samples may include warm-up effects"
         )
+    if cost:
+        result.warnings.append(cost)
     if measurement.rel_iqr() > NOISY_REL_IQR:
         result.warnings.append(
             f"noisy measurement: IQR is {measurement.rel_iqr():.0%} of the median; "

@@ -57,7 +57,14 @@ COLUMNS: tuple[Column, ...] = (
     Column("time_median_s", "median", format_seconds),
     Column("time_iqr_s", "IQR", format_seconds),
     Column("time_min_s", "min", format_seconds),
-    Column("first_call_s", "first call", format_seconds),  # tracing, compilation, device start-up
+    Column("time_p50_s", "p50", format_seconds),
+    Column("time_p90_s", "p90", format_seconds),
+    Column("time_p95_s", "p95", format_seconds),
+    Column("time_p99_s", "p99", format_seconds),
+    Column("time_mean_s", "mean", format_seconds),
+    Column("time_stdev_s", "stdev", format_seconds),
+    Column("first_call_s", "first call", format_seconds),  # tracing, compilation
+    Column("load_s", "load", format_seconds),  # device start-up, weights built and placed
     Column("throughput_per_s", "examples/s", _number),
     Column("gflops_per_s", "GFLOP/s", _number),
     Column("vs_fastest", "time / fastest", _ratio),
@@ -71,8 +78,15 @@ COLUMNS: tuple[Column, ...] = (
     Column("calls_per_sample", "calls/sample", _count),
     Column("peak_host_mb", "peak host", _megabytes),
     Column("peak_device_mb", "peak device", _megabytes),
+    Column("energy_per_call_j", "J/call", _number),
+    Column("examples_per_j", "examples/J", _number),
 )
-_TERMINAL_ONLY = ("time_min_s", "max_abs_err_vs_reference", "n_samples", "calls_per_sample", "peak_host_mb")
+_TERMINAL_ONLY = (
+    *("time_min_s", "max_abs_err_vs_reference", "n_samples", "calls_per_sample", "peak_host_mb"),
+    # the tail: one more column would fold a sweep row's headings; runs.csv and runs.md have every column
+    *("time_p50_s", "time_p90_s", "time_p95_s", "time_p99_s", "time_mean_s", "time_stdev_s", "load_s"),
+    *("energy_per_call_j", "examples_per_j"),
+)
 SWEEP_COLUMNS = tuple(c for c in COLUMNS if c.key not in _TERMINAL_ONLY)  # a row per job must fit a terminal
 
 

@@ -12,6 +12,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 
@@ -30,23 +31,41 @@ class Measurement:
     warmup_calls: int = 0
     stopped_by: str = ""  # "spread", "time cap" or "interrupted"
     warmup_cut_short: bool = False  # max_time_s ended calibration or warm-up before warmup_s/min_warmup_calls
+    energy_j: float | None = None  # over the timed phase (the samples), where a meter was given
 
     def stats(self) -> dict[str, float]:
+        """Median, IQR, tail percentiles, mean, stdev and min of the samples (seconds per call, one per
+        block: the percentiles are of block means, not of single calls)."""
         if not self.samples_s:
             return {"first_call_s": self.first_call_s}
         samples = np.asarray(self.samples_s)
-        q25, median, q75 = np.percentile(samples, [25, 50, 75])
+        q25, median, q75, p90, p95, p99 = np.percentile(samples, [25, 50, 75, 90, 95, 99])
         return {
             "time_median_s": float(median),
             "time_iqr_s": float(q75 - q25),
+            "time_p50_s": float(median),
+            "time_p90_s": float(p90),
+            "time_p95_s": float(p95),
+            "time_p99_s": float(p99),
             "time_mean_s": float(samples.mean()),
+            "time_stdev_s": float(samples.std(ddof=1)) if samples.size > 1 else 0.0,
             "time_min_s": float(samples.min()),
             "first_call_s": self.first_call_s,
         }
 
+    def timed_calls(self) -> int:
+        return len(self.samples_s) * self.block_size
+
     def rel_iqr(self) -> float:
         stats = self.stats()
         return stats["time_iqr_s"] / stats["time_median_s"] if "time_median_s" in stats else float("nan")
+
+
+class EnergyMeter(Protocol):
+    def start(self) -> None: ...
+
+    def stop(self) -> float | None:
+        """Joules since start(), or None where the counter could not be read."""
 
 
 class MeasurementInterrupted(KeyboardInterrupt):
@@ -67,16 +86,22 @@ def measure(
     target_rel_iqr: float = 0.03,
     min_block_s: float = 0.002,
     progress: Callable[[Measurement, float], None] | None = None,
+    keep: Callable[[object], object] = lambda output: output,
+    energy: EnergyMeter | None = None,
 ) -> tuple[Measurement, object]:
-    """Time `fn`; returns the measurement and the output of the first call.
+    """Time `fn`; returns the measurement and keep(output of the first call).
 
     After the first call, everything (calibration, warm-up, repeats) ends within about max_time_s:
-    calibration and warm-up may take half of it, and are cut short (and say so) when they would take more."""
+    calibration and warm-up may take half of it, and are cut short (and say so) when they would take more.
+    `keep` runs right after the first call, before any other: a step may reuse its output buffers
+    (torch.compile's CUDA graphs replay into the same memory), so what is kept must be copied off first.
+    `energy`, where given, is read over the sampling phase, with the device synchronised at both ends."""
     sync()
     start = time.perf_counter()
     first_output = fn()
     sync()
     measurement = Measurement(first_call_s=time.perf_counter() - start)
+    first_output = keep(first_output)
     start = time.perf_counter()
     warm_until, deadline = start + max_time_s / 2, start + max_time_s
     try:
@@ -84,7 +109,13 @@ def measure(
         measurement.warmup_calls, warmed = _warm_up(fn, sync, block, warmup_s, min_warmup_calls, warm_until)
         measurement.block_size = block
         measurement.warmup_cut_short = not (calibrated and warmed)
+        sync()
+        if energy is not None:
+            energy.start()
         _repeat(fn, sync, measurement, min_repeats, deadline, target_rel_iqr, progress)
+        if energy is not None:
+            sync()
+            measurement.energy_j = energy.stop()
     except KeyboardInterrupt as interrupt:
         measurement.stopped_by = "interrupted"
         raise MeasurementInterrupted(measurement) from interrupt

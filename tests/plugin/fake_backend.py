@@ -41,8 +41,16 @@ def synchronizer(device: str) -> Callable[[], None]:
     return lambda: None
 
 
+def compile_model(fn: Callable, mode: str, device: str) -> Callable:
+    return fn
+
+
 def compile(fn: Callable, mode: str, device: str) -> Callable:
     return fn
+
+
+def trainable(params: dict) -> dict:
+    return params
 
 
 def grad(loss: Callable, manual: Callable | None) -> Callable:

@@ -46,8 +46,16 @@ class Backend(Protocol):
     def synchronizer(self, device: str) -> Callable[[], None]:
         """A call that waits for queued device work; a no-op where none is queued."""
 
+    def compile_model(self, fn: Callable, mode: str, device: str) -> Callable:
+        """The model (forward or loss) compiled for the mode where the framework's idiom compiles the model
+        and differentiates it from outside (torch.compile); fn itself elsewhere."""
+
     def compile(self, fn: Callable, mode: str, device: str) -> Callable:
-        """fn for the mode: eager / function / xla (and the per-example modes)."""
+        """The whole step for the mode: eager / function / xla (TF: the tape inside tf.function); fn itself on
+        torch, whose model compile_model compiled."""
+
+    def trainable(self, params: dict) -> dict:
+        """The weights as the framework trains them (torch: leaf tensors that require grad)."""
 
     def grad(self, loss: Callable, manual: Callable | None) -> Callable:
         """d loss / d params: fn(params, x, labels) -> {name: array}."""

@@ -36,6 +36,14 @@ def compile(fn: Callable, mode: str, device: str) -> Callable:
     return fn  # eager and map_fn, the modes conf/backend/numpy.yaml allows, run fn as it is
 
 
+def compile_model(fn: Callable, mode: str, device: str) -> Callable:
+    return fn
+
+
+def trainable(params: dict) -> dict:
+    return params
+
+
 def grad(loss: Callable, manual: Callable | None) -> Callable:
     return _require(manual, "gradients")
 

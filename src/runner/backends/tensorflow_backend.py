@@ -61,6 +61,14 @@ def compile(fn: Callable, mode: str, device: str) -> Callable:
     return _placed(fn, device)
 
 
+def compile_model(fn: Callable, mode: str, device: str) -> Callable:
+    return fn  # the whole step is compiled (compile), the tape inside it
+
+
+def trainable(params: dict) -> dict:
+    return params  # plain tensors: the tape watches them
+
+
 def _placed(fn: Callable, device: str) -> Callable:
     """Run fn on the chosen device; TF would otherwise put ops on a GPU whenever one is visible."""
     if device == "cuda" or not tf.config.list_physical_devices("GPU"):

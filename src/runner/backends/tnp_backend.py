@@ -13,6 +13,7 @@ from runner.backends.tensorflow_backend import (  # noqa: F401 - re-exported: th
     batch_jacobian,
     batch_norm,
     compile,
+    compile_model,
     conv2d,
     conv_transpose2d,
     convert,
@@ -34,6 +35,7 @@ from runner.backends.tensorflow_backend import (  # noqa: F401 - re-exported: th
     to_native_layout,
     to_nchw,
     to_numpy,
+    trainable,
 )
 
 tnp = tf_backend.tf.experimental.numpy  # imported through the tensorflow backend, which quiets TF's logs

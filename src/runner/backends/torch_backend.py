@@ -1,4 +1,5 @@
-"""PyTorch backend: torch.func for gradients, vmap and jacobians; torch.compile for compiled modes."""
+"""PyTorch backend, timed through its everyday API: torch.autograd on leaf tensors for gradients and
+jacobians, torch.func only for vmap's per-example gradients, torch.compile(model) for compiled modes."""
 
 from __future__ import annotations
 
@@ -30,6 +31,9 @@ def prepare(device: str, dtype: str) -> str:
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     warnings.filterwarnings("ignore", message="TensorFloat32 tensor cores", category=UserWarning)  # off on purpose
+    if device == "cuda":  # start the CUDA context now (inside load_s), not inside the first timed call
+        torch.zeros(1, device="cuda")
+        torch.cuda.synchronize()
     return device
 
 
@@ -54,7 +58,11 @@ def _no_sync() -> None:
     return None
 
 
-def compile(fn: Callable, mode: str, device: str) -> Callable:
+def compile_model(fn: Callable, mode: str, device: str) -> Callable:
+    """torch.compile the model (forward or loss), as users do; autograd differentiates it from outside.
+
+    Compiling the gradient step itself gains nothing: dynamo breaks the graph at torch.autograd.grad,
+    and with fullgraph=True (mode=xla) it refuses it."""
     if mode == "function":
         return torch.compile(fn)
     if mode == "xla":  # torch has no XLA here: the strongest torch.compile stands in for it
@@ -62,30 +70,56 @@ def compile(fn: Callable, mode: str, device: str) -> Callable:
     return fn  # eager, and the per-example modes (vmap and the loop run eagerly)
 
 
+def compile(fn: Callable, mode: str, device: str) -> Callable:
+    return fn  # the model inside fn is compiled already (compile_model)
+
+
+def trainable(params: dict) -> dict:
+    """The weights as leaf tensors that require grad, as an nn.Module's parameters are."""
+    return {name: p.detach().requires_grad_() for name, p in params.items()}
+
+
 def grad(loss: Callable, manual: Callable | None) -> Callable:
-    return torch.func.grad(loss)
+    def gradients(params: dict, x: torch.Tensor, labels: torch.Tensor) -> dict:
+        return dict(zip(params, torch.autograd.grad(loss(params, x, labels), tuple(params.values())), strict=True))
+
+    return gradients
 
 
 def per_example_grad(loss: Callable, mode: str, manual: Callable | None) -> Callable:
-    def single_loss(params: dict, x: torch.Tensor, label: torch.Tensor) -> torch.Tensor:
-        return loss(params, x.unsqueeze(0), label.unsqueeze(0))
+    if mode == "vectorized_map":  # the one place torch.func is the idiom
 
-    single_grad = torch.func.grad(single_loss)
-    if mode == "vectorized_map":
-        return torch.func.vmap(single_grad, in_dims=(None, 0, 0))
+        def single_loss(params: dict, x: torch.Tensor, label: torch.Tensor) -> torch.Tensor:
+            return loss(params, x.unsqueeze(0), label.unsqueeze(0))
+
+        return torch.func.vmap(torch.func.grad(single_loss), in_dims=(None, 0, 0))
+    batch_grad = grad(loss, manual)
 
     def looped(params: dict, x: torch.Tensor, labels: torch.Tensor) -> dict:
-        per_example = [single_grad(params, x[i], labels[i]) for i in range(x.shape[0])]
-        return {name: torch.stack([g[name] for g in per_example]) for name in per_example[0]}
+        per_example = [batch_grad(params, x[i : i + 1], labels[i : i + 1]) for i in range(x.shape[0])]
+        return {name: torch.cat([g[name].unsqueeze(0) for g in per_example]) for name in params}
 
     return looped
 
 
-def batch_jacobian(forward: Callable, manual: Callable | None) -> Callable:
-    def single_output(params: dict, x: torch.Tensor) -> torch.Tensor:
-        return forward(params, x.unsqueeze(0)).squeeze(0)
+LOOPED_JACOBIAN_MAX_OUTPUTS = 2  # measured: one backward per output is faster up to 2 outputs, vmap beyond
 
-    return torch.func.vmap(torch.func.jacrev(single_output, argnums=1), in_dims=(None, 0))
+
+def batch_jacobian(forward: Callable, manual: Callable | None) -> Callable:
+    """d y_b / d x_b for every example b, from the batch-summed output: examples are independent, so
+    d (sum_b y_b) / d x_b = d y_b / d x_b. One backward per output (what autograd.functional.jacobian
+    does without vectorize) for a few outputs, batched backward (its vectorize=True) for more."""
+
+    def jacobian(params: dict, x: torch.Tensor) -> torch.Tensor:
+        x = x.detach().requires_grad_()
+        y = forward(params, x).sum(0).reshape(-1)
+        if y.numel() <= LOOPED_JACOBIAN_MAX_OUTPUTS:
+            rows = [torch.autograd.grad(y[o], x, retain_graph=True)[0] for o in range(y.numel())]
+            return torch.stack(rows, dim=1)
+        eye = torch.eye(y.numel(), dtype=y.dtype, device=y.device)
+        return torch.autograd.grad(y, x, eye, is_grads_batched=True)[0].transpose(0, 1)
+
+    return jacobian
 
 
 def reset_peak_memory(device: str) -> None:

@@ -73,6 +73,12 @@ class OptionalWorkloadParts(Protocol):
 
     def flops_per_call(self) -> float: ...
 
+    def array_elements(self, batch_size: int, task: str, mode: str) -> dict[str, int]:
+        """{"weights", "inputs", "results"} element counts: the memory preflight (runner.limits)."""
+
+    def task_flops(self, batch_size: int, task: str) -> float:
+        """FLOPs of one call: the up-front cost note for calls that outlast the time budget."""
+
     def interpret(self, y: np.ndarray) -> dict:
         """What a person reads of the outputs: {"predictions": per example top-5} or {"images": NCHW}."""
 

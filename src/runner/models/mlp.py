@@ -37,6 +37,20 @@ class MLP:
     def examples_per_call(self, batch_size: int) -> int:
         return batch_size
 
+    def array_elements(self, batch_size: int, task: str, mode: str) -> dict[str, int]:
+        weights = self.hidden * (self.in_features + 1) + self.out_features * self.hidden
+        results = {
+            "inference": batch_size * self.out_features,
+            "gradients": weights * (batch_size if mode in ("vectorized_map", "map_fn") else 1),
+            "jacobian": batch_size * self.out_features * self.in_features,
+        }[task]
+        return {"weights": weights, "inputs": batch_size * (self.in_features + self.out_features), "results": results}
+
+    def task_flops(self, batch_size: int, task: str) -> float:
+        forward = 2.0 * batch_size * self.hidden * (self.in_features + self.out_features)
+        # a backward pass costs about two forward passes; the jacobian takes one backward per output
+        return forward * {"inference": 1, "gradients": 3, "jacobian": 1 + 2 * self.out_features}[task]
+
     # -- written once, run on every backend's ops --------------------------------------------
 
     def forward(self, ops, params: dict, x):
@@ -73,5 +87,5 @@ class MLP:
 
     def jacobian(self, params: dict, x: np.ndarray) -> np.ndarray:
         """d y_b / d x_b for each example: proj.weight @ diag(relu'(pre_b)) @ dense.weight."""
-        pre, _, _ = self._activations(params, x)
+        pre = x @ params["dense.weight"].T + params["dense.bias"]
         return np.einsum("oh,bh,hi->boi", params["proj.weight"], (pre > 0).astype(x.dtype), params["dense.weight"])

@@ -30,6 +30,12 @@ class Matmul:
     def flops_per_call(self) -> float:
         return 2.0 * self.n**3
 
+    def task_flops(self, batch_size: int, task: str) -> float:
+        return self.flops_per_call()
+
+    def array_elements(self, batch_size: int, task: str, mode: str) -> dict[str, int]:
+        return {"weights": 0, "inputs": self.n**2, "results": self.n**2}
+
     def forward(self, ops, params: dict, x):
         return ops.matmul(x, x)
 
@@ -52,6 +58,9 @@ class Sigmoid:
 
     def examples_per_call(self, batch_size: int) -> int:
         return 1
+
+    def array_elements(self, batch_size: int, task: str, mode: str) -> dict[str, int]:
+        return {"weights": 0, "inputs": self.size, "results": self.size}
 
     def forward(self, ops, params: dict, x):
         return 1.0 / (1.0 + ops.exp(-x))
@@ -80,6 +89,9 @@ class Conversion:
 
     def examples_per_call(self, batch_size: int) -> int:
         return 1
+
+    def array_elements(self, batch_size: int, task: str, mode: str) -> dict[str, int]:
+        return {"weights": self.size, "inputs": self.size, "results": self.size}
 
     def forward(self, ops, params: dict, x):
         return ops.convert(self.method, params["host"], x)
@@ -111,6 +123,9 @@ class Reshape:
 
     def examples_per_call(self, batch_size: int) -> int:
         return 1
+
+    def array_elements(self, batch_size: int, task: str, mode: str) -> dict[str, int]:
+        return {"weights": 0, "inputs": self.n**2, "results": self.n**2}
 
     def forward(self, ops, params: dict, x):
         return ops.reshape(self.method, x)

@@ -225,6 +225,15 @@ class VisionModel:
     def examples_per_call(self, batch_size: int) -> int:
         return batch_size
 
+    def array_elements(self, batch_size: int, task: str, mode: str) -> dict[str, int]:
+        """Weights, images and labels, results; not the activations, which depend on the framework."""
+        weights = sum(int(np.prod(shape)) for shape in self.spec.values())
+        image = 3 * self.image_size**2
+        output = image if self.makes_images else N_CLASSES
+        per_example = mode in ("vectorized_map", "map_fn")
+        results = batch_size * output if task == "inference" else weights * (batch_size if per_example else 1)
+        return {"weights": weights, "inputs": batch_size * (image + output), "results": results}
+
     def forward(self, ops, params: dict, x):
         return self._forward(ops, params, x)
 

@@ -1,0 +1,75 @@
+"""Sizes beyond the machine: refused before any allocation with the estimate; long jobs announced."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from runner import limits
+from runner.config import ConfigError
+from runner.models.op_workloads import Matmul
+
+
+def test_huge_matmul_refused_in_seconds_with_the_estimate(cli, tmp_path):
+    start = time.perf_counter()
+    result = cli(
+        "backend=torch",
+        "model=matmul",
+        "task=inference",
+        "model.n=300000",
+        "tracking=none",
+        f"hydra.run.dir={tmp_path}",
+    )
+    assert time.perf_counter() - start < 5
+    assert result.returncode == 1
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "needs about 2.88 TB of host memory" in errors[0] and "is free" in errors[0]
+    saved = json.loads((tmp_path / "result.json").read_text())
+    assert saved["status"] == "FAILED" and "model.n=300000" in saved["error"]
+
+
+def test_memory_estimate_counts_draws_copies_and_reference():
+    n = 1000
+    host, device, reference = limits.memory_needed(Matmul(n), 1, "inference", "eager", 4, "cpu", True)
+    assert reference == 8 * 2 * n * n and device == 0
+    assert host == 8 * n * n + 4 * 2 * n * n + reference  # float64 draw, float32 input and result, reference
+    host, device, reference = limits.memory_needed(Matmul(n), 1, "inference", "eager", 2, "cuda", False)
+    assert (host, device, reference) == (8 * n * n + 2 * n * n, 2 * 2 * n * n, 0)
+
+
+def test_device_memory_refused(monkeypatch):
+    monkeypatch.setattr(limits, "free_device_bytes", lambda: 10**9)
+    with pytest.raises(ConfigError, match=r"needs about 8 GB of GPU memory .* but 1 GB is free on the GPU"):
+        limits.check_memory("model=matmul", host=10, device_bytes=8 * 10**9, reference_bytes=0, device="cuda")
+
+
+def test_reference_hint_only_where_it_would_help(monkeypatch):
+    import psutil
+
+    free = psutil.virtual_memory().available
+    with pytest.raises(ConfigError, match="check_reference=false"):
+        limits.check_memory("m", host=free + 10**9, device_bytes=0, reference_bytes=2 * 10**9, device="cpu")
+    with pytest.raises(ConfigError) as refused:
+        limits.check_memory("m", host=3 * free, device_bytes=0, reference_bytes=10**9, device="cpu")
+    assert "check_reference" not in str(refused.value)
+
+
+def test_long_matmul_announced_up_front(monkeypatch):
+    monkeypatch.setattr(limits, "host_float64_flops", lambda: 50e9)
+    timing = {"max_time_s": 5.0, "min_warmup_calls": 3}
+    note = limits.cost_note(Matmul(20000), 1, "inference", "float32", "cpu", True, timing)
+    assert "one call ≈ 3 min" in note and "at least 6 calls ≈ 16 min" in note
+    assert "float64 reference ≈ 5 min (check_reference=false skips it)" in note and "1.6e+13 FLOP" in note
+    assert limits.cost_note(Matmul(1000), 1, "inference", "float32", "cpu", True, timing) == ""
+    assert "reference" not in limits.cost_note(Matmul(20000), 1, "inference", "float32", "cpu", False, timing)
+
+
+def test_check_reference_false_skips_the_reference(make_config, tmp_path):
+    from runner.job import run_and_record as execute
+
+    outcome = execute(make_config("tracking=none", "backend=numpy", "check_reference=false"), tmp_path)
+    assert outcome.status == "FINISHED" and "max_abs_err_vs_reference" not in outcome.metrics
+    outcome = execute(make_config("tracking=none", "backend=numpy"), tmp_path)
+    assert "max_abs_err_vs_reference" in outcome.metrics

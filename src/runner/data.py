@@ -96,18 +96,19 @@ def _to_rgb(image):
     return image.convert("RGB")
 
 
-def preprocess(image, crop: bool) -> np.ndarray:
+def preprocess(image, crop: bool, resize: int = 256, crop_size: int = 224) -> np.ndarray:
     """torchvision's Resize(256) [+ CenterCrop(224) + Normalize(ImageNet)] + ToTensor, as in seed 004."""
     from PIL import Image
 
     width, height = image.size
     short, long = (width, height) if width <= height else (height, width)
-    new_long = int(256 * long / short)
-    size = (256, new_long) if width <= height else (new_long, 256)
+    new_long = int(resize * long / short)
+    size = (resize, new_long) if width <= height else (new_long, resize)
     image = image.resize(size, Image.BILINEAR)
     if crop:
-        left, top = int(round((image.size[0] - 224) / 2.0)), int(round((image.size[1] - 224) / 2.0))
-        image = image.crop((left, top, left + 224, top + 224))
+        left = int(round((image.size[0] - crop_size) / 2.0))
+        top = int(round((image.size[1] - crop_size) / 2.0))
+        image = image.crop((left, top, left + crop_size, top + crop_size))
     array = np.asarray(image, dtype=np.float64) / 255.0
     if crop:
         array = (array - IMAGENET_MEAN) / IMAGENET_STD

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +22,8 @@ from runner.config import PROJECT_ROOT, ConfigError
 CLASSIFIERS = ("alexnet", "resnet18", "resnet50", "resnet101")
 VISION = (*CLASSIFIERS, "cyclegan")
 CAPS = ["timing.warmup_s=0", "timing.min_warmup_calls=0", "timing.min_repeats=1", "timing.max_time_s=0"]
+# TensorFlow's C++ start-up chatter on stderr, which TF_CPP_MIN_LOG_LEVEL does not silence
+TF_CHATTER = re.compile(r"^(WARNING: All log messages before absl::InitializeLog|[IWE]\d{4} )")
 
 
 def fresh_run(*args: str, cwd: Path, env: dict | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
@@ -28,6 +31,10 @@ def fresh_run(*args: str, cwd: Path, env: dict | None = None, timeout: int = 600
     env = {**os.environ, **(env or {}), "PYTHONPATH": str(PROJECT_ROOT / "src")}
     command = [sys.executable, str(PROJECT_ROOT / "run.py"), *args]
     return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def stderr_lines(result: subprocess.CompletedProcess) -> list[str]:
+    return [line for line in result.stderr.splitlines() if line.strip() and not TF_CHATTER.match(line)]
 
 
 def rel_diff(a: np.ndarray, b: np.ndarray) -> float:
@@ -79,8 +86,9 @@ def test_exif_rotation_and_sixteen_bits_keep_what_the_file_shows(photos):
     np.testing.assert_array_equal(shown, np.rot90(stored, k=-1))  # orientation 6: 90 degrees clockwise
     deep = np.asarray(Image.open(photos["deep_16bit.png"].path)).astype(np.float64)
     grey = np.asarray(open_image(photos["deep_16bit.png"].path))[..., 0]
-    np.testing.assert_array_equal(grey, np.round(deep / 257))  # 0..65535 -> 0..255, not clipped at 255
-    assert grey.max() > 200  # PIL's own conversion would have made these white
+    np.testing.assert_array_equal(grey, np.round(deep / 257))  # 0..65535 -> 0..255
+    clipped = np.asarray(Image.open(photos["deep_16bit.png"].path).convert("RGB"))[..., 0]
+    assert (clipped == 255).mean() > 0.9 and (grey == 255).mean() < 0.01  # PIL's conversion clips to white
 
 
 @pytest.fixture(scope="module")
@@ -105,7 +113,7 @@ def test_truncated_photo_from_the_shell_is_one_line(broken, tmp_path):
     result = fresh_run(
         "backend=torch", "model=resnet18", "data=image", f"data.path={truncated}", "tracking=none", cwd=tmp_path
     )
-    errors = [line for line in result.stderr.splitlines() if line.strip()]
+    errors = stderr_lines(result)
     assert result.returncode == 1
     assert len(errors) == 1 and f"cannot read image {truncated}: image file is truncated" in errors[0], result.stderr
 
@@ -133,15 +141,44 @@ def _both_backends(model: str):
     return run
 
 
-@pytest.mark.parametrize("model", VISION)
+@pytest.mark.parametrize(
+    "model",
+    ["resnet18", "cyclegan", *(pytest.param(m, marks=pytest.mark.slow) for m in ("alexnet", "resnet50", "resnet101"))],
+)
 def test_every_vision_model_agrees_on_every_photo(photos, model):
     """Each photo through seed 004's preprocessing, torch and TensorFlow on the same weights, batch 1.
-    CycleGAN sees the photos at a short side of 64 here (the full 256 in the slow variant below): the sizes
-    stay odd (64x85, 64x113, 84x64, ...), which is what its padding has to handle."""
+    Every classifier gets 224 x 224 from every photo, so the default run checks ResNet-18 on all of them
+    and the others on one (next test). CycleGAN sees the photos at a short side of 64 here (256 in the slow
+    test below): the sizes stay odd (64x85, 64x113, 84x64, ...), which is what its padding has to handle.
+    A one-colour image (the 1x1 photo, resized) is refused for CycleGAN (see test_uniform_image_...)."""
+    agree_on_photos(model, photos)
+
+
+def test_uniform_image_for_cyclegan_is_one_line(make_config, photos):
+    """Instance norm of a one-colour image is 0/0 (eps aside): torch and TensorFlow return different
+    rounding noise. The 1x1 photo, resized to 256 x 256, is such an image; the classifiers take it."""
+    from runner.data import load_inputs
+    from runner.models.vision import VisionModel
+
+    path = photos["pixel_1x1.png"].path
+    cfg = make_config("data=image", f"data.path={path}", "model=cyclegan")
+    with pytest.raises(ConfigError, match=f"^{re.escape(str(path))} is one colour: CycleGAN") as error:
+        load_inputs(cfg.data, VisionModel("cyclegan", 256), np.random.default_rng(0), 1)
+    assert "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize("model", ["alexnet", "resnet50", "resnet101"])
+def test_heavier_classifiers_agree_on_a_photo(photos, model):
+    agree_on_photos(model, {"landscape_4x3.jpg": photos["landscape_4x3.jpg"]})
+
+
+def agree_on_photos(model: str, photos: dict) -> None:
     from runner.data import open_image, preprocess
 
     run = _both_backends(model)
     for name, photo in photos.items():
+        if model == "cyclegan" and name == "pixel_1x1.png":
+            continue
         image = open_image(photo.path)
         x = preprocess(image, crop=True) if model in CLASSIFIERS else preprocess(image, crop=False, resize=64)
         torch_out, tf_out = run(x[None])
@@ -160,7 +197,10 @@ def test_every_photo_runs_as_a_run(make_config, photos, tmp_path, model, backend
     for name, photo in photos.items():
         overrides = ["tracking=none", f"model={model}", f"backend={backend}", "task=inference", "batch_size=1"]
         outcome = execute(make_config(*overrides, "data=image", f"data.path={photo.path}"), tmp_path / name)
-        assert outcome.status == "FINISHED", (name, outcome.error)
+        if model == "cyclegan" and name == "pixel_1x1.png":
+            assert outcome.status == "FAILED" and "is one colour" in outcome.error
+        else:
+            assert outcome.status == "FINISHED", (name, outcome.error)
 
 
 # -- image sizes -------------------------------------------------------------------------------
@@ -197,7 +237,7 @@ def test_smallest_image_size_runs_and_agrees_on_both_backends(make_config, tmp_p
     for backend in ("torch", "tensorflow"):
         size = f"data.image_size={SMALLEST[model]}"
         cfg = make_config(
-            "tracking=none", f"model={model}", f"backend={backend}", size, "batch_size=1", "dtype=float64"
+            "tracking=none", f"model={model}", f"backend={backend}", size, "batch_size=1", "dtype=float64", *CAPS
         )
         outcome = execute(cfg, tmp_path / backend)
         assert outcome.status == "FINISHED", outcome.error
@@ -211,7 +251,7 @@ def test_too_small_for_alexnet_on_tensorflow_is_refused_before_running(tmp_path)
     args = ["backend=tensorflow", "model=alexnet", "data.image_size=32", "tracking=none", f"hydra.run.dir={tmp_path}"]
     result = fresh_run(*args, cwd=tmp_path)
     assert result.returncode == 1
-    errors = [line for line in result.stderr.splitlines() if line.strip()]
+    errors = stderr_lines(result)
     assert len(errors) == 1 and "data.image_size=32" in errors[0] and "63x63" in errors[0], result.stderr
     saved = json.loads((tmp_path / "result.json").read_text())
     assert saved["status"] == "FAILED" and "63x63" in saved["error"] and "n_samples" not in saved["metrics"]
@@ -228,7 +268,7 @@ def test_cyclegan_gradients_on_odd_sizes_follow_the_output(make_config, tmp_path
     for backend in ("torch", "tensorflow"):
         cfg = make_config(
             "tracking=none", "model=cyclegan", f"backend={backend}", "task=gradients", "data=hdf5",
-            f"data.path={tmp_path / 'images.h5'}", "batch_size=1",
+            f"data.path={tmp_path / 'images.h5'}", "batch_size=1", "dtype=float64", *CAPS,
         )  # fmt: skip
         outcome = execute(cfg, tmp_path / backend)
         assert outcome.status == "FINISHED", outcome.error
@@ -236,7 +276,7 @@ def test_cyclegan_gradients_on_odd_sizes_follow_the_output(make_config, tmp_path
             assert f["outputs/y"].shape == f["inputs/labels"].shape == (1, 3, 30, 41)
             results[backend] = {k: f[k][()] for k in ("outputs/y", "outputs/loss", "gradients/model.1.weight")}
     for key, value in results["torch"].items():
-        assert rel_diff(np.atleast_1d(value), np.atleast_1d(results["tensorflow"][key])) < 1e-3, key
+        assert rel_diff(np.atleast_1d(value), np.atleast_1d(results["tensorflow"][key])) < 1e-9, key
 
 
 # -- torchvision checkpoints in a TensorFlow process; both frameworks in one process -----------------
@@ -280,7 +320,7 @@ def test_tensorflow_reads_a_torchvision_checkpoint_without_torch(user_files):
     env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT / "src"), "TORCH_HOME": str(user_files / "torch-home")}
     result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
-    assert result.stdout.split()[0] == "122"  # resnet18's floating-point tensors (num_batches_tracked is int)
+    assert result.stdout.split()[0] == "102"  # resnet18's float tensors (its 20 num_batches_tracked are int)
 
 
 @pytest.mark.parametrize("order", ["tensorflow,torch", "torch,tensorflow"])
@@ -350,7 +390,7 @@ def test_checkpoints_that_are_not_plain_tensors_are_one_line(tmp_path, zip_forma
         tmp_path / "evil.pth",
         _use_new_zipfile_serialization=zip_format,
     )
-    with pytest.raises(ConfigError, match=r"refused to load .*evil.pth: .*builtins.open is not allowed") as error:
+    with pytest.raises(ConfigError, match=r"refused to load .*evil.pth: .*global io.open is not allowed") as error:
         read_checkpoint(tmp_path / "evil.pth")
     assert not marker.exists() and "weights_only" not in str(error.value)
     torch.jit.save(torch.jit.script(torch.nn.Linear(2, 2)), tmp_path / "scripted.pt")

@@ -44,9 +44,8 @@ def load_inputs(data_cfg: DictConfig, workload, rng: np.random.Generator, batch_
 
 
 def _with_labels(workload, rng: np.random.Generator, x: np.ndarray, source: str) -> dict[str, np.ndarray]:
-    if hasattr(workload, "check_input_size"):  # before any timed call: a network that cannot take them
-        height, width = x.shape[2:]
-        workload.check_input_size(height, width, f"the {height}x{width} images from {source}")
+    if hasattr(workload, "check_images"):  # before any timed call: images the network cannot take
+        workload.check_images(x, source)
     return {"x": x, "labels": workload.make_labels(rng, x)}
 
 

@@ -314,6 +314,20 @@ class VisionModel:
         """The output's shape for an NCHW input shape; InputTooSmall where a layer cannot take it."""
         return self._forward(ShapeOps, self.spec, _Shape(*input_shape)).shape
 
+    def check_images(self, x: np.ndarray, source: str) -> None:
+        """ConfigError (one line) for NCHW images from `source` that this network cannot take."""
+        height, width = x.shape[2:]
+        self.check_input_size(height, width, f"the {height}x{width} images from {source}")
+        if not self.makes_images:
+            return
+        for index, image in enumerate(x):
+            if np.ptp(image, axis=(1, 2)).max() == 0:
+                which = f"image {index} of {source}" if len(x) > 1 else str(source)
+                raise ConfigError(
+                    f"{which} is one colour: CycleGAN's instance norm would divide by its zero variance, "
+                    "so the output would be rounding noise"
+                )
+
     def check_input_size(self, height: int, width: int, what: str) -> None:
         """ConfigError (one line, with the smallest size that works) for images the network cannot take."""
         try:

@@ -118,8 +118,8 @@ def test_truncated_photo_from_the_shell_is_one_line(broken, tmp_path):
     assert len(errors) == 1 and f"cannot read image {truncated}: image file is truncated" in errors[0], result.stderr
 
 
-def _both_backends(model: str):
-    """model's seeded float32 weights on torch and on TensorFlow, and a forward(x64) on each."""
+def _both_backends(model: str, dtype: str):
+    """model's seeded weights in dtype on torch and on TensorFlow, and a forward(x64) on each."""
     import tensorflow as tf
     import torch
 
@@ -129,14 +129,14 @@ def _both_backends(model: str):
     torch_ops, tf_ops = load_backend("torch"), load_backend("tensorflow")
     workload = VisionModel(model, 224)
     params = workload.init_params(np.random.default_rng(0))
-    on_torch = {k: torch.from_numpy(v).float() for k, v in params.items()}
-    on_tf = {k: tf.constant(tf_ops.to_native_layout(v), tf.float32) for k, v in params.items()}
+    on_torch = {k: torch.from_numpy(v).to(getattr(torch, dtype)) for k, v in params.items()}
+    on_tf = {k: tf.constant(tf_ops.to_native_layout(v), dtype) for k, v in params.items()}
     del params
 
     def run(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         with torch.no_grad():
-            a = workload.forward(torch_ops, on_torch, torch.from_numpy(x).float()).numpy()
-        return a, workload.forward(tf_ops, on_tf, tf.constant(x, tf.float32)).numpy()
+            a = workload.forward(torch_ops, on_torch, torch.from_numpy(x).to(getattr(torch, dtype))).numpy()
+        return a, workload.forward(tf_ops, on_tf, tf.constant(x, dtype)).numpy()
 
     return run
 
@@ -175,7 +175,11 @@ def test_heavier_classifiers_agree_on_a_photo(photos, model):
 def agree_on_photos(model: str, photos: dict) -> None:
     from runner.data import open_image, preprocess
 
-    run = _both_backends(model)
+    # CycleGAN in float64: with seeded weights its 9 instance-normed blocks amplify float32 rounding on
+    # smooth, low-contrast photos to 1.5e-4 of the largest output (the 16-bit grey one); float64 shows
+    # that both backends compute the same function, padding and cropping included.
+    dtype, tolerance = ("float64", 1e-9) if model == "cyclegan" else ("float32", 1e-4)
+    run = _both_backends(model, dtype)
     for name, photo in photos.items():
         if model == "cyclegan" and name == "pixel_1x1.png":
             continue
@@ -184,7 +188,7 @@ def agree_on_photos(model: str, photos: dict) -> None:
         torch_out, tf_out = run(x[None])
         expected = (1, 1000) if model in CLASSIFIERS else (1, *x.shape)
         assert torch_out.shape == tf_out.shape == expected, name
-        assert np.isfinite(torch_out).all() and rel_diff(torch_out, tf_out) < 1e-4, name
+        assert np.isfinite(torch_out).all() and rel_diff(torch_out, tf_out) < tolerance, name
 
 
 @pytest.mark.slow

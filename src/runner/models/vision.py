@@ -290,9 +290,6 @@ class ShapeOps:
 # -- the workload ------------------------------------------------------------------------------
 
 
-# -- the workload ------------------------------------------------------------------------------
-
-
 class VisionModel:
     """A convnet workload: seeded (or loaded) torchvision-named weights, images in, logits or images out."""
 
@@ -380,8 +377,7 @@ class VisionModel:
 def min_image_size(name: str, limit: int = 4096) -> int:
     """The smallest square input side that every layer of `name` can take, found by walking the forward
     pass on shapes (AlexNet: 63, its third max-pool needs 3x3; ResNets: 1; CycleGAN: 5)."""
-    model = VisionModel.__new__(VisionModel)
-    VisionModel.__init__(model, name, limit)
+    model = VisionModel(name, limit)
     for size in range(1, limit):
         try:
             model.output_shape((1, 3, size, size))

@@ -148,7 +148,9 @@ class _StateDictUnpickler(pickle.Unpickler):
         view = pid[5] if len(pid) > 5 else None  # legacy: (view_key, offset, size) of the root storage
         if view is None:
             return storage
-        return _Storage(dtype, view[2], data=None), storage, view[1]
+        if not (isinstance(view, tuple) and len(view) == 3 and isinstance(view[1], int)):
+            raise pickle.UnpicklingError(f"malformed storage view {str(view)[:80]}")
+        return storage, view[1]
 
 
 def _ascii(value) -> str:
@@ -157,8 +159,8 @@ def _ascii(value) -> str:
 
 def _rebuild_tensor(storage, offset, size, stride, *_ignored) -> _Tensor:
     view_offset = 0
-    if isinstance(storage, tuple):  # a legacy view: (view storage, root storage, offset into the root)
-        _, storage, view_offset = storage
+    if isinstance(storage, tuple):  # a legacy view: (root storage, offset into it)
+        storage, view_offset = storage
     if not isinstance(storage, _Storage):
         raise pickle.UnpicklingError("a tensor is rebuilt from something other than a storage")
     return _Tensor(storage, view_offset + int(offset), tuple(size), tuple(stride))

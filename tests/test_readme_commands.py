@@ -297,3 +297,25 @@ def test_commands_are_expanded_and_classified():
     assert n_jobs(grid) == 4 and models_named(grid) == {"resnet18"}
     assert n_jobs(parse("python run.py +experiment=resnet_inference", "x:5")) == 16
     assert needs_gpu(parse("python run.py backend=torch device=cuda", "x:6"))
+
+
+def mlflow_commands() -> list[tuple[str, list[str]]]:
+    """`mlflow SUBCOMMAND --options` lines of the README's code blocks (they serve, so they are not run)."""
+    found, in_block = [], False
+    for number, line in enumerate((PROJECT_ROOT / "README.md").read_text().splitlines(), start=1):
+        in_block = in_block != line.lstrip().startswith("```")
+        tokens = _tokens(line.strip().removeprefix("$ ")) if in_block and "mlflow " in line else []
+        start = next((i for i, token in enumerate(tokens) if re.fullmatch(r"(.*/)?mlflow", token)), None)
+        if start is not None and start + 1 < len(tokens):
+            found.append((f"README.md:{number}", tokens[start + 1 :]))
+    return found
+
+
+@pytest.mark.parametrize(("source", "args"), mlflow_commands())
+def test_documented_mlflow_command_has_those_options(source: str, args: list[str]):
+    """The subcommand exists and takes every option the README gives it (checked with --help)."""
+    mlflow = Path(sys.executable).with_name("mlflow")
+    result = subprocess.run([str(mlflow), args[0], "--help"], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, f"{source}: mlflow {args[0]}: {result.stderr[-500:]}"
+    for option in (arg.split("=")[0] for arg in args[1:] if arg.startswith("--")):
+        assert option in result.stdout, f"{source}: mlflow {args[0]} has no option {option}"

@@ -312,19 +312,35 @@ def test_pretrained_files_are_torchvisions():
         assert Path(torchvision.models.get_model_weights(model).DEFAULT.url).name == file
 
 
-def test_tensorflow_reads_a_torchvision_checkpoint_without_torch(user_files):
-    """A fresh process with TensorFlow imported first loads the .pth, and torch never enters it."""
+def test_tensorflow_reads_a_torchvision_checkpoint_without_torch(user_files, tmp_path):
+    """A fresh process runs the pretrained TensorFlow job (TensorFlow imported first, as in its worker):
+    it loads torchvision's .pth and finishes, and torch never enters the process."""
     code = (
-        "import sys, tensorflow\n"
-        "from runner.models.weights import pretrained_path, read_checkpoint\n"
-        "weights = read_checkpoint(pretrained_path('resnet18'))\n"
-        "assert 'torch' not in sys.modules, 'torch was imported'\n"
-        "print(len(weights), weights['conv1.weight'].shape)\n"
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from hydra import compose, initialize_config_dir\n"
+        "from runner.config import PROJECT_ROOT\n"
+        "from runner.job import execute\n"
+        "overrides = sys.argv[2:]\n"
+        "with initialize_config_dir(config_dir=str(PROJECT_ROOT / 'conf'), version_base='1.3'):\n"
+        "    cfg = compose(config_name='config', overrides=overrides)\n"
+        "outcome = execute(cfg, Path(sys.argv[1]), track=False)\n"
+        "assert outcome.status == 'FINISHED', outcome.error\n"
+        "assert 'tensorflow' in sys.modules and 'torch' not in sys.modules, 'torch was imported'\n"
     )
+    overrides = ["backend=tensorflow", "model=resnet18", "model.pretrained=true", "data=image", "data.path=dog.jpg"]
     env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT / "src"), "TORCH_HOME": str(user_files / "torch-home")}
-    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "run"), *overrides, "task=inference", "tracking=none", *CAPS],
+        cwd=user_files,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
-    assert result.stdout.split()[0] == "102"  # resnet18's float tensors (its 20 num_batches_tracked are int)
+    with h5py.File(tmp_path / "run" / "tensors.h5") as f:
+        assert f["outputs/y"].shape == (1, 1000)
 
 
 @pytest.mark.parametrize("order", ["tensorflow,torch", "torch,tensorflow"])

@@ -111,7 +111,13 @@ def test_unreadable_images_are_one_line_naming_the_file(make_config, broken):
 def test_truncated_photo_from_the_shell_is_one_line(broken, tmp_path):
     truncated = next(path for path in broken if path.name == "truncated.jpg")
     result = fresh_run(
-        "backend=torch", "model=resnet18", "data=image", f"data.path={truncated}", "tracking=none", cwd=tmp_path
+        "backend=torch",
+        "model=resnet18",
+        "data=image",
+        f"data.path={truncated}",
+        "tracking=none",
+        f"hydra.run.dir={tmp_path}/run",
+        cwd=tmp_path,
     )
     errors = stderr_lines(result)
     assert result.returncode == 1

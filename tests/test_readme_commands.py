@@ -12,15 +12,18 @@ in a scratch $TORCH_HOME), generated small, with these overrides appended: a tim
 FINISHED, except jobs the combination rules refuse (the docs show such a sweep), and the exit status the
 docs print after `; echo $?`, else 0 when every job finished and 1 when one was refused.
 
-cuda commands skip without an NVIDIA driver. Sweeps of more than FAST_JOBS jobs run with `-m slow`.
+cuda commands skip without an NVIDIA driver, SLURM and Ray launcher commands without a cluster.
+Sweeps of more than FAST_JOBS jobs run with `-m slow`.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -156,6 +159,16 @@ def needs_gpu(command: Command) -> bool:
     return any(re.fullmatch(r"device=(.*,)?cuda(,.*)?", arg) for arg in command.args)
 
 
+def needs_cluster(command: Command) -> str | None:
+    """What a command's launcher needs that a CI machine lacks: SLURM (sinfo answers) or a Ray cluster."""
+    launcher = _overrides(command).get("hydra/launcher")
+    if launcher == "slurm" and not _slurm_answers(_overrides(command).get("hydra.launcher.partition", "")):
+        return "needs SLURM (scripts/local-slurm.sh up; pytest -m slurm)"
+    if launcher == "ray_cluster":
+        return "needs a running Ray cluster"
+    return None
+
+
 def models_named(command: Command) -> set[str]:
     """The vision models a command may run: named in it, or in its experiment file."""
     text = " ".join(command.args)
@@ -165,10 +178,24 @@ def models_named(command: Command) -> set[str]:
     return set(re.findall(r"\b(alexnet|resnet18|resnet50|resnet101|cyclegan)\b", text))
 
 
+@functools.cache
+def _slurm_answers(partition: str) -> bool:
+    if shutil.which("sinfo") is None:
+        return False
+    query = ["sinfo", "-h", *(["-p", partition] if partition else [])]
+    try:
+        answer = subprocess.run(query, capture_output=True, text=True, timeout=10)
+    except subprocess.TimeoutExpired:
+        return False
+    return answer.returncode == 0 and bool(answer.stdout.strip())
+
+
 def _param(command: Command):
     marks = []
     if needs_gpu(command):
         marks.append(pytest.mark.skipif(not nvidia_driver_present(), reason="needs an NVIDIA GPU"))
+    if needs_cluster(command):
+        marks.append(pytest.mark.skip(reason=needs_cluster(command)))
     if n_jobs(command) > FAST_JOBS:
         marks.append(pytest.mark.slow)
     return pytest.param(command, marks=marks, id=f"{command.source} {' '.join(command.args)}"[:150])

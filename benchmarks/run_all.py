@@ -26,9 +26,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from hydra import compose, initialize_config_dir  # noqa: E402
-from hydra.core.global_hydra import GlobalHydra  # noqa: E402
 
+from runner.config import compose  # noqa: E402
 from runner.environment import cpu_name  # noqa: E402
 from runner.job import run_job  # noqa: E402
 
@@ -44,10 +43,7 @@ ROWS: list[tuple[str, str, str, str]] = []  # (row, measured, target, verdict + 
 
 
 def runner_metrics(*overrides: str) -> dict:
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=["tracking=none", "isolation=inline", *overrides])
-    return run_job(cfg).metrics
+    return run_job(compose(["tracking=none", "isolation=inline", *overrides])).metrics
 
 
 def timeit_per_call(fn, repeats: int = 7, best: bool = False) -> float:

@@ -22,6 +22,7 @@ def _error_lines(stderr: str) -> list[str]:
         (["backend=torch", "device=cuda"], "device=cuda"),
         (["batch_size=-3"], "batch_size=-3: must be a positive integer"),
         (["-m", "backend=numpy,foo"], "backend=foo is not an option"),
+        (["model=mlp", "model.pretrained=true"], "model=mlp has no setting model.pretrained"),  # seeded weights only
     ],
 )
 def test_bad_input_is_one_line_and_nonzero(cli, tmp_path, overrides, expected):

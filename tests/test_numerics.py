@@ -6,7 +6,7 @@ import h5py
 import numpy as np
 import pytest
 
-from runner.job import execute
+from runner.job import run_and_record
 
 BACKENDS = ["numpy", "torch", "tensorflow", "tnp"]
 
@@ -26,7 +26,7 @@ def independent_mlp(f: h5py.File):
 
 def run(make_config, tmp_path, *overrides):
     cfg = make_config("tracking=none", "batch_size=8", *overrides)
-    outcome = execute(cfg, tmp_path)
+    outcome = run_and_record(cfg, tmp_path)
     assert outcome.status == "FINISHED", outcome.error
     return outcome, h5py.File(tmp_path / "tensors.h5", "r")
 

@@ -8,7 +8,7 @@ import h5py
 import pytest
 
 import runner.isolation
-from runner.job import execute
+from runner.job import run_and_record
 
 METRICS = {
     "time_median_s",
@@ -59,7 +59,7 @@ def test_cli_run_tracked_in_mlflow(cli, tmp_path):
 
 
 def test_tensors_h5_layout(make_config, tmp_path):
-    outcome = execute(make_config("tracking=none", "backend=numpy", "batch_size=4"), tmp_path)
+    outcome = run_and_record(make_config("tracking=none", "backend=numpy", "batch_size=4"), tmp_path)
     with h5py.File(tmp_path / "tensors.h5", "r") as f:
         assert f["inputs/x"].shape == (4, 32) and f["inputs/labels"].shape == (4, 2)
         assert {k: f["weights"][k].shape for k in f["weights"]} == {
@@ -131,5 +131,5 @@ def test_numpy_run_imports_no_framework(tmp_path):
 def test_environment_says_whether_freed_memory_was_kept(make_config, tmp_path):
     for keep in (True, False):
         cfg = make_config("tracking=none", "backend=numpy", f"timing.keep_freed_memory={keep}")
-        outcome = execute(cfg, tmp_path / str(keep))
+        outcome = run_and_record(cfg, tmp_path / str(keep))
         assert outcome.environment["malloc_keeps_freed_memory"] is keep

@@ -3,40 +3,14 @@
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import FAST_TIMING, run_cli
+from helpers import FAST_TIMING, clients, free_port, run_cli, runner_cli
 
 from runner import report
-from runner.config import PROJECT_ROOT
-
-
-def runner_cli(*args: str) -> subprocess.CompletedProcess:
-    """`python -m runner ARGS`, as the `runner` console script runs."""
-    env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT / "src")}
-    return subprocess.run([sys.executable, "-m", "runner", *args], env=env, capture_output=True, text=True, timeout=300)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def clients(uri: str, experiment: str):
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(tracking_uri=uri)
-    runs = client.search_runs([client.get_experiment_by_name(experiment).experiment_id])
-    return client, [r for r in runs if "sweep_dir" in r.data.tags], [r for r in runs if "sweep_dir" not in r.data.tags]
-
 
 # -- judging differences -------------------------------------------------------------------------
 

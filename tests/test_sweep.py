@@ -12,37 +12,9 @@ from pathlib import Path
 
 import h5py
 import pytest
-from conftest import FAST_TIMING, run_cli
+from helpers import FAST_TIMING, mlflow_runs, results, run_cli, sweep_cli
 
 from runner.config import PROJECT_ROOT
-
-
-def sweep_cli(tmp: Path, *overrides: str, timeout: int = 300) -> subprocess.CompletedProcess:
-    """`python run.py -m OVERRIDES` into tmp/sweep, tracked in tmp/mlflow.db."""
-    return run_cli(
-        "-m",
-        f"tracking.uri=sqlite:///{tmp}/mlflow.db",
-        "tracking.experiment=sweeps",
-        f"hydra.sweep.dir={tmp}/sweep",
-        *FAST_TIMING,
-        *overrides,
-        timeout=timeout,
-    )
-
-
-def mlflow_runs(tmp: Path, experiment: str = "sweeps") -> tuple[list, list]:
-    """(parent runs, child runs) of the experiment."""
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(tracking_uri=f"sqlite:///{tmp}/mlflow.db")
-    runs = client.search_runs([client.get_experiment_by_name(experiment).experiment_id])
-    parents = [r for r in runs if "sweep_dir" in r.data.tags]
-    children = [r for r in runs if "sweep_dir" not in r.data.tags]
-    return parents, children
-
-
-def results(tmp: Path) -> dict[str, dict]:
-    return {p.parent.name: json.loads(p.read_text()) for p in sorted((tmp / "sweep").glob("*/result.json"))}
 
 
 @pytest.fixture(scope="module")

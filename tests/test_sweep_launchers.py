@@ -5,24 +5,20 @@ from __future__ import annotations
 import importlib.util
 
 import pytest
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
-from test_sweep import mlflow_runs, results, sweep_cli
+from helpers import mlflow_runs, results, sweep_cli
 
-from runner.config import PROJECT_ROOT
+from runner.config import compose
 
 
 def launcher(name: str, *overrides: str):
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(PROJECT_ROOT / "conf"), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=[f"hydra/launcher={name}", *overrides], return_hydra_config=True)
-    return cfg.hydra.launcher
+    return compose([f"hydra/launcher={name}", *overrides], return_hydra_config=True).hydra.launcher
 
 
 def test_slurm_launcher_composes_with_cluster_settings():
     conf = launcher("slurm", "hydra.launcher.partition=gpu", "hydra.launcher.gpus_per_node=1")
-    assert conf._target_.endswith("submitit_launcher.SlurmLauncher")
-    assert conf.partition == "gpu" and conf.gpus_per_node == 1 and conf.cpus_per_task == 8
+    assert conf._target_ == "hydra_plugins.tensor_runner.slurm_launcher.SlurmLauncher"  # runner.slurm's
+    assert conf.partition == "gpu" and conf.gpus_per_node == 1
+    assert conf.cpus_per_task is None and conf.mem_gb is None  # taken from the partition at launch
 
 
 def test_parallel_launcher_is_joblib():

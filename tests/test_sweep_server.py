@@ -12,8 +12,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest import FAST_TIMING, run_cli
-from test_report import clients, free_port, runner_cli
+from helpers import FAST_TIMING, clients, free_port, run_cli, runner_cli
 
 pytestmark = pytest.mark.slow  # an mlflow server takes 10-20 s to start
 

@@ -202,11 +202,11 @@ def agree_on_photos(model: str, photos: dict) -> None:
 @pytest.mark.parametrize("model", VISION)
 def test_every_photo_runs_as_a_run(make_config, photos, tmp_path, model, backend):
     """The real job path, full size, batch 1: every photo with every model on both backends."""
-    from runner.job import execute
+    from runner.job import run_and_record
 
     for name, photo in photos.items():
         overrides = ["tracking=none", f"model={model}", f"backend={backend}", "task=inference", "batch_size=1"]
-        outcome = execute(make_config(*overrides, "data=image", f"data.path={photo.path}"), tmp_path / name)
+        outcome = run_and_record(make_config(*overrides, "data=image", f"data.path={photo.path}"), tmp_path / name)
         if model == "cyclegan" and name == "pixel_1x1.png":
             assert outcome.status == "FAILED" and "is one colour" in outcome.error
         else:
@@ -241,7 +241,7 @@ def test_smallest_image_size_is_torchs_own(model):
 
 @pytest.mark.parametrize("model", ["alexnet", "resnet101", "cyclegan"])
 def test_smallest_image_size_runs_and_agrees_on_both_backends(make_config, tmp_path, model):
-    from runner.job import execute
+    from runner.job import run_and_record
 
     outputs = {}
     for backend in ("torch", "tensorflow"):
@@ -249,7 +249,7 @@ def test_smallest_image_size_runs_and_agrees_on_both_backends(make_config, tmp_p
         cfg = make_config(
             "tracking=none", f"model={model}", f"backend={backend}", size, "batch_size=1", "dtype=float64", *CAPS
         )
-        outcome = execute(cfg, tmp_path / backend)
+        outcome = run_and_record(cfg, tmp_path / backend)
         assert outcome.status == "FINISHED", outcome.error
         with h5py.File(tmp_path / backend / "tensors.h5") as f:
             outputs[backend] = f["outputs/y"][()]
@@ -270,7 +270,7 @@ def test_too_small_for_alexnet_on_tensorflow_is_refused_before_running(tmp_path)
 def test_cyclegan_gradients_on_odd_sizes_follow_the_output(make_config, tmp_path):
     """A 30x41 image (as a 4:3 photo, not a multiple of 4): the image out is 30x41 on both backends, and
     the loss's targets are shaped like it."""
-    from runner.job import execute
+    from runner.job import run_and_record
 
     with h5py.File(tmp_path / "images.h5", "w") as f:
         f["images"] = scene(41, 30)[None].transpose(0, 3, 1, 2) / 255.0
@@ -280,7 +280,7 @@ def test_cyclegan_gradients_on_odd_sizes_follow_the_output(make_config, tmp_path
             "tracking=none", "model=cyclegan", f"backend={backend}", "task=gradients", "data=hdf5",
             f"data.path={tmp_path / 'images.h5'}", "batch_size=1", "dtype=float64", *CAPS,
         )  # fmt: skip
-        outcome = execute(cfg, tmp_path / backend)
+        outcome = run_and_record(cfg, tmp_path / backend)
         assert outcome.status == "FINISHED", outcome.error
         with h5py.File(tmp_path / backend / "tensors.h5") as f:
             assert f["outputs/y"].shape == f["inputs/labels"].shape == (1, 3, 30, 41)
@@ -326,11 +326,11 @@ def test_tensorflow_reads_a_torchvision_checkpoint_without_torch(user_files, tmp
         "from pathlib import Path\n"
         "from hydra import compose, initialize_config_dir\n"
         "from runner.config import PROJECT_ROOT\n"
-        "from runner.job import execute\n"
+        "from runner.job import run_and_record\n"
         "overrides = sys.argv[2:]\n"
         "with initialize_config_dir(config_dir=str(PROJECT_ROOT / 'conf'), version_base='1.3'):\n"
         "    cfg = compose(config_name='config', overrides=overrides)\n"
-        "outcome = execute(cfg, Path(sys.argv[1]), track=False)\n"
+        "outcome = run_and_record(cfg, Path(sys.argv[1]))\n"
         "assert outcome.status == 'FINISHED', outcome.error\n"
         "assert 'tensorflow' in sys.modules and 'torch' not in sys.modules, 'torch was imported'\n"
     )

@@ -12,13 +12,15 @@ import sys
 from pathlib import Path
 
 from runner import sweep, tracking
+from runner.config import ConfigError, first_line
+from runner.result import ResultUnreadable
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         return args.command(args)
-    except (LookupError, FileNotFoundError, ConnectionError) as error:
+    except (LookupError, FileNotFoundError, ConnectionError, ConfigError, ResultUnreadable) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
 
@@ -88,8 +90,7 @@ def _sync_one(run_dir: Path, uri: str | None) -> str:
     try:
         run_id = tracking.sync(run_dir, uri)
     except Exception as error:
-        text = str(error).strip()
-        return f"error: {text.splitlines()[0] if text else type(error).__name__}"
+        return f"error: {first_line(error)}"
     return "already in MLflow" if run_id is None else f"uploaded as run {run_id}"
 
 

@@ -6,45 +6,23 @@ rejects choices that are individually valid but cannot run together. Neither imp
 
 from __future__ import annotations
 
+import math
 import os
+import re
 from dataclasses import dataclass, field
 from enum import Enum, StrEnum
 from pathlib import Path
+from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
+CONFIG_DIR = PROJECT_ROOT / "conf"
 
 
 class ConfigError(ValueError):
     """A configuration that cannot run; its message is one line meant for the user."""
-
-
-class Backend(StrEnum):
-    numpy = "numpy"
-    torch = "torch"
-    tensorflow = "tensorflow"
-    tnp = "tnp"
-
-
-class Device(StrEnum):
-    cpu = "cpu"
-    cuda = "cuda"
-    auto = "auto"
-
-
-class ModelName(StrEnum):
-    mlp = "mlp"
-    matmul = "matmul"
-    sigmoid = "sigmoid"
-    alexnet = "alexnet"
-    resnet18 = "resnet18"
-    resnet50 = "resnet50"
-    resnet101 = "resnet101"
-    cyclegan = "cyclegan"
-    conversion = "conversion"
-    reshape = "reshape"
 
 
 class DType(StrEnum):
@@ -52,20 +30,6 @@ class DType(StrEnum):
     float64 = "float64"
     float16 = "float16"
     bfloat16 = "bfloat16"
-
-
-class Mode(StrEnum):
-    eager = "eager"
-    function = "function"
-    xla = "xla"
-    vectorized_map = "vectorized_map"
-    map_fn = "map_fn"
-
-
-class Task(StrEnum):
-    inference = "inference"
-    gradients = "gradients"
-    jacobian = "jacobian"
 
 
 class DataSource(StrEnum):
@@ -82,35 +46,30 @@ class Isolation(StrEnum):
 
 @dataclass
 class BackendConfig:
-    name: Backend = MISSING
+    """What a backend is and can do (conf/backend/NAME.yaml): the combination rules read this."""
+
+    name: str = MISSING
+    module: str = MISSING  # the module implementing the backend function set (runner.backends.Backend)
+    dtypes: list[str] = MISSING
+    devices: list[str] = MISSING  # besides "auto", which every backend resolves
+    modes: list[str] = MISSING
+    ops: list[str] = MISSING  # op families: dense, conv, layout
 
 
 @dataclass
 class DeviceConfig:
-    name: Device = MISSING
+    name: str = MISSING  # cpu, cuda or auto
 
 
 @dataclass
 class ModeConfig:
-    name: Mode = MISSING
+    name: str = MISSING
+    per_example: bool = False  # computes per-example gradients: needs task=gradients
 
 
 @dataclass
 class TaskConfig:
-    name: Task = MISSING
-
-
-@dataclass
-class ModelConfig:
-    name: ModelName = MISSING
-    in_features: int = 32  # mlp
-    hidden: int = 64  # mlp
-    out_features: int = 2  # mlp
-    n: int = 1000  # matmul: n x n
-    size: int = 1024  # sigmoid: vector length
-    method: str = ""  # conversion / reshape: which operation (see conf/model/conversion.yaml, reshape.yaml)
-    pretrained: bool = False  # vision: torchvision's weights from the local torch hub cache
-    weights: str | None = None  # vision: a local state dict (.pth) or HDF5 file of named arrays
+    name: str = MISSING  # inference, gradients, jacobian
 
 
 @dataclass
@@ -143,7 +102,10 @@ class TimingConfig:
 class RunConfig:
     backend: BackendConfig = MISSING
     device: DeviceConfig = MISSING
-    model: ModelConfig = MISSING
+    # A workload: `_target_` (its class), `name`, its constructor's arguments and `supports` (what it can
+    # be combined with); untyped here because every workload has its own arguments, checked against the
+    # class's signature by check_combination.
+    model: Any = MISSING
     mode: ModeConfig = MISSING
     task: TaskConfig = MISSING
     data: DataConfig = MISSING
@@ -166,29 +128,40 @@ def register_configs() -> None:
 register_configs()
 
 
-# -- combination rules -------------------------------------------------------------------------
+def compose(overrides: list[str], config_dir: Path = CONFIG_DIR, return_hydra_config: bool = False) -> DictConfig:
+    """The config `python run.py OVERRIDES` would run, composed in this process (tests, benchmarks, preflight)."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
 
-COMPILED_MODES = {"function", "xla"}
-PER_EXAMPLE_MODES = {"vectorized_map", "map_fn"}
-OP_WORKLOADS = {"matmul", "sigmoid", "conversion", "reshape"}
-LAYOUT_WORKLOADS = {"conversion", "reshape"}
-VISION_MODELS = {"alexnet", "resnet18", "resnet50", "resnet101", "cyclegan"}
-VISION_BACKENDS = {"torch", "tensorflow"}
-BACKEND_DTYPES = {
-    "numpy": {"float32", "float64", "float16"},
-    "torch": {"float32", "float64", "float16", "bfloat16"},
-    "tensorflow": {"float32", "float64", "float16", "bfloat16"},
-    "tnp": {"float32", "float64", "float16", "bfloat16"},
-}
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(config_dir), version_base="1.3"):
+            return hydra_compose(config_name="config", overrides=overrides, return_hydra_config=return_hydra_config)
+    finally:
+        GlobalHydra.instance().clear()
+
+
+# -- combination rules: one generic rule over what the backend, mode and model declare -----------
+
+MODEL_META_KEYS = ("_target_", "name", "supports", "pretrained", "weights")  # not constructor arguments
+# What a backend, mode or model can do: data for the rules, not a parameter of the run.
+CAPABILITY_KEYS = ("backend.module", "backend.dtypes", "backend.devices", "backend.modes", "backend.ops")
+CAPABILITY_PREFIXES = ("mode.per_example", "model.supports", "model._target_")
+
+
+def is_capability(flat_key: str) -> bool:
+    """True for a flattened config key ("backend.dtypes", "model.supports.tasks") that describes a capability."""
+    return flat_key in CAPABILITY_KEYS or flat_key.startswith(CAPABILITY_PREFIXES)
 
 
 def choices(cfg: DictConfig) -> dict[str, str]:
     """The choice of each axis as plain strings: backend, device, model, mode, task, dtype."""
     return {
-        "backend": _name(cfg.backend.name),
+        "backend": str(cfg.backend.name),
         "device": _name(cfg.device.name),
-        "model": _name(cfg.model.name),
-        "mode": _name(cfg.mode.name),
+        "model": str(cfg.model.name),
+        "mode": str(cfg.mode.name),
         "task": _name(cfg.task.name),
         "dtype": _name(cfg.dtype),
     }
@@ -198,37 +171,164 @@ def _name(value: object) -> str:
     return value.value if isinstance(value, Enum) else str(value)
 
 
+GROUPS = ("backend", "device", "model", "mode", "task", "data", "tracking")
+MAX_SECONDS = 86_400.0  # timing values above a day are typing mistakes, not budgets
+# name: (smallest allowed, largest allowed, whether the smallest itself is allowed)
+TIMING_LIMITS = {
+    "warmup_s": (0.0, MAX_SECONDS, True),
+    "max_time_s": (0.0, MAX_SECONDS, False),
+    "min_block_s": (0.0, 60.0, True),
+    "target_rel_iqr": (0.0, 1e3, True),
+    "min_warmup_calls": (0, 10**12, True),
+    "min_repeats": (1, 10**12, True),
+}
+EXPERIMENT_NAME_MAX = 256
+UNSAFE_NAME = re.compile(r"[/\\\x00-\x1f]|^\.\.?$")  # path separators, control characters, . and ..
+
+
+def check_values(cfg: DictConfig) -> None:
+    """Raise ConfigError (one line) for a config group removed (`~model`), a timing value no measurement
+    can honour, or tracking settings that would log somewhere else than the user meant."""
+    for group in GROUPS:
+        if OmegaConf.is_missing(cfg, group) or cfg.get(group) is None:
+            options = ", ".join(sorted(p.stem for p in (CONFIG_DIR / group).glob("*.yaml")))
+            raise ConfigError(f"no {group} is chosen (~{group} removed it): choose one of {options}")
+    for name, (low, high, low_ok) in TIMING_LIMITS.items():
+        value = cfg.timing[name]
+        if not (math.isfinite(value) and (low <= value if low_ok else low < value) and value <= high):
+            bound = ">=" if low_ok else ">"
+            raise ConfigError(f"timing.{name}={value}: must be a finite number {bound} {low} and <= {high:g}")
+    if cfg.tracking.name != "none":
+        check_tracking(cfg.tracking.uri, cfg.tracking.experiment)
+
+
+def check_tracking(uri: str | None, experiment: str | None) -> None:
+    """tracking.uri and tracking.experiment as MLflow and the store's folder can take them."""
+    if not uri or not str(uri).strip():
+        raise ConfigError("tracking.uri is empty: give a store (sqlite:///PATH.db, http://HOST:PORT) or tracking=none")
+    if not experiment or not str(experiment).strip():
+        raise ConfigError("tracking.experiment is empty: give the experiment a name")
+    experiment = str(experiment)
+    if len(experiment) > EXPERIMENT_NAME_MAX:
+        raise ConfigError(
+            f"tracking.experiment is {len(experiment)} characters long: at most {EXPERIMENT_NAME_MAX} are allowed"
+        )
+    if UNSAFE_NAME.search(experiment):
+        raise ConfigError(
+            f"tracking.experiment={experiment!r}: a name, not a path (no '/', '\\', '..' or control characters)"
+        )
+
+
 def check_combination(cfg: DictConfig) -> None:
     """Raise ConfigError (one line) for choices that cannot run together. Imports no framework."""
+    check_values(cfg)
     c = choices(cfg)
-    backend, mode, task, model = c["backend"], c["mode"], c["task"], c["model"]
     if cfg.batch_size < 1:
         raise ConfigError(f"batch_size={cfg.batch_size}: must be a positive integer")
-    if backend == "numpy" and mode != "eager" and mode != "map_fn":
+    _check_backend(cfg.backend, c)
+    if cfg.mode.per_example and c["task"] != "gradients":
         raise ConfigError(
-            f"backend=numpy cannot run mode={mode}: numpy has no compiler or vectorizing map (allowed: eager, map_fn)"
+            f"mode={c['mode']} computes per-example gradients and needs task=gradients, not task={c['task']}"
         )
-    if backend == "numpy" and c["device"] == "cuda":
-        raise ConfigError("backend=numpy runs on the CPU only (allowed: device=cpu or device=auto)")
-    if c["dtype"] not in BACKEND_DTYPES[backend]:
-        allowed = ", ".join(sorted(BACKEND_DTYPES[backend]))
-        raise ConfigError(f"backend={backend} cannot compute in dtype={c['dtype']} (allowed: {allowed})")
-    if mode in PER_EXAMPLE_MODES and task != "gradients":
-        raise ConfigError(f"mode={mode} computes per-example gradients and needs task=gradients, not task={task}")
-    if model in OP_WORKLOADS and task != "inference":
-        raise ConfigError(f"model={model} is an op workload: only task=inference is defined for it")
-    if model in LAYOUT_WORKLOADS and (mode != "eager" or c["device"] == "cuda" or c["dtype"] == "bfloat16"):
-        raise ConfigError(f"model={model} measures host memory layout: eager mode on the cpu, no bfloat16")
-    if model in VISION_MODELS and backend not in VISION_BACKENDS:
-        raise ConfigError(f"model={model} runs on backend=torch or backend=tensorflow, not backend={backend}")
-    if model in VISION_MODELS and task == "jacobian":
-        raise ConfigError(f"model={model}: task=jacobian is defined for the mlp only (allowed: inference, gradients)")
-    if model not in VISION_MODELS and (cfg.model.pretrained or cfg.model.weights):
-        raise ConfigError(
-            f"model={model} has seeded weights only: model.pretrained/model.weights are for vision models"
-        )
+    _check_model(cfg.model, cfg.backend, c)
     if c["device"] == "cuda" and not nvidia_driver_present():
         raise ConfigError("device=cuda but this machine has no NVIDIA GPU driver (use device=cpu or auto)")
+
+
+def _check_backend(backend: DictConfig, c: dict[str, str]) -> None:
+    b = c["backend"]
+    if c["mode"] not in backend.modes:
+        raise ConfigError(f"backend={b} cannot run mode={c['mode']} (allowed: {', '.join(backend.modes)})")
+    if c["device"] not in (*backend.devices, "auto"):
+        raise ConfigError(
+            f"backend={b} cannot run on device={c['device']} (allowed: {', '.join(backend.devices)}, auto)"
+        )
+    if c["dtype"] not in backend.dtypes:
+        raise ConfigError(f"backend={b} cannot compute in dtype={c['dtype']} (allowed: {', '.join(backend.dtypes)})")
+
+
+def _check_model(model: DictConfig, backend: DictConfig, c: dict[str, str]) -> None:
+    supports = model.get("supports") or {}
+    narrower = (supports.get("on_backend") or {}).get(c["backend"]) or {}  # limits on one backend only
+    for axis in ("task", "mode", "device", "dtype"):
+        allowed = narrower.get(f"{axis}s", supports.get(f"{axis}s"))
+        if allowed is not None and c[axis] not in allowed and not (axis == "device" and c[axis] == "auto"):
+            only = " or ".join(f"{axis}={value}" for value in allowed)
+            on = f" on backend={c['backend']}" if f"{axis}s" in narrower else ""
+            raise ConfigError(f"model={c['model']} runs only {only}{on}, not {axis}={c[axis]}")
+    missing = [family for family in supports.get("ops", []) if family not in backend.ops]
+    if missing:
+        able = [name for name, ops in backend_capabilities().items() if set(missing) <= set(ops)]
+        where = " or ".join(f"backend={name}" for name in able) or "no installed backend"
+        elsewhere = f"; {supports.elsewhere}" if supports.get("elsewhere") else ""  # the model's other routes
+        raise ConfigError(
+            f"model={c['model']} needs {', '.join(missing)} ops: it runs on {where}, not backend={c['backend']}"
+            f"{elsewhere}"
+        )
+    check_model_arguments(model)
+
+
+def backend_capabilities() -> dict[str, list[str]]:
+    """{backend name: its op families}, from conf/backend/*.yaml."""
+    found = {}
+    for path in sorted((PROJECT_ROOT / "conf" / "backend").glob("*.yaml")):
+        declared = OmegaConf.load(path)
+        found[str(declared.name)] = list(declared.get("ops", []))
+    return found
+
+
+def check_model_arguments(model: DictConfig) -> None:
+    """The model's settings against its class's constructor: unknown class, missing or mistyped arguments."""
+    import inspect
+    import typing
+
+    from hydra.utils import get_class
+
+    target = model.get("_target_")
+    if not target:
+        raise ConfigError(f"model={model.get('name')} names no class: set model._target_ to the workload's class")
+    try:
+        cls = get_class(target)
+    except Exception as error:
+        raise ConfigError(f"model._target_={target} cannot be imported ({first_line(error)})") from None
+    hints = typing.get_type_hints(cls.__init__)
+    arguments = workload_arguments(model)
+    for name, parameter in inspect.signature(cls).parameters.items():
+        if name not in arguments and parameter.default is inspect.Parameter.empty:
+            raise ConfigError(f"model={model.name} needs model.{name} ({target})")
+        if name in arguments and not _fits(arguments[name], hints.get(name)):
+            expected = getattr(hints[name], "__name__", str(hints[name]))
+            raise ConfigError(f"model.{name}={arguments[name]!r} is not a valid {expected}")
+
+
+def workload_arguments(model: DictConfig) -> dict:
+    """The model config's keys that are its class's constructor arguments."""
+    return {k: v for k, v in OmegaConf.to_container(model, resolve=True).items() if k not in MODEL_META_KEYS}
+
+
+def _fits(value: object, hint: object) -> bool:
+    if hint is bool:
+        return isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if hint is float:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if hint is str:
+        return isinstance(value, str)
+    return True  # anything richer is the workload's own business
+
+
+def require_positive(**sizes: int) -> None:
+    """For a workload's constructor: model sizes (model.n=0, model.hidden=-1) are refused with one line."""
+    for name, value in sizes.items():
+        if value < 1:
+            raise ConfigError(f"model.{name}={value}: must be a positive integer")
+
+
+def first_line(error: BaseException) -> str:
+    """The first line of an error's message (its class name when it has none): what a user reads."""
+    text = str(error).strip()
+    return text.splitlines()[0].strip() if text else type(error).__name__
 
 
 def nvidia_driver_present() -> bool:

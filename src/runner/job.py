@@ -6,33 +6,20 @@ import resource
 import sys
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
-from runner import tracking
-from runner.config import ConfigError, check_combination, choices
-from runner.timing import NOISY_REL_IQR, Measurement, MeasurementInterrupted, ProgressLine, format_seconds
+from runner.config import ConfigError, check_combination, choices, first_line
+from runner.result import Result
+from runner.table import COLUMNS
+from runner.timing import NOISY_REL_IQR, Measurement, MeasurementInterrupted, ProgressLine
 
 WEIGHTS_RECORD_LIMIT = 2_000_000  # weights are written to tensors.h5 when they have fewer elements
 
 
-@dataclass
-class Outcome:
-    status: str  # MLflow's words: FINISHED, FAILED, KILLED
-    metrics: dict = field(default_factory=dict)
-    environment: dict = field(default_factory=dict)
-    tensors: dict = field(default_factory=dict)
-    attrs: dict = field(default_factory=dict)
-    error: str | None = None
-    warnings: list[str] = field(default_factory=list)
-    predictions: list | None = None  # classifiers: per example, top-5 {"label", "probability"}
-    images: np.ndarray | None = None  # image models: NCHW outputs in [-1, 1], written as PNG
-
-
-def run_job(cfg: DictConfig, before_timing: Callable[[], object] = lambda: None) -> Outcome:
+def run_job(cfg: DictConfig, before_timing: Callable[[], object] = lambda: None) -> Result:
     """Run the configured measurement. Raises ConfigError for combinations that cannot run.
 
     `before_timing` is called once everything is set up, just before the first timed call."""
@@ -41,15 +28,16 @@ def run_job(cfg: DictConfig, before_timing: Callable[[], object] = lambda: None)
     from runner import environment
     from runner.backends import load_backend, numpy_backend
     from runner.data import load_inputs
-    from runner.models import build_workload, initial_weights
+    from runner.models import backend_for, build_workload, initial_weights
     from runner.tasks import build_task, errors_vs_reference, forward_outputs, reference_results
     from runner.timing import keep_freed_memory, measure
 
     timing = OmegaConf.to_container(cfg.timing)
     malloc_keeps_freed = timing.pop("keep_freed_memory") and keep_freed_memory()
-    backend = load_backend(c["backend"])
+    backend = load_backend(cfg.backend.module)
     device = backend.prepare(c["device"], c["dtype"])
-    workload = build_workload(cfg.model, cfg.data.image_size)
+    workload = build_workload(cfg.model)
+    backend = backend_for(workload, backend)
     rng = np.random.default_rng(cfg.seed)
     params64 = initial_weights(cfg.model, workload, rng)
     inputs64 = load_inputs(cfg.data, workload, rng, cfg.batch_size)
@@ -68,6 +56,7 @@ def run_job(cfg: DictConfig, before_timing: Callable[[], object] = lambda: None)
     params = {k: v for k, v in state.items() if trainable(k)}
     constants = {k: v for k, v in state.items() if not trainable(k)}  # e.g. batch-norm running statistics
 
+    examples_per_call = workload.examples_per_call(cfg.batch_size)
     task_run = build_task(backend, workload, c["task"], c["mode"], device, params, inputs, constants)
     before_timing()
     backend.reset_peak_memory(device)
@@ -79,67 +68,76 @@ def run_job(cfg: DictConfig, before_timing: Callable[[], object] = lambda: None)
             **timing,
             progress=progress,
         )
+    except MeasurementInterrupted as interrupt:
+        interrupt.examples_per_call = examples_per_call  # the record's throughput counts real examples
+        raise
     finally:
         progress.close()
     results = task_run.results(first_output)
 
-    outcome = Outcome(status="FINISHED")
-    outcome.environment = environment.collect(backend.environment(device))
-    outcome.environment["device"] = device
-    outcome.environment["malloc_keeps_freed_memory"] = malloc_keeps_freed
-    outcome.metrics = timing_metrics(measurement, workload.examples_per_call(cfg.batch_size))
-    outcome.metrics.update(memory_metrics(backend, device))
-    outcome.metrics.update(
+    result = Result(status="FINISHED")
+    result.environment = environment.collect(backend.environment(device))
+    result.environment["device"] = device
+    result.environment["malloc_keeps_freed_memory"] = malloc_keeps_freed
+    result.metrics = timing_metrics(measurement, examples_per_call)
+    result.metrics.update(memory_metrics(backend, device))
+    result.metrics.update(
         errors_vs_reference(results, reference_results(workload, c["task"], c["mode"], params_held, inputs_held))
     )
-    if hasattr(workload, "flops_per_call") and "time_median_s" in outcome.metrics:
-        outcome.metrics["gflops_per_s"] = workload.flops_per_call() / outcome.metrics["time_median_s"] / 1e9
-    outcome.tensors = {f"inputs/{k}": v for k, v in inputs_held.items()}
+    if hasattr(workload, "flops_per_call") and "time_median_s" in result.metrics:
+        result.metrics["gflops_per_s"] = workload.flops_per_call() / result.metrics["time_median_s"] / 1e9
+    result.tensors = {f"inputs/{k}": v for k, v in inputs_held.items()}
     if sum(v.size for v in params_held.values()) <= WEIGHTS_RECORD_LIMIT:
-        outcome.tensors.update({f"weights/{k}": v for k, v in params_held.items()})
-    outcome.tensors.update(forward_outputs(backend, workload, state, inputs))
-    outcome.tensors.update(results)
-    outcome.tensors["timings/samples_s"] = np.asarray(measurement.samples_s)
-    outcome.attrs = {
+        result.tensors.update({f"weights/{k}": v for k, v in params_held.items()})
+    result.tensors.update(forward_outputs(backend, workload, state, inputs))
+    result.tensors.update(results)
+    result.tensors["timings/samples_s"] = np.asarray(measurement.samples_s)
+    result.attrs = {
         **c,
         "device": device,
         "block_size": measurement.block_size,
         "stopped_by": measurement.stopped_by,
     }
     if hasattr(workload, "extra_metrics"):
-        outcome.metrics.update(workload.extra_metrics(backend, state, inputs, first_output))
-    if getattr(workload, "makes_images", False):
-        outcome.images = outcome.tensors["outputs/y"]
-    elif getattr(workload, "spec", None) is not None:  # a classifier: top-5 ImageNet classes per example
-        outcome.predictions = top5(outcome.tensors["outputs/y"])
+        result.metrics.update(workload.extra_metrics(backend, state, inputs, first_output))
+    if hasattr(workload, "interpret"):  # predictions or images, as the workload reads its outputs
+        read = workload.interpret(result.tensors["outputs/y"])
+        result.predictions, result.images = read.get("predictions"), read.get("images")
+    result.warnings.extend(non_finite_warnings(result.tensors))
+    if measurement.warmup_cut_short:
+        result.attrs["warmup_cut_short"] = True
+        result.warnings.append(
+            f"warm-up cut short by timing.max_time_s={cfg.timing.max_time_s} after {measurement.warmup_calls} calls: "
+            "the samples may include warm-up effects"
+        )
     if measurement.rel_iqr() > NOISY_REL_IQR:
-        outcome.warnings.append(
+        result.warnings.append(
             f"noisy measurement: IQR is {measurement.rel_iqr():.0%} of the median; "
             "raise timing.max_time_s or quiet the machine"
         )
-    return outcome
+    return result
 
 
-def top5(logits: np.ndarray) -> list[list[dict]]:
-    """Softmax probabilities of the five most likely ImageNet classes, per example."""
-    from runner.models.vision import imagenet_classes
+def non_finite_warnings(tensors: dict[str, np.ndarray]) -> list[str]:
+    """One warning per output or gradient that holds NaN or inf (from NaN inputs or weights, overflow, ...)."""
+    warnings = []
+    for name, array in tensors.items():
+        array = np.asarray(array)
+        if name.startswith(("outputs/", "gradients/")) and array.dtype.kind in "fc":
+            bad = int(array.size - np.count_nonzero(np.isfinite(array)))
+            if bad:
+                warnings.append(f"{name} holds {bad} NaN or infinite values of {array.size}")
+    return warnings
 
-    shifted = logits.astype(np.float64) - logits.max(axis=1, keepdims=True)
-    probabilities = np.exp(shifted) / np.exp(shifted).sum(axis=1, keepdims=True)
-    names = imagenet_classes()
-    return [
-        [{"label": names[i], "probability": float(row[i])} for i in np.argsort(row)[::-1][:5]] for row in probabilities
-    ]
 
-
-def write_images(folder: Path, images: np.ndarray) -> None:
-    """NCHW images in [-1, 1] (tanh outputs) -> PNG files, as seed 004 turns its output into a picture."""
-    from PIL import Image
-
-    folder.mkdir(parents=True, exist_ok=True)
-    pixels = np.clip((images.astype(np.float64) + 1.0) / 2.0, 0.0, 1.0)
-    for index, image in enumerate(pixels):
-        Image.fromarray(np.round(image.transpose(1, 2, 0) * 255).astype(np.uint8)).save(folder / f"{index:03d}.png")
+def stop_reason(interrupt: BaseException) -> str:
+    """What stopped a job, for the record: SIGTERM arrives as KeyboardInterrupt("stopped by SIGTERM")
+    (run.py and the worker's handler); a bare KeyboardInterrupt is Ctrl-C."""
+    while interrupt is not None:
+        if "SIGTERM" in str(interrupt):
+            return "terminated (SIGTERM)"
+        interrupt = interrupt.__cause__
+    return "interrupted by the user (Ctrl-C)"
 
 
 def timing_metrics(measurement: Measurement, examples_per_call: int) -> dict:
@@ -159,86 +157,45 @@ def memory_metrics(backend, device: str) -> dict:
     return metrics
 
 
-def execute(
-    cfg: DictConfig,
-    run_dir: Path,
-    parent_run_id: str | None = None,
-    track: bool = True,
-    before_timing: Callable[[], object] = lambda: None,
-) -> Outcome:
-    """Run a job and record it (result.json, tensors.h5, MLflow unless track=False) whatever its status."""
+def run_and_record(cfg: DictConfig, run_dir: Path, before_timing: Callable[[], object] = lambda: None) -> Result:
+    """Run a job in this process and write its run directory (result.json, tensors.h5), whatever its status."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     try:
-        outcome = run_job(cfg, before_timing)
+        result = run_job(cfg, before_timing)
     except ConfigError as error:
-        outcome = Outcome(status="FAILED", error=str(error))
+        result = Result(status="FAILED", error=str(error))
     except MeasurementInterrupted as interrupt:
-        outcome = Outcome(status="KILLED", error="interrupted by the user (Ctrl-C) while timing")
-        outcome.metrics = timing_metrics(interrupt.measurement, 1)
-        outcome.tensors = {"timings/samples_s": np.asarray(interrupt.measurement.samples_s)}
-    except KeyboardInterrupt:
-        outcome = Outcome(status="KILLED", error="interrupted by the user (Ctrl-C)")
+        result = Result(status="KILLED", error=f"{stop_reason(interrupt)} while timing")
+        result.metrics = timing_metrics(interrupt.measurement, getattr(interrupt, "examples_per_call", cfg.batch_size))
+        result.tensors = {"timings/samples_s": np.asarray(interrupt.measurement.samples_s)}
+    except KeyboardInterrupt as interrupt:
+        result = Result(status="KILLED", error=stop_reason(interrupt))
     except Exception as error:  # a crash in the workload is a result to record, not to lose
         (run_dir / "error.log").write_text(traceback.format_exc())
-        outcome = Outcome(status="FAILED", error=f"{type(error).__name__}: {error}".splitlines()[0])
-    record(cfg, run_dir, outcome, parent_run_id, track)
-    return outcome
+        result = Result(status="FAILED", error=f"{type(error).__name__}: {first_line(error)}")
+    record(cfg, run_dir, result)
+    return result
 
 
-def record(
-    cfg: DictConfig, run_dir: Path, outcome: Outcome, parent_run_id: str | None = None, track: bool = True
-) -> None:
-    config = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
-    result = {
-        "status": outcome.status,
-        "config": config,
-        "metrics": outcome.metrics,
-        "environment": outcome.environment,
-    }
-    if outcome.error:
-        result["error"] = outcome.error
-    if outcome.warnings:
-        result["warnings"] = outcome.warnings
-    if outcome.predictions is not None:
-        result["predictions"] = outcome.predictions
-    tracking.write_result(run_dir, result)
-    if outcome.images is not None:
-        write_images(run_dir / "images", outcome.images)
-    if outcome.tensors:
-        attrs = {**choices(cfg), **outcome.attrs, "environment": outcome.environment}
-        tracking.write_tensors(run_dir, outcome.tensors, attrs)
-    if track and cfg.tracking.name == "mlflow":
-        tracking.track(run_dir, cfg.tracking.uri, cfg.tracking.experiment, parent_run_id)
+def record(cfg: DictConfig, run_dir: Path, result: Result) -> None:
+    """Write the run directory: the resolved config goes into result.json, the choices into tensors.h5."""
+    result.config = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
+    result.attrs = {**choices(cfg), **result.attrs}
+    result.write(run_dir)
 
 
-def print_summary(cfg: DictConfig, run_dir: Path, outcome: Outcome) -> None:
+def print_summary(cfg: DictConfig, run_dir: Path, result: Result) -> None:
     """A few readable lines: what ran, how fast, how accurate, where the files are."""
     c = choices(cfg)
-    device = outcome.environment.get("device", c["device"])
-    print(f"{c['backend']} | {c['model']} | {c['task']} | {c['mode']} | {device} | {c['dtype']}: {outcome.status}")
-    if outcome.error:
-        print(f"error: {outcome.error}", file=sys.stderr)
-    for label, value in summary_rows(outcome.metrics):
-        print(f"  {label:<14}{value}")
-    for warning in outcome.warnings:
+    device = result.environment.get("device", c["device"])
+    print(f"{c['backend']} | {c['model']} | {c['task']} | {c['mode']} | {device} | {c['dtype']}: {result.status}")
+    if result.error:
+        print(f"error: {result.error}", file=sys.stderr)
+    for column in COLUMNS:
+        cell = column.cell(result.metrics)
+        if cell:
+            print(f"  {column.label:<16}{cell}")
+    for warning in result.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     print(f"  results in {run_dir}")
-
-
-def summary_rows(m: dict) -> list[tuple[str, str]]:
-    rows = []
-    if "time_median_s" in m:
-        spread = f"IQR {format_seconds(m['time_iqr_s'])}, min {format_seconds(m['time_min_s'])}"
-        count = f"{m['n_samples']} samples x {m['calls_per_sample']} calls"
-        rows.append(("median", f"{format_seconds(m['time_median_s'])}  ({spread}, {count})"))
-        rows.append(("first call", format_seconds(m["first_call_s"])))
-        rows.append(("throughput", f"{m.get('throughput_per_s', float('nan')):.4g} examples/s"))
-    if "gflops_per_s" in m:
-        rows.append(("GFLOP/s", f"{m['gflops_per_s']:.4g}"))
-    if "max_abs_err_vs_reference" in m:
-        errors = f"max abs {m['max_abs_err_vs_reference']:.3g}, max rel {m['max_rel_err_vs_reference']:.3g}"
-        rows.append(("vs float64", errors))
-    if "peak_device_mb" in m:
-        rows.append(("device memory", f"{m['peak_device_mb']:.1f} MB peak"))
-    return rows

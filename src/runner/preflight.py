@@ -6,18 +6,19 @@ composed once against the structured configs and the first failure is reported a
 
 from __future__ import annotations
 
+import os
+import re
 import sys
+import tempfile
 from pathlib import Path
 
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import MissingConfigException
 
-from runner.config import PROJECT_ROOT
+from runner.config import CONFIG_DIR, ConfigError, check_values, compose, first_line
 
-CONFIG_DIR = PROJECT_ROOT / "conf"
 MULTIRUN_FLAGS = ("-m", "--multirun")
+HYDRA_KEYS_CHECKED = ("hydra.searchpath", "hydra.run.dir", "hydra.sweep.dir")
 
 
 class BadInput(ValueError):
@@ -29,11 +30,9 @@ def check_argv(argv: list[str], config_dir: Path = CONFIG_DIR) -> None:
     if any(arg.startswith("-") and arg not in MULTIRUN_FLAGS for arg in argv):
         return  # --help, --cfg, -c job ... : Hydra's own business
     overrides = [arg for arg in argv if arg not in MULTIRUN_FLAGS]
-    try:
-        parsed = OverridesParser.create().parse_overrides(overrides)
-    except Exception as error:
-        raise BadInput(f"cannot parse overrides: {_first_line(error)}") from None
-    base = [o.input_line for o in parsed if not _is_hydra(o.key_or_group)]
+    parsed = _parse(overrides)
+    parsed = _parse(overrides + _experiment_sweeps(parsed, config_dir))
+    base = [o.input_line for o in parsed if not _is_hydra(o.key_or_group) or o.key_or_group in HYDRA_KEYS_CHECKED]
     for _index, override in enumerate(parsed):
         if _is_hydra(override.key_or_group) or not override.is_sweep_override():
             continue
@@ -41,7 +40,42 @@ def check_argv(argv: list[str], config_dir: Path = CONFIG_DIR) -> None:
             variant = list(base)
             variant[base.index(override.input_line)] = f"{_prefix(override)}{override.key_or_group}={value}"
             _compose(_singles(variant, parsed), config_dir)
-    _compose(_singles(base, parsed), config_dir)
+    cfg = _compose(_singles(base, parsed), config_dir, return_hydra_config=True)
+    key = "sweep" if any(arg in MULTIRUN_FLAGS for arg in argv) else "run"
+    check_writable(f"hydra.{key}.dir", str(cfg.hydra[key].dir))
+
+
+def check_writable(key: str, folder: str) -> None:
+    """The folder can be created (or is there) and written: a read-only place is one line, not a traceback."""
+    path = Path(folder).absolute()
+    existing = next(p for p in (path, *path.parents) if p.exists())
+    if not existing.is_dir():
+        raise BadInput(f"{key}={folder}: {existing} is not a folder")
+    try:  # a probe, as access() says yes to root on a read-only file system
+        os.rmdir(tempfile.mkdtemp(prefix=".runner-probe-", dir=existing))
+    except OSError as error:
+        raise BadInput(f"{key}={folder}: cannot create folders in {existing} ({error.strerror})") from None
+
+
+def _parse(overrides: list[str]) -> list:
+    try:
+        return OverridesParser.create().parse_overrides(overrides)
+    except Exception as error:
+        raise BadInput(f"cannot parse overrides: {first_line(error)}") from None
+
+
+def _experiment_sweeps(parsed: list, config_dir: Path) -> list[str]:
+    """The sweeps an experiment file declares (hydra.sweeper.params) that the command line does not replace:
+    a job composes with them, so `+experiment=X model.size=1` is checked with the model X's sweep picks."""
+    experiments = [o.input_line for o in parsed if o.key_or_group == "experiment"]
+    if not experiments:
+        return []
+    try:
+        params = compose(experiments, config_dir, return_hydra_config=True).hydra.sweeper.get("params") or {}
+    except Exception:  # a bad experiment name: reported when the whole list is composed
+        return []
+    given = {o.key_or_group for o in parsed}
+    return [f"{key}={value}" for key, value in params.items() if key.lstrip("+") not in given]
 
 
 def _singles(lines: list[str], parsed) -> list[str]:
@@ -64,17 +98,22 @@ def _is_hydra(key: str) -> bool:
     return key == "hydra" or key.startswith(("hydra.", "hydra/"))
 
 
-def _compose(overrides: list[str], config_dir: Path) -> None:
-    GlobalHydra.instance().clear()
+def _compose(overrides: list[str], config_dir: Path, return_hydra_config: bool = False):
+    """The composed config, its values checked (runner.config.check_values, the tracking store's path)."""
+    from runner.tracking import check_store_path
+
     try:
-        with initialize_config_dir(config_dir=str(config_dir), version_base="1.3"):
-            compose(config_name="config", overrides=overrides)
+        cfg = compose(overrides, config_dir, return_hydra_config=return_hydra_config)
+        check_values(cfg)
+        if cfg.tracking.name != "none":
+            check_store_path(cfg.tracking.uri)
+        return cfg
+    except ConfigError as error:
+        raise BadInput(str(error)) from None
     except MissingConfigException as error:
         raise BadInput(_missing_option(error, overrides)) from None
     except Exception as error:
-        raise BadInput(_composition_message(error)) from None
-    finally:
-        GlobalHydra.instance().clear()
+        raise BadInput(_composition_message(error, overrides, config_dir)) from None
 
 
 def _missing_option(error: MissingConfigException, overrides: list[str]) -> str:
@@ -83,21 +122,30 @@ def _missing_option(error: MissingConfigException, overrides: list[str]) -> str:
     options = ", ".join(sorted(error.options or []))
     if group:
         return f"{group}={value} is not an option (allowed {group}: {options})"
-    return _first_line(error)
+    return first_line(error)
 
 
-def _composition_message(error: Exception) -> str:
+def _unknown_model_setting(key: str, overrides: list[str], config_dir: Path) -> str:
+    """'model.size=5' on the mlp -> which settings this model does have."""
+    others = [o for o in overrides if not o.lstrip("+~").startswith("model.")]
+    try:
+        model = compose(others, config_dir).model
+    except Exception:
+        return f"model.{key} is not a setting of the chosen model"
+    settings = ", ".join(k for k in model if k not in ("_target_", "name", "supports"))
+    return f"model={model.name} has no setting model.{key} (its settings: {settings})"
+
+
+def _composition_message(error: Exception, overrides: list[str], config_dir: Path) -> str:
     """'Error merging override dtype=float8' + its cause -> one line naming both."""
-    head = _first_line(error)
+    head = first_line(error)
+    unknown = re.match(r"Could not override 'model\.([^']+)'", head)
+    if unknown:
+        return _unknown_model_setting(unknown.group(1), overrides, config_dir)
     cause = error.__cause__ or error.__context__
-    if cause is not None and _first_line(cause) not in head:
-        head = f"{head.removeprefix('Error merging override ').rstrip('.')}: {_first_line(cause)}"
+    if cause is not None and first_line(cause) not in head:
+        head = f"{head.removeprefix('Error merging override ').rstrip('.')}: {first_line(cause)}"
     return head
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0].strip() if text else type(error).__name__
 
 
 def main(argv: list[str] | None = None) -> None:

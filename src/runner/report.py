@@ -16,74 +16,43 @@ import numpy as np
 import pandas as pd
 
 from runner import tracking
+from runner.result import RESULT_FILE, Result, ResultUnreadable, read_samples
+from runner.table import COLUMNS, Column, format_seconds, present, rows
+from runner.table import markdown as table_markdown
 
 ALPHA = 0.05  # p-value below which a difference is called real rather than noise
 SIZE_KEYS = {"sigmoid": "params.model.size", "matmul": "params.model.n"}
 WORK_KEYS = ("params.model.name", "params.task.name", "params.batch_size", "size")  # runs that did the same work
 SERIES_KEYS = ("params.backend.name", "params.mode.name", "params.device.name", "params.dtype")
-TABLE_METRICS = (
-    "metrics.time_median_s",
-    "metrics.time_iqr_s",
-    "metrics.throughput_per_s",
-    "vs_fastest",
-    "p_value",
-    "within_noise",
-    "metrics.max_rel_err_vs_reference",
-    "metrics.first_call_s",
-    "metrics.peak_host_mb",
-)
-
-
 # -- loading -------------------------------------------------------------------------------------
 
 
 def runs_from_dirs(run_dirs: Iterable[Path]) -> pd.DataFrame:
-    """One row per run directory that holds a result.json."""
+    """One row per run directory that holds a result.json (an unreadable one is a FAILED row saying why)."""
     rows = []
     for run_dir in sorted(Path(d) for d in run_dirs):
-        if not (run_dir / tracking.RESULT_FILE).exists():
+        if not Result.exists(run_dir):
             continue
-        result = tracking.read_result(run_dir)
-        row = {"run": run_dir.name, "run_dir": str(run_dir), "status": result["status"], "error": result.get("error")}
-        row.update({f"params.{k}": v for k, v in tracking.flatten(result["config"]).items()})
-        row.update({f"metrics.{k}": v for k, v in result.get("metrics", {}).items()})
+        try:
+            result = Result.load(run_dir)
+        except ResultUnreadable as error:
+            result = Result(status="FAILED", error=str(error))
+        row = {"run": run_dir.name, "run_dir": str(run_dir), "status": result.status, "error": result.error}
+        row.update({f"params.{k}": v for k, v in tracking.run_params(result.config).items()})
+        row.update({f"metrics.{k}": v for k, v in result.metrics.items()})
         rows.append(row)
     return _finish_frame(pd.DataFrame(rows))
 
 
 def sweep_run_dirs(sweep_dir: Path) -> list[Path]:
     """The job directories of a sweep (Hydra's numbered subdirectories), in job order."""
-    dirs = [p.parent for p in Path(sweep_dir).glob(f"*/{tracking.RESULT_FILE}")]
+    dirs = [p.parent for p in Path(sweep_dir).glob(f"*/{RESULT_FILE}")]
     return sorted(dirs, key=lambda d: (not d.name.isdigit(), int(d.name) if d.name.isdigit() else 0, d.name))
 
 
 def runs_from_mlflow(uri: str, experiment: str, parent_run_id: str | None = None) -> pd.DataFrame:
     """The runs of an experiment (only the children of parent_run_id when given; never parent runs)."""
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(tracking_uri=uri)
-    found = client.get_experiment_by_name(experiment)
-    if found is None:
-        raise LookupError(f"no experiment named {experiment!r} at {uri}")
-    query = f"tags.mlflow.parentRunId = '{parent_run_id}'" if parent_run_id else ""
-    rows = []
-    runs = client.search_runs([found.experiment_id], filter_string=query, max_results=50_000)
-    for run in sorted(runs, key=lambda r: r.info.start_time):
-        tags = run.data.tags
-        if "sweep_dir" in tags:  # a sweep's parent run, not a measurement
-            continue
-        row = {
-            "run": run.info.run_id[:8],
-            "run_id": run.info.run_id,
-            "run_dir": tags.get("run_dir"),
-            "status": run.info.status,
-            "error": tags.get("error"),
-            "parent_run_id": tags.get("mlflow.parentRunId"),
-        }
-        row.update({f"params.{k}": v for k, v in run.data.params.items()})
-        row.update({f"metrics.{k}": v for k, v in run.data.metrics.items()})
-        rows.append(row)
-    return _finish_frame(pd.DataFrame(rows))
+    return _finish_frame(pd.DataFrame(tracking.search_runs(uri, experiment, parent_run_id)))
 
 
 def _finish_frame(frame: pd.DataFrame) -> pd.DataFrame:
@@ -100,21 +69,8 @@ def _finish_frame(frame: pd.DataFrame) -> pd.DataFrame:
         frame.at[i, SIZE_KEYS[m]] if m in SIZE_KEYS and SIZE_KEYS[m] in frame else np.nan
         for i, m in zip(frame.index, model, strict=True)
     ]
-    frame["samples_s"] = [_samples(d) for d in frame.get("run_dir", [None] * len(frame))]
+    frame["samples_s"] = [read_samples(d) if d else None for d in frame.get("run_dir", [None] * len(frame))]
     return frame
-
-
-def _samples(run_dir: str | None) -> np.ndarray | None:
-    path = Path(run_dir) / tracking.TENSORS_FILE if run_dir else None
-    if path is None or not path.exists():
-        return None
-    import h5py
-
-    try:
-        with h5py.File(path, "r") as f:
-            return f["timings/samples_s"][()] if "timings/samples_s" in f else None
-    except OSError:
-        return None
 
 
 # -- comparing -----------------------------------------------------------------------------------
@@ -174,22 +130,61 @@ def noise_test(a: np.ndarray | None, b: np.ndarray | None) -> tuple[float, str]:
 
 
 def table(frame: pd.DataFrame) -> pd.DataFrame:
-    """The columns a person reads: run, status, what varied, timings and the comparison."""
+    """Raw numbers for runs.csv: run, status, what varied, the table's columns, error."""
     frame = compare(frame)
-    columns = ["run", "status", *varied_params(frame), *(c for c in TABLE_METRICS if c in frame), "error"]
-    out = frame[[c for c in columns if c in frame]].copy()
-    return out.rename(columns={c: short_name(c) for c in out.columns})
+    records = _records(frame)
+    columns = present(COLUMNS, records)
+    out = pd.DataFrame({"run": frame["run"].to_numpy(), "status": frame["status"].to_numpy()})
+    for key in varied_params(frame):
+        out[short_name(key)] = frame[key].to_numpy()
+    keys = [c.key for c in columns if c.key != "noise"] + ["p_value", "within_noise"]  # raw numbers, not prose
+    for key in keys:
+        out[key] = [r.get(key) for r in records]
+    out["error"] = frame["error"].to_numpy() if "error" in frame else None
+    return out
+
+
+def human_table(frame: pd.DataFrame, columns: tuple[Column, ...] = COLUMNS) -> tuple[list[str], list[list[str]]]:
+    """Headers and formatted cells (human units): run, status, what varied, then the table's columns."""
+    frame = compare(frame)
+    records = _records(frame)
+    shown = present(columns, records)
+    varied = varied_params(frame)
+    headers = ["run", "status", *(short_name(k) for k in varied), *(c.label for c in shown)]
+    cells = [
+        [str(row["run"]), str(row["status"]), *(str(row[k]) for k in varied), *cells]
+        for (_, row), cells in zip(frame.iterrows(), rows(shown, records), strict=True)
+    ]
+    return headers, cells
 
 
 def markdown(frame: pd.DataFrame) -> str:
-    def cell(value) -> str:
-        if value is None or (isinstance(value, float) and math.isnan(value)):
-            return ""
-        return f"{value:.4g}" if isinstance(value, float) else str(value).replace("|", "\\|")
+    """runs.md / summary.md: the human table as markdown, then one line per run that did not finish."""
+    text = table_markdown(*human_table(frame))
+    failed = frame[frame["status"] != "FINISHED"]
+    if not failed.empty:
+        text += "\n## Not finished\n\n" + "".join(
+            f"- {r['run']} ({r['status']}): {r['error']}\n" for _, r in failed.iterrows()
+        )
+    return text
 
-    lines = ["| " + " | ".join(frame.columns) + " |", "|" + "---|" * len(frame.columns)]
-    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in frame.itertuples(index=False)]
-    return "\n".join(lines) + "\n"
+
+def _noise(verdict: str | None, p: float | None) -> str | None:
+    """'yes (p=0.31)' / 'no (p=0.0002)' / 'fastest' / why it cannot tell."""
+    if verdict in ("yes", "no") and p is not None and not math.isnan(p):
+        return f"{verdict} (p={p:.2g})"
+    return verdict
+
+
+def _records(frame: pd.DataFrame) -> list[dict]:
+    """Per run, the values the table's columns read: metrics by their own names, and the comparison."""
+    records = []
+    for _, row in frame.iterrows():
+        record = {k.removeprefix("metrics."): v for k, v in row.items() if str(k).startswith("metrics.")}
+        record.update({k: row.get(k) for k in ("vs_fastest", "p_value", "within_noise")})
+        record["noise"] = _noise(row.get("within_noise"), row.get("p_value"))
+        records.append(record)
+    return records
 
 
 # -- plots ---------------------------------------------------------------------------------------
@@ -307,8 +302,6 @@ def _seconds_axis(axis) -> None:
     """A log axis of seconds labelled '10 µs', '1 ms', ..."""
     from matplotlib.ticker import FuncFormatter, NullFormatter
 
-    from runner.timing import format_seconds
-
     axis.axes.set_xscale("log") if axis is axis.axes.xaxis else axis.axes.set_yscale("log")
     axis.set_major_formatter(FuncFormatter(lambda value, _: format_seconds(value)))
     axis.set_minor_formatter(NullFormatter())
@@ -332,10 +325,9 @@ def write_report(frame: pd.DataFrame, out_dir: Path) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     if frame.empty:
         raise LookupError("no runs to report")
-    rows = table(frame)
     written = [out_dir / "runs.csv", out_dir / "runs.md"]
-    rows.to_csv(written[0], index=False)
-    written[1].write_text(markdown(rows))
+    table(frame).to_csv(written[0], index=False)
+    written[1].write_text(markdown(frame))
     plots = (
         plot_times(frame, out_dir / "time_per_config.png"),
         plot_time_vs_size(frame, out_dir / "time_vs_size.png"),
@@ -346,8 +338,4 @@ def write_report(frame: pd.DataFrame, out_dir: Path) -> list[Path]:
 
 def log_to_parent(uri: str, parent_run_id: str, files: list[Path], artifact_path: str = "report") -> None:
     """Attach report files to a sweep's parent run."""
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(tracking_uri=uri)
-    for path in files:
-        tracking.retry_on_lock(client.log_artifact, parent_run_id, str(path), artifact_path)
+    tracking.log_files(uri, parent_run_id, files, artifact_path)

@@ -12,7 +12,6 @@ the parent run, ends the parent with a truthful status and returns the sweep's e
 from __future__ import annotations
 
 import json
-import math
 import sys
 import time
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from runner import tracking
+from runner.config import first_line
 
 SWEEP_FILE = "sweep.json"
 EXIT_INTERRUPTED = 130
@@ -71,9 +71,9 @@ def start(config: DictConfig) -> Sweep:
         )
     if note["tracking"] == "mlflow":
         try:
-            note["parent_run_id"] = create_parent_run(note)
+            note["parent_run_id"] = tracking.create_parent_run(note)
         except Exception as error:  # the store is down: jobs keep their results locally for `runner sync`
-            note["error"] = _first_line(error)
+            note["error"] = first_line(error)
             print(f"warning: no parent run in MLflow at {note['uri']} ({note['error']})", file=sys.stderr)
     write_note(sweep_dir, note)
     _active = Sweep(sweep_dir, note)
@@ -90,32 +90,6 @@ def parallel_launcher(launcher: DictConfig) -> str | None:
     if target.endswith("submitit_launcher.LocalLauncher"):
         return "submitit's local executor runs the jobs at once on this machine"
     return None
-
-
-def create_parent_run(note: dict) -> str:
-    tracking.check_reachable(note["uri"])
-    tracking.open_store(note["uri"])
-    from mlflow.entities import Param
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(tracking_uri=note["uri"])
-    experiment_id = tracking.ensure_experiment(client, note["uri"], note["experiment"])
-    tags = {
-        "mlflow.runName": f"sweep {Path(note['sweep_dir']).parent.name}/{Path(note['sweep_dir']).name}",
-        "sweep_dir": note["sweep_dir"],
-        "launcher": note["launcher"],
-        "overrides": " ".join(note["overrides"])[:5000],
-    }
-    run = tracking.retry_on_lock(client.create_run, experiment_id, tags=tags)
-    params = [Param(k, v) for k, v in dict(_split_override(o) for o in note["overrides"]).items()]  # last wins
-    if params:
-        tracking.retry_on_lock(client.log_batch, run.info.run_id, params=params)
-    return run.info.run_id
-
-
-def _split_override(override: str) -> tuple[str, str]:
-    key, _, value = override.partition("=")
-    return key.lstrip("+~"), value[:6000]
 
 
 def write_note(sweep_dir: Path, note: dict) -> None:
@@ -154,7 +128,8 @@ def finish(interrupted: bool = False) -> int | None:
         print_table(frame, sweep.sweep_dir)
         files = _write_files(frame, sweep.sweep_dir)
     elif not interrupted:
-        print(f"error: the sweep in {sweep.sweep_dir} recorded no job", file=sys.stderr)
+        reason = sweep.note.get("launch_error") or f"the sweep in {sweep.sweep_dir} recorded no job"
+        print(f"error: {reason}", file=sys.stderr)
     sweep.note.update(status=status, ended=time.strftime("%Y-%m-%d %H:%M:%S"), n_jobs=len(statuses))
     write_note(sweep.sweep_dir, sweep.note)
     if sweep.note.get("parent_run_id"):
@@ -178,78 +153,46 @@ def _write_files(frame, sweep_dir: Path) -> list[Path]:
     try:
         files = report.write_report(frame, sweep_dir / "report")
     except Exception as error:  # a plot that cannot be drawn must not hide the results
-        print(f"warning: could not write the sweep's report ({_first_line(error)})", file=sys.stderr)
+        print(f"warning: could not write the sweep's report ({first_line(error)})", file=sys.stderr)
     summary = sweep_dir / "summary.md"
-    summary.write_text(_summary_markdown(frame))
+    summary.write_text(f"# Sweep summary\n\n{report.markdown(frame)}")
     return [summary, *files]
 
 
-def _summary_markdown(frame) -> str:
-    from runner import report
-
-    rows = report.table(frame)
-    failed = frame[frame["status"] != "FINISHED"]
-    text = f"# Sweep summary\n\n{report.markdown(rows)}"
-    if not failed.empty:
-        text += "\n## Not finished\n\n" + "".join(
-            f"- job {r['run']} ({r['status']}): {r['error']}\n" for _, r in failed.iterrows()
-        )
-    return text
-
-
 def _close_parent(sweep: Sweep, statuses: list[str], status: str, files: list[Path]) -> None:
-    from mlflow.entities import Metric
-    from mlflow.tracking import MlflowClient
-
-    note = sweep.note
-    run_id = note["parent_run_id"]
+    counts = {
+        "n_jobs": len(statuses),
+        "n_finished": statuses.count("FINISHED"),
+        "n_failed": statuses.count("FAILED"),
+        "n_killed": statuses.count("KILLED"),
+    }
+    files = [sweep.sweep_dir / SWEEP_FILE, sweep.sweep_dir / "multirun.yaml", *files]
     try:
-        client = MlflowClient(tracking_uri=note["uri"])
-        now = int(time.time() * 1000)
-        counts = {
-            "n_jobs": len(statuses),
-            "n_finished": statuses.count("FINISHED"),
-            "n_failed": statuses.count("FAILED"),
-            "n_killed": statuses.count("KILLED"),
-        }
-        metrics = [Metric(k, float(v), now, 0) for k, v in counts.items()]
-        tracking.retry_on_lock(client.log_batch, run_id, metrics=metrics)
-        for path in [sweep.sweep_dir / SWEEP_FILE, sweep.sweep_dir / "multirun.yaml", *files]:
-            if path.exists():
-                folder = "report" if path.parent.name == "report" else None
-                tracking.retry_on_lock(client.log_artifact, run_id, str(path), folder)
-        tracking.retry_on_lock(client.set_terminated, run_id, status)
+        tracking.close_parent_run(sweep.note["uri"], sweep.note["parent_run_id"], counts, files, status)
+        sweep.note["parent_closed"] = True
+        write_note(sweep.sweep_dir, sweep.note)
     except Exception as error:
-        print(f"warning: could not close the parent run {run_id} ({_first_line(error)})", file=sys.stderr)
+        print(
+            f"warning: could not close the parent run {sweep.note['parent_run_id']} ({first_line(error)})",
+            file=sys.stderr,
+        )
 
 
 def print_table(frame, sweep_dir: Path) -> None:
-    """One row per job: what varied, median ± IQR, throughput, vs the fastest, noise, error."""
+    """One row per job: what varied, status, the table's columns in human units; then what failed."""
     from rich.console import Console
     from rich.table import Table
 
     from runner import report
-    from runner.timing import format_seconds
+    from runner.table import SWEEP_COLUMNS
 
-    frame = report.compare(frame)
-    varied = report.varied_params(frame)
+    headers, cells = report.human_table(frame, SWEEP_COLUMNS)
     table = Table(title=f"Sweep: {len(frame)} jobs in {sweep_dir}", title_justify="left")
-    columns = ["job", *(report.short_name(c) for c in varied), "status", "median ± IQR", "first call", "examples/s"]
-    for column in [*columns, "time / fastest", "within noise (MWU p)", "max rel err"]:
-        table.add_column(column, overflow="fold")
-    for _, row in frame.iterrows():
-        median = row.get("metrics.time_median_s")
-        timed = median is not None and not _nan(median)
-        cells = [str(row["run"]), *(str(row[c]) for c in varied), _status(row["status"])]
-        cells += [
-            f"{format_seconds(median)} ± {format_seconds(row['metrics.time_iqr_s'])}" if timed else "",
-            format_seconds(row["metrics.first_call_s"]) if timed else "",  # tracing, compilation, device start-up
-            _num(row.get("metrics.throughput_per_s")),
-            "" if _nan(row["vs_fastest"]) else f"{row['vs_fastest']:.2f}x",
-            _noise(row["within_noise"], row["p_value"]),
-            _num(row.get("metrics.max_rel_err_vs_reference")),
-        ]
-        table.add_row(*cells)
+    for header in headers:
+        table.add_column(header, overflow="fold")
+    for row in cells:
+        row[1] = _status(row[1])
+        table.add_row(*row)
     console = Console() if sys.stdout.isatty() else Console(width=160)
     console.print(table)
     for _, row in frame[frame["status"] != "FINISHED"].iterrows():
@@ -260,28 +203,8 @@ def _status(status: str) -> str:
     return {"FINISHED": "[green]FINISHED[/]", "FAILED": "[bold red]FAILED[/]"}.get(status, f"[yellow]{status}[/]")
 
 
-def _noise(verdict, p) -> str:
-    if verdict is None:
-        return ""
-    return f"{verdict} (p={p:.2g})" if verdict in ("yes", "no") else verdict
-
-
-def _num(value) -> str:
-    return "" if value is None or _nan(value) else f"{value:.3g}"
-
-
-def _nan(value) -> bool:
-    return isinstance(value, float) and math.isnan(value)
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
-
-
 def sync_sweep(sweep_dir: Path, uri: str | None, sync_one) -> list[tuple[Path, str]]:
     """Upload a sweep kept locally: its parent run (created now if the store was down), then its jobs."""
-    from runner import report
 
     sweep_dir = Path(sweep_dir)
     note = read_note(sweep_dir)
@@ -291,27 +214,52 @@ def sync_sweep(sweep_dir: Path, uri: str | None, sync_one) -> list[tuple[Path, s
     lines: list[tuple[Path, str]] = []
     if not note.get("parent_run_id"):
         try:
-            note["parent_run_id"] = create_parent_run(note)
+            note["parent_run_id"] = tracking.create_parent_run(note)
         except Exception as error:
-            return [(sweep_dir, f"error: could not create the parent run ({_first_line(error)})")]
+            return [(sweep_dir, f"error: could not create the parent run ({first_line(error)})")]
         note.pop("error", None)
         write_note(sweep_dir, note)
         lines.append((sweep_dir, f"parent run {note['parent_run_id']} created"))
-    run_dirs = report.sweep_run_dirs(sweep_dir)
+    run_dirs = job_dirs(sweep_dir)
     for run_dir in run_dirs:
         _adopt(run_dir, note["parent_run_id"])
         lines.append((run_dir, sync_one(run_dir, uri)))
-    statuses = [tracking.read_result(d)["status"] for d in run_dirs]
-    status = note.get("status") or sweep_status(statuses, interrupted=False)
+    statuses = [job_status(d) for d in run_dirs]
+    # A sweep that never reached `finish` was stopped (its launcher killed): never FINISHED.
+    status = note.get("status") or sweep_status(statuses, interrupted=True)
     files = [p for p in [sweep_dir / "summary.md", *sorted((sweep_dir / "report").glob("*"))] if p.is_file()]
-    _close_parent(Sweep(sweep_dir, note), statuses, status, files)
+    uploaded = any(not line.startswith("already") for _, line in lines)
+    if uploaded or not note.get("parent_closed"):
+        _close_parent(Sweep(sweep_dir, note), statuses, status, files)
     return lines
+
+
+def job_dirs(sweep_dir: Path) -> list[Path]:
+    """The job directories of a sweep: those with a result, and those whose job never recorded one."""
+    from runner import report
+
+    found = set(report.sweep_run_dirs(sweep_dir))
+    found |= {p.parent for p in Path(sweep_dir).glob(f"*/{tracking.TRACKING_FILE}")}
+    return sorted(found, key=lambda d: (not d.name.isdigit(), int(d.name) if d.name.isdigit() else 0, d.name))
+
+
+def job_status(run_dir: Path) -> str:
+    """A job's recorded status; an unreadable record is FAILED, a missing one KILLED."""
+    from runner.result import Result, ResultUnreadable
+
+    if not Result.exists(run_dir):
+        return "KILLED"
+    try:
+        return Result.load(run_dir).status
+    except ResultUnreadable:
+        return "FAILED"
 
 
 def _adopt(run_dir: Path, parent_id: str) -> None:
     """A job that ran while there was no parent run becomes a child of the one created at sync."""
-    path = run_dir / tracking.TRACKING_FILE
-    if path.exists():
-        job_note = json.loads(path.read_text())
-        if not job_note.get("synced") and not job_note.get("parent_run_id"):
-            path.write_text(json.dumps({**job_note, "parent_run_id": parent_id}, indent=2) + "\n")
+    try:
+        job_note = tracking.read_note(run_dir)
+    except ValueError:  # an unreadable note: its sync says so
+        return
+    if job_note and not job_note.get("synced") and not job_note.get("parent_run_id"):
+        tracking.write_note(run_dir, {**job_note, "parent_run_id": parent_id})

@@ -1,58 +1,38 @@
-"""Recording: result.json and tensors.h5 in the run directory, then (optionally) an MLflow run.
+"""MLflow: every call to it is here. Runs, sweep parent runs, searches for reports, later uploads.
 
+A run is complete in its directory (result.json, tensors.h5: runner.result) before MLflow is touched;
 MLflow is fed from the run directory alone, so a run that could not reach its tracking store
 when it ran is uploaded later, unchanged, by `runner sync RUN_DIR`.
+
+Nothing is lost and nothing is doubled: a pending tracking.json (uri, experiment, parent, a stable
+`run_key`) is written before the job starts; each MLflow run carries the tag `runner.run_key`, and its
+id is noted as soon as it exists, so a later sync replaces a partial upload instead of adding a copy.
+A new SQLite store is created by one process at a time (an flock beside the database).
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import gc
+import hashlib
 import json
+import logging
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import numpy as np
+from runner.config import ConfigError, first_line, is_capability
+from runner.result import RESULT_FILE, TENSORS_FILE, Result
 
-RESULT_FILE = "result.json"
-TENSORS_FILE = "tensors.h5"
 TRACKING_FILE = "tracking.json"  # where (and whether) the run reached MLflow
+RUN_KEY_TAG = "runner.run_key"  # the run directory + its start: one MLflow run per key
+NO_RESULT = "the run's processes ended before it recorded a result (found by runner sync)"
 # A tracking server that is down should cost seconds, not MLflow's default minutes of retries.
 os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
 os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
-
-
-def write_result(run_dir: Path, result: dict) -> Path:
-    path = Path(run_dir) / RESULT_FILE
-    path.write_text(json.dumps(result, indent=2, default=_json_default) + "\n")
-    return path
-
-
-def read_result(run_dir: Path) -> dict:
-    return json.loads((Path(run_dir) / RESULT_FILE).read_text())
-
-
-def _json_default(value):
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    return str(value)
-
-
-def write_tensors(run_dir: Path, tensors: dict[str, np.ndarray], attrs: dict) -> Path:
-    """tensors.h5: datasets at their paths ("inputs/x", "gradients/dense.weight", ...), root attrs."""
-    import h5py
-
-    path = Path(run_dir) / TENSORS_FILE
-    with h5py.File(path, "w") as f:
-        for name, array in tensors.items():
-            f.create_dataset(name, data=np.asarray(array))
-        for key, value in attrs.items():
-            f.attrs[key] = value if isinstance(value, str | int | float) else json.dumps(value, default=str)
-    return path
 
 
 # -- MLflow ------------------------------------------------------------------------------------
@@ -70,6 +50,11 @@ def flatten(config: dict, prefix: str = "") -> dict[str, str]:
     return flat
 
 
+def run_params(config: dict) -> dict[str, str]:
+    """The run's parameters: its flattened config without the capability data (runner.config)."""
+    return {k: v for k, v in flatten(config).items() if not is_capability(k)}
+
+
 def run_name(config: dict) -> str:
     return "-".join(str(_choice(config, key)) for key in ("backend", "model", "task", "mode", "device", "dtype"))
 
@@ -83,16 +68,21 @@ def open_store(uri: str) -> None:
     """Import MLflow and open the store at `uri` (MLflow caches it): the slow part of logging a run.
 
     The garbage collector is paused meanwhile, then told to leave what was loaded alone (gc.freeze):
-    importing MLflow's ~2,000 modules triggers collections that find nothing to free (1.7 s -> 1.2 s
-    for a local SQLite store), and a later full collection over them costs 0.2 s more per run.
+    importing MLflow's ~2,000 modules triggers collections that find nothing to free, and a later full
+    collection over them would cost every later run again (measured in BENCHMARKS.md, start-up).
     """
     first_time, collecting = "mlflow.tracking" not in sys.modules, gc.isenabled()
     gc.disable()
     try:
         from mlflow.entities import Metric, Param, RunTag  # noqa: F401 - imported here, used by log_to_mlflow
-        from mlflow.tracking import MlflowClient
 
-        retry_on_lock(MlflowClient, tracking_uri=uri)  # opens a database store; a server is not contacted
+        for name in ("alembic", "mlflow.store.db.utils"):  # creating the tables is not the user's news
+            logging.getLogger(name).setLevel(logging.WARNING)
+        check_store_path(uri)
+        if sqlite_path(uri) is not None:
+            sqlite_path(uri).parent.mkdir(exist_ok=True)
+        with store_lock(uri):  # creating the tables is not safe from two processes at once
+            retry_on_lock(client, uri)  # opens a database store; a server is not contacted
         if first_time:  # later jobs of a sweep freeze nothing more: their garbage stays collectable
             gc.freeze()
     finally:
@@ -100,19 +90,65 @@ def open_store(uri: str) -> None:
             gc.enable()
 
 
+def sqlite_path(uri: str) -> Path | None:
+    """The database file of a local SQLite store (None for a server or an in-memory database)."""
+    if not uri.startswith("sqlite:///") or uri.startswith("sqlite:///:memory:"):
+        return None
+    return Path(uri.removeprefix("sqlite:///").split("?", 1)[0])
+
+
+def check_store_path(uri: str) -> None:
+    """A local store must be creatable or writable where it is: checked before MLflow, which would retry for
+    minutes (or create folders) first."""
+    path = sqlite_path(uri)
+    if path is None:
+        return
+    if path.exists():
+        if not path.is_file() or not os.access(path, os.R_OK | os.W_OK):
+            raise ConfigError(f"tracking.uri={uri}: {path} is not a database file this user can write")
+        return
+    folder = path.parent.absolute()
+    # The store's own folder may be new (outputs/ in a fresh clone), made by open_store; nothing above it.
+    existing = folder if folder.is_dir() else folder.parent
+    if not existing.is_dir() or (existing != folder and existing == Path(existing.anchor)):
+        raise ConfigError(f"tracking.uri={uri}: the folder {folder} does not exist")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(f"tracking.uri={uri}: cannot create a database in {folder} (not writable)")
+
+
+@contextlib.contextmanager
+def store_lock(uri: str) -> Iterator[None]:
+    """Hold an exclusive flock on `DB.lock` beside a local SQLite store (nothing for a server)."""
+    path = sqlite_path(uri)
+    if path is None:
+        yield
+        return
+    with open(path.with_name(path.name + ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def client(uri: str):
+    """An MlflowClient for `uri` (MLflow caches the store behind it)."""
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=uri)
+
+
 def log_to_mlflow(run_dir: Path, uri: str, experiment: str, parent_run_id: str | None = None) -> str:
     """Create one MLflow run from the files in run_dir; returns its run id."""
     open_store(uri)
-    from mlflow.entities import Metric, Param, RunTag
-    from mlflow.tracking import MlflowClient
 
     run_dir = Path(run_dir)
-    result = read_result(run_dir)
-    client = MlflowClient(tracking_uri=uri)
-    experiment_id = ensure_experiment(client, uri, experiment)
-    env = result.get("environment", {})
+    result = Result.load(run_dir)
+    mlflow = client(uri)
+    experiment_id = ensure_experiment(mlflow, uri, experiment)
+    env = result.environment
     tags = {
-        "mlflow.runName": run_name(result["config"]),
+        "mlflow.runName": run_name(result.config),
         "git_commit": env.get("git_commit", "unknown"),
         "device_name": env.get("device_name", "unknown"),
         "cpu": env.get("cpu", "unknown"),
@@ -121,40 +157,76 @@ def log_to_mlflow(run_dir: Path, uri: str, experiment: str, parent_run_id: str |
         "framework_version": env.get("framework_version", "unknown"),
         "run_dir": str(run_dir.resolve()),
     }
-    if "error" in result:
-        tags["error"] = result["error"][:5000]
-    if "output_tail" in result:
-        tags["output_tail"] = result["output_tail"][-5000:]
+    if result.error:
+        tags["error"] = result.error[:5000]
+    if result.output_tail:
+        tags["output_tail"] = result.output_tail[-5000:]
     if parent_run_id:
         tags["mlflow.parentRunId"] = parent_run_id
-    run = retry_on_lock(client.create_run, experiment_id, tags=tags)
+    note = read_note(run_dir)
+    tags[RUN_KEY_TAG] = note.get("run_key") or run_key(run_dir)
+    _remove_partial_uploads(mlflow, experiment_id, tags[RUN_KEY_TAG], note.get("run_id"))
+    run = retry_on_lock(mlflow.create_run, experiment_id, tags=tags)
     run_id = run.info.run_id
-    now = int(time.time() * 1000)
-    metrics = [Metric(k, float(v), now, 0) for k, v in result["metrics"].items() if isinstance(v, int | float)]
-    params = [Param(k, v[:6000]) for k, v in flatten(result["config"]).items()]
-    env_tags = [RunTag(f"env.{k}", str(v)[:5000]) for k, v in env.items()]
-    retry_on_lock(client.log_batch, run_id, metrics=metrics, params=params, tags=env_tags)
-    for name in (RESULT_FILE, TENSORS_FILE, "job.log", "error.log"):
-        if (run_dir / name).exists():
-            retry_on_lock(client.log_artifact, run_id, str(run_dir / name))
-    for folder, artifact_path in ((".hydra", "hydra"), ("images", "images")):
-        if (run_dir / folder).is_dir():
-            retry_on_lock(client.log_artifacts, run_id, str(run_dir / folder), artifact_path)
-    retry_on_lock(client.set_terminated, run_id, result["status"])
+    write_note(run_dir, {**note, "uri": uri, "experiment": experiment, "run_id": run_id, "synced": False})
+    try:
+        _log_contents(mlflow, run_id, run_dir, result)
+    except BaseException:
+        _end_failed(mlflow, run_id)
+        raise
+    retry_on_lock(mlflow.set_terminated, run_id, result.status)
     return run_id
 
 
-def ensure_experiment(client, uri: str, name: str) -> str:
+def _end_failed(mlflow, run_id: str) -> None:
+    """A run whose upload broke off ends FAILED, never stays RUNNING; the next sync replaces it."""
+    with contextlib.suppress(Exception):
+        mlflow.set_terminated(run_id, "FAILED")
+
+
+def _remove_partial_uploads(mlflow, experiment_id: str, key: str, noted_run_id: str | None) -> None:
+    """Delete the runs an earlier, broken-off upload of this run directory left (so sync never doubles)."""
+    found = retry_on_lock(mlflow.search_runs, [experiment_id], filter_string=f"tags.`{RUN_KEY_TAG}` = '{key}'")
+    run_ids = {run.info.run_id for run in found}
+    if noted_run_id:
+        run_ids.add(noted_run_id)
+    for run_id in run_ids:
+        with contextlib.suppress(Exception):  # already deleted, or in another store
+            retry_on_lock(mlflow.delete_run, run_id)
+
+
+def _log_contents(mlflow, run_id: str, run_dir: Path, result: Result) -> None:
+    from mlflow.entities import Metric, Param, RunTag
+
+    env = result.environment
+    now = int(time.time() * 1000)
+    metrics = [Metric(k, float(v), now, 0) for k, v in result.metrics.items() if isinstance(v, int | float)]
+    params = [Param(k, v[:6000]) for k, v in run_params(result.config).items()]
+    env_tags = [RunTag(f"env.{k}", str(v)[:5000]) for k, v in env.items()]
+    retry_on_lock(mlflow.log_batch, run_id, metrics=metrics, params=params, tags=env_tags)
+    for name in (RESULT_FILE, TENSORS_FILE, "job.log", "error.log"):
+        if (run_dir / name).exists():
+            retry_on_lock(mlflow.log_artifact, run_id, str(run_dir / name))
+    for folder, artifact_path in ((".hydra", "hydra"), ("images", "images")):
+        if (run_dir / folder).is_dir():
+            retry_on_lock(mlflow.log_artifacts, run_id, str(run_dir / folder), artifact_path)
+
+
+def ensure_experiment(mlflow, uri: str, name: str) -> str:
     """The experiment's id, creating it (artifacts beside a local SQLite store) if it is new."""
     from mlflow.exceptions import MlflowException
 
-    existing = retry_on_lock(client.get_experiment_by_name, name)
-    if existing is not None:
-        return existing.experiment_id
-    try:
-        return retry_on_lock(client.create_experiment, name, artifact_location=_artifact_location(uri, name))
-    except MlflowException:  # created meanwhile by a parallel job
-        return retry_on_lock(client.get_experiment_by_name, name).experiment_id
+    with store_lock(uri):  # two processes must not both find it missing and both create it
+        existing = retry_on_lock(mlflow.get_experiment_by_name, name)
+        if existing is not None:
+            return existing.experiment_id
+        try:
+            return retry_on_lock(mlflow.create_experiment, name, artifact_location=_artifact_location(uri, name))
+        except MlflowException as error:  # created meanwhile by a process of another machine
+            existing = retry_on_lock(mlflow.get_experiment_by_name, name)
+            if existing is None:
+                raise ConfigError(f"MLflow cannot create the experiment {name!r} ({first_line(error)})") from None
+            return existing.experiment_id
 
 
 def _artifact_location(uri: str, experiment: str) -> str | None:
@@ -176,6 +248,36 @@ def retry_on_lock(call: Callable, *args, attempts: int = 8, **kwargs):
     raise AssertionError("unreachable")
 
 
+def run_key(run_dir: Path) -> str:
+    """A stable key for one run of one directory: its absolute path and the time it started."""
+    text = f"{Path(run_dir).resolve()}@{time.time_ns()}"
+    return hashlib.sha1(text.encode(), usedforsecurity=False).hexdigest()
+
+
+def read_note(run_dir: Path) -> dict:
+    path = Path(run_dir) / TRACKING_FILE
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        return {}
+    except ValueError:
+        raise ConfigError(f"{path} cannot be read (not JSON): upload with runner sync --tracking-uri URI") from None
+
+
+def write_note(run_dir: Path, note: dict) -> None:
+    """tracking.json, whole or not at all."""
+    path = Path(run_dir) / TRACKING_FILE
+    temporary = path.with_name(f".{TRACKING_FILE}.{os.getpid()}.tmp")
+    temporary.write_text(json.dumps(note, indent=2) + "\n")
+    os.replace(temporary, path)
+
+
+def write_pending(run_dir: Path, uri: str, experiment: str, parent_run_id: str | None) -> None:
+    """Before the job starts: where it is to be logged, so that `runner sync` can upload it whatever happens."""
+    note = {"uri": uri, "experiment": experiment, "parent_run_id": parent_run_id, "run_key": run_key(run_dir)}
+    write_note(run_dir, {**note, "run_id": None, "synced": False})
+
+
 def track(run_dir: Path, uri: str, experiment: str, parent_run_id: str | None = None) -> str | None:
     """Log run_dir to MLflow; on failure keep everything local, say so, and leave a note for sync."""
     note = {"uri": uri, "experiment": experiment, "parent_run_id": parent_run_id}
@@ -183,22 +285,29 @@ def track(run_dir: Path, uri: str, experiment: str, parent_run_id: str | None = 
         check_reachable(uri)
         run_id = log_to_mlflow(run_dir, uri, experiment, parent_run_id)
     except Exception as error:  # the store is down, locked or unreachable: results stay on disk
-        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        note.update(run_id=None, synced=False, error=reason)
-        (Path(run_dir) / TRACKING_FILE).write_text(json.dumps(note, indent=2) + "\n")
+        reason = first_line(error)
+        write_note(run_dir, {**_safe_note(run_dir), **note, "synced": False, "error": reason})
         print(
             f"warning: could not log to MLflow at {uri} ({reason}); results are kept in {run_dir} "
             f"-- upload them later with: runner sync {run_dir}",
             file=sys.stderr,
         )
         return None
-    note.update(run_id=run_id, synced=True)
-    (Path(run_dir) / TRACKING_FILE).write_text(json.dumps(note, indent=2) + "\n")
+    write_note(run_dir, {**read_note(run_dir), **note, "run_id": run_id, "synced": True})
     return run_id
 
 
+def _safe_note(run_dir: Path) -> dict:
+    try:
+        return read_note(run_dir)
+    except ConfigError:
+        return {}
+
+
 def check_reachable(uri: str, timeout_s: float = 5.0) -> None:
-    """Fail fast when a tracking server does not answer: MLflow's own retries would wait minutes."""
+    """Fail fast when a tracking server does not answer or a local store cannot be written: MLflow's own
+    retries would wait minutes."""
+    check_store_path(uri)
     if not uri.startswith(("http://", "https://")):
         return
     import urllib.error
@@ -213,15 +322,97 @@ def check_reachable(uri: str, timeout_s: float = 5.0) -> None:
 
 
 def sync(run_dir: Path, uri: str | None = None) -> str | None:
-    """Upload a run that could not reach its store when it ran; returns the new run id."""
-    note_path = Path(run_dir) / TRACKING_FILE
-    if not note_path.exists():
+    """Upload a run that could not reach its store when it ran (or whose processes were killed); returns
+    the new run id, None when it is in MLflow already."""
+    run_dir = Path(run_dir)
+    note = read_note(run_dir)
+    if not note:
         raise FileNotFoundError(f"{run_dir} has no {TRACKING_FILE}: it was not a tracked run")
-    note = json.loads(note_path.read_text())
     if note.get("synced"):
         return None
-    check_reachable(uri or note["uri"])
-    run_id = log_to_mlflow(Path(run_dir), uri or note["uri"], note["experiment"], note.get("parent_run_id"))
-    note.update(run_id=run_id, synced=True, error=None, uri=uri or note["uri"])
-    note_path.write_text(json.dumps(note, indent=2) + "\n")
+    if not Result.exists(run_dir):  # the worker and its launcher died before recording anything
+        Result(status="KILLED", error=NO_RESULT).save(run_dir)
+    uri = uri or note["uri"]
+    check_reachable(uri)
+    run_id = log_to_mlflow(run_dir, uri, note["experiment"], note.get("parent_run_id"))
+    write_note(run_dir, {**read_note(run_dir), "run_id": run_id, "synced": True, "error": None, "uri": uri})
     return run_id
+
+
+# -- sweeps: a parent run, and reports over runs ------------------------------------------------
+
+
+def create_parent_run(note: dict) -> str:
+    """The parent run of a sweep (`note` is its sweep.json); its params are the sweep's overrides."""
+    check_reachable(note["uri"])
+    open_store(note["uri"])
+    from mlflow.entities import Param
+
+    mlflow = client(note["uri"])
+    experiment_id = ensure_experiment(mlflow, note["uri"], note["experiment"])
+    sweep_dir = Path(note["sweep_dir"])
+    tags = {
+        "mlflow.runName": f"sweep {sweep_dir.parent.name}/{sweep_dir.name}",
+        "sweep_dir": note["sweep_dir"],
+        "launcher": note["launcher"],
+        "overrides": " ".join(note["overrides"])[:5000],
+    }
+    run = retry_on_lock(mlflow.create_run, experiment_id, tags=tags)
+    params = [Param(k, v) for k, v in dict(_split_override(o) for o in note["overrides"]).items()]  # last wins
+    if params:
+        retry_on_lock(mlflow.log_batch, run.info.run_id, params=params)
+    return run.info.run_id
+
+
+def _split_override(override: str) -> tuple[str, str]:
+    key, _, value = override.partition("=")
+    return key.lstrip("+~"), value[:6000]
+
+
+def close_parent_run(uri: str, run_id: str, counts: dict[str, int], files: list[Path], status: str) -> None:
+    """Log a sweep's job counts and summary files to its parent run and end it with `status`."""
+    from mlflow.entities import Metric
+
+    mlflow = client(uri)
+    now = int(time.time() * 1000)
+    try:
+        retry_on_lock(mlflow.log_batch, run_id, metrics=[Metric(k, float(v), now, 0) for k, v in counts.items()])
+        log_files(uri, run_id, [p for p in files if p.parent.name != "report"])
+        log_files(uri, run_id, [p for p in files if p.parent.name == "report"], "report")
+    finally:  # ended whatever could not be logged: never left RUNNING (sync logs the files again)
+        retry_on_lock(mlflow.set_terminated, run_id, status)
+
+
+def log_files(uri: str, run_id: str, files: list[Path], artifact_path: str | None = None) -> None:
+    mlflow = client(uri)
+    for path in files:
+        if Path(path).exists():
+            retry_on_lock(mlflow.log_artifact, run_id, str(path), artifact_path)
+
+
+def search_runs(uri: str, experiment: str, parent_run_id: str | None = None) -> list[dict]:
+    """The measurement runs of an experiment (only the children of parent_run_id when given), oldest
+    first, as {"run", "run_id", "run_dir", "status", "error", "parent_run_id", "params.*", "metrics.*"}."""
+    mlflow = client(uri)
+    found = mlflow.get_experiment_by_name(experiment)
+    if found is None:
+        raise LookupError(f"no experiment named {experiment!r} at {uri}")
+    query = f"tags.mlflow.parentRunId = '{parent_run_id}'" if parent_run_id else ""
+    rows = []
+    runs = mlflow.search_runs([found.experiment_id], filter_string=query, max_results=50_000)
+    for run in sorted(runs, key=lambda r: r.info.start_time):
+        tags = run.data.tags
+        if "sweep_dir" in tags:  # a sweep's parent run, not a measurement
+            continue
+        row = {
+            "run": run.info.run_id[:8],
+            "run_id": run.info.run_id,
+            "run_dir": tags.get("run_dir"),
+            "status": run.info.status,
+            "error": tags.get("error"),
+            "parent_run_id": tags.get("mlflow.parentRunId"),
+        }
+        row.update({f"params.{k}": v for k, v in run.data.params.items()})
+        row.update({f"metrics.{k}": v for k, v in run.data.metrics.items()})
+        rows.append(row)
+    return rows

@@ -1,41 +1,161 @@
 """Backends: one module per framework, each exposing the SAME functions, imported only when chosen.
 
-Every backend module defines:
+A backend is a module (named by `module:` in conf/backend/NAME.yaml) that implements `Backend` and
+the op families its yaml lists under `ops:` (`DenseOps`, `ConvOps`, `LayoutOps`, `TorchModuleOps`,
+`KerasOps`). Its yaml also declares the dtypes, devices and modes it can run, which
+`runner.config.check_combination` reads.
+tests/test_backend_contract.py checks every backend module against these protocols.
 
-  prepare(device, dtype) -> str          configure the framework for a run; resolve device "auto";
-                                           raise ConfigError when the device or dtype cannot be used
-  asarray(array, device, dtype)          numpy float64 array -> native array on device, in dtype
-  to_numpy(native) -> np.ndarray         back to host numpy (bfloat16 comes back as float32)
-  synchronizer(device) -> () -> None     waits for queued device work; a no-op where none is queued
-  compile(fn, mode, device) -> fn        eager / function / xla (and the per-example modes)
-  grad(loss, manual) -> fn               d loss / d params: fn(params, x, labels) -> {name: array}
-  per_example_grad(loss, mode, manual)   the same with a leading batch axis (vectorized or looped)
-  batch_jacobian(forward, manual) -> fn  fn(params, x) -> (batch, outputs, inputs)
-  reset_peak_memory(device), peak_device_mb(device) -> float | None
-  environment(device) -> dict            versions, device name, thread counts
-  ops: linear, relu, matmul, exp, sum, square   the primitives the workloads are written with
-
-`manual` is the workload's explicit numpy backprop: numpy, which has no autodiff, uses it; the
-autodiff backends ignore it.
+`manual` is a workload's explicit numpy backprop: numpy, which has no autodiff, uses it; the autodiff
+backends ignore it. Arrays are native to the backend unless a name says numpy.
 """
 
 from __future__ import annotations
 
 import importlib
 import sys
+from collections.abc import Callable
 from types import ModuleType
+from typing import Any, Protocol
+
+import numpy as np
 
 from runner.config import nvidia_driver_present
 
-BACKENDS = ("numpy", "torch", "tensorflow", "tnp")
+
+class Backend(Protocol):
+    """The functions every backend module defines."""
+
+    DTYPES: dict[str, Any]  # dtype name -> the framework's dtype
+
+    def prepare(self, device: str, dtype: str) -> str:
+        """Configure the framework for a run; resolve device "auto"; ConfigError when it cannot be used."""
+
+    def asarray(self, array: np.ndarray, device: str, dtype: str) -> Any:
+        """numpy float64 array -> native array on the device, in dtype."""
+
+    def to_numpy(self, native: Any) -> np.ndarray:
+        """Back to host numpy (bfloat16 comes back as float32)."""
+
+    def to_native_layout(self, array: np.ndarray) -> np.ndarray:
+        """A weight in torch's layout (OIHW, (out, in)) -> the layout this backend computes with."""
+
+    def from_native_layout(self, array: np.ndarray, per_example: bool = False) -> np.ndarray:
+        """The inverse of to_native_layout (per_example: a leading batch axis)."""
+
+    def synchronizer(self, device: str) -> Callable[[], None]:
+        """A call that waits for queued device work; a no-op where none is queued."""
+
+    def compile(self, fn: Callable, mode: str, device: str) -> Callable:
+        """fn for the mode: eager / function / xla (and the per-example modes)."""
+
+    def grad(self, loss: Callable, manual: Callable | None) -> Callable:
+        """d loss / d params: fn(params, x, labels) -> {name: array}."""
+
+    def per_example_grad(self, loss: Callable, mode: str, manual: Callable | None) -> Callable:
+        """The same with a leading batch axis, vectorized or looped as the mode says."""
+
+    def batch_jacobian(self, forward: Callable, manual: Callable | None) -> Callable:
+        """fn(params, x) -> (batch, outputs, inputs)."""
+
+    def reset_peak_memory(self, device: str) -> None: ...
+
+    def peak_device_mb(self, device: str) -> float | None: ...
+
+    def environment(self, device: str) -> dict:
+        """Versions, device name, thread counts."""
 
 
-def load_backend(name: str) -> ModuleType:
-    """Import the module of one backend (and with it, its framework)."""
-    if name not in BACKENDS:
-        raise ValueError(f"unknown backend {name!r} (allowed: {', '.join(BACKENDS)})")
+class DenseOps(Protocol):
+    """Op family `dense`: what the MLP and the op workloads are written with."""
+
+    def linear(self, x: Any, weight: Any, bias: Any = None) -> Any: ...
+
+    def relu(self, x: Any) -> Any: ...
+
+    def matmul(self, a: Any, b: Any) -> Any: ...
+
+    def exp(self, x: Any) -> Any: ...
+
+    def sum(self, x: Any) -> Any: ...
+
+    def square(self, x: Any) -> Any: ...
+
+
+class ConvOps(Protocol):
+    """Op family `conv`: what the convnets are written with (images enter and leave as NCHW)."""
+
+    def from_nchw(self, x: Any) -> Any: ...
+
+    def to_nchw(self, x: Any) -> Any: ...
+
+    def conv2d(self, x: Any, weight: Any, bias: Any = None, stride: int = 1, padding: int = 0) -> Any: ...
+
+    def conv_transpose2d(
+        self, x: Any, weight: Any, bias: Any = None, stride: int = 1, padding: int = 0, output_padding: int = 0
+    ) -> Any: ...
+
+    def batch_norm(self, x: Any, mean: Any, var: Any, weight: Any, bias: Any, eps: float = 1e-5) -> Any: ...
+
+    def instance_norm(self, x: Any, eps: float = 1e-5) -> Any: ...
+
+    def max_pool2d(self, x: Any, kernel: int, stride: int, padding: int = 0) -> Any: ...
+
+    def adaptive_avg_pool2d(self, x: Any, size: tuple[int, int]) -> Any: ...
+
+    def reflection_pad2d(self, x: Any, pad: int) -> Any: ...
+
+    def flatten(self, x: Any) -> Any: ...
+
+    def tanh(self, x: Any) -> Any: ...
+
+    def relu(self, x: Any) -> Any: ...
+
+    def linear(self, x: Any, weight: Any, bias: Any = None) -> Any: ...
+
+
+class LayoutOps(Protocol):
+    """Op family `layout`: conversions and reshapes, for the memory-layout workloads."""
+
+    def convert(self, method: str, host: np.ndarray, native: Any) -> Any: ...
+
+    def reshape(self, method: str, x: Any) -> Any: ...
+
+    def data_pointer(self, array: Any) -> int: ...
+
+
+class TorchModuleOps(Protocol):
+    """Op family `torch_module`: a torch.nn.Module called with the runner's parameters (torchvision models)."""
+
+    def functional_call(self, module: Any, params: dict, x: Any) -> Any: ...
+
+
+class KerasOps(Protocol):
+    """Op family `keras`: the backend Keras 3 runs on in this process (model=keras)."""
+
+    KERAS_BACKEND: str  # Keras's name for it, set as KERAS_BACKEND before keras is imported
+
+
+OP_FAMILIES: dict[str, type] = {
+    "dense": DenseOps,
+    "conv": ConvOps,
+    "layout": LayoutOps,
+    "torch_module": TorchModuleOps,
+    "keras": KerasOps,
+}
+
+
+def protocol_functions(protocol: type) -> list[str]:
+    """The names a module implementing `protocol` must define."""
+    members = {name for klass in protocol.__mro__ if klass is not object for name in vars(klass)}
+    members |= set(getattr(protocol, "__annotations__", {}))
+    return sorted(name for name in members if not name.startswith("_"))
+
+
+def load_backend(module: str) -> ModuleType:
+    """Import a backend module (and with it, its framework), e.g. "runner.backends.torch_backend"."""
     if {"torch", "tensorflow"} & set(sys.modules) and "triton" not in sys.modules and not nvidia_driver_present():
         # One process running both frameworks (isolation=inline): triton, torch's GPU kernel compiler, then
         # segfaults when it loads after TensorFlow. Without a GPU torch never needs it, so hide it.
         sys.modules["triton"] = None
-    return importlib.import_module(f"runner.backends.{name}_backend")
+    return importlib.import_module(module)

@@ -56,7 +56,7 @@ def _no_sync() -> None:
 def compile(fn: Callable, mode: str, device: str) -> Callable:
     if mode == "xla":
         fn = tf.function(fn, jit_compile=True)
-    elif mode != "eager":  # function, and the per-example maps, which seed 003 runs in tf.function
+    elif mode != "eager":  # function, and the per-example maps, which the TF-NumPy guide runs in tf.function
         fn = tf.function(fn)
     return _placed(fn, device)
 
@@ -150,12 +150,14 @@ exp = tf.exp
 square = tf.square
 sum = tf.reduce_sum  # noqa: A001 - the ops namespace mirrors the frameworks' names
 
+KERAS_BACKEND = "tensorflow"  # op family `keras` (model=keras)
+
 
 # -- convnet ops: NHWC inside, torch (NCHW, OIHW) conventions at the edges ----------------------
 
 
 def to_native_layout(array: np.ndarray) -> np.ndarray:
-    """Torch weight layouts -> TF's: linear (out, in) -> (in, out) as seed 003 keeps it; conv OIHW -> HWIO;
+    """Torch weight layouts -> TF's: linear (out, in) -> (in, out) as the TF-NumPy guide keeps it; conv OIHW -> HWIO;
     transposed conv (in, out, kH, kW) -> (kH, kW, out, in). Vectors are unchanged."""
     return array.transpose(_TO_TF[array.ndim]) if array.ndim in _TO_TF else array
 

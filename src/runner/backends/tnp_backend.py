@@ -49,11 +49,11 @@ def prepare(device: str, dtype: str) -> str:
     return tf_backend.prepare(device, dtype)
 
 
-# -- ops: written with tnp, as seed 003 writes its model ----------------------------------------
+# -- ops: written with tnp, as the TF-NumPy guide writes its model ----------------------------------------
 
 
 def linear(x, weight, bias=None):
-    y = tnp.matmul(x, weight)  # weight held as (in, out), as seed 003 writes it
+    y = tnp.matmul(x, weight)  # weight held as (in, out), as the TF-NumPy guide writes it
     return y if bias is None else y + bias
 
 

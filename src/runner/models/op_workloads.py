@@ -1,17 +1,21 @@
-"""Op workloads of the seeds: matmul (seed 000) and sigmoid (seed 003). Inference only, no weights."""
+"""Op workloads: matmul (the CPU-vs-GPU timing post), sigmoid (the TF-NumPy guide's benchmark), conversions and
+reshapes (the memory-layout posts). Inference only, no weights."""
 
 from __future__ import annotations
 
 import numpy as np
 
+from runner.config import require_positive
+
 
 class Matmul:
-    """x @ x for one n x n matrix (seed 000 times `tf.matmul(x, x)` on a 1000 x 1000 input)."""
+    """x @ x for one n x n matrix (the CPU-vs-GPU post times `tf.matmul(x, x)` on a 1000 x 1000 input)."""
 
     name = "matmul"
     gradients = per_example_gradients = jacobian = None
 
     def __init__(self, n: int):
+        require_positive(n=n)
         self.n = n
 
     def init_params(self, rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -31,12 +35,13 @@ class Matmul:
 
 
 class Sigmoid:
-    """1 / (1 + exp(-y)) on a vector of `size` elements, written as seed 003 writes it."""
+    """1 / (1 + exp(-y)) on a vector of `size` elements, written as the TF-NumPy guide writes it."""
 
     name = "sigmoid"
     gradients = per_example_gradients = jacobian = None
 
     def __init__(self, size: int):
+        require_positive(size=size)
         self.size = size
 
     def init_params(self, rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -64,6 +69,7 @@ class Conversion:
     host_params = ("host",)  # kept as a numpy array, not placed on the backend
 
     def __init__(self, size: int, method: str):
+        require_positive(size=size)
         self.size, self.method = size, method
 
     def init_params(self, rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -94,6 +100,7 @@ class Reshape:
     numpy_reference = False
 
     def __init__(self, n: int, method: str):
+        require_positive(n=n)
         self.n, self.method = n, method
 
     def init_params(self, rng: np.random.Generator) -> dict[str, np.ndarray]:

@@ -296,12 +296,12 @@ class VisionModel:
     numpy_reference = False  # numpy has no convolutions: agreement is checked across backends instead
     gradients = per_example_gradients = jacobian = None  # no explicit numpy backprop
 
-    def __init__(self, name: str, image_size: int):
-        self.name, self.image_size = name, image_size
-        self.makes_images = name == "cyclegan"
-        if name in RESNET_LAYERS:
-            self.spec, self._forward = resnet_spec(name), lambda ops, p, x: resnet_forward(name, ops, p, x)
-        elif name == "alexnet":
+    def __init__(self, arch: str, image_size: int):
+        self.name, self.image_size = arch, image_size
+        self.makes_images = arch == "cyclegan"
+        if arch in RESNET_LAYERS:
+            self.spec, self._forward = resnet_spec(arch), lambda ops, p, x: resnet_forward(arch, ops, p, x)
+        elif arch == "alexnet":
             self.spec, self._forward = alexnet_spec(), alexnet_forward
         else:
             self.spec, self._forward = cyclegan_spec(), cyclegan_forward
@@ -371,6 +371,20 @@ class VisionModel:
     def loss(self, ops, params: dict, x, labels):
         """The same loss on every backend: sum of squared error against seeded targets."""
         return ops.sum(ops.square(self.forward(ops, params, x) - labels))
+
+    def interpret(self, y: np.ndarray) -> dict:
+        """CycleGAN: the images (NCHW, in [-1, 1]); classifiers: the top-5 ImageNet classes per example."""
+        return {"images": y} if self.makes_images else {"predictions": top5(y)}
+
+
+def top5(logits: np.ndarray) -> list[list[dict]]:
+    """Softmax probabilities of the five most likely ImageNet classes, per example."""
+    shifted = logits.astype(np.float64) - logits.max(axis=1, keepdims=True)
+    probabilities = np.exp(shifted) / np.exp(shifted).sum(axis=1, keepdims=True)
+    names = imagenet_classes()
+    return [
+        [{"label": names[i], "probability": float(row[i])} for i in np.argsort(row)[::-1][:5]] for row in probabilities
+    ]
 
 
 @cache

@@ -1,0 +1,172 @@
+"""The one record of a run: `Result` alone reads and writes a run directory's result.json (and writes
+its tensors.h5 and images/). Worker, launcher, tracking, reports and scripts all go through it.
+
+result.json: {"status", "config", "metrics", "environment"} and, where they apply, "error",
+"warnings", "predictions" (classifiers: per example the top-5 {"label", "probability"}) and
+"output_tail" (the last lines of a job that did not finish). `status` is MLflow's word.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from runner.config import first_line
+
+RESULT_FILE = "result.json"
+TENSORS_FILE = "tensors.h5"
+IMAGES_DIR = "images"
+STATUSES = ("FINISHED", "FAILED", "KILLED")
+
+
+class ResultUnreadable(ValueError):
+    """A result.json that is missing or cannot be parsed; the message names the file."""
+
+
+@dataclass
+class Result:
+    status: str  # FINISHED, FAILED, KILLED
+    config: dict = field(default_factory=dict)  # the resolved run config
+    metrics: dict = field(default_factory=dict)
+    environment: dict = field(default_factory=dict)
+    error: str | None = None
+    warnings: list[str] = field(default_factory=list)
+    predictions: list | None = None
+    output_tail: str | None = None
+    # Kept in memory while the job runs, written beside result.json (tensors.h5, images/*.png):
+    tensors: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
+    attrs: dict[str, Any] = field(default_factory=dict, repr=False)  # root attributes of tensors.h5
+    images: np.ndarray | None = field(default=None, repr=False)  # NCHW in [-1, 1]
+
+    # -- result.json ------------------------------------------------------------------------------
+
+    def to_dict(self) -> dict:
+        record = {
+            "status": self.status,
+            "config": self.config,
+            "metrics": self.metrics,
+            "environment": self.environment,
+        }
+        optional = {
+            "error": self.error,
+            "warnings": self.warnings or None,
+            "predictions": self.predictions,
+            "output_tail": self.output_tail,
+        }
+        record.update({k: v for k, v in optional.items() if v is not None})
+        return record
+
+    @classmethod
+    def from_dict(cls, record: dict) -> Result:
+        return cls(
+            status=record["status"],
+            config=record.get("config", {}),
+            metrics=record.get("metrics", {}),
+            environment=record.get("environment", {}),
+            error=record.get("error"),
+            warnings=record.get("warnings", []),
+            predictions=record.get("predictions"),
+            output_tail=record.get("output_tail"),
+        )
+
+    def save(self, run_dir: Path) -> Path:
+        """Write result.json whole or not at all (a killed writer leaves the previous file). A symlink
+        named result.json is replaced, never followed."""
+        path = Path(run_dir) / RESULT_FILE
+        text = json.dumps(self.to_dict(), indent=2, default=_json_default) + "\n"
+        with _fresh_file(path) as temporary:
+            temporary.write_text(text)
+        return path
+
+    @classmethod
+    def load(cls, run_dir: Path) -> Result:
+        path = Path(run_dir) / RESULT_FILE
+        try:
+            record = json.loads(path.read_text())
+            if record.get("status") not in STATUSES:
+                raise ValueError(f"status {record.get('status')!r} is none of {', '.join(STATUSES)}")
+            return cls.from_dict(record)
+        except (OSError, ValueError, AttributeError) as error:
+            raise ResultUnreadable(f"{path} cannot be read ({first_line(error)})") from None
+
+    @staticmethod
+    def exists(run_dir: Path) -> bool:
+        return (Path(run_dir) / RESULT_FILE).is_file()
+
+    # -- the whole run directory ------------------------------------------------------------------
+
+    def write(self, run_dir: Path) -> None:
+        """result.json, then tensors.h5 and images/ where there are any."""
+        self.save(run_dir)
+        if self.images is not None:
+            write_images(Path(run_dir) / IMAGES_DIR, self.images)
+        if self.tensors:
+            write_tensors(Path(run_dir) / TENSORS_FILE, self.tensors, {**self.attrs, "environment": self.environment})
+
+
+def write_tensors(path: Path, tensors: dict[str, np.ndarray], attrs: dict) -> Path:
+    """tensors.h5: datasets at their paths ("inputs/x", "gradients/dense.weight", ...), root attrs."""
+    import h5py
+
+    with _fresh_file(path) as temporary, h5py.File(temporary, "w") as f:
+        for name, array in tensors.items():
+            f.create_dataset(name, data=np.asarray(array))
+        for key, value in attrs.items():
+            f.attrs[key] = value if isinstance(value, str | int | float) else json.dumps(value, default=str)
+    return path
+
+
+@contextmanager
+def _fresh_file(path: Path) -> Iterator[Path]:
+    """A new temporary file beside `path` (created here, so no link of anyone's is followed), moved onto
+    `path` when the block ends: `path` is replaced whole, and a symlink at `path` is replaced, not followed."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with contextlib.suppress(FileNotFoundError):
+        temporary.unlink()
+    os.close(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644))
+    try:
+        yield temporary
+        os.replace(temporary, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            temporary.unlink()
+
+
+def read_samples(run_dir: Path) -> np.ndarray | None:
+    """The raw timing samples of a run (seconds per call), where its tensors.h5 is on this machine."""
+    path = Path(run_dir) / TENSORS_FILE
+    if not path.exists():
+        return None
+    import h5py
+
+    try:
+        with h5py.File(path, "r") as f:
+            return f["timings/samples_s"][()] if "timings/samples_s" in f else None
+    except OSError:
+        return None
+
+
+def write_images(folder: Path, images: np.ndarray) -> None:
+    """NCHW images in [-1, 1] (tanh outputs) -> PNG files, as a generator's output becomes a picture."""
+    from PIL import Image
+
+    folder.mkdir(parents=True, exist_ok=True)
+    pixels = np.clip((images.astype(np.float64) + 1.0) / 2.0, 0.0, 1.0)
+    for index, image in enumerate(pixels):
+        Image.fromarray(np.round(image.transpose(1, 2, 0) * 255).astype(np.uint8)).save(folder / f"{index:03d}.png")
+
+
+def _json_default(value: object) -> object:
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    return str(value)

@@ -1,0 +1,94 @@
+"""The one table: the columns a person reads about a run, in human units, declared once.
+
+The terminal (one run or a sweep), a sweep's summary.md, `runner report`'s runs.md / runs.csv and
+experiments/summarize.py all show these columns; runs.csv keeps the raw numbers under `key`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+
+def format_seconds(seconds: float) -> str:
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
+        if seconds >= scale:
+            return f"{seconds / scale:.3g} {unit}"
+    return f"{seconds / 1e-9:.3g} ns"
+
+
+def _number(value: float) -> str:
+    return f"{value:.3g}"
+
+
+def _ratio(value: float) -> str:
+    return f"{value:.2f}x"
+
+
+def _count(value: float) -> str:
+    return f"{int(value)}"
+
+
+def _megabytes(value: float) -> str:
+    return f"{value:.1f} MB"
+
+
+def _yes_no(value: float) -> str:
+    return "yes" if value else "no"
+
+
+@dataclass(frozen=True)
+class Column:
+    key: str  # a metric of result.json, or a comparison ("vs_fastest", "p_value", "within_noise")
+    label: str  # the heading a person reads
+    format: Callable[[Any], str] = str
+
+    def cell(self, record: Mapping[str, Any]) -> str:
+        """The formatted value in `record`, or "" where it has none."""
+        value = record.get(self.key)
+        if value is None or (isinstance(value, float) and math.isnan(value)):
+            return ""
+        return self.format(value)
+
+
+COLUMNS: tuple[Column, ...] = (
+    Column("time_median_s", "median", format_seconds),
+    Column("time_iqr_s", "IQR", format_seconds),
+    Column("time_min_s", "min", format_seconds),
+    Column("first_call_s", "first call", format_seconds),  # tracing, compilation, device start-up
+    Column("throughput_per_s", "examples/s", _number),
+    Column("gflops_per_s", "GFLOP/s", _number),
+    Column("vs_fastest", "time / fastest", _ratio),
+    Column("noise", "within noise (MWU p)"),
+    Column("max_abs_err_vs_reference", "max abs err", _number),
+    Column("max_rel_err_vs_reference", "max rel err", _number),
+    Column("shares_memory", "shares memory", _yes_no),
+    Column("copied", "copied", _yes_no),
+    Column("result_is_float64", "float64 result", _yes_no),
+    Column("n_samples", "samples", _count),
+    Column("calls_per_sample", "calls/sample", _count),
+    Column("peak_host_mb", "peak host", _megabytes),
+    Column("peak_device_mb", "peak device", _megabytes),
+)
+_TERMINAL_ONLY = ("time_min_s", "max_abs_err_vs_reference", "n_samples", "calls_per_sample", "peak_host_mb")
+SWEEP_COLUMNS = tuple(c for c in COLUMNS if c.key not in _TERMINAL_ONLY)  # a row per job must fit a terminal
+
+
+def present(columns: tuple[Column, ...], records: list[Mapping[str, Any]]) -> list[Column]:
+    """The columns that have a value in at least one record."""
+    return [c for c in columns if any(c.cell(r) for r in records)]
+
+
+def rows(columns: list[Column], records: list[Mapping[str, Any]]) -> list[list[str]]:
+    return [[c.cell(r) for c in columns] for r in records]
+
+
+def markdown(headers: list[str], cells: list[list[str]]) -> str:
+    def escape(text: str) -> str:
+        return text.replace("|", "\\|").replace("\n", " ")
+
+    lines = ["| " + " | ".join(map(escape, headers)) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(map(escape, row)) + " |" for row in cells]
+    return "\n".join(lines) + "\n"

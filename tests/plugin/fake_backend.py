@@ -1,0 +1,99 @@
+"""A backend for tests: NumPy arrays held in float64 whatever the dtype says, every op counted.
+
+It shows what a new backend takes: this module (the runner.backends.Backend functions and the
+dense op family) and conf/backend/fake.yaml.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+
+import numpy as np
+
+from runner.backends import numpy_backend
+
+DTYPES = {"float32": np.float64, "float64": np.float64}
+CALLS: Counter = Counter()
+
+
+def prepare(device: str, dtype: str) -> str:
+    return "cpu"
+
+
+def asarray(array: np.ndarray, device: str, dtype: str) -> np.ndarray:
+    return np.array(array, dtype=np.float64)
+
+
+def to_numpy(native: np.ndarray) -> np.ndarray:
+    return np.asarray(native)
+
+
+def to_native_layout(array: np.ndarray) -> np.ndarray:
+    return array
+
+
+def from_native_layout(array: np.ndarray, per_example: bool = False) -> np.ndarray:
+    return array
+
+
+def synchronizer(device: str) -> Callable[[], None]:
+    return lambda: None
+
+
+def compile(fn: Callable, mode: str, device: str) -> Callable:
+    return fn
+
+
+def grad(loss: Callable, manual: Callable | None) -> Callable:
+    return numpy_backend.grad(loss, manual)
+
+
+def per_example_grad(loss: Callable, mode: str, manual: Callable | None) -> Callable:
+    return numpy_backend.per_example_grad(loss, mode, manual)
+
+
+def batch_jacobian(forward: Callable, manual: Callable | None) -> Callable:
+    return numpy_backend.batch_jacobian(forward, manual)
+
+
+def reset_peak_memory(device: str) -> None:
+    return None
+
+
+def peak_device_mb(device: str) -> float | None:
+    return None
+
+
+def environment(device: str) -> dict:
+    return {"framework": "fake", "framework_version": np.__version__, "device_name": "cpu"}
+
+
+def linear(x, weight, bias=None):
+    CALLS["linear"] += 1
+    return numpy_backend.linear(x, weight, bias)
+
+
+def relu(x):
+    CALLS["relu"] += 1
+    return np.maximum(x, 0)
+
+
+def matmul(a, b):
+    CALLS["matmul"] += 1
+    return a @ b
+
+
+def exp(x):
+    CALLS["exp"] += 1
+    return np.exp(x)
+
+
+def sum(x):  # noqa: A001 - the ops namespace mirrors the frameworks' names
+    CALLS["sum"] += 1
+    return np.sum(x)
+
+
+def square(x):
+    CALLS["square"] += 1
+    return np.square(x)

@@ -1,0 +1,104 @@
+"""Every backend module implements the backend protocol and the op families its yaml declares;
+a backend and a model can be added from outside src/ with one module and one yaml each."""
+
+from __future__ import annotations
+
+import inspect
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers import FAST_TIMING, compose_config, run_cli
+from omegaconf import OmegaConf
+
+from runner.backends import OP_FAMILIES, Backend, load_backend, protocol_functions
+from runner.config import CONFIG_DIR, ConfigError, check_combination
+from runner.job import run_and_record
+
+PLUGIN = Path(__file__).parent / "plugin"
+SEARCHPATH = f"hydra.searchpath=[file://{PLUGIN / 'conf'}]"
+BACKEND_YAMLS = sorted((CONFIG_DIR / "backend").glob("*.yaml")) + [PLUGIN / "conf" / "backend" / "fake.yaml"]
+KNOWN = {group: {p.stem for p in (CONFIG_DIR / group).glob("*.yaml")} for group in ("mode", "device")}
+
+
+def _required(function) -> int:
+    parameters = [p for name, p in inspect.signature(function).parameters.items() if name != "self"]
+    return sum(p.default is inspect.Parameter.empty for p in parameters)
+
+
+@pytest.mark.parametrize("yaml_path", BACKEND_YAMLS, ids=lambda p: p.stem)
+def test_backend_module_implements_what_its_yaml_declares(yaml_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(PLUGIN))
+    declared = OmegaConf.load(yaml_path)
+    module = load_backend(declared.module)
+    protocols = [Backend, *(OP_FAMILIES[family] for family in declared.ops)]
+    for protocol in protocols:
+        for name in protocol_functions(protocol):
+            assert hasattr(module, name), f"{declared.module} lacks {name} ({protocol.__name__})"
+            expected = getattr(protocol, name, None)
+            if not callable(expected):
+                continue
+            assert callable(getattr(module, name)), f"{declared.module}.{name} is not callable"
+            try:
+                signature = inspect.signature(getattr(module, name))
+            except ValueError:  # a C function (np.exp, torch.tanh): no signature to compare
+                continue
+            try:
+                signature.bind(*[None] * _required(expected))
+            except TypeError as error:
+                raise AssertionError(
+                    f"{declared.module}.{name} cannot be called as {protocol.__name__}: {error}"
+                ) from None
+    assert set(declared.dtypes) <= set(module.DTYPES), "the yaml allows a dtype the module cannot make"
+    assert set(declared.modes) <= KNOWN["mode"] and set(declared.devices) <= KNOWN["device"]
+
+
+def test_protocols_list_the_functions_the_workloads_use():
+    assert {"prepare", "asarray", "to_native_layout", "from_native_layout", "compile", "grad"} <= set(
+        protocol_functions(Backend)
+    )
+    assert {"conv2d", "batch_norm", "reflection_pad2d"} <= set(protocol_functions(OP_FAMILIES["conv"]))
+
+
+def test_backend_and_model_from_outside_src_run_and_match_their_reference(tmp_path, monkeypatch):
+    """One module + one yaml each: fake_backend.py + backend/fake.yaml, square_model.py + model/square.yaml."""
+    monkeypatch.syspath_prepend(str(PLUGIN))
+    cfg = compose_config(SEARCHPATH, "backend=fake", "model=square", "tracking=none", "isolation=inline")
+    result = run_and_record(cfg, tmp_path)
+    assert result.status == "FINISHED", result.error
+    assert result.metrics["max_rel_err_vs_reference"] < 1e-12  # float64 autodiff-free gradients, exact
+    import fake_backend
+
+    assert fake_backend.CALLS["square"] > 0  # the workload really ran on the fake backend's ops
+
+
+def test_rules_read_the_declared_capabilities(monkeypatch):
+    monkeypatch.syspath_prepend(str(PLUGIN))
+    with pytest.raises(ConfigError, match="backend=fake cannot run mode=function"):
+        check_combination(compose_config(SEARCHPATH, "backend=fake", "model=square", "mode=function"))
+    with pytest.raises(ConfigError, match="model=square runs only task=inference or task=gradients, not task=jacobian"):
+        check_combination(compose_config(SEARCHPATH, "backend=fake", "model=square", "task=jacobian"))
+    with pytest.raises(
+        ConfigError, match="model=resnet18 needs conv ops: it runs on backend=tensorflow or backend=torch"
+    ):
+        check_combination(compose_config(SEARCHPATH, "backend=fake", "model=resnet18", "task=inference"))
+    with pytest.raises(ConfigError, match="model.features='eight' is not a valid int"):
+        check_combination(compose_config(SEARCHPATH, "backend=fake", "model=square", "model.features=eight"))
+
+
+def test_plugin_runs_from_the_command_line_in_a_worker(tmp_path):
+    """As a user adds their own: PYTHONPATH for the code, hydra.searchpath for the configs."""
+    import os
+
+    os.environ["PYTHONPATH"] = f"{PLUGIN}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"
+    try:
+        out = run_cli(
+            SEARCHPATH, "backend=fake", "model=square", "tracking=none", f"hydra.run.dir={tmp_path}", *FAST_TIMING
+        )
+    finally:
+        os.environ["PYTHONPATH"] = os.environ["PYTHONPATH"].split(os.pathsep, 1)[1]
+    assert out.returncode == 0, out.stderr[-2000:]
+    saved = json.loads((tmp_path / "result.json").read_text())
+    assert saved["status"] == "FINISHED" and saved["environment"]["framework"] == "fake"
+    assert np.isfinite(saved["metrics"]["time_median_s"])

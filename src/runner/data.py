@@ -6,6 +6,8 @@ numbers and no framework is imported to prepare them (TFRecord parsing aside, wh
 
 from __future__ import annotations
 
+import struct
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +18,9 @@ from runner.config import ConfigError
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff")
 IMAGENET_MEAN = np.array([0.485, 0.456, 0.406])
 IMAGENET_STD = np.array([0.229, 0.224, 0.225])
+# What PIL's decoders raise for truncated or corrupt files (a broken PNG is a SyntaxError, bad zlib data a
+# zlib.error): each means "this file is not a readable image".
+DECODE_ERRORS = (OSError, SyntaxError, ValueError, EOFError, zlib.error, struct.error)
 
 
 def load_inputs(data_cfg: DictConfig, workload, rng: np.random.Generator, batch_size: int) -> dict[str, np.ndarray]:
@@ -30,15 +35,18 @@ def load_inputs(data_cfg: DictConfig, workload, rng: np.random.Generator, batch_
     crop = not workload.makes_images  # classifiers: resize 256 + centre crop 224; CycleGAN: resize 256
     prepare = getattr(workload, "preprocess", None) or (lambda image: preprocess(image, crop))  # a model's own
     if source == "image":
-        images = [prepare(_open(path)) for path in image_files(Path(data_cfg.path))[:batch_size]]
+        images = [prepare(open_image(path)) for path in image_files(Path(data_cfg.path))[:batch_size]]
     elif source == "tfrecord":
         images = [prepare(image) for image in read_tfrecord(Path(data_cfg.path), batch_size)]
     else:
-        return _with_labels(workload, rng, read_hdf5(Path(data_cfg.path), data_cfg.dataset, batch_size, crop))
-    return _with_labels(workload, rng, _stack(images, data_cfg.path))
+        x = read_hdf5(Path(data_cfg.path), data_cfg.dataset, batch_size, crop)
+        return _with_labels(workload, rng, x, data_cfg.path)
+    return _with_labels(workload, rng, _stack(images, data_cfg.path), data_cfg.path)
 
 
-def _with_labels(workload, rng: np.random.Generator, x: np.ndarray) -> dict[str, np.ndarray]:
+def _with_labels(workload, rng: np.random.Generator, x: np.ndarray, source: str) -> dict[str, np.ndarray]:
+    if hasattr(workload, "check_images"):  # before any timed call: images the network cannot take
+        workload.check_images(x, source)
     return {"x": x, "labels": workload.make_labels(rng, x)}
 
 
@@ -60,27 +68,47 @@ def image_files(path: Path) -> list[Path]:
     return sorted(p for p in path.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
 
 
-def _open(path: Path):
-    from PIL import Image
+def open_image(path: Path):
+    """An RGB PIL image as a person sees the file: EXIF orientation applied, greyscale, palette, CMYK and
+    16-bit files converted, alpha dropped (as torchvision's loaders do). One line naming the file if it
+    cannot be decoded (truncated, corrupt, not an image)."""
+    from PIL import Image, ImageOps
 
     try:
-        return Image.open(path).convert("RGB")
-    except OSError as error:
-        raise ConfigError(f"cannot read image {path}: {error}") from None
+        with Image.open(path) as image:
+            image.load()
+            return _to_rgb(ImageOps.exif_transpose(image))
+    except (*DECODE_ERRORS, Image.DecompressionBombError) as error:
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ConfigError(f"cannot read image {path}: {reason}") from None
 
 
-def preprocess(image, crop: bool) -> np.ndarray:
+def _to_rgb(image):
+    from PIL import Image
+
+    if image.mode in ("I;16", "I;16B", "I;16L", "I;16N", "I"):
+        # 16-bit greyscale (PNG; some Pillow versions open it as 32-bit "I"): scale 0..65535 to 0..255.
+        # PIL's own conversion would clip every value above 255 to white.
+        pixels = np.asarray(image, dtype=np.float64) / 257.0
+        image = Image.fromarray(np.clip(np.round(pixels), 0, 255).astype(np.uint8), "L")
+    elif image.mode == "P":  # a palette may carry transparency, which PIL converts through RGBA
+        image = image.convert("RGBA")
+    return image.convert("RGB")
+
+
+def preprocess(image, crop: bool, resize: int = 256, crop_size: int = 224) -> np.ndarray:
     """torchvision's Resize(256) [+ CenterCrop(224) + Normalize(ImageNet)] + ToTensor, as in seed 004."""
     from PIL import Image
 
     width, height = image.size
     short, long = (width, height) if width <= height else (height, width)
-    new_long = int(256 * long / short)
-    size = (256, new_long) if width <= height else (new_long, 256)
+    new_long = int(resize * long / short)
+    size = (resize, new_long) if width <= height else (new_long, resize)
     image = image.resize(size, Image.BILINEAR)
     if crop:
-        left, top = int(round((image.size[0] - 224) / 2.0)), int(round((image.size[1] - 224) / 2.0))
-        image = image.crop((left, top, left + 224, top + 224))
+        left = int(round((image.size[0] - crop_size) / 2.0))
+        top = int(round((image.size[1] - crop_size) / 2.0))
+        image = image.crop((left, top, left + crop_size, top + crop_size))
     array = np.asarray(image, dtype=np.float64) / 255.0
     if crop:
         array = (array - IMAGENET_MEAN) / IMAGENET_STD

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
+from runner.config import ConfigError
+
 RESNET_LAYERS = {
     "resnet18": ("basic", (2, 2, 2, 2)),
     "resnet50": ("bottleneck", (3, 4, 6, 3)),
@@ -158,10 +160,16 @@ def alexnet_forward(ops, p: dict, x):
 
 
 def cyclegan_forward(ops, p: dict, x):
+    """Seed 004's generator on any image size: the input is reflection-padded at the bottom and right to a
+    multiple of 4 (its two stride-2 convolutions and two transposed ones return a multiple of 4: 344 rows
+    for 341) and the output cropped back, so the image out is the size of the image in, on every backend.
+    Sizes that are multiples of 4 (256 x 256) are untouched."""
+
     def conv(x, index, stride=1, padding=0):
         return ops.conv2d(x, p[f"{index}.weight"], p[f"{index}.bias"], stride, padding)
 
-    x = ops.from_nchw(x)
+    height, width = x.shape[2], x.shape[3]
+    x = _pad_to_multiple(ops, x, height, width, 4)
     x = ops.relu(ops.instance_norm(conv(ops.reflection_pad2d(x, 3), "model.1")))
     x = ops.relu(ops.instance_norm(conv(x, "model.4", 2, 1)))
     x = ops.relu(ops.instance_norm(conv(x, "model.7", 2, 1)))
@@ -173,7 +181,110 @@ def cyclegan_forward(ops, p: dict, x):
         x = ops.conv_transpose2d(x, p[f"model.{index}.weight"], p[f"model.{index}.bias"], 2, 1, 1)
         x = ops.relu(ops.instance_norm(x))
     x = ops.tanh(conv(ops.reflection_pad2d(x, 3), "model.26"))
-    return ops.to_nchw(x)
+    return ops.to_nchw(x)[:, :, :height, :width]
+
+
+def _pad_to_multiple(ops, x, height: int, width: int, multiple: int):
+    """NCHW x -> the backend's layout, reflection-padded at the bottom and right to a multiple of `multiple`.
+    Backends pad all four sides alike, so this pads all sides and slices (in NCHW) what is kept."""
+    extra_h, extra_w = -height % multiple, -width % multiple
+    pad = max(extra_h, extra_w)
+    x = ops.from_nchw(x)
+    if not pad:
+        return x
+    padded = ops.to_nchw(ops.reflection_pad2d(x, pad))
+    return ops.from_nchw(padded[:, :, pad : pad + height + extra_h, pad : pad + width + extra_w])
+
+
+# -- sizes: the forward passes walked on shapes alone ------------------------------------------
+
+
+class InputTooSmall(ValueError):
+    """A layer would get an input it cannot take."""
+
+
+class _Shape:
+    """An NCHW shape standing in for a tensor: the forward passes run on it as on a backend's arrays."""
+
+    def __init__(self, *dims: int):
+        self.shape = tuple(int(d) for d in dims)
+
+    def __add__(self, other: _Shape) -> _Shape:
+        if other.shape != self.shape:
+            raise InputTooSmall(f"a residual sum of {self.shape} and {other.shape}")
+        return self
+
+    def __getitem__(self, index: tuple) -> _Shape:
+        return _Shape(*(len(range(*i.indices(d))) for i, d in zip(index, self.shape, strict=False)))
+
+
+def _spatial(x: _Shape, out_h: int, out_w: int, what: str) -> _Shape:
+    if out_h < 1 or out_w < 1:
+        raise InputTooSmall(f"{what} of a {x.shape[2]}x{x.shape[3]} input")
+    return _Shape(x.shape[0], x.shape[1], out_h, out_w)
+
+
+class ShapeOps:
+    """The ops the forward passes use, computing output shapes and refusing what torch would refuse."""
+
+    @staticmethod
+    def conv2d(x: _Shape, weight: tuple, bias=None, stride: int = 1, padding: int = 0) -> _Shape:
+        n, _, h, w = x.shape
+        k = weight[2]
+        y = _spatial(x, (h + 2 * padding - k) // stride + 1, (w + 2 * padding - k) // stride + 1, f"a {k}x{k} conv")
+        return _Shape(n, weight[0], *y.shape[2:])
+
+    @staticmethod
+    def conv_transpose2d(x: _Shape, weight: tuple, bias=None, stride=1, padding=0, output_padding=0) -> _Shape:
+        n, _, h, w = x.shape
+        k = weight[2]
+        return _Shape(
+            n,
+            weight[1],
+            (h - 1) * stride - 2 * padding + k + output_padding,
+            (w - 1) * stride - 2 * padding + k + output_padding,
+        )
+
+    @staticmethod
+    def max_pool2d(x: _Shape, kernel: int, stride: int, padding: int = 0) -> _Shape:
+        h, w = x.shape[2:]
+        return _spatial(
+            x,
+            (h + 2 * padding - kernel) // stride + 1,
+            (w + 2 * padding - kernel) // stride + 1,
+            f"a {kernel}x{kernel} max-pool",
+        )
+
+    @staticmethod
+    def reflection_pad2d(x: _Shape, pad: int) -> _Shape:
+        h, w = x.shape[2:]
+        if pad >= h or pad >= w:  # reflection needs more pixels than it mirrors
+            raise InputTooSmall(f"reflection padding {pad} of a {h}x{w} input")
+        return _Shape(*x.shape[:2], h + 2 * pad, w + 2 * pad)
+
+    @staticmethod
+    def instance_norm(x: _Shape) -> _Shape:
+        if x.shape[2] * x.shape[3] < 2:  # torch refuses statistics of one pixel
+            raise InputTooSmall("instance norm of a 1x1 input")
+        return x
+
+    @staticmethod
+    def adaptive_avg_pool2d(x: _Shape, size: tuple) -> _Shape:
+        return _Shape(*x.shape[:2], *size)
+
+    @staticmethod
+    def flatten(x: _Shape) -> _Shape:
+        return _Shape(x.shape[0], int(np.prod(x.shape[1:])))
+
+    @staticmethod
+    def linear(x: _Shape, weight: tuple, bias=None) -> _Shape:
+        return _Shape(x.shape[0], weight[0])
+
+    @staticmethod
+    def batch_norm(x: _Shape, *args) -> _Shape:
+        return x
+
+    relu = tanh = from_nchw = to_nchw = staticmethod(lambda x: x)
 
 
 # -- the workload ------------------------------------------------------------------------------
@@ -194,6 +305,36 @@ class VisionModel:
             self.spec, self._forward = alexnet_spec(), alexnet_forward
         else:
             self.spec, self._forward = cyclegan_spec(), cyclegan_forward
+        self.check_input_size(image_size, image_size, f"data.image_size={image_size}")
+
+    def output_shape(self, input_shape: tuple) -> tuple:
+        """The output's shape for an NCHW input shape; InputTooSmall where a layer cannot take it."""
+        return self._forward(ShapeOps, self.spec, _Shape(*input_shape)).shape
+
+    def check_images(self, x: np.ndarray, source: str) -> None:
+        """ConfigError (one line) for NCHW images from `source` that this network cannot take."""
+        height, width = x.shape[2:]
+        self.check_input_size(height, width, f"the {height}x{width} images from {source}")
+        if not self.makes_images:
+            return
+        for index, image in enumerate(x):
+            if np.ptp(image, axis=(1, 2)).max() == 0:
+                which = f"image {index} of {source}" if len(x) > 1 else str(source)
+                raise ConfigError(
+                    f"{which} is one colour: CycleGAN's instance norm would divide by its zero variance, "
+                    "so the output would be rounding noise"
+                )
+
+    def check_input_size(self, height: int, width: int, what: str) -> None:
+        """ConfigError (one line, with the smallest size that works) for images the network cannot take."""
+        try:
+            self.output_shape((1, 3, height, width))
+        except InputTooSmall as error:
+            smallest = min_image_size(self.name)
+            raise ConfigError(
+                f"{what} is too small for model={self.name} ({error}): the smallest size it takes is "
+                f"{smallest}x{smallest}"
+            ) from None
 
     def init_params(self, rng: np.random.Generator) -> dict[str, np.ndarray]:
         """He-initialised convolutions and linears; batch norm with mild, non-trivial statistics."""
@@ -219,8 +360,7 @@ class VisionModel:
 
     def make_labels(self, rng: np.random.Generator, x: np.ndarray) -> np.ndarray:
         """Seeded targets for the loss, shaped like the outputs (images for CycleGAN, logits otherwise)."""
-        shape = x.shape if self.makes_images else (len(x), N_CLASSES)
-        return rng.standard_normal(shape) * 0.1
+        return rng.standard_normal(self.output_shape(x.shape)) * 0.1
 
     def examples_per_call(self, batch_size: int) -> int:
         return batch_size
@@ -254,6 +394,20 @@ def top5(logits: np.ndarray) -> list[list[dict]]:
     return [
         [{"label": names[i], "probability": float(row[i])} for i in np.argsort(row)[::-1][:5]] for row in probabilities
     ]
+
+
+@cache
+def min_image_size(name: str, limit: int = 4096) -> int:
+    """The smallest square input side that every layer of `name` can take, found by walking the forward
+    pass on shapes (AlexNet: 63, its third max-pool needs 3x3; ResNets: 1; CycleGAN: 5)."""
+    model = VisionModel(name, limit)
+    for size in range(1, limit):
+        try:
+            model.output_shape((1, 3, size, size))
+            return size
+        except InputTooSmall:
+            continue
+    raise ValueError(f"model {name} takes no image up to {limit}x{limit}")
 
 
 @cache

@@ -1,0 +1,348 @@
+"""Every `run.py` command the documentation prints runs, as printed, in a fresh process.
+
+Collected when the tests are collected, so a command added to the docs is tested without touching this file:
+- README.md: every line of a fenced code block that calls run.py (`$ ` prompts stripped);
+- experiments/README.md: the same, and inline code spans that call run.py;
+- experiments/*.yaml: the comment header's commands; `...` there stands for `python run.py +experiment=NAME`.
+
+Each runs as `sys.executable run.py ARGS` from a scratch folder holding the files the command names
+(`data.path=dog.jpg`, `model.weights=horse2zebra_0.4.0.pth`, torchvision's file for `model.pretrained=true`
+in a scratch $TORCH_HOME), generated small, with these overrides appended: a timing budget of one sample
+(CAPS), a scratch MLflow store and scratch Hydra directories. It must end as documented: every job
+FINISHED, except jobs the combination rules refuse (the docs show such a sweep), and the exit status the
+docs print after `; echo $?`, else 0 when every job finished and 1 when one was refused.
+
+cuda commands skip without an NVIDIA driver, SLURM and Ray launcher commands without a cluster.
+Sweeps of more than FAST_JOBS jobs run with `-m slow`.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from omegaconf import OmegaConf
+from photos import scene
+
+from runner.config import PROJECT_ROOT, ConfigError, check_combination, nvidia_driver_present
+
+CAPS = ("timing.warmup_s=0", "timing.min_warmup_calls=0", "timing.min_repeats=1", "timing.max_time_s=0.001")
+FAST_JOBS = 4  # sweeps up to this many jobs run in the default test path
+SEPARATORS = {"&&", "||", ";", "|", "&"}
+PRETRAINED_MODELS = ("alexnet", "resnet18", "resnet50", "resnet101")
+
+
+@dataclass(frozen=True)
+class Command:
+    source: str  # file:line
+    text: str  # as printed
+    args: tuple[str, ...]  # what follows run.py
+    printed_status: int | None = None  # the number the docs print after `; echo $?`
+
+
+def _tokens(line: str) -> list[str]:
+    lexer = shlex.shlex(line, posix=True, punctuation_chars=True)
+    lexer.whitespace_split, lexer.commenters = True, "#"
+    return list(lexer)
+
+
+def parse(line: str, source: str, printed_status: int | None = None) -> Command | None:
+    """The run.py call in a shell line (`./setup.sh && .venv/bin/python run.py ...; echo $?`), if any."""
+    try:
+        tokens = _tokens(line.strip().removeprefix("$ "))
+    except ValueError:
+        return None
+    start = next((i for i, token in enumerate(tokens) if token == "run.py" or token.endswith("/run.py")), None)
+    if not start or not re.fullmatch(r"(.*/)?python[0-9.]*", tokens[start - 1]):
+        return None  # run.py named, not run by python (a file listing)
+    end = next((i for i in range(start, len(tokens)) if tokens[i] in SEPARATORS), len(tokens))
+    return Command(source, line.strip(), tuple(tokens[start + 1 : end]), printed_status)
+
+
+def markdown_commands(path: Path, inline: bool = False) -> list[Command]:
+    """run.py lines of fenced code blocks, and (inline=True) code spans outside them that are not
+    templates (`python run.py +experiment=NAME`, `run.py -m ...`)."""
+    commands, in_block, lines = [], False, path.read_text().splitlines()
+    for number, line in enumerate(lines, start=1):
+        if line.lstrip().startswith("```"):
+            in_block = not in_block
+            continue
+        source = f"{path.relative_to(PROJECT_ROOT)}:{number}"
+        if in_block:
+            found = parse(line, source, _printed_status(lines, number) if "echo $?" in line else None)
+            commands += [found] if found else []
+        elif inline:
+            spans = [span for span in re.findall(r"`([^`]*run\.py[^`]*)`", line) if not _is_template(span)]
+            commands += [c for span in spans if (c := parse(span, source))]
+    return commands
+
+
+def _is_template(text: str) -> bool:
+    return "..." in text or bool(re.search(r"=[A-Z][A-Z_]+(\s|$)", text))
+
+
+def _printed_status(lines: list[str], number: int) -> int | None:
+    """The exit status printed after a `$ ...; echo $?` line: the last bare number before the block ends."""
+    status = None
+    for line in lines[number:]:
+        if line.lstrip().startswith(("```", "$ ")):
+            break
+        status = int(line) if line.strip().isdigit() else status
+    return status
+
+
+def yaml_header_commands(path: Path) -> list[Command]:
+    commands = []
+    for number, line in enumerate(path.read_text().splitlines(), start=1):
+        if not line.startswith("#"):
+            break
+        label, _, rest = line.lstrip("# ").partition(":")
+        text = line.lstrip("# ") if "run.py" in label or not rest else rest.strip()
+        if text.startswith("..."):  # "small grid: ... KEY=VALUES"
+            text = f"python run.py +experiment={path.stem}{text.removeprefix('...')}"
+        text = re.sub(r"\s*\([^)]*\)\s*$", "", text)  # a trailing "(synthetic input)" is prose
+        found = parse(text, f"{path.relative_to(PROJECT_ROOT)}:{number}")
+        commands += [found] if found else []
+    return commands
+
+
+def documented_commands() -> list[Command]:
+    commands = markdown_commands(PROJECT_ROOT / "README.md")
+    commands += markdown_commands(PROJECT_ROOT / "experiments/README.md", inline=True)
+    for path in sorted((PROJECT_ROOT / "experiments").glob("*.yaml")):
+        commands += yaml_header_commands(path)
+    unique: dict[tuple, Command] = {}
+    for command in commands:
+        unique.setdefault(command.args, command)
+    return list(unique.values())
+
+
+# -- what a command costs and needs ----------------------------------------------------------------
+
+
+def _overrides(command: Command) -> dict[str, str]:
+    return dict(arg.lstrip("+~").split("=", 1) for arg in command.args if "=" in arg and not arg.startswith("-"))
+
+
+def experiment_file(command: Command) -> Path | None:
+    name = _overrides(command).get("experiment")
+    return PROJECT_ROOT / "experiments" / f"{name}.yaml" if name else None
+
+
+def n_jobs(command: Command) -> int:
+    """How many jobs the command's sweep has: the experiment's sweep, with the command's values in place."""
+    swept: dict[str, str] = {}
+    experiment = experiment_file(command)
+    if experiment is not None:
+        config = yaml.safe_load(experiment.read_text()) or {}
+        swept.update({k: str(v) for k, v in config.get("hydra", {}).get("sweeper", {}).get("params", {}).items()})
+    for key, value in _overrides(command).items():  # the command line replaces the file's sweep of a key
+        key = key.removeprefix("hydra.sweeper.params.")
+        if key in swept or ("," in value and not value.startswith("[")):
+            swept[key] = value
+    sizes = [2 if "runner.devices" in v and nvidia_driver_present() else len(v.split(",")) for v in swept.values()]
+    return int(np.prod(sizes)) if sizes else 1
+
+
+def needs_gpu(command: Command) -> bool:
+    return any(re.fullmatch(r"device=(.*,)?cuda(,.*)?", arg) for arg in command.args)
+
+
+def needs_cluster(command: Command) -> str | None:
+    """What a command's launcher needs that a CI machine lacks: SLURM (sinfo answers) or a Ray cluster."""
+    launcher = _overrides(command).get("hydra/launcher")
+    if launcher == "slurm" and not _slurm_answers(_overrides(command).get("hydra.launcher.partition", "")):
+        return "needs SLURM (scripts/local-slurm.sh up; pytest -m slurm)"
+    if launcher == "ray_cluster":
+        return "needs a running Ray cluster"
+    return None
+
+
+def models_named(command: Command) -> set[str]:
+    """The vision models a command may run: named in it, or in its experiment file."""
+    text = " ".join(command.args)
+    experiment = experiment_file(command)
+    if experiment is not None and not re.search(r"(^| )(hydra\.sweeper\.params\.)?model=", text):
+        text += experiment.read_text()
+    return set(re.findall(r"\b(alexnet|resnet18|resnet50|resnet101|cyclegan)\b", text))
+
+
+@functools.cache
+def _slurm_answers(partition: str) -> bool:
+    if shutil.which("sinfo") is None:
+        return False
+    query = ["sinfo", "-h", *(["-p", partition] if partition else [])]
+    try:
+        answer = subprocess.run(query, capture_output=True, text=True, timeout=10)
+    except subprocess.TimeoutExpired:
+        return False
+    return answer.returncode == 0 and bool(answer.stdout.strip())
+
+
+def _param(command: Command):
+    marks = []
+    if needs_gpu(command):
+        marks.append(pytest.mark.skipif(not nvidia_driver_present(), reason="needs an NVIDIA GPU"))
+    if needs_cluster(command):
+        marks.append(pytest.mark.skip(reason=needs_cluster(command)))
+    if n_jobs(command) > FAST_JOBS:
+        marks.append(pytest.mark.slow)
+    return pytest.param(command, marks=marks, id=f"{command.source} {' '.join(command.args)}"[:150])
+
+
+COMMANDS = documented_commands()
+
+
+# -- the files commands name ---------------------------------------------------------------------
+
+
+def provide_files(command: Command, folder: Path, torch_home: Path) -> None:
+    overrides = _overrides(command)
+    if "data.path" in overrides:
+        _make_data(folder / overrides["data.path"])
+    if "model.weights" in overrides:
+        _make_weights(folder / overrides["model.weights"], models_named(command) & {"cyclegan", *PRETRAINED_MODELS})
+    if overrides.get("model.pretrained") == "true":
+        for model in sorted(models_named(command) & set(PRETRAINED_MODELS)):
+            _make_hub_checkpoint(model, torch_home)
+
+
+def _make_data(path: Path) -> None:
+    from PIL import Image
+
+    if path.exists():
+        return
+    if path.suffix.lower() in ("", ".jpg", ".jpeg", ".png"):  # a 400x300 photo, e.g. dog.jpg or PHOTO
+        image_format = "PNG" if path.suffix.lower() == ".png" else "JPEG"
+        Image.fromarray(scene(400, 300, seed=len(path.name))).save(path, format=image_format)
+    else:
+        pytest.fail(f"{path.name}: teach provide_files to make this kind of data file")
+
+
+def _make_weights(path: Path, models: set[str]) -> None:
+    """A seeded state dict in torch's legacy format, like the seed's horse2zebra_0.4.0.pth (torch 0.4)."""
+    import torch
+
+    from runner.models.vision import VisionModel
+
+    if path.exists():
+        return
+    if len(models) != 1:
+        pytest.fail(f"{path.name}: cannot tell which model's weights to make (found {sorted(models)})")
+    params = VisionModel(models.pop(), 224).init_params(np.random.default_rng(0))
+    state = {name: torch.from_numpy(value).float() for name, value in params.items()}
+    torch.save(state, path, _use_new_zipfile_serialization=False)
+
+
+def _make_hub_checkpoint(model: str, torch_home: Path) -> None:
+    """A seeded torchvision model's state dict under torchvision's own file name."""
+    import torch
+    import torchvision
+
+    from runner.models.weights import PRETRAINED_FILES
+
+    path = torch_home / "hub" / "checkpoints" / PRETRAINED_FILES[model]
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        torch.manual_seed(0)
+        torch.save(getattr(torchvision.models, model)().eval().state_dict(), path)
+
+
+# -- the test ------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def scratch(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("user")
+
+
+def test_the_docs_have_commands():
+    sources = {command.source.split(":")[0] for command in COMMANDS}
+    assert {"README.md", "experiments/README.md"} <= sources
+    assert len(COMMANDS) >= 20 and all(command.args or command.source.startswith("README") for command in COMMANDS)
+
+
+@pytest.mark.parametrize("command", [_param(c) for c in COMMANDS])
+def test_documented_command_runs_as_printed(command: Command, scratch: Path, tmp_path: Path):
+    torch_home = scratch / "torch-home"
+    provide_files(command, scratch, torch_home)
+    appended = (
+        *CAPS,
+        f"tracking.uri=sqlite:///{scratch}/mlflow.db",
+        f"hydra.run.dir={tmp_path}/run",
+        f"hydra.sweep.dir={tmp_path}/sweep",
+    )
+    env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT / "src"), "TORCH_HOME": str(torch_home)}
+    result = subprocess.run(
+        [sys.executable, str(PROJECT_ROOT / "run.py"), *command.args, *appended],
+        cwd=scratch,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
+    output = f"{command.source}: {command.text}\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    results = [json.loads(p.read_text()) for p in sorted(tmp_path.glob("*/**/result.json"))]
+    assert results, output
+    refused = [r for r in results if r["status"] != "FINISHED"]
+    for r in refused:
+        assert r.get("error") == _refusal(r["config"]), f"{r['status']}: {r.get('error')}\n{output}"
+    expected = command.printed_status if command.printed_status is not None else int(bool(refused))
+    assert result.returncode == expected, output
+    assert len(results) == n_jobs(command) or n_jobs(command) == 1, output
+
+
+def _refusal(config: dict) -> str | None:
+    """The one line the combination rules give for this config, or None when they accept it."""
+    try:
+        check_combination(OmegaConf.create(config))
+    except ConfigError as error:
+        return str(error)
+    return None
+
+
+def test_commands_are_expanded_and_classified():
+    """The collector reads the forms the docs use."""
+    line = "$ .venv/bin/python run.py -m backend=numpy,torch model=mlp hydra.sweep.dir=/tmp/x; echo $?"
+    command = parse(line, "x:1", 1)
+    assert command.args == ("-m", "backend=numpy,torch", "model=mlp", "hydra.sweep.dir=/tmp/x")
+    assert n_jobs(command) == 2 and command.printed_status == 1
+    assert parse("./setup.sh && .venv/bin/python run.py   # comment", "x:2").args == ()
+    assert parse(".venv/bin/mlflow ui --backend-store-uri sqlite:///outputs/mlflow.db", "x:3") is None
+    grid = parse("python run.py +experiment=resnet_inference hydra.sweeper.params.model=resnet18", "x:4")
+    assert n_jobs(grid) == 4 and models_named(grid) == {"resnet18"}
+    assert n_jobs(parse("python run.py +experiment=resnet_inference", "x:5")) == 16
+    assert needs_gpu(parse("python run.py backend=torch device=cuda", "x:6"))
+
+
+def mlflow_commands() -> list[tuple[str, list[str]]]:
+    """`mlflow SUBCOMMAND --options` lines of the README's code blocks (they serve, so they are not run)."""
+    found, in_block = [], False
+    for number, line in enumerate((PROJECT_ROOT / "README.md").read_text().splitlines(), start=1):
+        in_block = in_block != line.lstrip().startswith("```")
+        tokens = _tokens(line.strip().removeprefix("$ ")) if in_block and "mlflow " in line else []
+        start = next((i for i, token in enumerate(tokens) if re.fullmatch(r"(.*/)?mlflow", token)), None)
+        if start is not None and start + 1 < len(tokens):
+            found.append((f"README.md:{number}", tokens[start + 1 :]))
+    return found
+
+
+@pytest.mark.parametrize(("source", "args"), mlflow_commands())
+def test_documented_mlflow_command_has_those_options(source: str, args: list[str]):
+    """The subcommand exists and takes every option the README gives it (checked with --help)."""
+    mlflow = Path(sys.executable).with_name("mlflow")
+    result = subprocess.run([str(mlflow), args[0], "--help"], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, f"{source}: mlflow {args[0]}: {result.stderr[-500:]}"
+    for option in (arg.split("=")[0] for arg in args[1:] if arg.startswith("--")):
+        assert option in result.stdout, f"{source}: mlflow {args[0]} has no option {option}"

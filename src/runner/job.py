@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import resource
 import sys
+import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -90,7 +91,9 @@ def run_job(cfg: DictConfig, before_timing: Callable[[], object] = lambda: None)
     result.attrs = {
         **c,
         "device": device,
-        "block_size": measurement.block_size,
+        "calls_per_sample": measurement.block_size,
+        "batch_size": int(cfg.batch_size),
+        "seed": int(cfg.seed),
         "stopped_by": measurement.stopped_by,
     }
     if hasattr(workload, "extra_metrics"):
@@ -125,6 +128,7 @@ def memory_metrics(backend, device: str) -> dict:
 
 def run_and_record(cfg: DictConfig, run_dir: Path, before_timing: Callable[[], object] = lambda: None) -> Result:
     """Run a job in this process and write its run directory (result.json, tensors.h5), whatever its status."""
+    started = time.time()  # MLflow is fed later, from the files: the run's span is recorded here
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     try:
@@ -140,6 +144,7 @@ def run_and_record(cfg: DictConfig, run_dir: Path, before_timing: Callable[[], o
     except Exception as error:  # a crash in the workload is a result to record, not to lose
         (run_dir / "error.log").write_text(traceback.format_exc())
         result = Result(status="FAILED", error=f"{type(error).__name__}: {first_line(error)}")
+    result.started = started
     record(cfg, run_dir, result)
     return result
 
@@ -147,6 +152,7 @@ def run_and_record(cfg: DictConfig, run_dir: Path, before_timing: Callable[[], o
 def record(cfg: DictConfig, run_dir: Path, result: Result) -> None:
     """Write the run directory: the resolved config goes into result.json, the choices into tensors.h5."""
     result.config = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
+    result.ended = result.ended or time.time()
     result.attrs = {**choices(cfg), **result.attrs}
     result.write(run_dir)
 

@@ -55,6 +55,7 @@ def start(config: DictConfig) -> Sweep:
     note = {
         "sweep_dir": str(sweep_dir),
         "overrides": overrides,
+        "sweeper_params": {str(k): str(v) for k, v in (config.hydra.sweeper.get("params") or {}).items()},
         "launcher": str(config.hydra.launcher.get("_target_", "")),
         "tracking": str(config.tracking.name),
         "uri": config.tracking.uri,

@@ -171,3 +171,26 @@ def print_summary(cfg: DictConfig, run_dir: Path, result: Result) -> None:
     for warning in result.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     print(f"  results in {run_dir}")
+    for line in tracking_lines(run_dir):
+        print(line)
+
+
+def tracking_lines(run_dir: Path) -> list[str]:
+    """Where the run is in MLflow: its id and how to open it in the UI (from tracking.json)."""
+    import json
+
+    path = Path(run_dir) / "tracking.json"
+    note = json.loads(path.read_text()) if path.exists() else {}
+    if not note.get("run_id"):
+        return []
+    return [f"  MLflow run      {note['run_id']}", *ui_lines(note["uri"], f"#/runs/{note['run_id']}")]
+
+
+def ui_lines(uri: str, fragment: str) -> list[str]:
+    """How a person opens `fragment` of the MLflow UI for the store at `uri`."""
+    if uri.startswith(("http://", "https://")):
+        return [f"  open            {uri.rstrip('/')}/{fragment}"]
+    return [
+        f"  browse with     mlflow ui --backend-store-uri {uri}",
+        f"  then open       http://127.0.0.1:5000/{fragment}",
+    ]

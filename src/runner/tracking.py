@@ -436,7 +436,7 @@ def search_runs(uri: str, experiment: str, parent_run_id: str | None = None) -> 
         if "sweep_dir" in tags:  # a sweep's parent run, not a measurement
             continue
         row = {
-            "run": run.info.run_id[:8],
+            "run": run.info.run_name or run.info.run_id[:8],
             "run_id": run.info.run_id,
             "run_dir": tags.get("run_dir"),
             "status": run.info.status,

@@ -245,11 +245,11 @@ def _panel_labels(rows: pd.DataFrame) -> pd.Series:
     columns = varied_params(rows) if len(rows) > 1 else []
     if not columns:
         return rows["run"].map(lambda name: textwrap.fill(str(name), 34))
-    return (
-        rows[columns]
-        .map(str)
-        .apply(lambda row: textwrap.fill(" ".join(f"{short_name(c)}={v}" for c, v in row.items()), 34), axis=1)
-    )
+
+    def label(row: pd.Series) -> str:
+        return textwrap.fill(" ".join(f"{short_name(c)}={_param_cell(v)}" for c, v in row.items()), 34)
+
+    return rows[columns].apply(label, axis=1)
 
 
 def _panels(plt, groups: list, rows_per_group: list[int]):

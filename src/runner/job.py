@@ -26,6 +26,13 @@ def run_job(cfg: DictConfig, before_timing: Callable[[], object] = lambda: None)
     `before_timing` is called once everything is set up, just before the first timed call."""
     check_combination(cfg)  # before any framework import
     c = choices(cfg)
+    label = f"{c['backend']} {c['model']} {c['task']} {c['mode']}"
+    with ProgressLine(label, max_time_s=float(cfg.timing.max_time_s)) as progress:
+        return _run_job(cfg, c, before_timing, progress)
+
+
+def _run_job(cfg: DictConfig, c: dict, before_timing: Callable[[], object], progress: ProgressLine) -> Result:
+    progress.phase(f"importing {c['backend']}")
     from runner import environment
     from runner.backends import load_backend, numpy_backend
     from runner.data import load_inputs
@@ -37,6 +44,7 @@ def run_job(cfg: DictConfig, before_timing: Callable[[], object] = lambda: None)
     malloc_keeps_freed = timing.pop("keep_freed_memory") and keep_freed_memory()
     backend = load_backend(cfg.backend.module)
     device = backend.prepare(c["device"], c["dtype"])
+    progress.phase("building the model and inputs")
     workload = build_workload(cfg.model)
     rng = np.random.default_rng(cfg.seed)
     params64 = initial_weights(cfg.model, workload, rng)
@@ -56,19 +64,13 @@ def run_job(cfg: DictConfig, before_timing: Callable[[], object] = lambda: None)
     params = {k: v for k, v in state.items() if trainable(k)}
     constants = {k: v for k, v in state.items() if not trainable(k)}  # e.g. batch-norm running statistics
 
+    progress.phase("building the task (tracing where the mode compiles)")
     task_run = build_task(backend, workload, c["task"], c["mode"], device, params, inputs, constants)
+    progress.phase("waiting for the tracking store to open")
     before_timing()
     backend.reset_peak_memory(device)
-    progress = ProgressLine(f"{c['backend']} {c['model']} {c['task']} {c['mode']}")
-    try:
-        measurement, first_output = measure(
-            task_run.step,
-            backend.synchronizer(device),
-            **timing,
-            progress=progress,
-        )
-    finally:
-        progress.close()
+    measurement, first_output = measure(task_run.step, backend.synchronizer(device), **timing, progress=progress)
+    progress.phase("checking against the float64 reference")
     results = task_run.results(first_output)
 
     result = Result(status="FINISHED")

@@ -249,7 +249,9 @@ def _panel_labels(rows: pd.DataFrame) -> pd.Series:
     def label(row: pd.Series) -> str:
         return textwrap.fill(" ".join(f"{short_name(c)}={_param_cell(v)}" for c, v in row.items()), 34)
 
-    return rows[columns].apply(label, axis=1)
+    labelled = rows[columns].apply(label, axis=1)
+    same = labelled.duplicated(keep=False)  # e.g. a single run and a sweep's job with the same settings
+    return labelled.where(~same, labelled + "\n" + rows["run"].map(str))
 
 
 def _panels(plt, groups: list, rows_per_group: list[int]):

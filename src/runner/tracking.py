@@ -188,7 +188,7 @@ def run_tags(run_dir: Path, result: Result, parent_run_id: str | None) -> dict[s
         "mlflow.user": env.get("user") or _user(),
         "mlflow.note.content": note_content(result),
         "run_dir": str(run_dir.resolve()),
-        **{f"env.{k}": str(v)[:5000] for k, v in env.items() if k != "git_commit"},
+        **{f"env.{k}": str(v)[:5000] for k, v in env.items() if not _duplicate(k, env)},
     }
     if env.get("git_commit", "unknown") != "unknown":
         tags["mlflow.source.git.commit"] = env["git_commit"]
@@ -199,6 +199,11 @@ def run_tags(run_dir: Path, result: Result, parent_run_id: str | None) -> dict[s
     if parent_run_id:
         tags["mlflow.parentRunId"] = parent_run_id
     return tags
+
+
+def _duplicate(key: str, env: dict) -> bool:
+    """git_commit is mlflow.source.git.commit; a CPU run's device_name repeats env.cpu."""
+    return key == "git_commit" or (key == "device_name" and env.get("device_name") == env.get("cpu"))
 
 
 def _user() -> str:

@@ -162,3 +162,38 @@ def test_report_over_the_mixed_experiment(experiment):
     assert list(report._panel_labels(panels["sigmoid inference, batch 32"])) == ["model.size=10", "model.size=1000"]
     mlp_labels = list(report._panel_labels(panels["mlp gradients, batch 32"]))
     assert len(set(mlp_labels)) == 3 and all(label.startswith("mode=") for label in mlp_labels)
+
+
+def test_worker_output_echoed_without_framework_chatter(tmp_path, capsys):
+    from runner.isolation import _LogForwarder
+
+    log = tmp_path / "job.log"
+    log.write_text(
+        "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n"
+        "I0000 00:00:1795424501.581572    4045 cudart_stub.cc:31] Could not find cuda drivers on your machine.\n"
+        "To enable the following instructions: AVX2 FMA, in other operations, rebuild TensorFlow with the "
+        "appropriate compiler flags.\n"
+        "E0000 00:00:1795424520.260005    4045 cuda_platform.cc:52] failed call to cuInit: UNKNOWN ERROR (303)\n"
+        "  timing tensorflow mlp gradients eager: 3 samples\n"
+        "Traceback (most recent call last):\n"
+        "no newline at the end"
+    )
+    forwarder = _LogForwarder(log)
+    forwarder.start()
+    forwarder.stop()
+    err = capsys.readouterr().err
+    timing = "  timing tensorflow mlp gradients eager: 3 samples"
+    assert err.splitlines() == [timing, "Traceback (most recent call last):", "no newline at the end"]
+    assert "cuInit" in log.read_text()  # kept in job.log
+
+
+def test_progress_shows_phases_and_time_left_as_plain_lines(capsys):
+    from runner.timing import Measurement, ProgressLine
+
+    with ProgressLine("numpy mlp gradients eager", max_time_s=10.0, after_s=0.0) as progress:
+        progress.phase("first call (tracing, compilation)")
+        progress.timer.join()  # the phase has lasted after_s
+        progress(Measurement(first_call_s=0.1, samples_s=[1e-3] * 5), 2.0)
+    err = capsys.readouterr().err
+    assert "  numpy mlp gradients eager: first call (tracing, compilation) (0 s so far)\n" in err
+    assert "timing numpy mlp gradients eager: 5 samples in 2.0 s, median 1 ms" in err and "at most 8 s left" in err

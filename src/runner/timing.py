@@ -162,7 +162,7 @@ class ProgressLine:
         self.console = Console(stderr=True, highlight=False)
         self.tty = self.console.is_terminal
         self.status = None
-        self.last_print = 0.0
+        self.last_print = float("-inf")  # the first line comes at after_s, later ones every every_s
         self.timer: threading.Timer | None = None
 
     def __enter__(self) -> ProgressLine:

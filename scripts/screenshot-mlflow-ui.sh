@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Screenshots of the MLflow UI over a store, as a person sees it: the runs table, a run's page, its
-# timing trace (metric time_sample_s), a sweep parent's artifacts. Needs chromium (apt-get install -y chromium).
+# metric charts (time_sample_s: the timing trace), a sweep parent's page and artifacts. Needs chromium (apt-get install -y chromium).
 #   scripts/screenshot-mlflow-ui.sh /path/to/mlflow.db OUT_DIR [EXPERIMENT] [PORT]
 # The UI listens on 127.0.0.1 only and is stopped at the end.
 set -euo pipefail
@@ -19,20 +19,21 @@ from mlflow.tracking import MlflowClient
 client = MlflowClient(sys.argv[1])
 exp = client.get_experiment_by_name(sys.argv[2])
 runs = client.search_runs([exp.experiment_id], order_by=["attributes.start_time DESC"])
-child = next(r for r in runs if "sweep_dir" not in r.data.tags and r.info.status == "FINISHED")
+finished = [r for r in runs if "sweep_dir" not in r.data.tags and r.info.status == "FINISHED"]
+child = max(finished, key=lambda r: r.data.metrics.get("n_samples", 0))  # the longest timing trace
 parent = next((r for r in runs if "sweep_dir" in r.data.tags), child)
 print(exp.experiment_id, child.info.run_id, parent.info.run_id)
 PY
 )
 BASE="http://127.0.0.1:$PORT/#/experiments/$EXP"
+ML="workflowType=machine_learning"  # the UI's GenAI / Model training switch, top left
 shoot() {  # name url [height]
   chromium --headless --no-sandbox --disable-gpu --hide-scrollbars --window-size=1600,"${3:-1000}" \
     --virtual-time-budget=15000 --screenshot="$OUT/$1.png" "$2" >/dev/null 2>&1
   echo "$OUT/$1.png  <- $2"
 }
-shoot runs-table "$BASE/runs"
-shoot run-page "$BASE/runs/$RUN" 1400
-shoot run-timing-trace "$BASE/runs/$RUN/model-metrics"
-shoot metric-time-sample "http://127.0.0.1:$PORT/#/metric/time_sample_s?runs=%5B%22$RUN%22%5D&experiments=%5B%22$EXP%22%5D"
-shoot parent-artifacts "$BASE/runs/$PARENT/artifacts" 1200
-shoot parent-page "$BASE/runs/$PARENT" 1400
+shoot runs-table "$BASE/runs?$ML"
+shoot run-page "$BASE/runs/$RUN?$ML" 1500
+shoot run-timing-trace "$BASE/runs/$RUN/model-metrics?$ML" 1600
+shoot parent-artifacts "$BASE/runs/$PARENT/artifacts?$ML" 1000
+shoot parent-page "$BASE/runs/$PARENT?$ML" 1500

@@ -29,7 +29,7 @@ BASE="http://127.0.0.1:$PORT/#/experiments/$EXP"
 ML="workflowType=machine_learning"  # the UI's GenAI / Model training switch, top left
 shoot() {  # name url [height]
   chromium --headless --no-sandbox --disable-gpu --hide-scrollbars --window-size=1600,"${3:-1000}" \
-    --virtual-time-budget=15000 --screenshot="$OUT/$1.png" "$2" >/dev/null 2>&1
+    --virtual-time-budget=40000 --screenshot="$OUT/$1.png" "$2" >/dev/null 2>&1
   echo "$OUT/$1.png  <- $2"
 }
 shoot runs-table "$BASE/runs?$ML"

@@ -94,6 +94,8 @@ def test_standard_tags_note_and_no_duplicates(experiment):
     assert "median" in note and "IQR" in note and "examples/s" in note and "reference" in note
     assert any(unit in note for unit in (" ns", " µs", " ms", " s "))
     assert all(p.data.tags["mlflow.note.content"].startswith(name) for name, p in parents.items())
+    map_fn = children["numpy-mlp-gradients-map_fn-cpu-float32 #1"].data.tags["mlflow.note.content"]
+    assert "x the time of the fastest comparable job of the sweep" in map_fn  # added when the sweep ended
 
 
 def test_every_sample_is_the_metric_history(experiment):

@@ -156,7 +156,26 @@ def _write_files(frame, sweep_dir: Path) -> list[Path]:
         print(f"warning: could not write the sweep's report ({first_line(error)})", file=sys.stderr)
     summary = sweep_dir / "summary.md"
     summary.write_text(f"# Sweep summary\n\n{report.markdown(frame)}")
+    _note_comparisons(report.compare(frame))
     return [summary, *files]
+
+
+def _note_comparisons(compared) -> None:
+    """Each job's MLflow description gains how it compares with the fastest job doing the same work."""
+    for _, row in compared[compared["vs_fastest"].notna()].iterrows():
+        path = Path(row["run_dir"]) / tracking.TRACKING_FILE
+        job_note = json.loads(path.read_text()) if path.exists() else {}
+        if not job_note.get("run_id"):
+            continue
+        verdict = row["within_noise"]
+        noise = {"yes": "within noise", "no": "a real difference"}.get(verdict, verdict)
+        line = f"{row['vs_fastest']:.2f}x the time of the fastest comparable job of the sweep ({noise})"
+        if verdict == "fastest":
+            line = "the fastest comparable job of the sweep"
+        try:
+            tracking.append_to_note(job_note["uri"], job_note["run_id"], line)
+        except Exception as error:  # the record on disk is complete; the description is a nicety
+            print(f"warning: could not annotate run {job_note['run_id']} ({first_line(error)})", file=sys.stderr)
 
 
 def _close_parent(sweep: Sweep, statuses: list[str], status: str, files: list[Path]) -> None:

@@ -270,6 +270,13 @@ def dataset_input(run_dir: Path, result: Result):
     return DatasetInput(dataset._to_mlflow_entity(), tags=[InputTag("mlflow.data.context", task)])
 
 
+def append_to_note(uri: str, run_id: str, line: str) -> None:
+    """Add a line to a run's description (a sweep adds how each job compares once all have run)."""
+    mlflow = client(uri)
+    note = retry_on_lock(mlflow.get_run, run_id).data.tags.get("mlflow.note.content", "")
+    retry_on_lock(mlflow.set_tag, run_id, "mlflow.note.content", f"{note}  \n{line}"[:5000])
+
+
 def _log_run_files(mlflow, run_id: str, run_dir: Path) -> None:
     for name in (RESULT_FILE, TENSORS_FILE, "job.log", "error.log"):
         if (run_dir / name).exists():

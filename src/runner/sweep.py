@@ -213,10 +213,10 @@ def print_table(frame, sweep_dir: Path) -> None:
     console = Console() if sys.stdout.isatty() else Console(width=160)
     console.print(table)
     for _, row in frame[frame["status"] != "FINISHED"].iterrows():
-        console.print(f"[bold red]{row['status']}[/] job {row['run']}: {row['error']}", highlight=False)
+        console.print(f"[bold red]{row['status']}[/] job {_job(row)}: {row['error']}", highlight=False)
     for _, row in frame[frame["warnings"].map(bool)].iterrows() if "warnings" in frame else ():
         for warning in row["warnings"]:
-            console.print(f"[yellow]warning[/] job {row['run']}: {warning}", highlight=False)
+            console.print(f"[yellow]warning[/] job {_job(row)}: {warning}", highlight=False)
     note = read_note(sweep_dir)
     if note.get("parent_run_id"):
         from runner.job import ui_lines
@@ -224,6 +224,11 @@ def print_table(frame, sweep_dir: Path) -> None:
         console.print(f"MLflow parent run {note['parent_run_id']} ({tracking.sweep_title(note)})", highlight=False)
         for line in ui_lines(note["uri"], f"#/runs/{note['parent_run_id']}"):
             console.print(line.strip(), highlight=False, soft_wrap=True)
+
+
+def _job(row) -> str:
+    """A job's number (its directory under the sweep), as Hydra and the table's run names count it."""
+    return Path(row["run_dir"]).name
 
 
 def _status(status: str) -> str:

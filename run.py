@@ -19,7 +19,7 @@ from omegaconf import DictConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "src"))  # works before `pip install -e .` too
 
-from runner import isolation, preflight, sweep  # noqa: E402  (registers the structured configs and resolvers)
+from runner import environment, isolation, preflight, sweep  # noqa: E402  (registers the structured configs and resolvers)
 from runner.job import print_summary  # noqa: E402
 
 
@@ -29,6 +29,7 @@ def main(cfg: DictConfig) -> str:
     run_dir = Path(hydra_cfg.runtime.output_dir)
     multirun = hydra_cfg.mode.name == "MULTIRUN"
     parent = sweep.parent_run_id(hydra_cfg.sweep.dir) if multirun else None
+    environment.export_ray_job_id()
     outcome = isolation.execute(cfg, run_dir, parent)
     print_summary(cfg, run_dir, outcome)
     if outcome.status == "KILLED":  # Ctrl-C: stop here, the sweep too

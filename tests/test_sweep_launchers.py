@@ -16,8 +16,9 @@ def launcher(name: str, *overrides: str):
 
 def test_slurm_launcher_composes_with_cluster_settings():
     conf = launcher("slurm", "hydra.launcher.partition=gpu", "hydra.launcher.gpus_per_node=1")
-    assert conf._target_.endswith("submitit_launcher.SlurmLauncher")
-    assert conf.partition == "gpu" and conf.gpus_per_node == 1 and conf.cpus_per_task == 8
+    assert conf._target_ == "hydra_plugins.tensor_runner.slurm_launcher.SlurmLauncher"  # runner.slurm's
+    assert conf.partition == "gpu" and conf.gpus_per_node == 1
+    assert conf.cpus_per_task is None and conf.mem_gb is None  # taken from the partition at launch
 
 
 def test_parallel_launcher_is_joblib():

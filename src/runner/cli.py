@@ -12,14 +12,15 @@ import sys
 from pathlib import Path
 
 from runner import sweep, tracking
-from runner.config import first_line
+from runner.config import ConfigError, first_line
+from runner.result import ResultUnreadable
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         return args.command(args)
-    except (LookupError, FileNotFoundError, ConnectionError) as error:
+    except (LookupError, FileNotFoundError, ConnectionError, ConfigError, ResultUnreadable) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
 

@@ -6,7 +6,9 @@ rejects choices that are individually valid but cannot run together. Neither imp
 
 from __future__ import annotations
 
+import math
 import os
+import re
 from dataclasses import dataclass, field
 from enum import Enum, StrEnum
 from pathlib import Path
@@ -169,8 +171,57 @@ def _name(value: object) -> str:
     return value.value if isinstance(value, Enum) else str(value)
 
 
+GROUPS = ("backend", "device", "model", "mode", "task", "data", "tracking")
+MAX_SECONDS = 86_400.0  # timing values above a day are typing mistakes, not budgets
+# name: (smallest allowed, largest allowed, whether the smallest itself is allowed)
+TIMING_LIMITS = {
+    "warmup_s": (0.0, MAX_SECONDS, True),
+    "max_time_s": (0.0, MAX_SECONDS, False),
+    "min_block_s": (0.0, 60.0, True),
+    "target_rel_iqr": (0.0, 1e3, True),
+    "min_warmup_calls": (0, 10**12, True),
+    "min_repeats": (1, 10**12, True),
+}
+EXPERIMENT_NAME_MAX = 256
+UNSAFE_NAME = re.compile(r"[/\\\x00-\x1f]|^\.\.?$")  # path separators, control characters, . and ..
+
+
+def check_values(cfg: DictConfig) -> None:
+    """Raise ConfigError (one line) for a config group removed (`~model`), a timing value no measurement
+    can honour, or tracking settings that would log somewhere else than the user meant."""
+    for group in GROUPS:
+        if OmegaConf.is_missing(cfg, group) or cfg.get(group) is None:
+            options = ", ".join(sorted(p.stem for p in (CONFIG_DIR / group).glob("*.yaml")))
+            raise ConfigError(f"no {group} is chosen (~{group} removed it): choose one of {options}")
+    for name, (low, high, low_ok) in TIMING_LIMITS.items():
+        value = cfg.timing[name]
+        if not (math.isfinite(value) and (low <= value if low_ok else low < value) and value <= high):
+            bound = ">=" if low_ok else ">"
+            raise ConfigError(f"timing.{name}={value}: must be a finite number {bound} {low} and <= {high:g}")
+    if cfg.tracking.name != "none":
+        check_tracking(cfg.tracking.uri, cfg.tracking.experiment)
+
+
+def check_tracking(uri: str | None, experiment: str | None) -> None:
+    """tracking.uri and tracking.experiment as MLflow and the store's folder can take them."""
+    if not uri or not str(uri).strip():
+        raise ConfigError("tracking.uri is empty: give a store (sqlite:///PATH.db, http://HOST:PORT) or tracking=none")
+    if not experiment or not str(experiment).strip():
+        raise ConfigError("tracking.experiment is empty: give the experiment a name")
+    experiment = str(experiment)
+    if len(experiment) > EXPERIMENT_NAME_MAX:
+        raise ConfigError(
+            f"tracking.experiment is {len(experiment)} characters long: at most {EXPERIMENT_NAME_MAX} are allowed"
+        )
+    if UNSAFE_NAME.search(experiment):
+        raise ConfigError(
+            f"tracking.experiment={experiment!r}: a name, not a path (no '/', '\\', '..' or control characters)"
+        )
+
+
 def check_combination(cfg: DictConfig) -> None:
     """Raise ConfigError (one line) for choices that cannot run together. Imports no framework."""
+    check_values(cfg)
     c = choices(cfg)
     if cfg.batch_size < 1:
         raise ConfigError(f"batch_size={cfg.batch_size}: must be a positive integer")
@@ -198,17 +249,21 @@ def _check_backend(backend: DictConfig, c: dict[str, str]) -> None:
 
 def _check_model(model: DictConfig, backend: DictConfig, c: dict[str, str]) -> None:
     supports = model.get("supports") or {}
+    narrower = (supports.get("on_backend") or {}).get(c["backend"]) or {}  # limits on one backend only
     for axis in ("task", "mode", "device", "dtype"):
-        allowed = supports.get(f"{axis}s")
+        allowed = narrower.get(f"{axis}s", supports.get(f"{axis}s"))
         if allowed is not None and c[axis] not in allowed and not (axis == "device" and c[axis] == "auto"):
             only = " or ".join(f"{axis}={value}" for value in allowed)
-            raise ConfigError(f"model={c['model']} runs only {only}, not {axis}={c[axis]}")
+            on = f" on backend={c['backend']}" if f"{axis}s" in narrower else ""
+            raise ConfigError(f"model={c['model']} runs only {only}{on}, not {axis}={c[axis]}")
     missing = [family for family in supports.get("ops", []) if family not in backend.ops]
     if missing:
         able = [name for name, ops in backend_capabilities().items() if set(missing) <= set(ops)]
         where = " or ".join(f"backend={name}" for name in able) or "no installed backend"
+        elsewhere = f"; {supports.elsewhere}" if supports.get("elsewhere") else ""  # the model's other routes
         raise ConfigError(
             f"model={c['model']} needs {', '.join(missing)} ops: it runs on {where}, not backend={c['backend']}"
+            f"{elsewhere}"
         )
     check_model_arguments(model)
 
@@ -261,6 +316,13 @@ def _fits(value: object, hint: object) -> bool:
     if hint is str:
         return isinstance(value, str)
     return True  # anything richer is the workload's own business
+
+
+def require_positive(**sizes: int) -> None:
+    """For a workload's constructor: model sizes (model.n=0, model.hidden=-1) are refused with one line."""
+    for name, value in sizes.items():
+        if value < 1:
+            raise ConfigError(f"model.{name}={value}: must be a positive integer")
 
 
 def first_line(error: BaseException) -> str:

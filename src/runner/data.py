@@ -28,10 +28,11 @@ def load_inputs(data_cfg: DictConfig, workload, rng: np.random.Generator, batch_
     if not data_cfg.path:
         raise ConfigError(f"data={source} needs data.path=FILE")
     crop = not workload.makes_images  # classifiers: resize 256 + centre crop 224; CycleGAN: resize 256
+    prepare = getattr(workload, "preprocess", None) or (lambda image: preprocess(image, crop))  # a model's own
     if source == "image":
-        images = [preprocess(_open(path), crop) for path in image_files(Path(data_cfg.path))[:batch_size]]
+        images = [prepare(_open(path)) for path in image_files(Path(data_cfg.path))[:batch_size]]
     elif source == "tfrecord":
-        images = [preprocess(image, crop) for image in read_tfrecord(Path(data_cfg.path), batch_size)]
+        images = [prepare(image) for image in read_tfrecord(Path(data_cfg.path), batch_size)]
     else:
         return _with_labels(workload, rng, read_hdf5(Path(data_cfg.path), data_cfg.dataset, batch_size, crop))
     return _with_labels(workload, rng, _stack(images, data_cfg.path))

@@ -1,4 +1,4 @@
-"""What a run ran on: versions, CPU, device name, thread settings, git commit."""
+"""What a run ran on: versions, CPU, device name, thread settings, git commit, scheduler context."""
 
 from __future__ import annotations
 
@@ -11,6 +11,15 @@ from functools import cache
 from runner.config import PROJECT_ROOT
 
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "TF_NUM_INTRAOP_THREADS")
+# Where a scheduler placed the job: environment variable -> key in `environment` (and MLflow tag env.KEY).
+SCHEDULER_VARIABLES = {
+    "SLURM_JOB_ID": "slurm_job_id",
+    "SLURM_ARRAY_JOB_ID": "slurm_array_job_id",
+    "SLURM_ARRAY_TASK_ID": "slurm_array_task_id",
+    "SLURMD_NODENAME": "slurm_node",
+    "SLURM_JOB_PARTITION": "slurm_partition",
+    "RAY_JOB_ID": "ray_job_id",
+}
 
 
 def collect(backend_env: dict) -> dict:
@@ -28,9 +37,35 @@ def collect(backend_env: dict) -> dict:
         "argv": " ".join(sys.argv),
     }
     env.update({name: os.environ[name] for name in THREAD_VARIABLES if name in os.environ})
+    env.update(scheduler_context())
     env.update(backend_env)
     env.setdefault("device_name", env["cpu"])
     return env
+
+
+def scheduler_context(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The SLURM job/array ids, node and partition, or Ray's job id, of the job this process belongs to."""
+    environ = os.environ if environ is None else environ
+    context = {key: environ[name] for name, key in SCHEDULER_VARIABLES.items() if environ.get(name)}
+    ray_job = _ray_job_id() or context.pop("ray_job_id", "")
+    if ray_job.strip("f"):  # a worker Ray started before any job holds the nil id, ffffffff
+        context["ray_job_id"] = ray_job
+    return context
+
+
+def export_ray_job_id() -> None:
+    """In a Ray task, hand Ray's job id to the measuring worker, a fresh process that never imports Ray."""
+    ray_job = _ray_job_id()
+    if ray_job:
+        os.environ["RAY_JOB_ID"] = ray_job
+
+
+def _ray_job_id() -> str | None:
+    """Ray's job id when this process is a Ray worker (Ray is never imported here for it)."""
+    ray = sys.modules.get("ray")
+    if ray is None or not ray.is_initialized():
+        return None
+    return ray.get_runtime_context().get_job_id()
 
 
 @cache

@@ -4,16 +4,24 @@ With `isolation=process` the worker measures and writes result.json + tensors.h5
 (the Hydra job) then logs the run directory to MLflow, so the worker never pays for importing MLflow.
 A worker that dies (a signal, the OOM killer, a hard exit) leaves a FAILED result.json written here,
 with the reason and the tail of its output (`job.log`).
+
+Nothing is lost when this process dies instead: a pending tracking.json is written before the job
+starts (so `runner sync RUN_DIR` can upload whatever the directory holds), and the worker never
+outlives this process for long: the kernel sends it SIGTERM when its parent dies (Linux), a watchdog
+thread notices a new parent elsewhere, and on SIGTERM it records KILLED with the samples it took.
 """
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing
 import os
 import re
+import shutil
 import signal
 import sys
 import threading
+import time
 from collections import deque
 from pathlib import Path
 
@@ -26,12 +34,19 @@ LOG_FILE = "job.log"  # the worker's stdout and stderr
 TAIL_LINES = 40
 GRACE_S = 30.0  # after Ctrl-C, how long the worker may take to record its samples
 STORE_WAIT_S = 120.0  # the longest a worker waits for its parent to open the MLflow store before timing
+WATCHDOG_S = 1.0  # how often the worker checks that its launcher is alive
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+# What a previous run in the same directory may have left: never uploaded as this run's.
+STALE = ("result.json", "tensors.h5", "images", "tracking.json", "error.log", LOG_FILE)
 
 
 def execute(cfg: DictConfig, run_dir: Path, parent_run_id: str | None = None) -> Result:
     """Run and record one job as `cfg.isolation` says, then log it to MLflow; returns its record."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
+    clear_stale(run_dir)
+    if cfg.tracking.name == "mlflow":
+        tracking.write_pending(run_dir, cfg.tracking.uri, cfg.tracking.experiment, parent_run_id)
     if str(cfg.isolation) == "inline":
         from runner.job import run_and_record
 
@@ -43,6 +58,16 @@ def execute(cfg: DictConfig, run_dir: Path, parent_run_id: str | None = None) ->
     if cfg.tracking.name == "mlflow":
         tracking.track(run_dir, cfg.tracking.uri, cfg.tracking.experiment, parent_run_id)
     return result
+
+
+def clear_stale(run_dir: Path) -> None:
+    """Remove what an earlier run left in this directory (links are removed, never followed)."""
+    for name in STALE:
+        path = run_dir / name
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        elif path.exists() or path.is_symlink():
+            path.unlink()
 
 
 def _execute_in_worker(cfg: DictConfig, run_dir: Path) -> Result:
@@ -59,14 +84,14 @@ def _execute_in_worker(cfg: DictConfig, run_dir: Path) -> Result:
     )
     forwarder = _LogForwarder(log_path)
     forwarder.start()
-    interrupted = False
+    stopped_by = None
     try:
         _start(worker)
-        interrupted = _wait(worker)
+        stopped_by = _wait(worker)
     finally:
         forwarder.stop()
-    if interrupted:
-        return _recorded(cfg, run_dir, "KILLED", "interrupted by the user (Ctrl-C) before the worker recorded it")
+    if stopped_by:
+        return _recorded(cfg, run_dir, "KILLED", f"{stopped_by} before the worker recorded it")
     reason = _exit_reason(worker.exitcode)
     return _recorded(cfg, run_dir, "FAILED", reason)
 
@@ -103,15 +128,19 @@ def _start(worker) -> None:
             multiprocessing.set_start_method(method, force=True)
 
 
-def _wait(worker) -> bool:
-    """Wait for the worker; on Ctrl-C let it record what it measured, then stop it. True if interrupted."""
+def _wait(worker) -> str | None:
+    """Wait for the worker; when stopped, let it record what it measured, then stop it.
+    Returns what stopped it (None when it ended by itself)."""
     try:
         worker.join()
-        return False
-    except KeyboardInterrupt:
-        pass
-    if worker.is_alive():  # a Ctrl-C at the terminal reached it too; a `kill -INT` of ours did not
-        os.kill(worker.pid, signal.SIGINT)
+        return None
+    except KeyboardInterrupt as interrupt:
+        from runner.job import stop_reason
+
+        reason = stop_reason(interrupt)
+    signum = signal.SIGTERM if "SIGTERM" in reason else signal.SIGINT
+    if worker.is_alive():  # a Ctrl-C at the terminal reached it too; a `kill` of ours did not
+        os.kill(worker.pid, signum)
     try:
         worker.join(GRACE_S)
     except KeyboardInterrupt:  # a second Ctrl-C: stop now
@@ -119,7 +148,7 @@ def _wait(worker) -> bool:
     if worker.is_alive():
         worker.kill()
         worker.join()
-    return True
+    return reason
 
 
 def _exit_reason(exitcode: int | None) -> str:
@@ -161,21 +190,54 @@ def _worker_main(config: dict, run_dir: str, log_path: str, may_time) -> None:
     sys.stdout.reconfigure(line_buffering=True)
     sys.stderr.reconfigure(line_buffering=True)
     _interrupt_once()
+    _die_with_launcher()
     from runner.job import run_and_record
 
     run_and_record(OmegaConf.create(config), Path(run_dir), before_timing=lambda: may_time.wait(STORE_WAIT_S))
 
 
 def _interrupt_once() -> None:
-    """The first SIGINT interrupts the measurement; later ones must not break the recording of it."""
+    """The first SIGINT or SIGTERM interrupts the measurement (run_and_record records it KILLED, with
+    the signal's name); later ones must not break the recording. If the recording itself hangs with
+    no launcher left to kill the worker, it exits after GRACE_S: `runner sync` records it KILLED."""
     fired = []
 
     def handler(signum, frame):
-        if not fired:
-            fired.append(signum)
-            raise KeyboardInterrupt
+        if fired:
+            return
+        fired.append(signum)
+        name = signal.Signals(signum).name
+        if signum == signal.SIGTERM:
+            _exit_later(GRACE_S, 128 + signum)
+        raise KeyboardInterrupt(f"stopped by {name}" if signum != signal.SIGINT else "")
 
     signal.signal(signal.SIGINT, handler)
+    signal.signal(signal.SIGTERM, handler)
+
+
+def _exit_later(after_s: float, code: int) -> None:
+    timer = threading.Timer(after_s, os._exit, args=(code,))
+    timer.daemon = True
+    timer.start()
+
+
+def _die_with_launcher() -> None:
+    """SIGTERM this worker when its launcher dies: the kernel's parent-death signal where there is one,
+    and a watchdog thread (the parent id changes when the parent dies) everywhere."""
+    launcher = multiprocessing.parent_process().pid
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (AttributeError, OSError):  # not Linux: the watchdog alone
+        pass
+    if os.getppid() != launcher:  # it died before prctl took effect
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    def watch() -> None:
+        while os.getppid() == launcher:
+            time.sleep(WATCHDOG_S)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="launcher-watchdog", daemon=True).start()
 
 
 class _LogForwarder:

@@ -36,7 +36,7 @@ def _run_job(cfg: DictConfig, c: dict, before_timing: Callable[[], object], prog
     from runner import environment
     from runner.backends import load_backend, numpy_backend
     from runner.data import load_inputs
-    from runner.models import build_workload, initial_weights
+    from runner.models import backend_for, build_workload, initial_weights
     from runner.tasks import build_task, errors_vs_reference, forward_outputs, reference_results
     from runner.timing import keep_freed_memory, measure
 
@@ -46,6 +46,7 @@ def _run_job(cfg: DictConfig, c: dict, before_timing: Callable[[], object], prog
     device = backend.prepare(c["device"], c["dtype"])
     progress.phase("building the model and inputs")
     workload = build_workload(cfg.model)
+    backend = backend_for(workload, backend)
     rng = np.random.default_rng(cfg.seed)
     params64 = initial_weights(cfg.model, workload, rng)
     inputs64 = load_inputs(cfg.data, workload, rng, cfg.batch_size)
@@ -64,12 +65,17 @@ def _run_job(cfg: DictConfig, c: dict, before_timing: Callable[[], object], prog
     params = {k: v for k, v in state.items() if trainable(k)}
     constants = {k: v for k, v in state.items() if not trainable(k)}  # e.g. batch-norm running statistics
 
+    examples_per_call = workload.examples_per_call(cfg.batch_size)
     progress.phase("building the task (tracing where the mode compiles)")
     task_run = build_task(backend, workload, c["task"], c["mode"], device, params, inputs, constants)
     progress.phase("waiting for the tracking store to open")
     before_timing()
     backend.reset_peak_memory(device)
-    measurement, first_output = measure(task_run.step, backend.synchronizer(device), **timing, progress=progress)
+    try:
+        measurement, first_output = measure(task_run.step, backend.synchronizer(device), **timing, progress=progress)
+    except MeasurementInterrupted as interrupt:
+        interrupt.examples_per_call = examples_per_call  # the record's throughput counts real examples
+        raise
     progress.phase("checking against the float64 reference")
     results = task_run.results(first_output)
 
@@ -77,7 +83,7 @@ def _run_job(cfg: DictConfig, c: dict, before_timing: Callable[[], object], prog
     result.environment = environment.collect(backend.environment(device))
     result.environment["device"] = device
     result.environment["malloc_keeps_freed_memory"] = malloc_keeps_freed
-    result.metrics = timing_metrics(measurement, workload.examples_per_call(cfg.batch_size))
+    result.metrics = timing_metrics(measurement, examples_per_call)
     result.metrics.update(memory_metrics(backend, device))
     result.metrics.update(
         errors_vs_reference(results, reference_results(workload, c["task"], c["mode"], params_held, inputs_held))
@@ -103,12 +109,41 @@ def _run_job(cfg: DictConfig, c: dict, before_timing: Callable[[], object], prog
     if hasattr(workload, "interpret"):  # predictions or images, as the workload reads its outputs
         read = workload.interpret(result.tensors["outputs/y"])
         result.predictions, result.images = read.get("predictions"), read.get("images")
+    result.warnings.extend(non_finite_warnings(result.tensors))
+    if measurement.warmup_cut_short:
+        result.attrs["warmup_cut_short"] = True
+        result.warnings.append(
+            f"warm-up cut short by timing.max_time_s={cfg.timing.max_time_s} after {measurement.warmup_calls} calls: "
+            "the samples may include warm-up effects"
+        )
     if measurement.rel_iqr() > NOISY_REL_IQR:
         result.warnings.append(
             f"noisy measurement: IQR is {measurement.rel_iqr():.0%} of the median; "
             "raise timing.max_time_s or quiet the machine"
         )
     return result
+
+
+def non_finite_warnings(tensors: dict[str, np.ndarray]) -> list[str]:
+    """One warning per output or gradient that holds NaN or inf (from NaN inputs or weights, overflow, ...)."""
+    warnings = []
+    for name, array in tensors.items():
+        array = np.asarray(array)
+        if name.startswith(("outputs/", "gradients/")) and array.dtype.kind in "fc":
+            bad = int(array.size - np.count_nonzero(np.isfinite(array)))
+            if bad:
+                warnings.append(f"{name} holds {bad} NaN or infinite values of {array.size}")
+    return warnings
+
+
+def stop_reason(interrupt: BaseException) -> str:
+    """What stopped a job, for the record: SIGTERM arrives as KeyboardInterrupt("stopped by SIGTERM")
+    (run.py and the worker's handler); a bare KeyboardInterrupt is Ctrl-C."""
+    while interrupt is not None:
+        if "SIGTERM" in str(interrupt):
+            return "terminated (SIGTERM)"
+        interrupt = interrupt.__cause__
+    return "interrupted by the user (Ctrl-C)"
 
 
 def timing_metrics(measurement: Measurement, examples_per_call: int) -> dict:
@@ -138,11 +173,11 @@ def run_and_record(cfg: DictConfig, run_dir: Path, before_timing: Callable[[], o
     except ConfigError as error:
         result = Result(status="FAILED", error=str(error))
     except MeasurementInterrupted as interrupt:
-        result = Result(status="KILLED", error="interrupted by the user (Ctrl-C) while timing")
-        result.metrics = timing_metrics(interrupt.measurement, 1)
+        result = Result(status="KILLED", error=f"{stop_reason(interrupt)} while timing")
+        result.metrics = timing_metrics(interrupt.measurement, getattr(interrupt, "examples_per_call", cfg.batch_size))
         result.tensors = {"timings/samples_s": np.asarray(interrupt.measurement.samples_s)}
-    except KeyboardInterrupt:
-        result = Result(status="KILLED", error="interrupted by the user (Ctrl-C)")
+    except KeyboardInterrupt as interrupt:
+        result = Result(status="KILLED", error=stop_reason(interrupt))
     except Exception as error:  # a crash in the workload is a result to record, not to lose
         (run_dir / "error.log").write_text(traceback.format_exc())
         result = Result(status="FAILED", error=f"{type(error).__name__}: {first_line(error)}")

@@ -6,16 +6,19 @@ composed once against the structured configs and the first failure is reported a
 
 from __future__ import annotations
 
+import os
 import re
 import sys
+import tempfile
 from pathlib import Path
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import MissingConfigException
 
-from runner.config import CONFIG_DIR, compose, first_line
+from runner.config import CONFIG_DIR, ConfigError, check_values, compose, first_line
 
 MULTIRUN_FLAGS = ("-m", "--multirun")
+HYDRA_KEYS_CHECKED = ("hydra.searchpath", "hydra.run.dir", "hydra.sweep.dir")
 
 
 class BadInput(ValueError):
@@ -29,7 +32,7 @@ def check_argv(argv: list[str], config_dir: Path = CONFIG_DIR) -> None:
     overrides = [arg for arg in argv if arg not in MULTIRUN_FLAGS]
     parsed = _parse(overrides)
     parsed = _parse(overrides + _experiment_sweeps(parsed, config_dir))
-    base = [o.input_line for o in parsed if not _is_hydra(o.key_or_group) or o.key_or_group == "hydra.searchpath"]
+    base = [o.input_line for o in parsed if not _is_hydra(o.key_or_group) or o.key_or_group in HYDRA_KEYS_CHECKED]
     for _index, override in enumerate(parsed):
         if _is_hydra(override.key_or_group) or not override.is_sweep_override():
             continue
@@ -37,7 +40,21 @@ def check_argv(argv: list[str], config_dir: Path = CONFIG_DIR) -> None:
             variant = list(base)
             variant[base.index(override.input_line)] = f"{_prefix(override)}{override.key_or_group}={value}"
             _compose(_singles(variant, parsed), config_dir)
-    _compose(_singles(base, parsed), config_dir)
+    cfg = _compose(_singles(base, parsed), config_dir, return_hydra_config=True)
+    key = "sweep" if any(arg in MULTIRUN_FLAGS for arg in argv) else "run"
+    check_writable(f"hydra.{key}.dir", str(cfg.hydra[key].dir))
+
+
+def check_writable(key: str, folder: str) -> None:
+    """The folder can be created (or is there) and written: a read-only place is one line, not a traceback."""
+    path = Path(folder).absolute()
+    existing = next(p for p in (path, *path.parents) if p.exists())
+    if not existing.is_dir():
+        raise BadInput(f"{key}={folder}: {existing} is not a folder")
+    try:  # a probe, as access() says yes to root on a read-only file system
+        os.rmdir(tempfile.mkdtemp(prefix=".runner-probe-", dir=existing))
+    except OSError as error:
+        raise BadInput(f"{key}={folder}: cannot create folders in {existing} ({error.strerror})") from None
 
 
 def _parse(overrides: list[str]) -> list:
@@ -81,9 +98,18 @@ def _is_hydra(key: str) -> bool:
     return key == "hydra" or key.startswith(("hydra.", "hydra/"))
 
 
-def _compose(overrides: list[str], config_dir: Path) -> None:
+def _compose(overrides: list[str], config_dir: Path, return_hydra_config: bool = False):
+    """The composed config, its values checked (runner.config.check_values, the tracking store's path)."""
+    from runner.tracking import check_store_path
+
     try:
-        compose(overrides, config_dir)
+        cfg = compose(overrides, config_dir, return_hydra_config=return_hydra_config)
+        check_values(cfg)
+        if cfg.tracking.name != "none":
+            check_store_path(cfg.tracking.uri)
+        return cfg
+    except ConfigError as error:
+        raise BadInput(str(error)) from None
     except MissingConfigException as error:
         raise BadInput(_missing_option(error, overrides)) from None
     except Exception as error:

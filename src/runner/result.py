@@ -8,8 +8,11 @@ result.json: {"status", "config", "metrics", "environment"} and, where they appl
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -81,11 +84,12 @@ class Result:
         )
 
     def save(self, run_dir: Path) -> Path:
-        """Write result.json whole or not at all (a killed writer leaves the previous file)."""
+        """Write result.json whole or not at all (a killed writer leaves the previous file). A symlink
+        named result.json is replaced, never followed."""
         path = Path(run_dir) / RESULT_FILE
-        temporary = path.with_name(f".{RESULT_FILE}.{os.getpid()}.tmp")
-        temporary.write_text(json.dumps(self.to_dict(), indent=2, default=_json_default) + "\n")
-        os.replace(temporary, path)
+        text = json.dumps(self.to_dict(), indent=2, default=_json_default) + "\n"
+        with _fresh_file(path) as temporary:
+            temporary.write_text(text)
         return path
 
     @classmethod
@@ -120,7 +124,7 @@ def write_tensors(path: Path, tensors: dict[str, np.ndarray], attrs: dict) -> Pa
     (dicts and lists as JSON text); timings carry `units`, image batches `layout` (dataset_attrs)."""
     import h5py
 
-    with h5py.File(path, "w") as f:
+    with _fresh_file(path) as temporary, h5py.File(temporary, "w") as f:
         for name, array in tensors.items():
             dataset = f.create_dataset(name, data=np.asarray(array))
             dataset.attrs.update(dataset_attrs(name, dataset.shape))
@@ -135,6 +139,22 @@ def dataset_attrs(name: str, shape: tuple[int, ...]) -> dict[str, str]:
         return {"units": "s"}
     is_image_batch = len(shape) == 4 and shape[1] in (1, 3) and name.split("/")[0] in ("inputs", "outputs")
     return {"layout": "NCHW"} if is_image_batch else {}
+
+
+@contextmanager
+def _fresh_file(path: Path) -> Iterator[Path]:
+    """A new temporary file beside `path` (created here, so no link of anyone's is followed), moved onto
+    `path` when the block ends: `path` is replaced whole, and a symlink at `path` is replaced, not followed."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with contextlib.suppress(FileNotFoundError):
+        temporary.unlink()
+    os.close(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644))
+    try:
+        yield temporary
+        os.replace(temporary, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            temporary.unlink()
 
 
 def read_samples(run_dir: Path) -> np.ndarray | None:

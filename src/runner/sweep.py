@@ -129,7 +129,8 @@ def finish(interrupted: bool = False) -> int | None:
         print_table(frame, sweep.sweep_dir)
         files = _write_files(frame, sweep.sweep_dir)
     elif not interrupted:
-        print(f"error: the sweep in {sweep.sweep_dir} recorded no job", file=sys.stderr)
+        reason = sweep.note.get("launch_error") or f"the sweep in {sweep.sweep_dir} recorded no job"
+        print(f"error: {reason}", file=sys.stderr)
     sweep.note.update(status=status, ended=time.strftime("%Y-%m-%d %H:%M:%S"), n_jobs=len(statuses))
     write_note(sweep.sweep_dir, sweep.note)
     if sweep.note.get("parent_run_id"):
@@ -188,6 +189,8 @@ def _close_parent(sweep: Sweep, statuses: list[str], status: str, files: list[Pa
     files = [sweep.sweep_dir / SWEEP_FILE, sweep.sweep_dir / "multirun.yaml", *files]
     try:
         tracking.close_parent_run(sweep.note["uri"], sweep.note["parent_run_id"], counts, files, status)
+        sweep.note["parent_closed"] = True
+        write_note(sweep.sweep_dir, sweep.note)
     except Exception as error:
         print(
             f"warning: could not close the parent run {sweep.note['parent_run_id']} ({first_line(error)})",
@@ -237,7 +240,6 @@ def _status(status: str) -> str:
 
 def sync_sweep(sweep_dir: Path, uri: str | None, sync_one) -> list[tuple[Path, str]]:
     """Upload a sweep kept locally: its parent run (created now if the store was down), then its jobs."""
-    from runner import report
 
     sweep_dir = Path(sweep_dir)
     note = read_note(sweep_dir)
@@ -253,21 +255,46 @@ def sync_sweep(sweep_dir: Path, uri: str | None, sync_one) -> list[tuple[Path, s
         note.pop("error", None)
         write_note(sweep_dir, note)
         lines.append((sweep_dir, f"parent run {note['parent_run_id']} created"))
-    run_dirs = report.sweep_run_dirs(sweep_dir)
+    run_dirs = job_dirs(sweep_dir)
     for run_dir in run_dirs:
         _adopt(run_dir, note["parent_run_id"])
         lines.append((run_dir, sync_one(run_dir, uri)))
-    statuses = [report.runs_from_dirs([d])["status"].iloc[0] for d in run_dirs]
-    status = note.get("status") or sweep_status(statuses, interrupted=False)
+    statuses = [job_status(d) for d in run_dirs]
+    # A sweep that never reached `finish` was stopped (its launcher killed): never FINISHED.
+    status = note.get("status") or sweep_status(statuses, interrupted=True)
     files = [p for p in [sweep_dir / "summary.md", *sorted((sweep_dir / "report").glob("*"))] if p.is_file()]
-    _close_parent(Sweep(sweep_dir, note), statuses, status, files)
+    uploaded = any(not line.startswith("already") for _, line in lines)
+    if uploaded or not note.get("parent_closed"):
+        _close_parent(Sweep(sweep_dir, note), statuses, status, files)
     return lines
+
+
+def job_dirs(sweep_dir: Path) -> list[Path]:
+    """The job directories of a sweep: those with a result, and those whose job never recorded one."""
+    from runner import report
+
+    found = set(report.sweep_run_dirs(sweep_dir))
+    found |= {p.parent for p in Path(sweep_dir).glob(f"*/{tracking.TRACKING_FILE}")}
+    return sorted(found, key=lambda d: (not d.name.isdigit(), int(d.name) if d.name.isdigit() else 0, d.name))
+
+
+def job_status(run_dir: Path) -> str:
+    """A job's recorded status; an unreadable record is FAILED, a missing one KILLED."""
+    from runner.result import Result, ResultUnreadable
+
+    if not Result.exists(run_dir):
+        return "KILLED"
+    try:
+        return Result.load(run_dir).status
+    except ResultUnreadable:
+        return "FAILED"
 
 
 def _adopt(run_dir: Path, parent_id: str) -> None:
     """A job that ran while there was no parent run becomes a child of the one created at sync."""
-    path = run_dir / tracking.TRACKING_FILE
-    if path.exists():
-        job_note = json.loads(path.read_text())
-        if not job_note.get("synced") and not job_note.get("parent_run_id"):
-            path.write_text(json.dumps({**job_note, "parent_run_id": parent_id}, indent=2) + "\n")
+    try:
+        job_note = tracking.read_note(run_dir)
+    except ValueError:  # an unreadable note: its sync says so
+        return
+    if job_note and not job_note.get("synced") and not job_note.get("parent_run_id"):
+        tracking.write_note(run_dir, {**job_note, "parent_run_id": parent_id})

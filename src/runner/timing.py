@@ -30,6 +30,7 @@ class Measurement:
     block_size: int = 1
     warmup_calls: int = 0
     stopped_by: str = ""  # "spread", "time cap" or "interrupted"
+    warmup_cut_short: bool = False  # max_time_s ended calibration or warm-up before warmup_s/min_warmup_calls
 
     def stats(self) -> dict[str, float]:
         if not self.samples_s:
@@ -68,20 +69,26 @@ def measure(
     min_block_s: float = 0.002,
     progress: Callable[[Measurement, float], None] | None = None,
 ) -> tuple[Measurement, object]:
-    """Time `fn`; returns the measurement and the output of the first call."""
+    """Time `fn`; returns the measurement and the output of the first call.
+
+    After the first call, everything (calibration, warm-up, repeats) ends within about max_time_s:
+    calibration and warm-up may take half of it, and are cut short (and say so) when they would take more."""
     _phase(progress, "first call (tracing, compilation)")
     sync()
     start = time.perf_counter()
     first_output = fn()
     sync()
     measurement = Measurement(first_call_s=time.perf_counter() - start)
+    start = time.perf_counter()
+    warm_until, deadline = start + max_time_s / 2, start + max_time_s
     try:
         _phase(progress, "warm-up")
-        block = _calibrate_block(fn, sync, min_block_s)
-        measurement.warmup_calls = _warm_up(fn, sync, block, warmup_s, min_warmup_calls)
+        block, calibrated = _calibrate_block(fn, sync, min_block_s, warm_until)
+        measurement.warmup_calls, warmed = _warm_up(fn, sync, block, warmup_s, min_warmup_calls, warm_until)
         measurement.block_size = block
+        measurement.warmup_cut_short = not (calibrated and warmed)
         _phase(progress, SAMPLING)
-        _repeat(fn, sync, measurement, min_repeats, max_time_s, target_rel_iqr, progress)
+        _repeat(fn, sync, measurement, min_repeats, deadline, target_rel_iqr, progress)
     except KeyboardInterrupt as interrupt:
         measurement.stopped_by = "interrupted"
         raise MeasurementInterrupted(measurement) from interrupt
@@ -97,26 +104,34 @@ def _time_block(fn: Callable[[], object], sync: Callable[[], None], calls: int) 
     return time.perf_counter() - start
 
 
-def _calibrate_block(fn: Callable[[], object], sync: Callable[[], None], min_block_s: float) -> int:
-    """Smallest call count (1, 2, 5, 10, 20, ...) whose block lasts at least min_block_s."""
+def _calibrate_block(
+    fn: Callable[[], object], sync: Callable[[], None], min_block_s: float, until: float
+) -> tuple[int, bool]:
+    """Smallest call count (1, 2, 5, 10, 20, ...) whose block lasts at least min_block_s, and whether it
+    was found before `until` (else the largest count tried)."""
     calls = 1
     while True:
         for factor in (1, 2, 5):
             n = calls * factor
             if _time_block(fn, sync, n) >= min_block_s:
-                return n
+                return n, True
+            if time.perf_counter() >= until:
+                return n, False
         calls *= 10
 
 
-def _warm_up(fn, sync, block: int, warmup_s: float, min_calls: int) -> int:
+def _warm_up(fn, sync, block: int, warmup_s: float, min_calls: int, until: float) -> tuple[int, bool]:
+    """Calls made warming up, and whether warm-up was complete before `until`."""
     calls, start = 0, time.perf_counter()
     while calls < min_calls or time.perf_counter() - start < warmup_s:
+        if time.perf_counter() >= until:
+            return calls, False
         _time_block(fn, sync, block)
         calls += block
-    return calls
+    return calls, True
 
 
-def _repeat(fn, sync, measurement: Measurement, min_repeats, max_time_s, target_rel_iqr, progress) -> None:
+def _repeat(fn, sync, measurement: Measurement, min_repeats, deadline, target_rel_iqr, progress) -> None:
     block, start = measurement.block_size, time.perf_counter()
     while True:
         measurement.samples_s.append(_time_block(fn, sync, block) / block)
@@ -126,7 +141,7 @@ def _repeat(fn, sync, measurement: Measurement, min_repeats, max_time_s, target_
         if len(measurement.samples_s) >= min_repeats and measurement.rel_iqr() <= target_rel_iqr:
             measurement.stopped_by = "spread"
             return
-        if elapsed >= max_time_s:
+        if time.perf_counter() >= deadline:
             measurement.stopped_by = "time cap"
             return
 

@@ -3,24 +3,34 @@
 A run is complete in its directory (result.json, tensors.h5: runner.result) before MLflow is touched;
 MLflow is fed from the run directory alone, so a run that could not reach its tracking store
 when it ran is uploaded later, unchanged, by `runner sync RUN_DIR`.
+
+Nothing is lost and nothing is doubled: a pending tracking.json (uri, experiment, parent, a stable
+`run_key`) is written before the job starts; each MLflow run carries the tag `runner.run_key`, and its
+id is noted as soon as it exists, so a later sync replaces a partial upload instead of adding a copy.
+A new SQLite store is created by one process at a time (an flock beside the database).
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import gc
+import hashlib
 import json
 import logging
 import os
 import sys
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from runner.config import first_line, is_capability
+from runner.config import ConfigError, first_line, is_capability
 from runner.result import RESULT_FILE, TENSORS_FILE, Result, read_inputs, read_samples
 
 TRACKING_FILE = "tracking.json"  # where (and whether) the run reached MLflow
+RUN_KEY_TAG = "runner.run_key"  # the run directory + its start: one MLflow run per key
+NO_RESULT = "the run's processes ended before it recorded a result (found by runner sync)"
 # A tracking server that is down should cost seconds, not MLflow's default minutes of retries.
 os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
 os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
@@ -131,12 +141,59 @@ def open_store(uri: str) -> None:
     try:
         from mlflow.entities import Metric, Param, RunTag  # noqa: F401 - imported here, used by log_to_mlflow
 
-        retry_on_lock(client, uri)  # opens a database store; a server is not contacted
+        for name in ("alembic", "mlflow.store.db.utils"):  # creating the tables is not the user's news
+            logging.getLogger(name).setLevel(logging.WARNING)
+        check_store_path(uri)
+        if sqlite_path(uri) is not None:
+            sqlite_path(uri).parent.mkdir(exist_ok=True)
+        with store_lock(uri):  # creating the tables is not safe from two processes at once
+            retry_on_lock(client, uri)  # opens a database store; a server is not contacted
         if first_time:  # later jobs of a sweep freeze nothing more: their garbage stays collectable
             gc.freeze()
     finally:
         if collecting:
             gc.enable()
+
+
+def sqlite_path(uri: str) -> Path | None:
+    """The database file of a local SQLite store (None for a server or an in-memory database)."""
+    if not uri.startswith("sqlite:///") or uri.startswith("sqlite:///:memory:"):
+        return None
+    return Path(uri.removeprefix("sqlite:///").split("?", 1)[0])
+
+
+def check_store_path(uri: str) -> None:
+    """A local store must be creatable or writable where it is: checked before MLflow, which would retry for
+    minutes (or create folders) first."""
+    path = sqlite_path(uri)
+    if path is None:
+        return
+    if path.exists():
+        if not path.is_file() or not os.access(path, os.R_OK | os.W_OK):
+            raise ConfigError(f"tracking.uri={uri}: {path} is not a database file this user can write")
+        return
+    folder = path.parent.absolute()
+    # The store's own folder may be new (outputs/ in a fresh clone), made by open_store; nothing above it.
+    existing = folder if folder.is_dir() else folder.parent
+    if not existing.is_dir() or (existing != folder and existing == Path(existing.anchor)):
+        raise ConfigError(f"tracking.uri={uri}: the folder {folder} does not exist")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(f"tracking.uri={uri}: cannot create a database in {folder} (not writable)")
+
+
+@contextlib.contextmanager
+def store_lock(uri: str) -> Iterator[None]:
+    """Hold an exclusive flock on `DB.lock` beside a local SQLite store (nothing for a server)."""
+    path = sqlite_path(uri)
+    if path is None:
+        yield
+        return
+    with open(path.with_name(path.name + ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def client(uri: str):
@@ -149,7 +206,6 @@ def client(uri: str):
 def log_to_mlflow(run_dir: Path, uri: str, experiment: str, parent_run_id: str | None = None) -> str:
     """Create one MLflow run from the files in run_dir, spanning the job's own start and end; returns its id."""
     open_store(uri)
-    from mlflow.entities import Param
 
     run_dir = Path(run_dir)
     result = Result.load(run_dir)
@@ -158,8 +214,42 @@ def log_to_mlflow(run_dir: Path, uri: str, experiment: str, parent_run_id: str |
     ended_ms = _ms(result.ended) or int(time.time() * 1000)
     started_ms = _ms(result.started) or ended_ms
     tags = run_tags(run_dir, result, parent_run_id)
+    note = read_note(run_dir)
+    tags[RUN_KEY_TAG] = note.get("run_key") or run_key(run_dir)
+    _remove_partial_uploads(mlflow, experiment_id, tags[RUN_KEY_TAG], note.get("run_id"))
     run = retry_on_lock(mlflow.create_run, experiment_id, start_time=started_ms, tags=tags)
     run_id = run.info.run_id
+    write_note(run_dir, {**note, "uri": uri, "experiment": experiment, "run_id": run_id, "synced": False})
+    try:
+        _log_contents(mlflow, run_id, run_dir, result, ended_ms)
+    except BaseException:
+        _end_failed(mlflow, run_id)
+        raise
+    retry_on_lock(mlflow.set_terminated, run_id, result.status, end_time=max(ended_ms, started_ms))
+    return run_id
+
+
+def _end_failed(mlflow, run_id: str) -> None:
+    """A run whose upload broke off ends FAILED, never stays RUNNING; the next sync replaces it."""
+    with contextlib.suppress(Exception):
+        mlflow.set_terminated(run_id, "FAILED")
+
+
+def _remove_partial_uploads(mlflow, experiment_id: str, key: str, noted_run_id: str | None) -> None:
+    """Delete the runs an earlier, broken-off upload of this run directory left (so sync never doubles)."""
+    found = retry_on_lock(mlflow.search_runs, [experiment_id], filter_string=f"tags.`{RUN_KEY_TAG}` = '{key}'")
+    run_ids = {run.info.run_id for run in found}
+    if noted_run_id:
+        run_ids.add(noted_run_id)
+    for run_id in run_ids:
+        with contextlib.suppress(Exception):  # already deleted, or in another store
+            retry_on_lock(mlflow.delete_run, run_id)
+
+
+def _log_contents(mlflow, run_id: str, run_dir: Path, result: Result, ended_ms: int) -> None:
+    """Params, metrics (with the time_sample_s history), the dataset input and the files of a run."""
+    from mlflow.entities import Param
+
     params = [Param(k, v[:6000]) for k, v in run_params(result.config).items()]
     metrics = _metrics(result, read_samples(run_dir), ended_ms)
     for chunk in range(0, max(len(metrics), 1), 1000):  # log_batch takes at most 1000 metrics
@@ -169,8 +259,6 @@ def log_to_mlflow(run_dir: Path, uri: str, experiment: str, parent_run_id: str |
     if dataset is not None:
         retry_on_lock(mlflow.log_inputs, run_id, datasets=[dataset])
     _log_run_files(mlflow, run_id, run_dir)
-    retry_on_lock(mlflow.set_terminated, run_id, result.status, end_time=max(ended_ms, started_ms))
-    return run_id
 
 
 def _ms(epoch_s: float | None) -> int | None:
@@ -294,14 +382,18 @@ def ensure_experiment(mlflow, uri: str, name: str) -> str:
     """The experiment's id, creating it (artifacts beside a local SQLite store) if it is new."""
     from mlflow.exceptions import MlflowException
 
-    existing = retry_on_lock(mlflow.get_experiment_by_name, name)
-    if existing is not None:
-        return existing.experiment_id
-    try:
-        location = _artifact_location(uri, name)
-        return retry_on_lock(mlflow.create_experiment, name, artifact_location=location, tags=EXPERIMENT_TAGS)
-    except MlflowException:  # created meanwhile by a parallel job
-        return retry_on_lock(mlflow.get_experiment_by_name, name).experiment_id
+    with store_lock(uri):  # two processes must not both find it missing and both create it
+        existing = retry_on_lock(mlflow.get_experiment_by_name, name)
+        if existing is not None:
+            return existing.experiment_id
+        try:
+            location = _artifact_location(uri, name)
+            return retry_on_lock(mlflow.create_experiment, name, artifact_location=location, tags=EXPERIMENT_TAGS)
+        except MlflowException as error:  # created meanwhile by a process of another machine
+            existing = retry_on_lock(mlflow.get_experiment_by_name, name)
+            if existing is None:
+                raise ConfigError(f"MLflow cannot create the experiment {name!r} ({first_line(error)})") from None
+            return existing.experiment_id
 
 
 def _artifact_location(uri: str, experiment: str) -> str | None:
@@ -323,6 +415,36 @@ def retry_on_lock(call: Callable, *args, attempts: int = 8, **kwargs):
     raise AssertionError("unreachable")
 
 
+def run_key(run_dir: Path) -> str:
+    """A stable key for one run of one directory: its absolute path and the time it started."""
+    text = f"{Path(run_dir).resolve()}@{time.time_ns()}"
+    return hashlib.sha1(text.encode(), usedforsecurity=False).hexdigest()
+
+
+def read_note(run_dir: Path) -> dict:
+    path = Path(run_dir) / TRACKING_FILE
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        return {}
+    except ValueError:
+        raise ConfigError(f"{path} cannot be read (not JSON): upload with runner sync --tracking-uri URI") from None
+
+
+def write_note(run_dir: Path, note: dict) -> None:
+    """tracking.json, whole or not at all."""
+    path = Path(run_dir) / TRACKING_FILE
+    temporary = path.with_name(f".{TRACKING_FILE}.{os.getpid()}.tmp")
+    temporary.write_text(json.dumps(note, indent=2) + "\n")
+    os.replace(temporary, path)
+
+
+def write_pending(run_dir: Path, uri: str, experiment: str, parent_run_id: str | None) -> None:
+    """Before the job starts: where it is to be logged, so that `runner sync` can upload it whatever happens."""
+    note = {"uri": uri, "experiment": experiment, "parent_run_id": parent_run_id, "run_key": run_key(run_dir)}
+    write_note(run_dir, {**note, "run_id": None, "synced": False})
+
+
 def track(run_dir: Path, uri: str, experiment: str, parent_run_id: str | None = None) -> str | None:
     """Log run_dir to MLflow; on failure keep everything local, say so, and leave a note for sync."""
     note = {"uri": uri, "experiment": experiment, "parent_run_id": parent_run_id}
@@ -331,21 +453,28 @@ def track(run_dir: Path, uri: str, experiment: str, parent_run_id: str | None = 
         run_id = log_to_mlflow(run_dir, uri, experiment, parent_run_id)
     except Exception as error:  # the store is down, locked or unreachable: results stay on disk
         reason = first_line(error)
-        note.update(run_id=None, synced=False, error=reason)
-        (Path(run_dir) / TRACKING_FILE).write_text(json.dumps(note, indent=2) + "\n")
+        write_note(run_dir, {**_safe_note(run_dir), **note, "synced": False, "error": reason})
         print(
             f"warning: could not log to MLflow at {uri} ({reason}); results are kept in {run_dir} "
             f"-- upload them later with: runner sync {run_dir}",
             file=sys.stderr,
         )
         return None
-    note.update(run_id=run_id, synced=True)
-    (Path(run_dir) / TRACKING_FILE).write_text(json.dumps(note, indent=2) + "\n")
+    write_note(run_dir, {**read_note(run_dir), **note, "run_id": run_id, "synced": True})
     return run_id
 
 
+def _safe_note(run_dir: Path) -> dict:
+    try:
+        return read_note(run_dir)
+    except ConfigError:
+        return {}
+
+
 def check_reachable(uri: str, timeout_s: float = 5.0) -> None:
-    """Fail fast when a tracking server does not answer: MLflow's own retries would wait minutes."""
+    """Fail fast when a tracking server does not answer or a local store cannot be written: MLflow's own
+    retries would wait minutes."""
+    check_store_path(uri)
     if not uri.startswith(("http://", "https://")):
         return
     import urllib.error
@@ -360,17 +489,20 @@ def check_reachable(uri: str, timeout_s: float = 5.0) -> None:
 
 
 def sync(run_dir: Path, uri: str | None = None) -> str | None:
-    """Upload a run that could not reach its store when it ran; returns the new run id."""
-    note_path = Path(run_dir) / TRACKING_FILE
-    if not note_path.exists():
+    """Upload a run that could not reach its store when it ran (or whose processes were killed); returns
+    the new run id, None when it is in MLflow already."""
+    run_dir = Path(run_dir)
+    note = read_note(run_dir)
+    if not note:
         raise FileNotFoundError(f"{run_dir} has no {TRACKING_FILE}: it was not a tracked run")
-    note = json.loads(note_path.read_text())
     if note.get("synced"):
         return None
-    check_reachable(uri or note["uri"])
-    run_id = log_to_mlflow(Path(run_dir), uri or note["uri"], note["experiment"], note.get("parent_run_id"))
-    note.update(run_id=run_id, synced=True, error=None, uri=uri or note["uri"])
-    note_path.write_text(json.dumps(note, indent=2) + "\n")
+    if not Result.exists(run_dir):  # the worker and its launcher died before recording anything
+        Result(status="KILLED", error=NO_RESULT).save(run_dir)
+    uri = uri or note["uri"]
+    check_reachable(uri)
+    run_id = log_to_mlflow(run_dir, uri, note["experiment"], note.get("parent_run_id"))
+    write_note(run_dir, {**read_note(run_dir), "run_id": run_id, "synced": True, "error": None, "uri": uri})
     return run_id
 
 
@@ -420,10 +552,12 @@ def close_parent_run(uri: str, run_id: str, counts: dict[str, int], files: list[
 
     mlflow = client(uri)
     now = int(time.time() * 1000)
-    retry_on_lock(mlflow.log_batch, run_id, metrics=[Metric(k, float(v), now, 0) for k, v in counts.items()])
-    log_files(uri, run_id, [p for p in files if p.parent.name != "report"])
-    log_files(uri, run_id, [p for p in files if p.parent.name == "report"], "report")
-    retry_on_lock(mlflow.set_terminated, run_id, status)
+    try:
+        retry_on_lock(mlflow.log_batch, run_id, metrics=[Metric(k, float(v), now, 0) for k, v in counts.items()])
+        log_files(uri, run_id, [p for p in files if p.parent.name != "report"])
+        log_files(uri, run_id, [p for p in files if p.parent.name == "report"], "report")
+    finally:  # ended whatever could not be logged: never left RUNNING (sync logs the files again)
+        retry_on_lock(mlflow.set_terminated, run_id, status)
 
 
 def log_files(uri: str, run_id: str, files: list[Path], artifact_path: str | None = None) -> None:

@@ -1,8 +1,9 @@
 """Backends: one module per framework, each exposing the SAME functions, imported only when chosen.
 
 A backend is a module (named by `module:` in conf/backend/NAME.yaml) that implements `Backend` and
-the op families its yaml lists under `ops:` (`DenseOps`, `ConvOps`, `LayoutOps`). Its yaml also
-declares the dtypes, devices and modes it can run, which `runner.config.check_combination` reads.
+the op families its yaml lists under `ops:` (`DenseOps`, `ConvOps`, `LayoutOps`, `TorchModuleOps`,
+`KerasOps`). Its yaml also declares the dtypes, devices and modes it can run, which
+`runner.config.check_combination` reads.
 tests/test_backend_contract.py checks every backend module against these protocols.
 
 `manual` is a workload's explicit numpy backprop: numpy, which has no autodiff, uses it; the autodiff
@@ -123,7 +124,25 @@ class LayoutOps(Protocol):
     def data_pointer(self, array: Any) -> int: ...
 
 
-OP_FAMILIES: dict[str, type] = {"dense": DenseOps, "conv": ConvOps, "layout": LayoutOps}
+class TorchModuleOps(Protocol):
+    """Op family `torch_module`: a torch.nn.Module called with the runner's parameters (torchvision models)."""
+
+    def functional_call(self, module: Any, params: dict, x: Any) -> Any: ...
+
+
+class KerasOps(Protocol):
+    """Op family `keras`: the backend Keras 3 runs on in this process (model=keras)."""
+
+    KERAS_BACKEND: str  # Keras's name for it, set as KERAS_BACKEND before keras is imported
+
+
+OP_FAMILIES: dict[str, type] = {
+    "dense": DenseOps,
+    "conv": ConvOps,
+    "layout": LayoutOps,
+    "torch_module": TorchModuleOps,
+    "keras": KerasOps,
+}
 
 
 def protocol_functions(protocol: type) -> list[str]:

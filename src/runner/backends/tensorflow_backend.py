@@ -150,6 +150,8 @@ exp = tf.exp
 square = tf.square
 sum = tf.reduce_sum  # noqa: A001 - the ops namespace mirrors the frameworks' names
 
+KERAS_BACKEND = "tensorflow"  # op family `keras` (model=keras)
+
 
 # -- convnet ops: NHWC inside, torch (NCHW, OIHW) conventions at the edges ----------------------
 

@@ -179,6 +179,15 @@ def flatten(x):
 tanh = torch.tanh
 
 
+# -- torch modules (model=torchvision) and Keras 3 on torch (model=keras) ------------------------
+
+KERAS_BACKEND = "torch"
+
+
+def functional_call(module: torch.nn.Module, params: dict, x: torch.Tensor) -> torch.Tensor:
+    return torch.func.functional_call(module, params, (x,))
+
+
 # -- memory-layout ops (seeds 001 and 002) -------------------------------------------------------
 
 FROM_HOST = {  # numpy -> torch

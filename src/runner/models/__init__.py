@@ -49,6 +49,20 @@ class OptionalWorkloadParts(Protocol):
     spec: dict[str, tuple]  # {name: shape} of loadable weights: model.weights / model.pretrained work
     host_params: tuple[str, ...]  # parameters kept as numpy arrays instead of placed on the backend
     numpy_reference: bool  # False: no float64 numpy forward to check against
+    own_layout: bool  # True: parameters keep the workload's layout on every backend (Keras's), never converted
+    makes_images: bool  # data=image/tfrecord/hdf5: outputs are images (no centre crop), not class scores
+
+    def pretrained_path(self) -> Path:
+        """Where model.pretrained=true finds this model's published weights (default: torchvision's file for `name`)."""
+
+    def read_weights(self, path: Path) -> Params:
+        """model.weights=FILE read by the workload itself (a Keras .weights.h5) instead of the runner's readers."""
+
+    def preprocess(self, image: Any) -> np.ndarray:
+        """A PIL RGB image -> float64 CHW, the model's own preprocessing (instead of seed 004's)."""
+
+    def make_labels(self, rng: np.random.Generator, x: np.ndarray) -> np.ndarray:
+        """Seeded targets for images read from files (data=image/tfrecord/hdf5)."""
 
     def loss(self, ops: Any, params: dict, x: Any, labels: Any) -> Any: ...
 
@@ -75,10 +89,12 @@ def initial_weights(model_cfg: DictConfig, workload: Workload, rng: np.random.Ge
     from runner.models.weights import match_spec, pretrained_path, read_checkpoint
 
     seeded = workload.init_params(rng)  # drawn even when replaced, so inputs stay the same for a seed
+    if model_cfg.get("weights") and hasattr(workload, "read_weights"):
+        return workload.read_weights(Path(model_cfg.weights).expanduser())
     if model_cfg.get("weights"):
         path = Path(model_cfg.weights).expanduser()
     elif model_cfg.get("pretrained"):
-        path = pretrained_path(workload.name)
+        path = workload.pretrained_path() if hasattr(workload, "pretrained_path") else pretrained_path(workload.name)
         if not path.is_file():
             raise ConfigError(
                 f"model.pretrained=true: {path.name} is not in the torch hub cache ({path.parent}); "
@@ -87,3 +103,25 @@ def initial_weights(model_cfg: DictConfig, workload: Workload, rng: np.random.Ge
     else:
         return seeded
     return match_spec(read_checkpoint(path), workload.spec, path)
+
+
+def backend_for(workload: Workload, backend: Any) -> Any:
+    """The backend as the runner uses it for this workload: with `own_layout`, weights and gradients keep
+    the workload's layout (no to/from_native_layout), everything else is the backend's."""
+    return _OwnLayout(backend) if getattr(workload, "own_layout", False) else backend
+
+
+class _OwnLayout:
+    def __init__(self, backend: Any):
+        self._backend = backend
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._backend, name)
+
+    @staticmethod
+    def to_native_layout(array: np.ndarray) -> np.ndarray:
+        return array
+
+    @staticmethod
+    def from_native_layout(array: np.ndarray, per_example: bool = False) -> np.ndarray:
+        return array

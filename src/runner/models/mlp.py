@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from runner.config import require_positive
+
 
 class MLP:
     name = "mlp"
 
     def __init__(self, in_features: int = 32, hidden: int = 64, out_features: int = 2):
+        require_positive(in_features=in_features, hidden=hidden, out_features=out_features)
         self.in_features, self.hidden, self.out_features = in_features, hidden, out_features
 
     def init_params(self, rng: np.random.Generator) -> dict[str, np.ndarray]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from runner.config import require_positive
+
 
 class Matmul:
     """x @ x for one n x n matrix (the CPU-vs-GPU post times `tf.matmul(x, x)` on a 1000 x 1000 input)."""
@@ -13,6 +15,7 @@ class Matmul:
     gradients = per_example_gradients = jacobian = None
 
     def __init__(self, n: int):
+        require_positive(n=n)
         self.n = n
 
     def init_params(self, rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -38,6 +41,7 @@ class Sigmoid:
     gradients = per_example_gradients = jacobian = None
 
     def __init__(self, size: int):
+        require_positive(size=size)
         self.size = size
 
     def init_params(self, rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -65,6 +69,7 @@ class Conversion:
     host_params = ("host",)  # kept as a numpy array, not placed on the backend
 
     def __init__(self, size: int, method: str):
+        require_positive(size=size)
         self.size, self.method = size, method
 
     def init_params(self, rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -95,6 +100,7 @@ class Reshape:
     numpy_reference = False
 
     def __init__(self, n: int, method: str):
+        require_positive(n=n)
         self.n, self.method = n, method
 
     def init_params(self, rng: np.random.Generator) -> dict[str, np.ndarray]:

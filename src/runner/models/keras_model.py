@@ -1,0 +1,207 @@
+"""Any `keras.applications` model (`model=keras model.arch=NAME`) through Keras 3 on TensorFlow or torch.
+
+Keras runs on the backend the run chose: the backend module's `KERAS_BACKEND` (op family `keras`) is set
+as the environment variable before Keras is imported, which a fresh worker process allows
+(`isolation=process`, the default). The model is called with `stateless_call`, so its weights are the
+runner's parameters: gradients (GradientTape / torch.func), `tf.function`, `jit_compile` and
+`torch.compile` apply to it as to every workload.
+
+Weights: seeded in numpy from the variables' names and shapes (Keras's own initialisers draw different
+numbers on each backend; these are the same on both), or `model.weights=FILE.weights.h5` (Keras's own
+file, read by Keras). Parameters are named by the variables' paths (`Conv1/kernel`) and keep Keras's
+layouts (HWIO kernels, (in, out) dense kernels) on both backends (`own_layout`), so the tensors.h5 files
+of a TensorFlow run and a torch run compare directly. Inputs are NCHW, like every image in the runner,
+and are transposed to Keras's channels-last inside the model call.
+
+Nothing heavy is imported at module level: the combination rules import this class before any framework.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from runner.config import ConfigError
+from runner.models.vision import N_CLASSES, top5
+
+DEFAULT_IMAGE_SIZE = 224
+
+
+class KerasModel:
+    """A Keras application (weights=None, logits out), its variables exposed as the runner's parameters."""
+
+    numpy_reference = False  # no numpy implementation: agreement is checked between TensorFlow and torch
+    gradients = per_example_gradients = jacobian = None
+    makes_images = False
+    own_layout = True  # Keras's layouts on every backend: the runner converts nothing
+
+    def __init__(self, arch: str, backend_module: str, image_size: int = DEFAULT_IMAGE_SIZE, dtype: str = "float32"):
+        self.keras = import_keras(importlib.import_module(backend_module).KERAS_BACKEND)
+        self.name, self.arch, self.image_size = arch, arch, image_size
+        self.keras.config.set_floatx(str(dtype))  # variables and computation in the run's dtype
+        self.model = build_application(self.keras, arch, image_size)
+        variables = self.model.trainable_variables + self.model.non_trainable_variables
+        names = [v.path for v in variables]
+        if len(set(names)) != len(names):  # paths are unique in keras.applications; number them if not
+            names = [f"{i}.{name}" for i, name in enumerate(names)]
+        self._trainable_names = names[: len(self.model.trainable_variables)]
+        self._other_names = names[len(self.model.trainable_variables) :]
+        self._variables = dict(zip(names, variables, strict=True))
+        self.spec = {n: tuple(v.shape) for n, v in self._variables.items() if _is_float(v)}
+        # Integer state (a Normalization layer's count) stays Keras's own: not a parameter.
+        self._fixed = {n: v.value for n, v in self._variables.items() if not _is_float(v)}
+
+    # -- parameters ----------------------------------------------------------------------------
+
+    def init_params(self, rng: np.random.Generator) -> dict[str, np.ndarray]:
+        """Drawn in numpy by role (kernels He-normal by fan-in, batch-norm statistics mild), so both backends
+        start from the same numbers; any other float variable keeps Keras's value where that is a constant."""
+        return {name: _draw(rng, name, self._variables[name]) for name in self.spec}
+
+    def read_weights(self, path: Path) -> dict[str, np.ndarray]:
+        """A Keras weights file (`model.save_weights`), read by Keras against this architecture."""
+        if not Path(path).is_file():
+            raise ConfigError(f"weights file not found: {path}")
+        try:
+            self.model.load_weights(str(path))
+        except Exception as error:
+            reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            raise ConfigError(f"cannot load {path} into {self.arch}: {reason[:300]}") from None
+        return {
+            name: np.asarray(self.keras.ops.convert_to_numpy(self._variables[name].value), np.float64)
+            for name in self.spec
+        }
+
+    def trainable(self, name: str) -> bool:
+        return name in self._trainable_names
+
+    # -- inputs ------------------------------------------------------------------------------------
+
+    def make_inputs(self, rng: np.random.Generator, batch_size: int) -> dict[str, np.ndarray]:
+        x = rng.standard_normal((batch_size, 3, self.image_size, self.image_size))
+        return {"x": x, "labels": self.make_labels(rng, x)}
+
+    def make_labels(self, rng: np.random.Generator, x: np.ndarray) -> np.ndarray:
+        return rng.standard_normal((len(x), N_CLASSES)) * 0.1
+
+    def preprocess(self, image) -> np.ndarray:
+        """A PIL image -> float64 CHW: resized and centre-cropped to image_size, then the arch's own
+        `preprocess_input` (scaling to [-1, 1], ImageNet normalisation or caffe's BGR means, as it says)."""
+        from PIL import Image, ImageOps
+
+        size = (self.image_size, self.image_size)
+        pixels = np.asarray(ImageOps.fit(image, size, Image.BILINEAR), dtype=np.float32)[None]
+        return np.asarray(_preprocess_input(self.keras, self.arch)(pixels), np.float64)[0].transpose(2, 0, 1)
+
+    def examples_per_call(self, batch_size: int) -> int:
+        return batch_size
+
+    # -- the model call ----------------------------------------------------------------------------
+
+    def forward(self, ops, params: dict, x):
+        trainable = [params[name] for name in self._trainable_names]
+        others = [params[name] if name in params else self._fixed[name] for name in self._other_names]
+        nhwc = self.keras.ops.transpose(x, (0, 2, 3, 1))
+        y, _ = self.model.stateless_call(trainable, others, nhwc, training=False)
+        return y
+
+    def loss(self, ops, params: dict, x, labels):
+        """Sum of squared error against seeded targets, as for the other classifiers."""
+        return ops.sum(ops.square(self.forward(ops, params, x) - labels))
+
+    def interpret(self, y: np.ndarray) -> dict:
+        return {"predictions": top5(y)}
+
+
+# -- helpers -------------------------------------------------------------------------------------
+
+
+def import_keras(backend: str):
+    """Keras 3 on `backend`; one line when this process already imported it with another backend."""
+    if "keras" in sys.modules:
+        keras = sys.modules["keras"]
+        if keras.backend.backend() != backend:
+            raise ConfigError(
+                f"Keras is already running on {keras.backend.backend()} in this process and cannot switch to "
+                f"{backend}: run model=keras in a fresh process (isolation=process)"
+            )
+        return keras
+    os.environ["KERAS_BACKEND"] = backend
+    import keras
+
+    return keras
+
+
+def applications(keras) -> list[str]:
+    return sorted(name for name in dir(keras.applications) if name[:1].isupper())
+
+
+def build_application(keras, arch: str, image_size: int):
+    """keras.applications.<arch>, seedless (weights=None), logits out; one line for an unknown arch or size."""
+    known = applications(keras)
+    if arch not in known:
+        lowered = {name.lower(): name for name in known}
+        close = difflib.get_close_matches(arch.lower(), list(lowered), n=5, cutoff=0.4)
+        hint = f"closest: {', '.join(lowered[c] for c in close)}" if close else f"e.g. {', '.join(known[:5])}"
+        raise ConfigError(f"model.arch={arch} is not a keras.applications model ({hint})")
+    model = _try_build(keras, arch, image_size)
+    if model is None:
+        smallest = _smallest_size(keras, arch, image_size)
+        raise ConfigError(
+            f"model.arch={arch} cannot take {image_size}x{image_size} images (data.image_size): the smallest size "
+            f"it takes is {smallest} (data.image_size={smallest})"
+        )
+    return model
+
+
+def _try_build(keras, arch: str, size: int):
+    try:
+        return getattr(keras.applications, arch)(weights=None, input_shape=(size, size, 3), classifier_activation=None)
+    except ValueError:
+        return None
+
+
+def _smallest_size(keras, arch: str, failing: int) -> int:
+    high = next((s for s in (DEFAULT_IMAGE_SIZE, 512) if _try_build(keras, arch, s) is not None), None)
+    if high is None:
+        raise ConfigError(f"model.arch={arch} cannot take {failing}x{failing} images (nor 224x224 or 512x512)")
+    low = failing if failing < high else 0
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (low, middle) if _try_build(keras, arch, middle) is not None else (middle, high)
+    return high
+
+
+def _preprocess_input(keras, arch: str):
+    """The `preprocess_input` of the keras.applications module that defines `arch`."""
+    for name in dir(keras.applications):
+        module = getattr(keras.applications, name)
+        if not name[:1].isupper() and hasattr(module, arch) and hasattr(module, "preprocess_input"):
+            return module.preprocess_input
+    raise ConfigError(f"keras.applications has no preprocess_input for {arch}")
+
+
+def _is_float(variable) -> bool:
+    return "float" in str(variable.dtype)
+
+
+def _draw(rng: np.random.Generator, name: str, variable) -> np.ndarray:
+    shape, leaf = tuple(variable.shape), name.rsplit("/", 1)[-1]
+    if leaf.endswith("kernel") and len(shape) >= 2:
+        fan_in = int(np.prod(shape[:2] if "depthwise" in leaf else shape[:-1]))
+        return rng.standard_normal(shape) * np.sqrt(2.0 / fan_in)
+    if leaf in ("moving_variance", "variance"):
+        return rng.uniform(0.5, 1.5, shape)
+    if leaf in ("moving_mean", "mean", "beta", "bias"):
+        return rng.standard_normal(shape) * 0.1
+    if leaf == "gamma":  # small, so the eval-mode residual stream of a seeded network stays bounded
+        return rng.uniform(0.2, 0.5, shape)
+    initial = np.asarray(variable.numpy(), np.float64)
+    if initial.size and np.all(initial == initial.flat[0]):
+        return initial  # a constant (layer scale, ...): the same on every backend already
+    return rng.standard_normal(shape) * 0.02

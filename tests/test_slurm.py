@@ -1,0 +1,338 @@
+"""SLURM sweeps: the launcher's fitting and following as functions, then for real on a one-node SLURM.
+
+`pytest -m slurm tests/test_slurm.py` brings up scripts/local-slurm.sh (as root; it installs slurm-wlm and
+munge when missing) unless a partition `debug` answers already, and takes it down afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from helpers import free_port, mlflow_runs, results, run_cli, runner_cli, sweep_cli
+
+from runner import environment, slurm
+from runner.config import PROJECT_ROOT
+
+SCRIPT = PROJECT_ROOT / "scripts" / "local-slurm.sh"
+ON_SLURM = ["hydra/launcher=slurm", "hydra.launcher.partition=debug"]
+SINFO = (
+    "debug*|up|vm|2|7800|(null)|infinite\n"
+    "big|up|g1|64|512000|gpu:a100:4(S:0-1)|1-12:00:00\n"
+    "big|up|g2|64|512000|gpu:a100:4|1-12:00:00\n"
+)
+
+
+# ------------------------------------------------------------------------------ fitting, following
+
+
+def test_sinfo_is_read_per_node_with_gpus_and_the_default_partition():
+    assert slurm.parse_sinfo(SINFO, None) == slurm.Partition("debug", "up", (slurm.Node("vm", 2, 7800, 0),), None)
+    big = slurm.parse_sinfo(SINFO, "big")
+    assert big.max_time_min == 36 * 60
+    assert [(n.name, n.cpus, n.gpus) for n in big.nodes] == [("g1", 64, 4), ("g2", 64, 4)]
+    with pytest.raises(slurm.LaunchRefused, match="no partition 'gpu' .*big, debug"):
+        slurm.parse_sinfo(SINFO, "gpu")
+
+
+def test_null_cpus_and_memory_take_a_whole_node_of_the_partition():
+    debug = slurm.parse_sinfo(SINFO, "debug")
+    fitted = slurm.fit_request({"cpus_per_task": None, "mem_gb": None, "tasks_per_node": 1, "nodes": 1}, debug)
+    assert fitted["cpus_per_task"] == 2 and fitted["mem_gb"] == 7
+    half = slurm.fit_request({"cpus_per_task": 1, "mem_gb": None}, debug)
+    assert half["mem_gb"] == 3  # memory in proportion to the cores asked for
+
+
+@pytest.mark.parametrize(
+    ("request_", "match"),
+    [
+        ({"cpus_per_task": 8, "mem_gb": 32}, "asks for 8 CPUs, 32.0 GB per node, but partition debug has 0 such"),
+        ({"cpus_per_task": 1, "mem_gb": 1, "gpus_per_node": 1}, "1 GPUs per node.*largest: 2 CPUs, 7.6 GB"),
+        ({"cpus_per_task": 1, "mem_gb": 1, "nodes": 2}, "asks for 2 nodes with"),
+    ],
+)
+def test_a_request_no_node_can_hold_is_refused_in_one_line(request_, match):
+    with pytest.raises(slurm.LaunchRefused, match=match) as refused:
+        slurm.fit_request(request_, slurm.parse_sinfo(SINFO, "debug"))
+    assert "\n" not in str(refused.value)
+
+
+def test_a_gpu_request_fits_the_gpu_partition():
+    fitted = slurm.fit_request(
+        {"cpus_per_task": 8, "mem_gb": 64, "gpus_per_node": 4, "nodes": 2}, slurm.parse_sinfo(SINFO, "big")
+    )
+    assert fitted["cpus_per_task"] == 8
+
+
+def test_a_time_limit_longer_than_the_partition_allows_is_refused():
+    big = slurm.parse_sinfo(SINFO, "big")
+    assert slurm.fit_request({"timeout_min": 36 * 60}, big)["timeout_min"] == 2160
+    with pytest.raises(slurm.LaunchRefused, match="timeout_min=2161 is longer than partition big allows"):
+        slurm.fit_request({"timeout_min": 2161}, big)
+
+
+def test_a_down_partition_is_refused():
+    with pytest.raises(slurm.LaunchRefused, match="partition debug is down"):
+        slurm.fit_request({}, slurm.parse_sinfo(SINFO.replace("|up|vm", "|down|vm"), "debug"))
+
+
+def test_pending_reasons_that_waiting_cannot_resolve():
+    queue = slurm.parse_queue(
+        "7_0|8|PENDING|PartitionConfig\n7_1|9|PENDING|Resources\n7_2|10|PENDING|ReqNodeNotAvail, UnavailableNodes:vm\n"
+    )
+    assert [slurm.is_permanent(queue[i]) for i in ("7_0", "7_1", "7_2")] == [True, False, True]
+    assert queue["7_1"].slurm_job_id == "9"
+
+
+class FakeJob:
+    def __init__(self, job_id: str, folder: Path):
+        self.job_id = job_id
+        self.paths = type("Paths", (), {"result_pickle": folder / f"{job_id}_result.pkl"})()
+
+
+def test_following_waits_on_resources_and_cancels_what_can_never_start(tmp_path, monkeypatch, capsys):
+    queues = iter(
+        [
+            "5_0|6|PENDING|Resources\n5_1|7|PENDING|PartitionConfig\n",
+            "5_0|6|RUNNING|None\n5_1|7|PENDING|PartitionConfig\n",
+            "5_0|6|COMPLETED|None\n5_1|7|CANCELLED|PartitionConfig\n",
+        ]
+    )
+    cancelled = []
+    monkeypatch.setattr(slurm, "read_queue", lambda ids: slurm.parse_queue(next(queues)))
+    monkeypatch.setattr(slurm.subprocess, "run", lambda args, **kw: cancelled.append(args))
+    monkeypatch.setattr(slurm, "PENDING_GRACE_S", 0.0)
+    monkeypatch.setattr(slurm, "POLL_MIN_S", 0.0)
+    states = slurm.Follower([FakeJob("5_0", tmp_path), FakeJob("5_1", tmp_path)]).run()
+    assert cancelled == [["scancel", "5_1"]]
+    assert states["5_0"].state == "COMPLETED" and not states["5_0"].extra
+    assert states["5_1"].describe() == (
+        "SLURM job 5_1 CANCELLED (PartitionConfig): pending for PartitionConfig, which waiting cannot resolve; "
+        "cancelled after 0 s"
+    )
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "slurm: job #0 SLURM job 5_0 PENDING (Resources): queued" and len(lines) == len(set(lines))
+
+
+def test_a_failing_squeue_is_said_once_and_never_taken_for_the_end_of_a_job(tmp_path, monkeypatch, capsys):
+    running, done = slurm.parse_queue("5_0|6|RUNNING|None\n"), slurm.parse_queue("5_0|6|COMPLETED|None\n")
+    queues = iter([running, None, None, None, None, done])
+    monkeypatch.setattr(slurm, "read_queue", lambda ids: next(queues))
+    monkeypatch.setattr(slurm, "POLL_MIN_S", 0.0)
+    states = slurm.Follower([FakeJob("5_0", tmp_path)]).run()
+    assert states["5_0"].state == "COMPLETED"
+    assert capsys.readouterr().err.count("squeue failed") == 1
+
+
+def test_scheduler_context_names_the_slurm_job_and_node():
+    environ = {"SLURM_JOB_ID": "12", "SLURM_ARRAY_JOB_ID": "11", "SLURM_ARRAY_TASK_ID": "1", "SLURMD_NODENAME": "vm"}
+    assert environment.scheduler_context(environ) == {
+        "slurm_job_id": "12",
+        "slurm_array_job_id": "11",
+        "slurm_array_task_id": "1",
+        "slurm_node": "vm",
+    }
+    assert environment.scheduler_context({}) == {}
+
+
+def test_the_sacct_fallback_warning_is_shown_once_with_its_meaning(caplog):
+    slurm.quiet_sacct_warnings()
+    slurm.quiet_sacct_warnings()  # each launch installs it; still one filter
+    logger = logging.getLogger("submitit")
+    with caplog.at_level(logging.WARNING, logger="submitit"):
+        for call in range(5):
+            logger.warning(
+                f"Call #{call} - Bypassing sacct error Command 'sacct' returned 1, status may be inaccurate."
+            )
+    assert [r.getMessage() for r in caplog.records if "sacct" in r.getMessage()] == [
+        "submitit cannot read SLURM accounting (sacct failed: accounting storage is probably disabled); "
+        "job states come from squeue instead, and this is not repeated"
+    ]
+
+
+# ------------------------------------------------------------------------------ on a real SLURM
+
+
+def _debug_partition_answers() -> bool:
+    if shutil.which("sinfo") is None:
+        return False
+    out = subprocess.run(["sinfo", "-h", "-p", "debug", "-o", "%a"], capture_output=True, text=True, timeout=30)
+    return out.returncode == 0 and out.stdout.strip() == "up"
+
+
+@pytest.fixture(scope="session")
+def local_slurm():
+    """A one-node SLURM with partition `debug`: the one running, or scripts/local-slurm.sh's."""
+    if _debug_partition_answers():
+        yield
+        return
+    if os.geteuid() != 0:
+        pytest.skip("no SLURM partition `debug` answers, and starting one (scripts/local-slurm.sh up) needs root")
+    up = subprocess.run([str(SCRIPT), "up"], capture_output=True, text=True, timeout=900)
+    if up.returncode != 0:
+        pytest.skip(f"scripts/local-slurm.sh up failed: {(up.stderr or up.stdout).strip().splitlines()[-1:]}")
+    try:
+        yield
+    finally:
+        subprocess.run([str(SCRIPT), "down"], capture_output=True, timeout=300)
+
+
+def slurm_sweep(tmp: Path, *overrides: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    return sweep_cli(tmp, *ON_SLURM, *overrides, timeout=timeout)
+
+
+def _queue_names() -> str:
+    return subprocess.run(["squeue", "-h", "--states=all", "-o", "%i %j %T"], capture_output=True, text=True).stdout
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+def test_four_jobs_on_slurm_are_one_parent_and_four_finished_children(local_slurm, tmp_path):
+    result = slurm_sweep(tmp_path, "backend=numpy,torch", "seed=1,2", "hydra.launcher.cpus_per_task=1")
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    saved = results(tmp_path)
+    assert [r["status"] for r in saved.values()] == ["FINISHED"] * 4
+    job_ids = {r["environment"]["slurm_job_id"] for r in saved.values()}
+    assert len(job_ids) == 4 and all(r["environment"]["slurm_node"] for r in saved.values())
+    parents, children = mlflow_runs(tmp_path)
+    assert len(parents) == 1 and parents[0].info.status == "FINISHED"
+    assert [c.info.status for c in children] == ["FINISHED"] * 4
+    assert {c.data.tags["mlflow.parentRunId"] for c in children} == {parents[0].info.run_id}
+    assert {c.data.tags["env.slurm_job_id"] for c in children} == job_ids
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+def test_shipped_defaults_run_two_jobs_on_the_two_cpu_partition_with_at_most_one_sacct_warning(local_slurm, tmp_path):
+    result = slurm_sweep(tmp_path, "backend=numpy,torch")
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-4000:]
+    assert [r["status"] for r in results(tmp_path).values()] == ["FINISHED", "FINISHED"]
+    assert output.count("sacct") <= 1 and output.count("accounting") <= 1
+    progress = [line for line in output.splitlines() if line.startswith("slurm: job")]
+    assert progress and len(progress) == len(set(progress))  # a line per change, never a repeat
+
+
+OVERSIZE = ["backend=numpy,torch", "hydra.launcher.cpus_per_task=8", "hydra.launcher.mem_gb=32"]  # issue 18's
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+def test_an_oversize_request_is_refused_before_submission_in_one_line(local_slurm, tmp_path):
+    queued_before = _queue_names()
+    start = time.monotonic()  # untracked: the whole command, without MLflow's import and store
+    result = run_cli("-m", *ON_SLURM, "tracking=none", f"hydra.sweep.dir={tmp_path}/sweep", *OVERSIZE)
+    elapsed = time.monotonic() - start
+    assert result.returncode == 1 and elapsed < 10, (elapsed, result.stderr[-3000:])
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "asks for 8 CPUs, 32.0 GB per node, but partition debug" in errors[0], result.stderr
+    assert "Traceback" not in result.stderr and "submitting" not in result.stdout
+    assert _queue_names() == queued_before and not (tmp_path / "sweep" / ".submitit").exists()
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+def test_a_refused_sweep_is_a_failed_parent_run_with_the_reason(local_slurm, tmp_path):
+    result = slurm_sweep(tmp_path, *OVERSIZE)
+    assert result.returncode == 1, result.stderr[-3000:]
+    (parent,), children = mlflow_runs(tmp_path)
+    assert parent.info.status == "FAILED" and "partition debug" in parent.data.tags["error"] and not children
+    assert "partition debug" in json.loads((tmp_path / "sweep" / "sweep.json").read_text())["launch_error"]
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+def test_a_job_past_its_time_limit_is_failed_with_slurms_reason_and_the_other_job_kept(local_slurm, tmp_path):
+    # job 0 is quick; job 1 would time for 300 s but has timeout_min=1
+    result = slurm_sweep(
+        tmp_path,
+        "backend=numpy",
+        "timing.target_rel_iqr=0",
+        "timing.max_time_s=0.2,300",
+        "hydra.launcher.timeout_min=1",
+    )
+    assert result.returncode == 1, result.stdout[-2000:] + result.stderr[-3000:]
+    saved = results(tmp_path)
+    assert saved["0"]["status"] == "FINISHED" and saved["0"]["metrics"]["n_samples"] > 0
+    assert saved["1"]["status"] == "FAILED" and "TIMEOUT (TimeLimit)" in saved["1"]["error"], saved["1"]
+    assert saved["1"]["environment"]["slurm_job_id"]
+    parents, children = mlflow_runs(tmp_path)
+    assert parents[0].info.status == "FAILED"
+    by_job = {Path(c.data.tags["run_dir"]).name: c for c in children}
+    assert by_job["0"].info.status == "FINISHED" and by_job["1"].info.status == "FAILED"
+    assert "TIMEOUT (TimeLimit)" in by_job["1"].data.tags["error"]
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+def test_a_job_that_can_never_start_is_cancelled_and_failed_with_slurms_reason(local_slurm, tmp_path):
+    blocker = _submit_blocker()  # holds the node, so the sweep's jobs are still pending when the partition goes down
+    log = tmp_path / "sweep.log"
+    try:
+        with log.open("w") as out:
+            sweep = _start_cli(
+                out, "-m", *ON_SLURM, "tracking=none", f"hydra.sweep.dir={tmp_path}/sweep", "backend=numpy"
+            )
+            _wait_for(lambda: "submitting" in log.read_text(), sweep)
+            _scontrol("update", "PartitionName=debug", "State=DOWN")
+            subprocess.run(["scancel", blocker], check=True)
+            sweep.wait(timeout=slurm.PENDING_GRACE_S + 120)
+    finally:
+        _scontrol("update", "PartitionName=debug", "State=UP")
+        subprocess.run(["scancel", blocker], capture_output=True)
+    output = log.read_text()
+    assert sweep.returncode == 1, output[-3000:]
+    assert "PENDING (PartitionDown): it cannot start as asked" in output
+    error = results(tmp_path)["0"]["error"]
+    assert "PartitionDown" in error and "which waiting cannot resolve; cancelled after 30 s" in error, error
+
+
+def _submit_blocker() -> str:
+    out = subprocess.run(
+        ["sbatch", "--parsable", "-p", "debug", "-c", "2", "-J", "blocker", "-o", "/dev/null", "--wrap", "sleep 300"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return out.stdout.strip()
+
+
+def _scontrol(*args: str) -> None:
+    subprocess.run(["scontrol", *args], check=True, capture_output=True)
+
+
+def _start_cli(out, *args: str) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(PROJECT_ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
+    run_py = str(PROJECT_ROOT / "run.py")
+    return subprocess.Popen([sys.executable, run_py, *args], env=env, stdout=out, stderr=subprocess.STDOUT)
+
+
+def _wait_for(condition, proc: subprocess.Popen, timeout_s: float = 120) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert proc.poll() is None and time.monotonic() < deadline, "the sweep ended or hung before submitting"
+        time.sleep(0.2)
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+def test_runner_sync_uploads_a_slurm_job_that_could_not_reach_the_tracking_server(local_slurm, tmp_path):
+    nowhere = f"http://127.0.0.1:{free_port()}"  # no server listens there: neither launcher nor job reach it
+    result = sweep_cli(tmp_path, *ON_SLURM, "backend=numpy", f"tracking.uri={nowhere}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    saved = results(tmp_path)
+    assert saved["0"]["status"] == "FINISHED" and saved["0"]["environment"]["slurm_job_id"]
+    assert json.loads((tmp_path / "sweep" / "0" / "tracking.json").read_text())["synced"] is False
+
+    synced = runner_cli("sync", str(tmp_path / "sweep"), "--tracking-uri", f"sqlite:///{tmp_path}/mlflow.db")
+    assert synced.returncode == 0, synced.stderr[-3000:]
+    (parent,), (child,) = mlflow_runs(tmp_path, experiment="sweeps")
+    assert child.info.status == "FINISHED" and child.data.tags["mlflow.parentRunId"] == parent.info.run_id
+    assert child.data.tags["env.slurm_job_id"] == saved["0"]["environment"]["slurm_job_id"]

@@ -52,7 +52,7 @@ def test_cli_run_tracked_in_mlflow(cli, tmp_path):
     assert run.info.status == "FINISHED"
     assert run.data.metrics["time_median_s"] == saved["metrics"]["time_median_s"]
     assert run.data.params["backend.name"] == "numpy"
-    assert run.data.tags["git_commit"] == saved["environment"]["git_commit"]
+    assert run.data.tags["mlflow.source.git.commit"] == saved["environment"]["git_commit"]
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert {"tensors.h5", "result.json", "hydra"} <= artifacts
     assert str(tmp_path) in experiment.artifact_location  # artifacts beside the SQLite store

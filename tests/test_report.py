@@ -79,7 +79,7 @@ def test_report_from_mlflow_writes_tables_and_plots(size_sweep, tmp_path):
     assert {"model.size", "dtype", "time_median_s", "vs_fastest", "within_noise"} <= set(rows.columns)
     lines = (tmp_path / "runs.md").read_text().splitlines()
     assert len([line for line in lines if line.startswith("| ")]) == 5  # header + 4 runs
-    for plot in ("time_per_config.png", "time_vs_size.png", "speedup.png"):
+    for plot in ("time_per_config.png", "time_vs_size.png", "speedup_vs_size.png"):  # a size sweep: speedup by size
         height, width, _ = _png_shape(tmp_path / plot)
         assert height > 200 and width > 400
 

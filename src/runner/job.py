@@ -26,6 +26,12 @@ def run_job(cfg: DictConfig, before_timing: Callable[[], object] = lambda: None)
     `before_timing` is called once everything is set up, just before the first timed call."""
     check_combination(cfg)  # before any framework import
     c = choices(cfg)
+    label = f"{c['backend']} {c['model']} {c['task']} {c['mode']}"
+    with ProgressLine(label, max_time_s=float(cfg.timing.max_time_s)) as progress:
+        return _run_job(cfg, c, before_timing, progress)
+
+
+def _run_job(cfg: DictConfig, c: dict, before_timing: Callable[[], object], progress: ProgressLine) -> Result:
     from runner import energy, environment, limits
     from runner.backends import load_backend, numpy_backend
     from runner.data import load_inputs
@@ -39,7 +45,9 @@ def run_job(cfg: DictConfig, before_timing: Callable[[], object] = lambda: None)
     cost = limits.preflight(workload, cfg, c)  # refuses what cannot fit: before any allocation or framework import
     if cost:
         print(f"note: {cost}", file=sys.stderr, flush=True)
+    progress.phase(f"importing {c['backend']}")
     backend = backend_for(workload, load_backend(cfg.backend.module))
+    progress.phase("building the model and inputs")
     load_start = time.perf_counter()  # load_s: device start-up, weights built and placed on the device
     device = backend.prepare(c["device"], c["dtype"])
     rng = np.random.default_rng(cfg.seed)
@@ -63,11 +71,12 @@ def run_job(cfg: DictConfig, before_timing: Callable[[], object] = lambda: None)
     constants = {k: v for k, v in state.items() if not trainable(k)}  # e.g. batch-norm running statistics
 
     examples_per_call = workload.examples_per_call(cfg.batch_size)
+    progress.phase("building the task (tracing where the mode compiles)")
     task_run = build_task(backend, workload, c["task"], c["mode"], device, params, inputs, constants)
     meter, energy_note = energy.meter_for(device)
+    progress.phase("waiting for the tracking store to open")
     before_timing()
     backend.reset_peak_memory(device)
-    progress = ProgressLine(f"{c['backend']} {c['model']} {c['task']} {c['mode']}")
     try:
         measurement, (first_output, results) = measure(
             task_run.step,
@@ -80,8 +89,7 @@ def run_job(cfg: DictConfig, before_timing: Callable[[], object] = lambda: None)
     except MeasurementInterrupted as interrupt:
         interrupt.examples_per_call = examples_per_call  # the record's throughput counts real examples
         raise
-    finally:
-        progress.close()
+    progress.phase("checking against the float64 reference")
 
     result = Result(status="FINISHED")
     result.environment = environment.collect(backend.environment(device))
@@ -107,7 +115,9 @@ def run_job(cfg: DictConfig, before_timing: Callable[[], object] = lambda: None)
     result.attrs = {
         **c,
         "device": device,
-        "block_size": measurement.block_size,
+        "calls_per_sample": measurement.block_size,
+        "batch_size": int(cfg.batch_size),
+        "seed": int(cfg.seed),
         "stopped_by": measurement.stopped_by,
     }
     if hasattr(workload, "extra_metrics"):
@@ -173,6 +183,7 @@ def memory_metrics(backend, device: str) -> dict:
 
 def run_and_record(cfg: DictConfig, run_dir: Path, before_timing: Callable[[], object] = lambda: None) -> Result:
     """Run a job in this process and write its run directory (result.json, tensors.h5), whatever its status."""
+    started = time.time()  # MLflow is fed later, from the files: the run's span is recorded here
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     try:
@@ -188,6 +199,7 @@ def run_and_record(cfg: DictConfig, run_dir: Path, before_timing: Callable[[], o
     except Exception as error:  # a crash in the workload is a result to record, not to lose
         (run_dir / "error.log").write_text(traceback.format_exc())
         result = Result(status="FAILED", error=f"{type(error).__name__}: {first_line(error)}")
+    result.started = started
     record(cfg, run_dir, result)
     return result
 
@@ -195,6 +207,7 @@ def run_and_record(cfg: DictConfig, run_dir: Path, before_timing: Callable[[], o
 def record(cfg: DictConfig, run_dir: Path, result: Result) -> None:
     """Write the run directory: the resolved config goes into result.json, the choices into tensors.h5."""
     result.config = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
+    result.ended = result.ended or time.time()
     result.attrs = {**choices(cfg), **result.attrs}
     result.write(run_dir)
 
@@ -213,3 +226,26 @@ def print_summary(cfg: DictConfig, run_dir: Path, result: Result) -> None:
     for warning in result.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     print(f"  results in {run_dir}")
+    for line in tracking_lines(run_dir):
+        print(line)
+
+
+def tracking_lines(run_dir: Path) -> list[str]:
+    """Where the run is in MLflow: its id and how to open it in the UI (from tracking.json)."""
+    import json
+
+    path = Path(run_dir) / "tracking.json"
+    note = json.loads(path.read_text()) if path.exists() else {}
+    if not note.get("run_id"):
+        return []
+    return [f"  MLflow run      {note['run_id']}", *ui_lines(note["uri"], f"#/runs/{note['run_id']}")]
+
+
+def ui_lines(uri: str, fragment: str) -> list[str]:
+    """How a person opens `fragment` of the MLflow UI for the store at `uri`."""
+    if uri.startswith(("http://", "https://")):
+        return [f"  open            {uri.rstrip('/')}/{fragment}"]
+    return [
+        f"  browse with     mlflow ui --backend-store-uri {uri}",
+        f"  then open       http://127.0.0.1:5000/{fragment}",
+    ]

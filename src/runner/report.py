@@ -23,6 +23,7 @@ from runner.table import markdown as table_markdown
 ALPHA = 0.05  # p-value below which a difference is called real rather than noise
 SIZE_KEYS = {"sigmoid": "params.model.size", "matmul": "params.model.n"}
 WORK_KEYS = ("params.model.name", "params.task.name", "params.batch_size", "size")  # runs that did the same work
+PANEL_KEYS = ("params.model.name", "params.task.name", "params.batch_size")  # a size sweep shares one panel
 SERIES_KEYS = ("params.backend.name", "params.mode.name", "params.device.name", "params.dtype")
 # -- loading -------------------------------------------------------------------------------------
 
@@ -37,7 +38,9 @@ def runs_from_dirs(run_dirs: Iterable[Path]) -> pd.DataFrame:
             result = Result.load(run_dir)
         except ResultUnreadable as error:
             result = Result(status="FAILED", error=str(error))
-        row = {"run": run_dir.name, "run_dir": str(run_dir), "status": result.status, "error": result.error}
+        name = tracking.run_name(result.config, *tracking.job_context(run_dir)) if result.config else run_dir.name
+        row = {"run": name, "run_dir": str(run_dir), "status": result.status, "error": result.error}
+        row["warnings"] = result.warnings
         row.update({f"params.{k}": v for k, v in tracking.run_params(result.config).items()})
         row.update({f"metrics.{k}": v for k, v in result.metrics.items()})
         rows.append(row)
@@ -76,10 +79,14 @@ def _finish_frame(frame: pd.DataFrame) -> pd.DataFrame:
 # -- comparing -----------------------------------------------------------------------------------
 
 
+NOT_LABELS = ("params.timing.", "params.tracking.")  # how long or where a run was recorded, not what it ran
+
+
 def varied_params(frame: pd.DataFrame) -> list[str]:
-    """The params.* columns whose value differs between runs: what the sweep varied."""
-    cols = [c for c in frame.columns if c.startswith("params.")]
-    return [c for c in cols if frame[c].map(str).nunique() > 1]
+    """The params.* columns whose value differs between runs that have the key: what the sweep varied
+    (timing budgets and tracking settings aside)."""
+    cols = [c for c in frame.columns if c.startswith("params.") and not c.startswith(NOT_LABELS)]
+    return [c for c in cols if frame[c].dropna().map(str).nunique() > 1]
 
 
 def short_name(column: str) -> str:
@@ -152,10 +159,19 @@ def human_table(frame: pd.DataFrame, columns: tuple[Column, ...] = COLUMNS) -> t
     varied = varied_params(frame)
     headers = ["run", "status", *(short_name(k) for k in varied), *(c.label for c in shown)]
     cells = [
-        [str(row["run"]), str(row["status"]), *(str(row[k]) for k in varied), *cells]
+        [str(row["run"]), str(row["status"]), *(_param_cell(row[k]) for k in varied), *cells]
         for (_, row), cells in zip(frame.iterrows(), rows(shown, records), strict=True)
     ]
     return headers, cells
+
+
+def _param_cell(value: object) -> str:
+    """A parameter as typed: blank where the run has no such key, 1000 rather than 1000.0."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
 
 
 def markdown(frame: pd.DataFrame) -> str:
@@ -199,28 +215,81 @@ def _pyplot():
     return plt
 
 
+def workloads(frame: pd.DataFrame, keys: tuple[str, ...] = WORK_KEYS) -> list[tuple[str, pd.DataFrame]]:
+    """The runs grouped by the work they did (model, task, batch size, size), each with a title."""
+    keys = tuple(k for k in keys if k in frame)
+    if not keys:
+        return [("all runs", frame)]
+    groups = frame.groupby([frame[k].map(str) for k in keys], sort=True)
+    return [(_workload_title(group.iloc[0], keys), group) for _, group in groups]
+
+
+def _workload_title(row: pd.Series, keys: tuple[str, ...]) -> str:
+    parts = {k: row.get(k) for k in keys}
+    title = f"{parts.get('params.model.name', '?')} {parts.get('params.task.name', '')}".strip()
+    if pd.notna(parts.get("params.batch_size")):
+        title += f", batch {int(parts['params.batch_size'])}"
+    if pd.notna(parts.get("size")):
+        title += f", size {int(parts['size']):,}"
+    return title
+
+
+def _timed(frame: pd.DataFrame) -> pd.DataFrame:
+    return frame[(frame["status"] == "FINISHED") & frame["metrics.time_median_s"].notna()]
+
+
+def _panel_labels(rows: pd.DataFrame) -> pd.Series:
+    """Per run, what varied among these comparable runs, wrapped to stay narrow; its name otherwise."""
+    import textwrap
+
+    columns = varied_params(rows) if len(rows) > 1 else []
+    if not columns:
+        return rows["run"].map(lambda name: textwrap.fill(str(name), 34))
+
+    def label(row: pd.Series) -> str:
+        return textwrap.fill(" ".join(f"{short_name(c)}={_param_cell(v)}" for c, v in row.items()), 34)
+
+    labelled = rows[columns].apply(label, axis=1)
+    same = labelled.duplicated(keep=False)  # e.g. a single run and a sweep's job with the same settings
+    return labelled.where(~same, labelled + "\n" + rows["run"].map(str))
+
+
+def _panels(plt, groups: list, rows_per_group: list[int]):
+    """One horizontal panel per workload, each as tall as its runs need."""
+    heights = [1.0 + 0.5 * n for n in rows_per_group]
+    fig, axes = plt.subplots(
+        len(groups), 1, figsize=(9, sum(heights) + 0.6), squeeze=False, gridspec_kw={"height_ratios": heights}
+    )
+    return fig, axes[:, 0]
+
+
 def plot_times(frame: pd.DataFrame, path: Path) -> Path | None:
-    """Time per call for each configuration: box plots of the raw samples (median and IQR otherwise)."""
-    timed = frame[(frame["status"] == "FINISHED") & frame["metrics.time_median_s"].notna()]
-    if timed.empty:
+    """Time per call, one panel per workload: box plots of the raw samples (median and IQR otherwise)."""
+    if _timed(frame).empty:
         return None
-    timed = timed.assign(label=_labels_for(timed, frame)).sort_values("metrics.time_median_s")
+    groups = workloads(_timed(frame), PANEL_KEYS)
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(9, 1.2 + 0.45 * len(timed)))
-    for pos, (_, row) in enumerate(timed.iterrows()):
+    fig, axes = _panels(plt, groups, [len(g) for _, g in groups])
+    for ax, (title, group) in zip(axes, groups, strict=True):
+        _time_panel(ax, group.sort_values("metrics.time_median_s"), title)
+    axes[-1].set_xlabel("time per call (box: median and IQR of the raw samples; log scale)")
+    fig.suptitle("Time per configuration, faster at the top of each panel")
+    return _save(fig, path)
+
+
+def _time_panel(ax, group: pd.DataFrame, title: str) -> None:
+    for pos, (_, row) in enumerate(group.iterrows()):
         samples = row["samples_s"]
         if samples is not None and len(samples):
-            ax.boxplot([samples], positions=[pos], vert=False, widths=0.6, showfliers=True)
+            ax.boxplot([samples], positions=[pos], orientation="horizontal", widths=0.6, showfliers=True)
         else:
             half = row.get("metrics.time_iqr_s", 0) / 2
             ax.errorbar(row["metrics.time_median_s"], pos, xerr=half, fmt="o", capsize=4)
-    ax.set_yticks(range(len(timed)), timed["label"])
-    ax.invert_yaxis()
+    ax.set_yticks(range(len(group)), _panel_labels(group))
+    ax.set_ylim(len(group) - 0.5, -0.5)
     _seconds_axis(ax.xaxis)
-    ax.set_xlabel("seconds per call (box: median and IQR of the raw samples; log scale)")
-    ax.set_title("Time per configuration (faster at the top)")
+    ax.set_title(title, loc="left", fontsize=10)
     ax.grid(axis="x", which="both", alpha=0.3)
-    return _save(fig, path)
 
 
 def series_labels(frame: pd.DataFrame) -> pd.Series:
@@ -229,73 +298,82 @@ def series_labels(frame: pd.DataFrame) -> pd.Series:
     return frame[keys].map(str).agg(" / ".join, axis=1)
 
 
+def _size_groups(frame: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    """Size sweeps: runs of one model, task and batch size at two or more sizes."""
+    sized = _timed(frame)[_timed(frame)["size"].notna()]
+    groups = workloads(sized, tuple(k for k in WORK_KEYS if k != "size"))
+    return [(title, g) for title, g in groups if g["size"].nunique() >= 2]
+
+
 def plot_time_vs_size(frame: pd.DataFrame, path: Path) -> Path | None:
-    """Seed 003's figure: time against size, log-log, one line per backend/mode."""
-    timed = frame[(frame["status"] == "FINISHED") & frame["size"].notna() & frame["metrics.time_median_s"].notna()]
-    if timed["size"].nunique() < 2:
+    """Seed 003's figure: time against size, log-log, one line per backend/mode, a panel per workload."""
+    groups = _size_groups(frame)
+    if not groups:
         return None
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(8, 5.5))
-    for name, series in timed.groupby(series_labels(timed)):
-        series = series.sort_values("size")
-        iqr = series.get("metrics.time_iqr_s", pd.Series(0, index=series.index)) / 2
-        ax.errorbar(series["size"], series["metrics.time_median_s"], yerr=iqr, marker="o", capsize=3, label=name)
-    ax.set_xscale("log")
-    _seconds_axis(ax.yaxis)
-    ax.set_xlabel(_size_label(timed))
-    ax.set_ylabel("seconds per call (median, IQR bars)")
-    ax.set_title(f"{timed['params.model.name'].iloc[0]}: time against size")
-    ax.grid(which="both", alpha=0.3)
-    ax.legend()
+    fig, axes = plt.subplots(len(groups), 1, figsize=(8, 5 * len(groups)), squeeze=False)
+    for ax, (title, timed) in zip(axes[:, 0], groups, strict=True):
+        for name, series in timed.groupby(series_labels(timed)):
+            series = series.sort_values("size")
+            iqr = series.get("metrics.time_iqr_s", pd.Series(0, index=series.index)) / 2
+            ax.errorbar(series["size"], series["metrics.time_median_s"], yerr=iqr, marker="o", capsize=3, label=name)
+        ax.set_xscale("log")
+        _seconds_axis(ax.yaxis)
+        ax.set_xlabel(_size_label(timed))
+        ax.set_ylabel("time per call (median, IQR bars)")
+        ax.set_title(f"{title}: time against size", loc="left", fontsize=10)
+        ax.grid(which="both", alpha=0.3)
+        ax.legend()
     return _save(fig, path)
 
 
 def plot_speedups(frame: pd.DataFrame, path: Path) -> Path | None:
-    """How many times faster each configuration is than the slowest one doing the same work."""
-    timed = frame[(frame["status"] == "FINISHED") & frame["metrics.time_median_s"].notna()]
-    if len(timed) < 2:
+    """How many times faster each configuration is than the slowest one doing the same work, a panel
+    per workload (against size for size sweeps)."""
+    in_size_sweeps = {i for _, g in _size_groups(frame) for i in g.index}
+    timed = _timed(frame).drop(index=list(in_size_sweeps))
+    groups = [(t, g) for t, g in workloads(timed) if len(g) >= 2]
+    if not groups:
         return None
     plt = _pyplot()
-    if timed["size"].nunique() >= 2:
-        return _plot_speedup_vs_size(timed, path, plt)
-    keys = [k for k in WORK_KEYS if k in timed]
-    slowest = timed.groupby([timed[k].map(str) for k in keys])["metrics.time_median_s"].transform("max")
-    speedup = (slowest / timed["metrics.time_median_s"]).sort_values()
-    names = _labels_for(timed, frame)[speedup.index]
-    fig, ax = plt.subplots(figsize=(9, 1.2 + 0.45 * len(speedup)))
-    bars = ax.barh(range(len(speedup)), speedup.to_numpy())
-    ax.bar_label(bars, labels=[f"{s:.3g}x" for s in speedup], padding=3)
-    ax.set_yticks(range(len(speedup)), names)
-    ax.set_xlabel("speedup over the slowest configuration (median time ratio)")
-    ax.set_title("Speedups")
-    ax.grid(axis="x", alpha=0.3)
+    fig, axes = _panels(plt, groups, [len(g) for _, g in groups])
+    for ax, (title, group) in zip(axes, groups, strict=True):
+        speedup = (group["metrics.time_median_s"].max() / group["metrics.time_median_s"]).sort_values()
+        bars = ax.barh(range(len(speedup)), speedup.to_numpy())
+        ax.bar_label(bars, labels=[f"{s:.3g}x" for s in speedup], padding=3)
+        ax.set_yticks(range(len(speedup)), _panel_labels(group.loc[speedup.index]))
+        ax.set_xlim(0, speedup.max() * 1.18)  # room for the last bar's label
+        ax.set_title(title, loc="left", fontsize=10)
+        ax.grid(axis="x", alpha=0.3)
+    axes[-1].set_xlabel("speedup over the slowest configuration of the panel (median time ratio)")
+    fig.suptitle("Speedups")
     return _save(fig, path)
 
 
-def _plot_speedup_vs_size(timed: pd.DataFrame, path: Path, plt) -> Path:
-    timed = timed.assign(series=series_labels(timed))
-    times = timed.pivot_table(index="size", columns="series", values="metrics.time_median_s", aggfunc="median")
-    baseline = times.iloc[-1].idxmax()  # the slowest configuration at the largest size
-    fig, ax = plt.subplots(figsize=(8, 5.5))
-    for name in times.columns:
-        ax.plot(times.index, times[baseline] / times[name], marker="o", label=name)
-    ax.set_xscale("log")
-    ax.set_xlabel(_size_label(timed))
-    ax.set_ylabel(f"speedup over {baseline}")
-    ax.set_title("Speedups against size")
-    ax.grid(which="both", alpha=0.3)
-    ax.legend()
+def plot_speedup_vs_size(frame: pd.DataFrame, path: Path) -> Path | None:
+    """Size sweeps comparing two or more backends/modes: speedup over the slowest against size."""
+    groups = [(t, g) for t, g in _size_groups(frame) if series_labels(g).nunique() >= 2]
+    if not groups:
+        return None
+    plt = _pyplot()
+    fig, axes = plt.subplots(len(groups), 1, figsize=(8, 5 * len(groups)), squeeze=False)
+    for ax, (title, timed) in zip(axes[:, 0], groups, strict=True):
+        timed = timed.assign(series=series_labels(timed))
+        times = timed.pivot_table(index="size", columns="series", values="metrics.time_median_s", aggfunc="median")
+        baseline = times.iloc[-1].idxmax()  # the slowest configuration at the largest size
+        for name in times.columns:
+            ax.plot(times.index, times[baseline] / times[name], marker="o", label=name)
+        ax.set_xscale("log")
+        ax.set_xlabel(_size_label(timed))
+        ax.set_ylabel(f"speedup over {baseline}")
+        ax.set_title(f"{title}: speedups against size", loc="left", fontsize=10)
+        ax.grid(which="both", alpha=0.3)
+        ax.legend()
     return _save(fig, path)
 
 
 def _size_label(timed: pd.DataFrame) -> str:
     return "matrix side n (matmul)" if timed["params.model.name"].iloc[0] == "matmul" else "number of elements"
-
-
-def _labels_for(rows: pd.DataFrame, frame: pd.DataFrame) -> pd.Series:
-    """Labels from what varied among these rows (or, if nothing did, among all runs)."""
-    columns = varied_params(rows) if len(rows) > 1 else []
-    return labels(rows, columns) if columns else labels(frame)[rows.index]
 
 
 def _seconds_axis(axis) -> None:
@@ -309,7 +387,7 @@ def _seconds_axis(axis) -> None:
 
 def _save(fig, path: Path) -> Path:
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")  # long labels widen the image instead of being cut
     import matplotlib.pyplot as plt
 
     plt.close(fig)
@@ -332,6 +410,7 @@ def write_report(frame: pd.DataFrame, out_dir: Path) -> list[Path]:
         plot_times(frame, out_dir / "time_per_config.png"),
         plot_time_vs_size(frame, out_dir / "time_vs_size.png"),
         plot_speedups(frame, out_dir / "speedup.png"),
+        plot_speedup_vs_size(frame, out_dir / "speedup_vs_size.png"),
     )
     return written + [p for p in plots if p is not None]
 

@@ -41,6 +41,8 @@ class Result:
     warnings: list[str] = field(default_factory=list)
     predictions: list | None = None
     output_tail: str | None = None
+    started: float | None = None  # wall-clock epoch seconds of the job's start and end (the MLflow run spans them)
+    ended: float | None = None
     # Kept in memory while the job runs, written beside result.json (tensors.h5, images/*.png):
     tensors: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
     attrs: dict[str, Any] = field(default_factory=dict, repr=False)  # root attributes of tensors.h5
@@ -60,6 +62,8 @@ class Result:
             "warnings": self.warnings or None,
             "predictions": self.predictions,
             "output_tail": self.output_tail,
+            "started": self.started,
+            "ended": self.ended,
         }
         record.update({k: v for k, v in optional.items() if v is not None})
         return record
@@ -75,6 +79,8 @@ class Result:
             warnings=record.get("warnings", []),
             predictions=record.get("predictions"),
             output_tail=record.get("output_tail"),
+            started=record.get("started"),
+            ended=record.get("ended"),
         )
 
     def save(self, run_dir: Path) -> Path:
@@ -109,19 +115,30 @@ class Result:
         if self.images is not None:
             write_images(Path(run_dir) / IMAGES_DIR, self.images)
         if self.tensors:
-            write_tensors(Path(run_dir) / TENSORS_FILE, self.tensors, {**self.attrs, "environment": self.environment})
+            attrs = {**self.attrs, "environment": self.environment, "config": self.config}
+            write_tensors(Path(run_dir) / TENSORS_FILE, self.tensors, attrs)
 
 
 def write_tensors(path: Path, tensors: dict[str, np.ndarray], attrs: dict) -> Path:
-    """tensors.h5: datasets at their paths ("inputs/x", "gradients/dense.weight", ...), root attrs."""
+    """tensors.h5: datasets at their paths ("inputs/x", "gradients/dense.weight", ...), root attrs
+    (dicts and lists as JSON text); timings carry `units`, image batches `layout` (dataset_attrs)."""
     import h5py
 
     with _fresh_file(path) as temporary, h5py.File(temporary, "w") as f:
         for name, array in tensors.items():
-            f.create_dataset(name, data=np.asarray(array))
+            dataset = f.create_dataset(name, data=np.asarray(array))
+            dataset.attrs.update(dataset_attrs(name, dataset.shape))
         for key, value in attrs.items():
             f.attrs[key] = value if isinstance(value, str | int | float) else json.dumps(value, default=str)
     return path
+
+
+def dataset_attrs(name: str, shape: tuple[int, ...]) -> dict[str, str]:
+    """What a reader needs to interpret one dataset: its unit, or the axis order of an image batch."""
+    if name.startswith("timings/"):
+        return {"units": "s"}
+    is_image_batch = len(shape) == 4 and shape[1] in (1, 3) and name.split("/")[0] in ("inputs", "outputs")
+    return {"layout": "NCHW"} if is_image_batch else {}
 
 
 @contextmanager
@@ -152,6 +169,20 @@ def read_samples(run_dir: Path) -> np.ndarray | None:
             return f["timings/samples_s"][()] if "timings/samples_s" in f else None
     except OSError:
         return None
+
+
+def read_inputs(run_dir: Path) -> dict[str, np.ndarray]:
+    """The inputs a run computed on (tensors.h5 inputs/), where its file is on this machine."""
+    path = Path(run_dir) / TENSORS_FILE
+    if not path.exists():
+        return {}
+    import h5py
+
+    try:
+        with h5py.File(path, "r") as f:
+            return {k: v[()] for k, v in f["inputs"].items()} if "inputs" in f else {}
+    except OSError:
+        return {}
 
 
 def write_images(folder: Path, images: np.ndarray) -> None:

@@ -55,6 +55,7 @@ def start(config: DictConfig) -> Sweep:
     note = {
         "sweep_dir": str(sweep_dir),
         "overrides": overrides,
+        "sweeper_params": {str(k): str(v) for k, v in (config.hydra.sweeper.get("params") or {}).items()},
         "launcher": str(config.hydra.launcher.get("_target_", "")),
         "tracking": str(config.tracking.name),
         "uri": config.tracking.uri,
@@ -156,7 +157,26 @@ def _write_files(frame, sweep_dir: Path) -> list[Path]:
         print(f"warning: could not write the sweep's report ({first_line(error)})", file=sys.stderr)
     summary = sweep_dir / "summary.md"
     summary.write_text(f"# Sweep summary\n\n{report.markdown(frame)}")
+    _note_comparisons(report.compare(frame))
     return [summary, *files]
+
+
+def _note_comparisons(compared) -> None:
+    """Each job's MLflow description gains how it compares with the fastest job doing the same work."""
+    for _, row in compared[compared["vs_fastest"].notna()].iterrows():
+        path = Path(row["run_dir"]) / tracking.TRACKING_FILE
+        job_note = json.loads(path.read_text()) if path.exists() else {}
+        if not job_note.get("run_id"):
+            continue
+        verdict = row["within_noise"]
+        noise = {"yes": "within noise", "no": "a real difference"}.get(verdict, verdict)
+        line = f"{row['vs_fastest']:.2f}x the time of the fastest comparable job of the sweep ({noise})"
+        if verdict == "fastest":
+            line = "the fastest comparable job of the sweep"
+        try:
+            tracking.append_to_note(job_note["uri"], job_note["run_id"], line)
+        except Exception as error:  # the record on disk is complete; the description is a nicety
+            print(f"warning: could not annotate run {job_note['run_id']} ({first_line(error)})", file=sys.stderr)
 
 
 def _close_parent(sweep: Sweep, statuses: list[str], status: str, files: list[Path]) -> None:
@@ -196,7 +216,22 @@ def print_table(frame, sweep_dir: Path) -> None:
     console = Console() if sys.stdout.isatty() else Console(width=160)
     console.print(table)
     for _, row in frame[frame["status"] != "FINISHED"].iterrows():
-        console.print(f"[bold red]{row['status']}[/] job {row['run']}: {row['error']}", highlight=False)
+        console.print(f"[bold red]{row['status']}[/] job {_job(row)}: {row['error']}", highlight=False)
+    for _, row in frame[frame["warnings"].map(bool)].iterrows() if "warnings" in frame else ():
+        for warning in row["warnings"]:
+            console.print(f"[yellow]warning[/] job {_job(row)}: {warning}", highlight=False)
+    note = read_note(sweep_dir)
+    if note.get("parent_run_id"):
+        from runner.job import ui_lines
+
+        console.print(f"MLflow parent run {note['parent_run_id']} ({tracking.sweep_title(note)})", highlight=False)
+        for line in ui_lines(note["uri"], f"#/runs/{note['parent_run_id']}"):
+            console.print(line.strip(), highlight=False, soft_wrap=True)
+
+
+def _job(row) -> str:
+    """A job's number (its directory under the sweep), as Hydra and the table's run names count it."""
+    return Path(row["run_dir"]).name
 
 
 def _status(status: str) -> str:

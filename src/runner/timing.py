@@ -8,7 +8,7 @@ overhead stays far below 0.1% of what is measured. Every block gives one sample:
 from __future__ import annotations
 
 import ctypes
-import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,6 +18,7 @@ import numpy as np
 
 from runner.table import format_seconds
 
+SAMPLING = "sampling"
 NOISY_REL_IQR = 0.1  # above this IQR/median the result is flagged as noisy
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters (malloc.h)
 MMAP_THRESHOLD_MAX = 32 * 2**20  # glibc's ceiling for M_MMAP_THRESHOLD on 64-bit machines
@@ -96,6 +97,7 @@ def measure(
     `keep` runs right after the first call, before any other: a step may reuse its output buffers
     (torch.compile's CUDA graphs replay into the same memory), so what is kept must be copied off first.
     `energy`, where given, is read over the sampling phase, with the device synchronised at both ends."""
+    _phase(progress, "first call (tracing, compilation)")
     sync()
     start = time.perf_counter()
     first_output = fn()
@@ -105,10 +107,12 @@ def measure(
     start = time.perf_counter()
     warm_until, deadline = start + max_time_s / 2, start + max_time_s
     try:
+        _phase(progress, "warm-up")
         block, calibrated = _calibrate_block(fn, sync, min_block_s, warm_until)
         measurement.warmup_calls, warmed = _warm_up(fn, sync, block, warmup_s, min_warmup_calls, warm_until)
         measurement.block_size = block
         measurement.warmup_cut_short = not (calibrated and warmed)
+        _phase(progress, SAMPLING)
         sync()
         if energy is not None:
             energy.start()
@@ -190,27 +194,78 @@ def keep_freed_memory() -> bool:
 
 
 class ProgressLine:
-    """Prints a progress line to stderr once timing has taken more than `after_s` seconds."""
+    """What a job is doing, on stderr: its phase (import, build, first call, warm-up) once that phase has
+    lasted `after_s`, then the sampling with its spread and an upper bound on the time left.
 
-    def __init__(self, label: str, after_s: float = 2.0, every_s: float = 1.0):
-        self.label, self.after_s, self.every_s = label, after_s, every_s
-        self.last_print = 0.0
-        self.tty = sys.stderr.isatty()
-        self.printed = False
+    On a terminal it is one `rich` status line that updates in place; elsewhere (a worker's pipe into
+    job.log, a CI log) plain lines, so it shows through the worker's log forwarding too. Fast jobs print
+    nothing."""
+
+    def __init__(self, label: str, max_time_s: float = 5.0, after_s: float = 1.0, every_s: float = 1.0):
+        from rich.console import Console
+
+        self.label, self.max_time_s, self.after_s, self.every_s = label, max_time_s, after_s, every_s
+        self.console = Console(stderr=True, highlight=False)
+        self.tty = self.console.is_terminal
+        self.status = None
+        self.last_print = float("-inf")  # the first line comes at after_s, later ones every every_s
+        self.timer: threading.Timer | None = None
+
+    def __enter__(self) -> ProgressLine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def phase(self, name: str) -> None:
+        """A new phase starts; it is shown if it is still running `after_s` from now (sampling has its own line)."""
+        self._cancel_timer()
+        if name == SAMPLING:
+            return
+        started = time.perf_counter()
+        self.timer = threading.Timer(self.after_s, self._show, args=(name, started))
+        self.timer.daemon = True
+        self.timer.start()
+
+    def _show(self, name: str, started: float) -> None:
+        self._say(f"{self.label}: {name} ({time.perf_counter() - started:.0f} s so far)")
 
     def __call__(self, measurement: Measurement, elapsed: float) -> None:
+        """Called after each timing sample."""
         every = self.every_s if self.tty else 5 * self.every_s
         if elapsed < self.after_s or elapsed - self.last_print < every:
             return
+        self._cancel_timer()
         self.last_print = elapsed
         median = np.median(measurement.samples_s)
-        line = (
-            f"  timing {self.label}: {len(measurement.samples_s)} samples in {elapsed:.1f} s, "
-            f"median {format_seconds(median)}, IQR/median {measurement.rel_iqr():.1%}"
+        left = max(self.max_time_s - elapsed, 0.0)
+        self._say(
+            f"timing {self.label}: {len(measurement.samples_s)} samples in {elapsed:.1f} s, "
+            f"median {format_seconds(median)}, IQR/median {measurement.rel_iqr():.1%}, at most {left:.0f} s left"
         )
-        print(("\r" + line) if self.tty else line, end="" if self.tty else "\n", file=sys.stderr, flush=True)
-        self.printed = True
+
+    def _say(self, text: str) -> None:
+        if not self.tty:
+            self.console.print(f"  {text}", soft_wrap=True)
+        elif self.status is None:
+            self.status = self.console.status(text)
+            self.status.start()
+        else:
+            self.status.update(text)
+
+    def _cancel_timer(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
 
     def close(self) -> None:
-        if self.printed and self.tty:
-            print(file=sys.stderr)
+        self._cancel_timer()
+        if self.status is not None:
+            self.status.stop()
+            self.status = None
+
+
+def _phase(progress: object, name: str) -> None:
+    """Tell a ProgressLine (not a plain callback) which phase the measurement is in."""
+    if hasattr(progress, "phase"):
+        progress.phase(name)

@@ -21,11 +21,12 @@ import logging
 import os
 import sys
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from runner.config import ConfigError, first_line, is_capability
-from runner.result import RESULT_FILE, TENSORS_FILE, Result
+from runner.result import RESULT_FILE, TENSORS_FILE, Result, read_inputs, read_samples
 
 TRACKING_FILE = "tracking.json"  # where (and whether) the run reached MLflow
 RUN_KEY_TAG = "runner.run_key"  # the run directory + its start: one MLflow run per key
@@ -33,6 +34,9 @@ NO_RESULT = "the run's processes ended before it recorded a result (found by run
 # A tracking server that is down should cost seconds, not MLflow's default minutes of retries.
 os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
 os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
+# A fresh SQLite store announces its migrations at INFO: start-up noise, not news for the user.
+for _logger in ("mlflow.store.db.utils", "alembic"):
+    logging.getLogger(_logger).setLevel(logging.WARNING)
 
 
 # -- MLflow ------------------------------------------------------------------------------------
@@ -51,12 +55,73 @@ def flatten(config: dict, prefix: str = "") -> dict[str, str]:
 
 
 def run_params(config: dict) -> dict[str, str]:
-    """The run's parameters: its flattened config without the capability data (runner.config)."""
-    return {k: v for k, v in flatten(config).items() if not is_capability(k)}
+    """The run's parameters: the flattened config keys that apply to its model, data and mode.
+
+    Left out: capability data (runner.config), where the run was logged (tracking.*), data settings the
+    chosen data or model does not read, and model.image_size (a copy of data.image_size). The whole
+    resolved config stays in result.json and the Hydra artifacts."""
+    return {k: v for k, v in flatten(config).items() if _applies(k, config)}
 
 
-def run_name(config: dict) -> str:
-    return "-".join(str(_choice(config, key)) for key in ("backend", "model", "task", "mode", "device", "dtype"))
+def _applies(key: str, config: dict) -> bool:
+    if is_capability(key) or key.startswith("tracking.") or key == "model.image_size":
+        return False
+    data, model = config.get("data") or {}, config.get("model") or {}
+    if key == "data.image_size":
+        return "image_size" in model  # vision models read it
+    if key == "data.path":
+        return data.get("name") != "random"
+    if key == "data.dataset":
+        return data.get("name") == "hdf5"
+    return True
+
+
+NAME_GROUPS = ("backend", "model", "task", "mode", "device", "dtype")
+SWEEP_SYNTAX = (",", "range(", "choice(", "interval(", "glob(")
+
+
+def run_name(config: dict, swept: dict[str, str] | None = None, job: str | None = None) -> str:
+    """'numpy-mlp-gradients-eager-cpu-float32', then the job's value of every swept key the groups do
+    not already name ('size=1000') and a sweep job's number ('#3'): unique within a sweep, and apart
+    from single runs."""
+    name = "-".join(str(_choice(config, key)) for key in NAME_GROUPS)
+    extra = [f"{_short(k)}={v}" for k, v in (swept or {}).items() if k not in NAME_GROUPS]
+    return " ".join([name, *extra, *([f"#{job}"] if job is not None else [])])
+
+
+def _short(key: str) -> str:
+    return key.removeprefix("model.") if key in ("model.size", "model.n", "model.arch", "model.method") else key
+
+
+def swept_keys(overrides: list[str], sweeper_params: dict | None = None) -> dict[str, str]:
+    """What a sweep varies, key -> values: command-line overrides with sweep syntax, then the sweeper's
+    own params (an experiment file's hydra.sweeper.params) that the command line did not replace."""
+    swept = dict(_split_override(o) for o in overrides)
+    swept = {k: v for k, v in swept.items() if any(t in v for t in SWEEP_SYNTAX)}
+    for key, values in (sweeper_params or {}).items():
+        key = key.lstrip("+~")
+        if key not in swept and any(t in str(values) for t in SWEEP_SYNTAX):
+            swept[key] = str(values)
+    return swept
+
+
+def sweep_title(note: dict) -> str:
+    """'sweep backend=numpy,torch × mode=eager,function': a parent run named by what it sweeps."""
+    swept = swept_keys(note.get("overrides", []), note.get("sweeper_params"))
+    return "sweep " + (" × ".join(f"{k}={v}" for k, v in swept.items()) or Path(note["sweep_dir"]).name)
+
+
+def job_context(run_dir: Path) -> tuple[dict[str, str], str | None]:
+    """For a sweep's job: its value of each swept key (from its .hydra/overrides.yaml) and its number."""
+    note_path, overrides_path = run_dir.parent / "sweep.json", run_dir / ".hydra" / "overrides.yaml"
+    if not note_path.exists() or not overrides_path.exists():
+        return {}, None
+    from omegaconf import OmegaConf
+
+    note = json.loads(note_path.read_text())
+    job_values = dict(_split_override(str(o)) for o in OmegaConf.load(overrides_path))
+    swept = swept_keys(note.get("overrides", []), note.get("sweeper_params"))
+    return {k: job_values.get(k, "?") for k in swept}, run_dir.name
 
 
 def _choice(config: dict, key: str):
@@ -139,42 +204,28 @@ def client(uri: str):
 
 
 def log_to_mlflow(run_dir: Path, uri: str, experiment: str, parent_run_id: str | None = None) -> str:
-    """Create one MLflow run from the files in run_dir; returns its run id."""
+    """Create one MLflow run from the files in run_dir, spanning the job's own start and end; returns its id."""
     open_store(uri)
 
     run_dir = Path(run_dir)
     result = Result.load(run_dir)
     mlflow = client(uri)
     experiment_id = ensure_experiment(mlflow, uri, experiment)
-    env = result.environment
-    tags = {
-        "mlflow.runName": run_name(result.config),
-        "git_commit": env.get("git_commit", "unknown"),
-        "device_name": env.get("device_name", "unknown"),
-        "cpu": env.get("cpu", "unknown"),
-        "python": env.get("python", "unknown"),
-        "framework": env.get("framework", "unknown"),
-        "framework_version": env.get("framework_version", "unknown"),
-        "run_dir": str(run_dir.resolve()),
-    }
-    if result.error:
-        tags["error"] = result.error[:5000]
-    if result.output_tail:
-        tags["output_tail"] = result.output_tail[-5000:]
-    if parent_run_id:
-        tags["mlflow.parentRunId"] = parent_run_id
+    ended_ms = _ms(result.ended) or int(time.time() * 1000)
+    started_ms = _ms(result.started) or ended_ms
+    tags = run_tags(run_dir, result, parent_run_id)
     note = read_note(run_dir)
     tags[RUN_KEY_TAG] = note.get("run_key") or run_key(run_dir)
     _remove_partial_uploads(mlflow, experiment_id, tags[RUN_KEY_TAG], note.get("run_id"))
-    run = retry_on_lock(mlflow.create_run, experiment_id, tags=tags)
+    run = retry_on_lock(mlflow.create_run, experiment_id, start_time=started_ms, tags=tags)
     run_id = run.info.run_id
     write_note(run_dir, {**note, "uri": uri, "experiment": experiment, "run_id": run_id, "synced": False})
     try:
-        _log_contents(mlflow, run_id, run_dir, result)
+        _log_contents(mlflow, run_id, run_dir, result, ended_ms)
     except BaseException:
         _end_failed(mlflow, run_id)
         raise
-    retry_on_lock(mlflow.set_terminated, run_id, result.status)
+    retry_on_lock(mlflow.set_terminated, run_id, result.status, end_time=max(ended_ms, started_ms))
     return run_id
 
 
@@ -195,21 +246,136 @@ def _remove_partial_uploads(mlflow, experiment_id: str, key: str, noted_run_id: 
             retry_on_lock(mlflow.delete_run, run_id)
 
 
-def _log_contents(mlflow, run_id: str, run_dir: Path, result: Result) -> None:
-    from mlflow.entities import Metric, Param, RunTag
+def _log_contents(mlflow, run_id: str, run_dir: Path, result: Result, ended_ms: int) -> None:
+    """Params, metrics (with the time_sample_s history), the dataset input and the files of a run."""
+    from mlflow.entities import Param
 
-    env = result.environment
-    now = int(time.time() * 1000)
-    metrics = [Metric(k, float(v), now, 0) for k, v in result.metrics.items() if isinstance(v, int | float)]
     params = [Param(k, v[:6000]) for k, v in run_params(result.config).items()]
-    env_tags = [RunTag(f"env.{k}", str(v)[:5000]) for k, v in env.items()]
-    retry_on_lock(mlflow.log_batch, run_id, metrics=metrics, params=params, tags=env_tags)
+    metrics = _metrics(result, read_samples(run_dir), ended_ms)
+    for chunk in range(0, max(len(metrics), 1), 1000):  # log_batch takes at most 1000 metrics
+        batch = {"params": params} if chunk == 0 else {}
+        retry_on_lock(mlflow.log_batch, run_id, metrics=metrics[chunk : chunk + 1000], **batch)
+    dataset = dataset_input(run_dir, result)
+    if dataset is not None:
+        retry_on_lock(mlflow.log_inputs, run_id, datasets=[dataset])
+    _log_run_files(mlflow, run_id, run_dir)
+
+
+def _ms(epoch_s: float | None) -> int | None:
+    return int(epoch_s * 1000) if epoch_s else None
+
+
+def run_tags(run_dir: Path, result: Result, parent_run_id: str | None) -> dict[str, str]:
+    """MLflow's standard tags (name, source, commit, user, description), env.* once each, and why a job failed."""
+    env = result.environment
+    swept, job = job_context(run_dir)
+    tags = {
+        "mlflow.runName": run_name(result.config, swept, job),
+        "mlflow.source.type": "LOCAL",
+        "mlflow.source.name": "run.py",
+        "mlflow.user": env.get("user") or _user(),
+        "mlflow.note.content": note_content(result),
+        "run_dir": str(run_dir.resolve()),
+        **{f"env.{k}": str(v)[:5000] for k, v in env.items() if not _duplicate(k, env)},
+    }
+    if env.get("git_commit", "unknown") != "unknown":
+        tags["mlflow.source.git.commit"] = env["git_commit"]
+    if result.error:
+        tags["error"] = result.error[:5000]
+    if result.output_tail:
+        tags["output_tail"] = result.output_tail[-5000:]
+    if parent_run_id:
+        tags["mlflow.parentRunId"] = parent_run_id
+    return tags
+
+
+def _duplicate(key: str, env: dict) -> bool:
+    """git_commit is mlflow.source.git.commit; a CPU run's device_name repeats env.cpu."""
+    return key == "git_commit" or (key == "device_name" and env.get("device_name") == env.get("cpu"))
+
+
+def _user() -> str:
+    import getpass
+
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "unknown"
+
+
+def note_content(result: Result) -> str:
+    """The run's description in the UI: what ran, how fast (median ± IQR), how accurate, on what."""
+    from runner.table import format_seconds
+
+    m, c = result.metrics, result.config
+    lines = [f"**{run_name(c)}**, batch {c.get('batch_size')}, seed {c.get('seed')}: {result.status}"]
+    if "time_median_s" in m:
+        lines.append(
+            f"median {format_seconds(m['time_median_s'])} ± {format_seconds(m['time_iqr_s'])} (IQR) per call "
+            f"over {m.get('n_samples', '?')} samples; first call {format_seconds(m['first_call_s'])}"
+        )
+    if "throughput_per_s" in m:
+        lines.append(f"{m['throughput_per_s']:.3g} examples/s")
+    if "max_rel_err_vs_reference" in m:
+        lines.append(f"max rel err vs the float64 reference {m['max_rel_err_vs_reference']:.2g}")
+    lines += [f"warning: {w}" for w in result.warnings]
+    if result.error:
+        lines.append(f"error: {result.error}")
+    env = result.environment
+    if env:
+        framework = f"{env.get('framework', '')} {env.get('framework_version', '')}".strip()
+        lines.append(f"on {env.get('device_name', '?')} ({framework})")
+    return "  \n".join(lines)[:5000]
+
+
+def _metrics(result: Result, samples, ended_ms: int) -> list:
+    """The metrics at the job's end, and every timing sample as steps of `time_sample_s` (the UI plots it)."""
+    from mlflow.entities import Metric
+
+    metrics = [Metric(k, float(v), ended_ms, 0) for k, v in result.metrics.items() if isinstance(v, int | float)]
+    if samples is not None:
+        metrics += [Metric("time_sample_s", float(v), ended_ms, step) for step, v in enumerate(samples)]
+    return metrics
+
+
+def dataset_input(run_dir: Path, result: Result):
+    """The run's inputs as an MLflow dataset: its file (or the seed that made it), digest and shape."""
+    from mlflow.data import from_numpy
+    from mlflow.entities import DatasetInput, InputTag
+
+    arrays = read_inputs(run_dir)
+    if not arrays:
+        return None
+    data = result.config.get("data") or {}
+    path = data.get("path")
+    source = str(Path(path).resolve()) if path else str((run_dir / TENSORS_FILE).resolve())
+    described = Path(path).name if path else f"seeded random (seed {result.config.get('seed')})"
+    name = f"{data.get('name', 'inputs')}: {described}"
+    with warnings.catch_warnings():  # a local path matches two equivalent source classes; either will do
+        warnings.simplefilter("ignore", UserWarning)
+        dataset = from_numpy(arrays, source=source, name=name[:500])
+    task = (result.config.get("task") or {}).get("name", "")
+    return DatasetInput(dataset._to_mlflow_entity(), tags=[InputTag("mlflow.data.context", task)])
+
+
+def append_to_note(uri: str, run_id: str, line: str) -> None:
+    """Add a line to a run's description (a sweep adds how each job compares once all have run)."""
+    mlflow = client(uri)
+    note = retry_on_lock(mlflow.get_run, run_id).data.tags.get("mlflow.note.content", "")
+    retry_on_lock(mlflow.set_tag, run_id, "mlflow.note.content", f"{note}  \n{line}"[:5000])
+
+
+def _log_run_files(mlflow, run_id: str, run_dir: Path) -> None:
     for name in (RESULT_FILE, TENSORS_FILE, "job.log", "error.log"):
         if (run_dir / name).exists():
             retry_on_lock(mlflow.log_artifact, run_id, str(run_dir / name))
     for folder, artifact_path in ((".hydra", "hydra"), ("images", "images")):
         if (run_dir / folder).is_dir():
             retry_on_lock(mlflow.log_artifacts, run_id, str(run_dir / folder), artifact_path)
+
+
+# MLflow 3's UI opens an experiment on its GenAI overview unless this tag calls it a model-training one.
+EXPERIMENT_TAGS = {"mlflow.experimentKind": "custom_model_development"}
 
 
 def ensure_experiment(mlflow, uri: str, name: str) -> str:
@@ -221,7 +387,8 @@ def ensure_experiment(mlflow, uri: str, name: str) -> str:
         if existing is not None:
             return existing.experiment_id
         try:
-            return retry_on_lock(mlflow.create_experiment, name, artifact_location=_artifact_location(uri, name))
+            location = _artifact_location(uri, name)
+            return retry_on_lock(mlflow.create_experiment, name, artifact_location=location, tags=EXPERIMENT_TAGS)
         except MlflowException as error:  # created meanwhile by a process of another machine
             existing = retry_on_lock(mlflow.get_experiment_by_name, name)
             if existing is None:
@@ -343,20 +510,30 @@ def sync(run_dir: Path, uri: str | None = None) -> str | None:
 
 
 def create_parent_run(note: dict) -> str:
-    """The parent run of a sweep (`note` is its sweep.json); its params are the sweep's overrides."""
+    """The parent run of a sweep (`note` is its sweep.json), named by what it sweeps; its params are the
+    sweep's overrides."""
     check_reachable(note["uri"])
     open_store(note["uri"])
     from mlflow.entities import Param
 
     mlflow = client(note["uri"])
     experiment_id = ensure_experiment(mlflow, note["uri"], note["experiment"])
-    sweep_dir = Path(note["sweep_dir"])
+    title = sweep_title(note)
+    overrides = " ".join(note["overrides"])
     tags = {
-        "mlflow.runName": f"sweep {sweep_dir.parent.name}/{sweep_dir.name}",
+        "mlflow.runName": title[:250],
+        "mlflow.source.type": "LOCAL",
+        "mlflow.source.name": "run.py",
+        "mlflow.user": _user(),
+        "mlflow.note.content": f"{title}  \nin {note['sweep_dir']}  \n`python run.py -m {overrides}`"[:5000],
         "sweep_dir": note["sweep_dir"],
         "launcher": note["launcher"],
-        "overrides": " ".join(note["overrides"])[:5000],
+        "overrides": overrides[:5000],
     }
+    from runner.environment import git_commit
+
+    if git_commit() != "unknown":
+        tags["mlflow.source.git.commit"] = git_commit()
     run = retry_on_lock(mlflow.create_run, experiment_id, tags=tags)
     params = [Param(k, v) for k, v in dict(_split_override(o) for o in note["overrides"]).items()]  # last wins
     if params:
@@ -405,7 +582,7 @@ def search_runs(uri: str, experiment: str, parent_run_id: str | None = None) -> 
         if "sweep_dir" in tags:  # a sweep's parent run, not a measurement
             continue
         row = {
-            "run": run.info.run_id[:8],
+            "run": run.info.run_name or run.info.run_id[:8],
             "run_id": run.info.run_id,
             "run_dir": tags.get("run_dir"),
             "status": run.info.status,

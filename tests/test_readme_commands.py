@@ -49,6 +49,7 @@ class Command:
     text: str  # as printed
     args: tuple[str, ...]  # what follows run.py
     printed_status: int | None = None  # the number the docs print after `; echo $?`
+    env: tuple[tuple[str, str], ...] = ()  # `NAME=value` assignments before the python command
 
 
 def _tokens(line: str) -> list[str]:
@@ -67,7 +68,9 @@ def parse(line: str, source: str, printed_status: int | None = None) -> Command 
     if not start or not re.fullmatch(r"(.*/)?python[0-9.]*", tokens[start - 1]):
         return None  # run.py named, not run by python (a file listing)
     end = next((i for i in range(start, len(tokens)) if tokens[i] in SEPARATORS), len(tokens))
-    return Command(source, line.strip(), tuple(tokens[start + 1 : end]), printed_status)
+    begin = max((i + 1 for i in range(start) if tokens[i] in SEPARATORS), default=0)
+    env = tuple(tuple(t.split("=", 1)) for t in tokens[begin : start - 1] if re.fullmatch(r"[A-Z_]+=.*", t))
+    return Command(source, line.strip(), tuple(tokens[start + 1 : end]), printed_status, env)
 
 
 def markdown_commands(path: Path, inline: bool = False) -> list[Command]:
@@ -213,9 +216,18 @@ def provide_files(command: Command, folder: Path, torch_home: Path) -> None:
         _make_data(folder / overrides["data.path"])
     if "model.weights" in overrides:
         _make_weights(folder / overrides["model.weights"], models_named(command) & {"cyclegan", *PRETRAINED_MODELS})
+    for folder_named in re.findall(r"file://([^,\]]+)/conf", overrides.get("hydra.searchpath", "")):
+        _copy_example(Path(folder_named))
     if overrides.get("model.pretrained") == "true":
         for model in sorted(models_named(command) & set(PRETRAINED_MODELS)):
             _make_hub_checkpoint(model, torch_home)
+
+
+def _copy_example(folder: Path) -> None:
+    """A user's own config folder the docs copy from examples/ first (`cp -r examples/NAME FOLDER`)."""
+    example = PROJECT_ROOT / "examples" / folder.name
+    if not folder.exists() and example.is_dir():
+        shutil.copytree(example, folder)
 
 
 def _make_data(path: Path) -> None:
@@ -283,7 +295,14 @@ def test_documented_command_runs_as_printed(command: Command, scratch: Path, tmp
         f"hydra.run.dir={tmp_path}/run",
         f"hydra.sweep.dir={tmp_path}/sweep",
     )
-    env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT / "src"), "TORCH_HOME": str(torch_home)}
+    documented = dict(command.env)
+    paths = [documented.pop("PYTHONPATH", ""), str(PROJECT_ROOT / "src")]
+    env = {
+        **os.environ,
+        **documented,
+        "PYTHONPATH": os.pathsep.join(p for p in paths if p),
+        "TORCH_HOME": str(torch_home),
+    }
     result = subprocess.run(
         [sys.executable, str(PROJECT_ROOT / "run.py"), *command.args, *appended],
         cwd=scratch,

@@ -58,13 +58,27 @@ def run_params(config: dict) -> dict[str, str]:
     """The run's parameters: the flattened config keys that apply to its model, data and mode.
 
     Left out: capability data (runner.config), where the run was logged (tracking.*), data settings the
-    chosen data or model does not read, and model.image_size (a copy of data.image_size). The whole
-    resolved config stays in result.json and the Hydra artifacts."""
-    return {k: v for k, v in flatten(config).items() if _applies(k, config)}
+    chosen data or model does not read, and model settings that copy another key by interpolation
+    (model.image_size = ${data.image_size}, model.backend_module = ${backend.module}). The whole resolved
+    config stays in result.json and the Hydra artifacts."""
+    flat = flatten(config)
+    return {k: v for k, v in flat.items() if _applies(k, config) and not _copies_another_key(k, flat)}
+
+
+def _copies_another_key(key: str, flat: dict[str, str]) -> bool:
+    """model.X whose value is that of the key X names elsewhere (data.X, or X with "_" for "." as backend_module)."""
+    if not key.startswith("model."):
+        return False
+    name = key.removeprefix("model.")
+    return any(
+        other != key and not other.startswith("model.") and value == flat[key]
+        for other, value in flat.items()
+        if other == name.replace("_", ".") or other.rsplit(".", 1)[-1] == name
+    )
 
 
 def _applies(key: str, config: dict) -> bool:
-    if is_capability(key) or key.startswith("tracking.") or key == "model.image_size":
+    if is_capability(key) or key.startswith("tracking."):
         return False
     data, model = config.get("data") or {}, config.get("model") or {}
     if key == "data.image_size":

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from runner.config import ConfigError
+from runner.config import ConfigError, first_line
 
 HDF5_SUFFIXES = (".h5", ".hdf5")
 # torchvision's DEFAULT weights for each architecture, by the file name the hub cache keeps them under
@@ -74,9 +74,9 @@ def read_checkpoint(path: Path) -> dict[str, np.ndarray]:
     try:
         state = read_state_dict(path)
     except Refused as error:
-        raise ConfigError(f"refused to load {path}: it holds more than tensors ({_first_line(error)})") from None
+        raise ConfigError(f"refused to load {path}: it holds more than tensors ({first_line(error)[:200]})") from None
     except (pickle.UnpicklingError, OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, struct.error) as error:
-        raise ConfigError(f"cannot read weights file {path}: {type(error).__name__}: {_first_line(error)}") from None
+        raise ConfigError(f"cannot read weights file {path}: {type(error).__name__}: {first_line(error)[:200]}") from None
     if isinstance(state, dict) and isinstance(state.get("state_dict"), dict):
         state = state["state_dict"]
     if not isinstance(state, dict):
@@ -88,9 +88,6 @@ def read_checkpoint(path: Path) -> dict[str, np.ndarray]:
     }
 
 
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0][:200] if text else type(error).__name__
 
 
 # -- torch's file formats, read with numpy ------------------------------------------------------

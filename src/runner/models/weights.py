@@ -76,7 +76,8 @@ def read_checkpoint(path: Path) -> dict[str, np.ndarray]:
     except Refused as error:
         raise ConfigError(f"refused to load {path}: it holds more than tensors ({first_line(error)[:200]})") from None
     except (pickle.UnpicklingError, OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, struct.error) as error:
-        raise ConfigError(f"cannot read weights file {path}: {type(error).__name__}: {first_line(error)[:200]}") from None
+        reason = f"{type(error).__name__}: {first_line(error)[:200]}"
+        raise ConfigError(f"cannot read weights file {path}: {reason}") from None
     if isinstance(state, dict) and isinstance(state.get("state_dict"), dict):
         state = state["state_dict"]
     if not isinstance(state, dict):
@@ -86,8 +87,6 @@ def read_checkpoint(path: Path) -> dict[str, np.ndarray]:
         for name, array in state.items()
         if isinstance(array, np.ndarray) and array.dtype.kind == "f"
     }
-
-
 
 
 # -- torch's file formats, read with numpy ------------------------------------------------------

@@ -213,7 +213,8 @@ def print_table(frame, sweep_dir: Path) -> None:
     for row in cells:
         row[1] = _status(row[1])
         table.add_row(*row)
-    console = Console() if sys.stdout.isatty() else Console(width=160)
+    # Into a file or pipe: as wide as the table needs, so no heading is folded into pieces.
+    console = Console() if sys.stdout.isatty() else Console(width=max(160, Console(width=1000).measure(table).maximum))
     console.print(table)
     for _, row in frame[frame["status"] != "FINISHED"].iterrows():
         console.print(f"[bold red]{row['status']}[/] job {_job(row)}: {row['error']}", highlight=False)

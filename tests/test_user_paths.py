@@ -24,6 +24,7 @@ VISION = (*CLASSIFIERS, "cyclegan")
 CAPS = ["timing.warmup_s=0", "timing.min_warmup_calls=0", "timing.min_repeats=1", "timing.max_time_s=0.001"]
 # TensorFlow's C++ start-up chatter on stderr, which TF_CPP_MIN_LOG_LEVEL does not silence
 TF_CHATTER = re.compile(r"^(WARNING: All log messages before absl::InitializeLog|[IWE]\d{4} )")
+PROGRESS = re.compile(r"^  \S.*(s so far\)|s left)$")  # the job's phase lines, not messages
 
 
 def fresh_run(*args: str, cwd: Path, env: dict | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
@@ -34,7 +35,8 @@ def fresh_run(*args: str, cwd: Path, env: dict | None = None, timeout: int = 600
 
 
 def stderr_lines(result: subprocess.CompletedProcess) -> list[str]:
-    return [line for line in result.stderr.splitlines() if line.strip() and not TF_CHATTER.match(line)]
+    lines = result.stderr.splitlines()
+    return [line for line in lines if line.strip() and not TF_CHATTER.match(line) and not PROGRESS.match(line)]
 
 
 def rel_diff(a: np.ndarray, b: np.ndarray) -> float:
@@ -132,7 +134,10 @@ def _both_backends(model: str, dtype: str):
     from runner.backends import load_backend
     from runner.models.vision import VisionModel
 
-    torch_ops, tf_ops = load_backend("torch"), load_backend("tensorflow")
+    torch_ops, tf_ops = (
+        load_backend("runner.backends.torch_backend"),
+        load_backend("runner.backends.tensorflow_backend"),
+    )
     workload = VisionModel(model, 224)
     params = workload.init_params(np.random.default_rng(0))
     on_torch = {k: torch.from_numpy(v).to(getattr(torch, dtype)) for k, v in params.items()}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -11,6 +12,7 @@ from pathlib import Path
 
 from runner.config import PROJECT_ROOT, compose
 
+PROGRESS = re.compile(r"^  \S.*(s so far\)|s left)$")  # a job's phase and sampling lines on stderr, not messages
 FAST_TIMING = ["timing.warmup_s=0.01", "timing.min_repeats=3", "timing.max_time_s=0.2", "timing.min_block_s=0.0005"]
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
+from helpers import PROGRESS
 from photos import make_broken, make_photos, scene
 
 from runner.config import PROJECT_ROOT, ConfigError
@@ -24,7 +25,6 @@ VISION = (*CLASSIFIERS, "cyclegan")
 CAPS = ["timing.warmup_s=0", "timing.min_warmup_calls=0", "timing.min_repeats=1", "timing.max_time_s=0.001"]
 # TensorFlow's C++ start-up chatter on stderr, which TF_CPP_MIN_LOG_LEVEL does not silence
 TF_CHATTER = re.compile(r"^(WARNING: All log messages before absl::InitializeLog|[IWE]\d{4} )")
-PROGRESS = re.compile(r"^  \S.*(s so far\)|s left)$")  # the job's phase lines, not messages
 
 
 def fresh_run(*args: str, cwd: Path, env: dict | None = None, timeout: int = 600) -> subprocess.CompletedProcess:

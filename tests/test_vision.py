@@ -7,6 +7,7 @@ import json
 import h5py
 import numpy as np
 import pytest
+from helpers import PROGRESS
 
 from runner.config import ConfigError
 from runner.job import run_and_record
@@ -151,7 +152,7 @@ def test_pretrained_resnet18_logits_equal_torchvision(make_config, tmp_path, hub
 def test_pretrained_with_empty_cache_is_one_line(cli, tmp_path):
     result = _cli_with_env(cli, tmp_path, "model=resnet18", "backend=torch", "model.pretrained=true")
     assert result.returncode != 0
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    lines = [line for line in result.stderr.splitlines() if line.strip() and not PROGRESS.match(line)]
     assert len(lines) == 1 and "resnet18-f37072fd.pth" in lines[0] and str(tmp_path / "empty") in lines[0]
 
 

@@ -432,3 +432,16 @@ def test_checkpoints_that_are_not_plain_tensors_are_one_line(tmp_path, zip_forma
     with pytest.raises(ConfigError, match=r"cannot read weights file .*cut.pth") as error:
         read_checkpoint(tmp_path / "cut.pth")
     assert "\n" not in str(error.value)
+
+
+def test_a_fifo_is_never_read_as_an_image(tmp_path):
+    """A FIFO named like a photo, alone or in a folder, is one line, not a read that blocks forever."""
+    import os
+
+    from runner.data import image_files
+
+    fifo = tmp_path / "pipe.jpg"
+    os.mkfifo(fifo)
+    with pytest.raises(ConfigError, match="is not a regular file or a folder"):
+        image_files(fifo)
+    assert image_files(tmp_path) == []

@@ -61,11 +61,15 @@ def _stack(images: list[np.ndarray], source: str) -> np.ndarray:
 
 
 def image_files(path: Path) -> list[Path]:
+    """The image file at `path`, or the image files in that folder; only regular files, since reading a
+    FIFO or a device named like an image would block or never end."""
     if path.is_file():
         return [path]
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"data.path={path} is not a regular file or a folder")
     if not path.is_dir():
         raise ConfigError(f"data.path not found: {path}")
-    return sorted(p for p in path.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
+    return sorted(p for p in path.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())
 
 
 def open_image(path: Path):

@@ -19,8 +19,8 @@ from omegaconf import DictConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "src"))  # works before `pip install -e .` too
 
-from runner import environment, isolation, preflight, sweep  # noqa: E402  (registers the structured configs and resolvers)
-from runner.job import print_summary  # noqa: E402
+from runner import environment, isolation, preflight, rounds, sweep  # noqa: E402  (registers the structured configs and resolvers)
+from runner.job import print_summary, stop_reason  # noqa: E402
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
@@ -30,10 +30,15 @@ def main(cfg: DictConfig) -> str:
     multirun = hydra_cfg.mode.name == "MULTIRUN"
     parent = sweep.parent_run_id(hydra_cfg.sweep.dir) if multirun else None
     environment.export_ray_job_id()
-    outcome = isolation.execute(cfg, run_dir, parent)
+    if rounds.wanted(cfg, multirun, str(hydra_cfg.launcher.get("_target_", ""))):
+        outcome = rounds.set_up(cfg, run_dir, parent, on_done=print_summary)
+        if outcome is None:
+            return "WAITING"  # set up: measured in interleaved rounds once every job is (sweep.finish)
+    else:
+        outcome = isolation.execute(cfg, run_dir, parent)
     print_summary(cfg, run_dir, outcome)
-    if outcome.status == "KILLED":  # Ctrl-C: stop here, the sweep too
-        raise KeyboardInterrupt
+    if outcome.status == "KILLED":  # Ctrl-C or SIGTERM: stop here, the sweep too
+        raise KeyboardInterrupt(outcome.error or "")
     if outcome.status != "FINISHED" and not multirun:
         raise SystemExit(1)
     return outcome.status  # a sweep goes on after a failed job; its exit code comes from sweep.finish
@@ -43,11 +48,11 @@ def cli() -> None:
     """Run Hydra, then close a sweep whatever happened to its jobs, and exit with its status."""
     preflight.main()
     signal.signal(signal.SIGTERM, _stop)  # scancel, kill, a closing session: like Ctrl-C, record and stop
-    interrupted = False
+    interrupted = None  # what stopped the run, if anything did
     try:
         main()
-    except KeyboardInterrupt:
-        interrupted = True
+    except KeyboardInterrupt as stop:
+        interrupted = stop_reason(stop)
     finally:
         code = sweep.finish(interrupted=interrupted)
         # Exit without the garbage collector's passes over every module loaded (MLflow alone loads ~2,000),

@@ -96,6 +96,7 @@ class TimingConfig:
     target_rel_iqr: float = 0.03  # stop early once IQR/median is below this
     min_block_s: float = 0.002  # calls are timed in blocks at least this long
     keep_freed_memory: bool = True  # glibc keeps freed memory: no history-dependent page faults per call
+    rounds: int = 5  # a sweep measures its jobs in this many interleaved rounds (1: one job after the other)
 
 
 @dataclass
@@ -182,6 +183,7 @@ TIMING_LIMITS = {
     "target_rel_iqr": (0.0, 1e3, True),
     "min_warmup_calls": (0, 10**12, True),
     "min_repeats": (1, 10**12, True),
+    "rounds": (1, 1000, True),
 }
 EXPERIMENT_NAME_MAX = 256
 UNSAFE_NAME = re.compile(r"[/\\\x00-\x1f]|^\.\.?$")  # path separators, control characters, . and ..

@@ -29,6 +29,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from runner import tracking
 from runner.result import Result
+from runner.timing import Measurement
 
 LOG_FILE = "job.log"  # the worker's stdout and stderr
 TAIL_LINES = 40
@@ -42,21 +43,33 @@ STALE = ("result.json", "tensors.h5", "images", "tracking.json", "error.log", LO
 
 def execute(cfg: DictConfig, run_dir: Path, parent_run_id: str | None = None) -> Result:
     """Run and record one job as `cfg.isolation` says, then log it to MLflow; returns its record."""
+    prepare(cfg, run_dir, parent_run_id)
+    if str(cfg.isolation) == "inline":
+        from runner.job import run_and_record
+
+        result = run_and_record(cfg, Path(run_dir))
+    else:
+        worker = Worker(cfg, Path(run_dir))
+        worker.start()
+        result = worker.join()
+    return complete(cfg, run_dir, parent_run_id, result)
+
+
+def prepare(cfg: DictConfig, run_dir: Path, parent_run_id: str | None) -> None:
+    """An empty run directory with a pending tracking.json, so `runner sync` can upload whatever it will hold."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     clear_stale(run_dir)
     if cfg.tracking.name == "mlflow":
         tracking.write_pending(run_dir, cfg.tracking.uri, cfg.tracking.experiment, parent_run_id)
-    if str(cfg.isolation) == "inline":
-        from runner.job import run_and_record
 
-        result = run_and_record(cfg, run_dir)
-    else:
-        result = _execute_in_worker(cfg, run_dir)
+
+def complete(cfg: DictConfig, run_dir: Path, parent_run_id: str | None, result: Result) -> Result:
+    """After the job: the tail of its output into a failed record, then the run into MLflow."""
     if result.status != "FINISHED":
-        result = _with_output_tail(run_dir, result)
+        result = _with_output_tail(Path(run_dir), result)
     if cfg.tracking.name == "mlflow":
-        tracking.track(run_dir, cfg.tracking.uri, cfg.tracking.experiment, parent_run_id)
+        tracking.track(Path(run_dir), cfg.tracking.uri, cfg.tracking.experiment, parent_run_id)
     return result
 
 
@@ -70,30 +83,93 @@ def clear_stale(run_dir: Path) -> None:
             path.unlink()
 
 
-def _execute_in_worker(cfg: DictConfig, run_dir: Path) -> Result:
-    config = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
-    log_path = run_dir / LOG_FILE
-    log_path.touch()
-    context = multiprocessing.get_context("spawn")
-    may_time = context.Event()
-    _open_store_meanwhile(cfg, may_time)
-    worker = context.Process(
-        target=_worker_main,
-        args=(config, str(run_dir), str(log_path), may_time),
-        name=f"runner-job-{run_dir.name}",
-    )
-    forwarder = _LogForwarder(log_path)
-    forwarder.start()
-    stopped_by = None
-    try:
-        _start(worker)
-        stopped_by = _wait(worker)
-    finally:
-        forwarder.stop()
-    if stopped_by:
-        return _recorded(cfg, run_dir, "KILLED", f"{stopped_by} before the worker recorded it")
-    reason = _exit_reason(worker.exitcode)
-    return _recorded(cfg, run_dir, "FAILED", reason)
+class Worker:
+    """A job's spawned worker process, with its output forwarded to this process's stderr.
+
+    With `turns=True` the worker sets up and warms up, says so on `connection`, and then samples only in
+    the turns it is given (runner.rounds hands them out); else it measures in one go."""
+
+    def __init__(self, cfg: DictConfig, run_dir: Path, turns: bool = False):
+        self.cfg, self.run_dir = cfg, run_dir
+        context = multiprocessing.get_context("spawn")
+        self.may_time = context.Event()
+        self.connection, worker_end = context.Pipe() if turns else (None, None)
+        log_path = run_dir / LOG_FILE
+        log_path.touch()
+        config = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
+        self.process = context.Process(
+            target=_worker_main,
+            args=(config, str(run_dir), str(log_path), self.may_time, worker_end),
+            name=f"runner-job-{run_dir.name}",
+        )
+        self.forwarder = _LogForwarder(log_path)
+
+    def start(self) -> None:
+        _open_store_meanwhile(self.cfg, self.may_time)
+        self.forwarder.start()
+        _start(self.process)
+
+    def join(self) -> Result:
+        """Wait for the worker to end (on Ctrl-C or SIGTERM: stop it), then return what it recorded."""
+        try:
+            self.process.join()
+        except KeyboardInterrupt as interrupt:
+            from runner.job import stop_reason
+
+            return self.stop(stop_reason(interrupt))
+        return self.recorded("FAILED", _exit_reason(self.process.exitcode))
+
+    def stop(self, reason: str, measurement: Measurement | None = None) -> Result:
+        """Let the worker record what it measured (it got Ctrl-C too, or gets `reason`'s signal now), then end it."""
+        signum = signal.SIGTERM if "SIGTERM" in reason else signal.SIGINT
+        if self.process.is_alive():  # a Ctrl-C at the terminal reached it too; a `kill` of ours did not
+            os.kill(self.process.pid, signum)
+        try:
+            self.process.join(GRACE_S)
+        except KeyboardInterrupt:  # a second Ctrl-C: stop now
+            pass
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join()
+        return self.recorded("KILLED", f"{reason} before the worker recorded it", measurement)
+
+    def recorded(self, status: str, reason: str, measurement: Measurement | None = None) -> Result:
+        """What the worker recorded, or (when it recorded nothing) a record written here with `reason` and
+        the samples it reported (`measurement`)."""
+        self.forwarder.stop()
+        if Result.exists(self.run_dir):
+            return Result.load(self.run_dir)
+        from runner.job import record, stopped_while_timing
+
+        if measurement is not None and measurement.samples_s:
+            result = stopped_while_timing(status, f"{reason} (the samples it reported are kept)", measurement, self.cfg)
+        else:
+            result = Result(status=status, error=reason)
+        record(self.cfg, self.run_dir, result)
+        return result
+
+    def exit_reason(self) -> str:
+        return _exit_reason(self.process.exitcode)
+
+
+class PipeTurns:
+    """In the worker: the `timing.Turns` a coordinator hands out over a pipe (runner.rounds)."""
+
+    def __init__(self, connection):
+        self.connection = connection
+
+    def ready(self, measurement: Measurement) -> None:
+        self.connection.send(("ready", measurement.first_call_s, measurement.block_size))
+
+    def wait(self) -> int | None:
+        try:
+            message = self.connection.recv()
+        except EOFError:  # the launcher is gone; its death signal is on its way
+            raise KeyboardInterrupt("stopped by SIGTERM: the launcher is gone") from None
+        return message[1] if message[0] == "turn" else None
+
+    def done(self, samples_s: list[float], ends: list[float]) -> None:
+        self.connection.send(("done", samples_s, ends))
 
 
 def _open_store_meanwhile(cfg: DictConfig, may_time) -> None:
@@ -128,46 +204,12 @@ def _start(worker) -> None:
             multiprocessing.set_start_method(method, force=True)
 
 
-def _wait(worker) -> str | None:
-    """Wait for the worker; when stopped, let it record what it measured, then stop it.
-    Returns what stopped it (None when it ended by itself)."""
-    try:
-        worker.join()
-        return None
-    except KeyboardInterrupt as interrupt:
-        from runner.job import stop_reason
-
-        reason = stop_reason(interrupt)
-    signum = signal.SIGTERM if "SIGTERM" in reason else signal.SIGINT
-    if worker.is_alive():  # a Ctrl-C at the terminal reached it too; a `kill` of ours did not
-        os.kill(worker.pid, signum)
-    try:
-        worker.join(GRACE_S)
-    except KeyboardInterrupt:  # a second Ctrl-C: stop now
-        pass
-    if worker.is_alive():
-        worker.kill()
-        worker.join()
-    return reason
-
-
 def _exit_reason(exitcode: int | None) -> str:
     if exitcode is not None and exitcode < 0:
         name = signal.Signals(-exitcode).name
         hint = " (out of memory? the kernel's OOM killer sends SIGKILL)" if name == "SIGKILL" else ""
         return f"the worker process was killed by signal {name}{hint}"
     return f"the worker process exited with code {exitcode} before recording a result"
-
-
-def _recorded(cfg: DictConfig, run_dir: Path, status: str, reason: str) -> Result:
-    """What the worker recorded, or (when it recorded nothing) a result.json written here."""
-    if Result.exists(run_dir):
-        return Result.load(run_dir)
-    from runner.job import record
-
-    result = Result(status=status, error=reason)
-    record(cfg, run_dir, result)
-    return result
 
 
 def _with_output_tail(run_dir: Path, result: Result) -> Result:
@@ -182,7 +224,7 @@ def _with_output_tail(run_dir: Path, result: Result) -> Result:
     return result
 
 
-def _worker_main(config: dict, run_dir: str, log_path: str, may_time) -> None:
+def _worker_main(config: dict, run_dir: str, log_path: str, may_time, connection=None) -> None:
     """In the spawned worker: send all output to job.log, measure, write result.json + tensors.h5."""
     log = open(log_path, "a", buffering=1)  # stays open for the worker's whole life
     os.dup2(log.fileno(), 1)
@@ -193,7 +235,10 @@ def _worker_main(config: dict, run_dir: str, log_path: str, may_time) -> None:
     _die_with_launcher()
     from runner.job import run_and_record
 
-    run_and_record(OmegaConf.create(config), Path(run_dir), before_timing=lambda: may_time.wait(STORE_WAIT_S))
+    turns = PipeTurns(connection) if connection is not None else None
+    run_and_record(
+        OmegaConf.create(config), Path(run_dir), before_timing=lambda: may_time.wait(STORE_WAIT_S), turns=turns
+    )
 
 
 def _interrupt_once() -> None:

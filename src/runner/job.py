@@ -15,24 +15,29 @@ from omegaconf import DictConfig, OmegaConf
 from runner.config import ConfigError, check_combination, choices, first_line
 from runner.result import Result
 from runner.table import COLUMNS
-from runner.timing import NOISY_REL_IQR, Measurement, MeasurementInterrupted, ProgressLine
+from runner.timing import NOISY_REL_IQR, Measurement, MeasurementFailed, MeasurementInterrupted, ProgressLine, Turns
 
 WEIGHTS_RECORD_LIMIT = 2_000_000  # weights are written to tensors.h5 when they have fewer elements
 
 
-def run_job(cfg: DictConfig, before_timing: Callable[[], object] = lambda: None) -> Result:
+def run_job(
+    cfg: DictConfig, before_timing: Callable[[], object] = lambda: None, turns: Turns | None = None
+) -> Result:
     """Run the configured measurement. Raises ConfigError for combinations that cannot run.
 
-    `before_timing` is called once everything is set up, just before the first timed call."""
+    `before_timing` is called once everything is set up, just before the first timed call; `turns`,
+    where given, hands out the sampling in interleaved rounds (runner.rounds)."""
     check_combination(cfg)  # before any framework import
     c = choices(cfg)
     label = f"{c['backend']} {c['model']} {c['task']} {c['mode']}"
     with ProgressLine(label, max_time_s=float(cfg.timing.max_time_s)) as progress:
-        return _run_job(cfg, c, before_timing, progress)
+        return _run_job(cfg, c, before_timing, turns, progress)
 
 
-def _run_job(cfg: DictConfig, c: dict, before_timing: Callable[[], object], progress: ProgressLine) -> Result:
-    from runner import energy, environment, limits
+def _run_job(
+    cfg: DictConfig, c: dict, before_timing: Callable[[], object], turns: Turns | None, progress: ProgressLine
+) -> Result:
+    from runner import energy, environment, limits, machine_load
     from runner.backends import load_backend, numpy_backend
     from runner.data import load_inputs
     from runner.models import backend_for, build_workload, initial_weights
@@ -74,6 +79,7 @@ def _run_job(cfg: DictConfig, c: dict, before_timing: Callable[[], object], prog
     progress.phase("building the task (tracing where the mode compiles)")
     task_run = build_task(backend, workload, c["task"], c["mode"], device, params, inputs, constants)
     meter, energy_note = energy.meter_for(device)
+    load = machine_load.MachineLoad.for_this_machine()
     progress.phase("waiting for the tracking store to open")
     before_timing()
     backend.reset_peak_memory(device)
@@ -85,9 +91,12 @@ def _run_job(cfg: DictConfig, c: dict, before_timing: Callable[[], object], prog
             progress=progress,
             keep=lambda out: (out, task_run.results(out)),  # off the device before the next call reuses it
             energy=meter,
+            turns=turns,
+            load=load,
         )
-    except MeasurementInterrupted as interrupt:
-        interrupt.examples_per_call = examples_per_call  # the record's throughput counts real examples
+    except (MeasurementInterrupted, MeasurementFailed) as stopped:
+        stopped.examples_per_call = examples_per_call  # the record's throughput counts real examples
+        stopped.machine_load = load.metrics() if load else {}
         raise
     progress.phase("checking against the float64 reference")
 
@@ -97,6 +106,7 @@ def _run_job(cfg: DictConfig, c: dict, before_timing: Callable[[], object], prog
     result.environment["malloc_keeps_freed_memory"] = malloc_keeps_freed
     result.metrics = timing_metrics(measurement, examples_per_call)
     result.metrics["load_s"] = load_s
+    result.metrics.update(load.metrics() if load else {})
     joules, energy_reason = energy.energy_metrics(measurement.energy_j, measurement.timed_calls(), examples_per_call)
     result.metrics.update(joules)
     result.environment.update({**energy_note, **energy_reason})
@@ -111,7 +121,7 @@ def _run_job(cfg: DictConfig, c: dict, before_timing: Callable[[], object], prog
         result.tensors.update({f"weights/{k}": v for k, v in params_held.items()})
     result.tensors.update(forward_outputs(backend, workload, state, inputs, results))
     result.tensors.update(results)
-    result.tensors["timings/samples_s"] = np.asarray(measurement.samples_s)
+    result.tensors.update(sample_tensors(measurement))
     result.attrs = {
         **c,
         "device": device,
@@ -134,6 +144,9 @@ def _run_job(cfg: DictConfig, c: dict, before_timing: Callable[[], object], prog
         )
     if cost:
         result.warnings.append(cost)
+    busy = machine_load.busy_warning(result.metrics)
+    if busy:
+        result.warnings.append(busy)
     if measurement.rel_iqr() > NOISY_REL_IQR:
         result.warnings.append(
             f"noisy measurement: IQR is {measurement.rel_iqr():.0%} of the median; "
@@ -168,6 +181,8 @@ def timing_metrics(measurement: Measurement, examples_per_call: int) -> dict:
     metrics = measurement.stats()
     metrics["n_samples"] = len(measurement.samples_s)
     metrics["calls_per_sample"] = measurement.block_size
+    if measurement.sample_rounds:
+        metrics["n_rounds"] = len(set(measurement.sample_rounds))
     if "time_median_s" in metrics and metrics["time_median_s"] > 0:
         metrics["throughput_per_s"] = examples_per_call / metrics["time_median_s"]
     return metrics
@@ -181,19 +196,25 @@ def memory_metrics(backend, device: str) -> dict:
     return metrics
 
 
-def run_and_record(cfg: DictConfig, run_dir: Path, before_timing: Callable[[], object] = lambda: None) -> Result:
+def run_and_record(
+    cfg: DictConfig, run_dir: Path, before_timing: Callable[[], object] = lambda: None, turns: Turns | None = None
+) -> Result:
     """Run a job in this process and write its run directory (result.json, tensors.h5), whatever its status."""
     started = time.time()  # MLflow is fed later, from the files: the run's span is recorded here
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     try:
-        result = run_job(cfg, before_timing)
+        result = run_job(cfg, before_timing, turns)
     except ConfigError as error:
         result = Result(status="FAILED", error=str(error))
     except MeasurementInterrupted as interrupt:
-        result = Result(status="KILLED", error=f"{stop_reason(interrupt)} while timing")
-        result.metrics = timing_metrics(interrupt.measurement, getattr(interrupt, "examples_per_call", cfg.batch_size))
-        result.tensors = {"timings/samples_s": np.asarray(interrupt.measurement.samples_s)}
+        reason = f"{stop_reason(interrupt)} while timing"
+        result = stopped_while_timing("KILLED", reason, interrupt.measurement, cfg, interrupt)
+    except MeasurementFailed as failure:
+        (run_dir / "error.log").write_text(traceback.format_exc())
+        error = failure.__cause__
+        reason = f"{type(error).__name__}: {first_line(error)} (while timing; the samples before it are kept)"
+        result = stopped_while_timing("FAILED", reason, failure.measurement, cfg, failure)
     except KeyboardInterrupt as interrupt:
         result = Result(status="KILLED", error=stop_reason(interrupt))
     except Exception as error:  # a crash in the workload is a result to record, not to lose
@@ -201,6 +222,25 @@ def run_and_record(cfg: DictConfig, run_dir: Path, before_timing: Callable[[], o
         result = Result(status="FAILED", error=f"{type(error).__name__}: {first_line(error)}")
     result.started = started
     record(cfg, run_dir, result)
+    return result
+
+
+def sample_tensors(measurement: Measurement) -> dict[str, np.ndarray]:
+    """Every sample (seconds per call), the round it was taken in and when it ended (Unix seconds)."""
+    return {
+        "timings/samples_s": np.asarray(measurement.samples_s),
+        "timings/sample_round": np.asarray(measurement.sample_rounds, dtype=np.int64),
+        "timings/sample_end_unix_s": np.asarray(measurement.sample_ends),
+    }
+
+
+def stopped_while_timing(status: str, reason: str, measurement: Measurement, cfg: DictConfig, stopped=None) -> Result:
+    """The record of a job stopped or failed while timing: the samples it took are kept. `stopped` (the
+    exception, where there is one) knows the examples per call and how busy the machine was."""
+    result = Result(status=status, error=reason)
+    result.metrics = timing_metrics(measurement, getattr(stopped, "examples_per_call", cfg.batch_size))
+    result.metrics.update(getattr(stopped, "machine_load", {}))
+    result.tensors = sample_tensors(measurement)
     return result
 
 

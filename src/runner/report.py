@@ -2,8 +2,10 @@
 
 Rows are runs; columns follow `mlflow.search_runs`: `params.<flattened config key>`, `metrics.<name>`,
 plus `status`, `error`, `run_dir`, `size` (model.size for sigmoid, model.n for matmul) and the raw
-timing samples (`samples_s`, from each run's tensors.h5 where it is on this machine). Differences are
-judged as asv does: Mann-Whitney U on the raw samples against the fastest run doing the same work.
+timing samples (`samples_s`, and the round of each in `sample_rounds`, from each run's tensors.h5 where
+it is on this machine). Each run is compared with the fastest run doing the same work: `time_ratio`
+with its 95% interval over the rounds (runner.ratio); the difference is within noise when the interval
+holds 1.
 """
 
 from __future__ import annotations
@@ -16,11 +18,11 @@ import numpy as np
 import pandas as pd
 
 from runner import tracking
-from runner.result import RESULT_FILE, Result, ResultUnreadable, read_samples
-from runner.table import COLUMNS, Column, format_seconds, present, rows
+from runner.ratio import time_ratio
+from runner.result import RESULT_FILE, Result, ResultUnreadable, read_sample_rounds, read_samples
+from runner.table import COLUMNS, PROSE, Column, format_seconds, present, rows
 from runner.table import markdown as table_markdown
 
-ALPHA = 0.05  # p-value below which a difference is called real rather than noise
 SIZE_KEYS = {"sigmoid": "params.model.size", "matmul": "params.model.n"}
 WORK_KEYS = ("params.model.name", "params.task.name", "params.batch_size", "size")  # runs that did the same work
 PANEL_KEYS = ("params.model.name", "params.task.name", "params.batch_size")  # a size sweep shares one panel
@@ -72,7 +74,9 @@ def _finish_frame(frame: pd.DataFrame) -> pd.DataFrame:
         frame.at[i, SIZE_KEYS[m]] if m in SIZE_KEYS and SIZE_KEYS[m] in frame else np.nan
         for i, m in zip(frame.index, model, strict=True)
     ]
-    frame["samples_s"] = [read_samples(d) if d else None for d in frame.get("run_dir", [None] * len(frame))]
+    run_dirs = frame.get("run_dir", [None] * len(frame))
+    frame["samples_s"] = [read_samples(d) if d else None for d in run_dirs]
+    frame["sample_rounds"] = [read_sample_rounds(d) if d else None for d in run_dirs]
     return frame
 
 
@@ -101,39 +105,36 @@ def labels(frame: pd.DataFrame, columns: list[str] | None = None) -> pd.Series:
     return frame[columns].map(str).apply(lambda row: " ".join(f"{short_name(c)}={v}" for c, v in row.items()), axis=1)
 
 
+COMPARISON = ("time_ratio", "time_ratio_ci_low", "time_ratio_ci_high", "within_noise")
+
+
 def compare(frame: pd.DataFrame) -> pd.DataFrame:
-    """Add `vs_fastest` (median / fastest median), `p_value` and `within_noise` against the fastest
-    finished run that did the same work (same model, task, batch size and size)."""
+    """Add `time_ratio` (this run's time / the fastest's), its 95% interval `time_ratio_ci_low`/`_high`
+    and `within_noise` against the fastest finished run that did the same work (same model, task,
+    batch size and size). The fastest is the one with the lowest median."""
     frame = frame.copy()
-    frame["vs_fastest"], frame["p_value"], frame["within_noise"] = np.nan, np.nan, None
+    for key in COMPARISON:
+        frame[key] = None if key == "within_noise" else np.nan
     if frame.empty or "metrics.time_median_s" not in frame:
         return frame
     timed = frame[(frame["status"] == "FINISHED") & frame["metrics.time_median_s"].notna()]
     keys = [k for k in WORK_KEYS if k in frame]
     for _, group in timed.groupby([timed[k].map(str) for k in keys], sort=False):
         fastest = group["metrics.time_median_s"].idxmin()
-        best = frame.at[fastest, "metrics.time_median_s"]
         for i in group.index:
-            frame.at[i, "vs_fastest"] = frame.at[i, "metrics.time_median_s"] / best
-            if i == fastest:
-                frame.at[i, "within_noise"] = "fastest"
-                continue
-            frame.at[i, "p_value"], frame.at[i, "within_noise"] = noise_test(
-                frame.at[i, "samples_s"], frame.at[fastest, "samples_s"]
-            )
+            frame.loc[i, COMPARISON] = _versus(frame.loc[i], frame.loc[fastest], i == fastest)
     return frame
 
 
-def noise_test(a: np.ndarray | None, b: np.ndarray | None) -> tuple[float, str]:
-    """Mann-Whitney U (two-sided) on raw samples: ('yes' | 'no' | why it cannot tell)."""
-    if a is None or b is None:
-        return math.nan, "no samples"
-    if math.comb(len(a) + len(b), len(a)) < 2 / ALPHA:  # even total separation could not reach ALPHA
-        return math.nan, "too few samples"
-    from scipy.stats import mannwhitneyu
-
-    p = float(mannwhitneyu(a, b, alternative="two-sided").pvalue)
-    return p, "yes" if p >= ALPHA else "no"
+def _versus(run: pd.Series, fastest: pd.Series, is_fastest: bool) -> list:
+    """time_ratio, its interval and within_noise of `run` against `fastest`."""
+    if is_fastest:
+        return [1.0, np.nan, np.nan, "fastest"]
+    if run["samples_s"] is None or fastest["samples_s"] is None:  # e.g. MLflow runs made on another machine
+        ratio = run["metrics.time_median_s"] / fastest["metrics.time_median_s"]
+        return [ratio, np.nan, np.nan, "cannot tell (no samples)"]
+    ratio = time_ratio(run["samples_s"], run["sample_rounds"], fastest["samples_s"], fastest["sample_rounds"])
+    return [ratio.value, ratio.low, ratio.high, ratio.within_noise()]
 
 
 def table(frame: pd.DataFrame) -> pd.DataFrame:
@@ -144,7 +145,7 @@ def table(frame: pd.DataFrame) -> pd.DataFrame:
     out = pd.DataFrame({"run": frame["run"].to_numpy(), "status": frame["status"].to_numpy()})
     for key in varied_params(frame):
         out[short_name(key)] = frame[key].to_numpy()
-    keys = [c.key for c in columns if c.key != "noise"] + ["p_value", "within_noise"]  # raw numbers, not prose
+    keys = [c.key for c in columns if c.key not in PROSE] + [k for k in COMPARISON if k != "time_ratio"]
     for key in keys:
         out[key] = [r.get(key) for r in records]
     out["error"] = frame["error"].to_numpy() if "error" in frame else None
@@ -185,20 +186,13 @@ def markdown(frame: pd.DataFrame) -> str:
     return text
 
 
-def _noise(verdict: str | None, p: float | None) -> str | None:
-    """'yes (p=0.31)' / 'no (p=0.0002)' / 'fastest' / why it cannot tell."""
-    if verdict in ("yes", "no") and p is not None and not math.isnan(p):
-        return f"{verdict} (p={p:.2g})"
-    return verdict
-
-
 def _records(frame: pd.DataFrame) -> list[dict]:
     """Per run, the values the table's columns read: metrics by their own names, and the comparison."""
     records = []
     for _, row in frame.iterrows():
         record = {k.removeprefix("metrics."): v for k, v in row.items() if str(k).startswith("metrics.")}
-        record.update({k: row.get(k) for k in ("vs_fastest", "p_value", "within_noise")})
-        record["noise"] = _noise(row.get("within_noise"), row.get("p_value"))
+        record.update({k: row.get(k) for k in COMPARISON})
+        record["time_ratio_ci"] = (row.get("time_ratio_ci_low"), row.get("time_ratio_ci_high"))
         records.append(record)
     return records
 

@@ -135,7 +135,7 @@ def write_tensors(path: Path, tensors: dict[str, np.ndarray], attrs: dict) -> Pa
 
 def dataset_attrs(name: str, shape: tuple[int, ...]) -> dict[str, str]:
     """What a reader needs to interpret one dataset: its unit, or the axis order of an image batch."""
-    if name.startswith("timings/"):
+    if name.startswith("timings/") and name.endswith("_s"):
         return {"units": "s"}
     is_image_batch = len(shape) == 4 and shape[1] in (1, 3) and name.split("/")[0] in ("inputs", "outputs")
     return {"layout": "NCHW"} if is_image_batch else {}
@@ -167,6 +167,20 @@ def read_samples(run_dir: Path) -> np.ndarray | None:
     try:
         with h5py.File(path, "r") as f:
             return f["timings/samples_s"][()] if "timings/samples_s" in f else None
+    except OSError:
+        return None
+
+
+def read_sample_rounds(run_dir: Path) -> np.ndarray | None:
+    """The round each timing sample was taken in, where the run recorded it (older runs did not)."""
+    path = Path(run_dir) / TENSORS_FILE
+    if not path.exists():
+        return None
+    import h5py
+
+    try:
+        with h5py.File(path, "r") as f:
+            return f["timings/sample_round"][()] if "timings/sample_round" in f else None
     except OSError:
         return None
 

@@ -111,18 +111,25 @@ def active() -> Sweep | None:
     return _active
 
 
-def finish(interrupted: bool = False) -> int | None:
-    """Summarise and close the active sweep once; returns its exit code (None when none is active)."""
+def finish(interrupted: str | None = None) -> int | None:
+    """Measure the jobs waiting for their rounds, then summarise and close the active sweep once; returns
+    its exit code (None when none is active). `interrupted`: what stopped the sweep, if anything did."""
     sweep = _active
     if sweep is None:
         return None
     if sweep.exit_code is not None:
         return sweep.exit_code
-    from runner import report
+    from runner import report, rounds
+    from runner.job import print_summary
+
+    try:
+        rounds.run(print_summary, interrupted)
+    except KeyboardInterrupt as stop:
+        interrupted = str(stop) or "interrupted by the user (Ctrl-C)"
 
     frame = report.runs_from_dirs(report.sweep_run_dirs(sweep.sweep_dir))
     statuses = list(frame["status"]) if not frame.empty else []
-    status = sweep_status(statuses, interrupted)
+    status = sweep_status(statuses, bool(interrupted))
     sweep.exit_code = {"FINISHED": 0, "FAILED": 1, "KILLED": EXIT_INTERRUPTED}[status]
     files: list[Path] = []
     if not frame.empty:
@@ -162,21 +169,30 @@ def _write_files(frame, sweep_dir: Path) -> list[Path]:
 
 
 def _note_comparisons(compared) -> None:
-    """Each job's MLflow description gains how it compares with the fastest job doing the same work."""
-    for _, row in compared[compared["vs_fastest"].notna()].iterrows():
+    """Each job's MLflow run gains how it compares with the fastest job doing the same work: the metrics
+    time_ratio, time_ratio_ci_low and time_ratio_ci_high, and a line in its description."""
+    for _, row in compared[compared["time_ratio"].notna()].iterrows():
         path = Path(row["run_dir"]) / tracking.TRACKING_FILE
         job_note = json.loads(path.read_text()) if path.exists() else {}
         if not job_note.get("run_id"):
             continue
-        verdict = row["within_noise"]
-        noise = {"yes": "within noise", "no": "a real difference"}.get(verdict, verdict)
-        line = f"{row['vs_fastest']:.2f}x the time of the fastest comparable job of the sweep ({noise})"
-        if verdict == "fastest":
-            line = "the fastest comparable job of the sweep"
+        metrics = {k: float(row[k]) for k in ("time_ratio", "time_ratio_ci_low", "time_ratio_ci_high")}
         try:
-            tracking.append_to_note(job_note["uri"], job_note["run_id"], line)
-        except Exception as error:  # the record on disk is complete; the description is a nicety
+            tracking.log_comparison(job_note["uri"], job_note["run_id"], metrics, comparison_line(row))
+        except Exception as error:  # the record on disk is complete; the comparison is a nicety
             print(f"warning: could not annotate run {job_note['run_id']} ({first_line(error)})", file=sys.stderr)
+
+
+def comparison_line(row) -> str:
+    """'1.31x the time of the fastest comparable job (95% interval 1.27-1.35x: a real difference)'."""
+    verdict = row["within_noise"]
+    if verdict == "fastest":
+        return "the fastest comparable job of the sweep"
+    line = f"{row['time_ratio']:.2f}x the time of the fastest comparable job of the sweep"
+    if verdict in ("yes", "no"):
+        meaning = "within noise" if verdict == "yes" else "a real difference"
+        return f"{line} (95% interval {row['time_ratio_ci_low']:.2f}-{row['time_ratio_ci_high']:.2f}x: {meaning})"
+    return f"{line} ({verdict})"
 
 
 def _close_parent(sweep: Sweep, statuses: list[str], status: str, files: list[Path]) -> None:

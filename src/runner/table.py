@@ -31,6 +31,21 @@ def _count(value: float) -> str:
     return f"{int(value)}"
 
 
+def _interval(bounds: tuple[float, float]) -> str:
+    low, high = bounds
+    if low is None or high is None or math.isnan(low) or math.isnan(high):
+        return ""
+    return f"{low:.2f}-{high:.2f}x"
+
+
+def _one_decimal(value: float) -> str:
+    return f"{value:.1f}"
+
+
+def _percent(value: float) -> str:
+    return f"{value:.0f}%"
+
+
 def _megabytes(value: float) -> str:
     return f"{value:.1f} MB"
 
@@ -41,7 +56,7 @@ def _yes_no(value: float) -> str:
 
 @dataclass(frozen=True)
 class Column:
-    key: str  # a metric of result.json, or a comparison ("vs_fastest", "p_value", "within_noise")
+    key: str  # a metric of result.json, or a comparison (report.COMPARISON)
     label: str  # the heading a person reads
     format: Callable[[Any], str] = str
 
@@ -67,8 +82,9 @@ COLUMNS: tuple[Column, ...] = (
     Column("load_s", "load", format_seconds),  # device start-up, weights built and placed
     Column("throughput_per_s", "examples/s", _number),
     Column("gflops_per_s", "GFLOP/s", _number),
-    Column("vs_fastest", "time / fastest", _ratio),
-    Column("noise", "within noise (MWU p)"),
+    Column("time_ratio", "time / fastest", _ratio),
+    Column("time_ratio_ci", "95% interval", _interval),  # over the rounds: runner.ratio
+    Column("within_noise", "within noise"),
     Column("max_abs_err_vs_reference", "max abs err", _number),
     Column("max_rel_err_vs_reference", "max rel err", _number),
     Column("shares_memory", "shares memory", _yes_no),
@@ -76,6 +92,10 @@ COLUMNS: tuple[Column, ...] = (
     Column("result_is_float64", "float64 result", _yes_no),
     Column("n_samples", "samples", _count),
     Column("calls_per_sample", "calls/sample", _count),
+    Column("n_rounds", "rounds", _count),
+    Column("machine_other_runnable", "other runnable", _one_decimal),  # threads of other processes, on average
+    Column("machine_load_1m", "load 1m", _one_decimal),
+    Column("machine_steal_pct", "CPU steal", _percent),
     Column("peak_host_mb", "peak host", _megabytes),
     Column("peak_device_mb", "peak device", _megabytes),
     Column("energy_per_call_j", "J/call", _number),
@@ -86,7 +106,9 @@ _TERMINAL_ONLY = (
     # the tail: one more column would fold a sweep row's headings; runs.csv and runs.md have every column
     *("time_p50_s", "time_p90_s", "time_p95_s", "time_p99_s", "time_mean_s", "time_stdev_s", "load_s"),
     *("energy_per_call_j", "examples_per_j"),
+    *("n_rounds", "machine_other_runnable", "machine_load_1m", "machine_steal_pct"),  # a busy machine warns
 )
+PROSE = ("time_ratio_ci", "within_noise")  # cells made of other values: runs.csv has those values instead
 SWEEP_COLUMNS = tuple(c for c in COLUMNS if c.key not in _TERMINAL_ONLY)  # a row per job must fit a terminal
 
 

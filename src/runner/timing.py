@@ -33,6 +33,8 @@ class Measurement:
     stopped_by: str = ""  # "spread", "time cap" or "interrupted"
     warmup_cut_short: bool = False  # max_time_s ended calibration or warm-up before warmup_s/min_warmup_calls
     energy_j: float | None = None  # over the timed phase (the samples), where a meter was given
+    sample_rounds: list[int] = field(default_factory=list)  # the round each sample was taken in (1, 2, ...)
+    sample_ends: list[float] = field(default_factory=list)  # when each sample ended (Unix seconds)
 
     def stats(self) -> dict[str, float]:
         """Median, IQR, tail percentiles, mean, stdev and min of the samples (seconds per call, one per
@@ -58,8 +60,7 @@ class Measurement:
         return len(self.samples_s) * self.block_size
 
     def rel_iqr(self) -> float:
-        stats = self.stats()
-        return stats["time_iqr_s"] / stats["time_median_s"] if "time_median_s" in stats else float("nan")
+        return rel_iqr(self.samples_s) if self.samples_s else float("nan")
 
 
 class EnergyMeter(Protocol):
@@ -69,11 +70,38 @@ class EnergyMeter(Protocol):
         """Joules since start(), or None where the counter could not be read."""
 
 
+class Turns(Protocol):
+    """The measuring turns of a job measured in interleaved rounds (runner.rounds hands them out)."""
+
+    def ready(self, measurement: Measurement) -> None:
+        """Set up and warm (first call and block size known): the job may be given its first turn."""
+
+    def wait(self) -> int | None:
+        """Block until this job's next turn; its round number, or None once the rounds are over."""
+
+    def done(self, samples_s: list[float], ends: list[float]) -> None:
+        """The turn is over; these samples were taken in it."""
+
+
+class LoadMeter(Protocol):
+    def read(self) -> None:
+        """Take one reading of how busy the machine is (between timed blocks, never inside one)."""
+
+
 class MeasurementInterrupted(KeyboardInterrupt):
     """Ctrl-C during timing; carries the samples taken so far."""
 
     def __init__(self, measurement: Measurement):
         super().__init__("interrupted while timing")
+        self.measurement = measurement
+
+
+class MeasurementFailed(Exception):
+    """The step raised after its first call (a later turn, an out-of-memory); carries the samples taken
+    before it. The error itself is the exception's __cause__."""
+
+    def __init__(self, measurement: Measurement):
+        super().__init__("failed while timing")
         self.measurement = measurement
 
 
@@ -89,6 +117,9 @@ def measure(
     progress: Callable[[Measurement, float], None] | None = None,
     keep: Callable[[object], object] = lambda output: output,
     energy: EnergyMeter | None = None,
+    rounds: int = 1,
+    turns: Turns | None = None,
+    load: LoadMeter | None = None,
 ) -> tuple[Measurement, object]:
     """Time `fn`; returns the measurement and keep(output of the first call).
 
@@ -96,7 +127,11 @@ def measure(
     calibration and warm-up may take half of it, and are cut short (and say so) when they would take more.
     `keep` runs right after the first call, before any other: a step may reuse its output buffers
     (torch.compile's CUDA graphs replay into the same memory), so what is kept must be copied off first.
-    `energy`, where given, is read over the sampling phase, with the device synchronised at both ends."""
+    `energy`, where given, is read over the sampling phase, with the device synchronised at both ends.
+
+    With `turns`, sampling happens in `rounds` turns handed out by a coordinator, each a short re-warm
+    and then samples for at most half of max_time_s / rounds; without, in one go (round 1).
+    `load` is read between blocks while sampling."""
     _phase(progress, "first call (tracing, compilation)")
     sync()
     start = time.perf_counter()
@@ -113,16 +148,24 @@ def measure(
         measurement.block_size = block
         measurement.warmup_cut_short = not (calibrated and warmed)
         _phase(progress, SAMPLING)
-        sync()
-        if energy is not None:
-            energy.start()
-        _repeat(fn, sync, measurement, min_repeats, deadline, target_rel_iqr, progress)
-        if energy is not None:
-            sync()
-            measurement.energy_j = energy.stop()
+        sampling = _Sampling(fn, sync, measurement, min_repeats, target_rel_iqr, progress, energy, load)
+        if turns is None:
+            sampling.run(1, deadline)
+        else:
+            turn_s = max_time_s / 2 / rounds
+            turns.ready(measurement)
+            while (round_ := turns.wait()) is not None:
+                start = time.perf_counter()
+                _warm_up(fn, sync, block, warmup_s / rounds, 1, start + turn_s)
+                taken = len(measurement.samples_s)
+                sampling.run(round_, start + turn_s)
+                turns.done(measurement.samples_s[taken:], measurement.sample_ends[taken:])
     except KeyboardInterrupt as interrupt:
         measurement.stopped_by = "interrupted"
         raise MeasurementInterrupted(measurement) from interrupt
+    except Exception as error:
+        measurement.stopped_by = "failed"
+        raise MeasurementFailed(measurement) from error
     return measurement, first_output
 
 
@@ -162,19 +205,55 @@ def _warm_up(fn, sync, block: int, warmup_s: float, min_calls: int, until: float
     return calls, True
 
 
-def _repeat(fn, sync, measurement: Measurement, min_repeats, deadline, target_rel_iqr, progress) -> None:
-    block, start = measurement.block_size, time.perf_counter()
-    while True:
-        measurement.samples_s.append(_time_block(fn, sync, block) / block)
-        elapsed = time.perf_counter() - start
-        if progress is not None:
-            progress(measurement, elapsed)
-        if len(measurement.samples_s) >= min_repeats and measurement.rel_iqr() <= target_rel_iqr:
-            measurement.stopped_by = "spread"
-            return
-        if time.perf_counter() >= deadline:
-            measurement.stopped_by = "time cap"
-            return
+@dataclass
+class _Sampling:
+    """Timed blocks until the spread of this round's samples is small enough or the deadline passes."""
+
+    fn: Callable[[], object]
+    sync: Callable[[], None]
+    measurement: Measurement
+    min_repeats: int
+    target_rel_iqr: float
+    progress: Callable[[Measurement, float], None] | None
+    energy: EnergyMeter | None
+    load: LoadMeter | None
+    load_every_s: float = 0.1
+    energy_unread: bool = False  # a turn whose energy could not be read: no total
+
+    def run(self, round_: int, deadline: float) -> None:
+        m, block = self.measurement, self.measurement.block_size
+        taken, start, last_load = len(m.samples_s), time.perf_counter(), float("-inf")
+        self.sync()
+        if self.energy is not None:
+            self.energy.start()
+        while True:
+            if self.load is not None and time.perf_counter() - last_load >= self.load_every_s:
+                self.load.read()
+                last_load = time.perf_counter()
+            m.samples_s.append(_time_block(self.fn, self.sync, block) / block)
+            m.sample_rounds.append(round_)
+            m.sample_ends.append(time.time())
+            elapsed = time.perf_counter() - start
+            if self.progress is not None:
+                self.progress(m, elapsed)
+            if len(m.samples_s) - taken >= self.min_repeats and rel_iqr(m.samples_s[taken:]) <= self.target_rel_iqr:
+                m.stopped_by = "spread"
+                break
+            if time.perf_counter() >= deadline:
+                m.stopped_by = "time cap"
+                break
+        if self.energy is not None:
+            self.sync()
+            joules = self.energy.stop()
+            self.energy_unread |= joules is None
+            m.energy_j = None if self.energy_unread else (m.energy_j or 0.0) + joules
+        if self.load is not None:
+            self.load.read()
+
+
+def rel_iqr(samples: list[float]) -> float:
+    q25, median, q75 = np.percentile(samples, [25, 50, 75])
+    return float((q75 - q25) / median) if median > 0 else float("inf")
 
 
 def keep_freed_memory() -> bool:

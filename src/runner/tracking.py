@@ -379,6 +379,17 @@ def append_to_note(uri: str, run_id: str, line: str) -> None:
     retry_on_lock(mlflow.set_tag, run_id, "mlflow.note.content", f"{note}  \n{line}"[:5000])
 
 
+def log_comparison(uri: str, run_id: str, metrics: dict[str, float], line: str) -> None:
+    """A sweep's comparison of one of its jobs: metrics (NaN ones left out) and a line in its description."""
+    import math
+
+    mlflow = client(uri)
+    for key, value in metrics.items():
+        if not math.isnan(value):
+            retry_on_lock(mlflow.log_metric, run_id, key, value)
+    append_to_note(uri, run_id, line)
+
+
 def _log_run_files(mlflow, run_id: str, run_dir: Path) -> None:
     for name in (RESULT_FILE, TENSORS_FILE, "job.log", "error.log"):
         if (run_dir / name).exists():

@@ -1,0 +1,91 @@
+"""How busy the machine was while a job was timed, from Linux's /proc: load average, CPU steal and the
+number of other runnable threads. Elsewhere (no /proc) nothing is recorded.
+
+`/proc/stat`'s `procs_running` counts every runnable thread, this job's own included, so the job's
+own runnable threads (`/proc/self/task/*/stat`, state R) are taken off. Steal is the share of CPU time
+the hypervisor gave to other guests between the first and the last reading.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+PROC = Path("/proc")
+BUSY_OTHER_RUNNABLE = 0.5  # other runnable threads, on average: above this, the job shared its cores
+BUSY_STEAL_PCT = 5.0  # CPU time stolen by the hypervisor, percent
+
+
+class MachineLoad:
+    """Readings taken between timed blocks; `metrics()` sums them up."""
+
+    def __init__(self, proc: Path = PROC):
+        self.proc = proc
+        self.other_runnable: list[int] = []
+        self.load_1m: list[float] = []
+        self.cpu_times: list[tuple[int, int]] = []  # (steal, total) jiffies at each reading
+
+    @classmethod
+    def for_this_machine(cls) -> MachineLoad | None:
+        return cls() if (PROC / "stat").is_file() else None
+
+    def read(self) -> None:
+        try:
+            stat = (self.proc / "stat").read_text()
+            loadavg = (self.proc / "loadavg").read_text()
+        except OSError:
+            return
+        running = _field(stat, "procs_running")
+        if running is not None:
+            self.other_runnable.append(max(running - self._own_runnable(), 0))
+        self.load_1m.append(float(loadavg.split()[0]))
+        cpu = stat.splitlines()[0].split()[1:]
+        if len(cpu) >= 8:
+            jiffies = [int(v) for v in cpu[:8]]  # user nice system idle iowait irq softirq steal
+            self.cpu_times.append((jiffies[7], sum(jiffies)))
+
+    def _own_runnable(self) -> int:
+        count = 0
+        for task in (self.proc / "self" / "task").iterdir():
+            try:
+                stat = (task / "stat").read_text()
+            except OSError:  # the thread ended meanwhile
+                continue
+            if stat[stat.rindex(")") + 2 :].startswith("R"):  # the name in parentheses may hold spaces
+                count += 1
+        return count
+
+    def metrics(self) -> dict[str, float]:
+        """machine_other_runnable (mean), machine_load_1m (mean), machine_steal_pct, machine_cpus."""
+        if not self.other_runnable:
+            return {}
+        metrics = {
+            "machine_other_runnable": sum(self.other_runnable) / len(self.other_runnable),
+            "machine_load_1m": sum(self.load_1m) / len(self.load_1m),
+            "machine_cpus": float(os.cpu_count() or 1),
+        }
+        if len(self.cpu_times) >= 2:
+            (steal0, total0), (steal1, total1) = self.cpu_times[0], self.cpu_times[-1]
+            if total1 > total0:
+                metrics["machine_steal_pct"] = 100.0 * (steal1 - steal0) / (total1 - total0)
+        return metrics
+
+
+def busy_warning(metrics: dict[str, float]) -> str | None:
+    """A warning when the machine was busy while the job was timed, or None."""
+    others = metrics.get("machine_other_runnable", 0.0)
+    steal = metrics.get("machine_steal_pct", 0.0)
+    if others <= BUSY_OTHER_RUNNABLE and steal <= BUSY_STEAL_PCT:
+        return None
+    return (
+        f"busy machine while timing: {others:.1f} other runnable threads on average, "
+        f"load {metrics.get('machine_load_1m', float('nan')):.1f} on {metrics.get('machine_cpus', 0):.0f} CPUs, "
+        f"{steal:.0f}% CPU steal; compare jobs measured in the same rounds (a sweep), or quiet the machine"
+    )
+
+
+def _field(stat: str, name: str) -> int | None:
+    for line in stat.splitlines():
+        if line.startswith(name + " "):
+            return int(line.split()[1])
+    return None

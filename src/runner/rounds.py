@@ -1,0 +1,180 @@
+"""Interleaved rounds: the jobs of a sweep take turns measuring, so that every job meets the same phases
+of a busy machine and their ratio holds.
+
+With the basic launcher and isolation=process, each job of a sweep is set up in its own worker (framework
+import, inputs, first call, warm-up), one job after the other, and then waits. Once Hydra has launched
+every job, `run` hands out the turns: round 1 in job order, round 2 in reverse order, and so on, so that
+no job is always first, and each job follows itself as often as the others. In a turn a job re-warms
+briefly and samples for at most max_time_s / 2 / rounds. Then every worker checks its results against
+the float64 reference and writes its record, and each job is logged to MLflow.
+
+Keeping one live worker per job costs memory, not imports: when the next job would leave less than
+MEMORY_RESERVE free, the jobs set up so far are measured first (their rounds then differ from the later
+jobs', and runner.ratio compares the two groups unpaired).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from multiprocessing.connection import wait
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from runner import isolation
+from runner.result import Result
+from runner.timing import Measurement
+
+BASIC_LAUNCHER = "hydra._internal.core_plugins.basic_launcher.BasicLauncher"
+PROGRESS_EVERY_S = 2.0
+MEMORY_RESERVE = 2 * 2**30  # bytes to keep free, beside 1.5x the largest waiting worker
+
+Done = Callable[[DictConfig, Path, Result], None]
+
+
+@dataclass
+class _Waiting:
+    """A job set up in its worker, waiting for its turns; what it reported so far is kept here."""
+
+    cfg: DictConfig
+    run_dir: Path
+    parent_run_id: str | None
+    worker: isolation.Worker
+    rounds: int
+    measurement: Measurement
+    failed: str | None = None  # why its worker stopped answering
+
+
+_waiting: list[_Waiting] = []
+_next_round = 1  # rounds are numbered across the whole sweep: jobs measured apart share none
+
+
+def wanted(cfg: DictConfig, multirun: bool, launcher: str) -> bool:
+    """True where a job is measured in interleaved rounds: a sweep, jobs run one at a time by this
+    process (the basic launcher) in worker processes, and timing.rounds above 1."""
+    return multirun and launcher == BASIC_LAUNCHER and str(cfg.isolation) == "process" and int(cfg.timing.rounds) > 1
+
+
+def set_up(cfg: DictConfig, run_dir: Path, parent_run_id: str | None, on_done: Done) -> Result | None:
+    """Start the job's worker and wait until it is set up and warm. Returns None when it waits for its
+    turns (measured by `run`), or its record when it ended before (a refused config, a crash)."""
+    run_dir = Path(run_dir)
+    if _waiting and not _memory_for_another():
+        print(f"note: less than {MEMORY_RESERVE / 2**30:.0f} GiB free: measuring the jobs set up so far", file=sys.stderr)
+        run(on_done)
+    isolation.prepare(cfg, run_dir, parent_run_id)
+    worker = isolation.Worker(cfg, run_dir, turns=True)
+    worker.start()
+    try:
+        ready = _receive(worker)
+    except KeyboardInterrupt as interrupt:
+        from runner.job import stop_reason
+
+        return isolation.complete(cfg, run_dir, parent_run_id, worker.stop(stop_reason(interrupt)))
+    if ready is None:  # it ended before it was ready
+        worker.process.join()
+        return isolation.complete(cfg, run_dir, parent_run_id, worker.recorded("FAILED", worker.exit_reason()))
+    _, first_call_s, block_size = ready
+    measurement = Measurement(first_call_s=first_call_s, block_size=block_size)
+    _waiting.append(_Waiting(cfg, run_dir, parent_run_id, worker, int(cfg.timing.rounds), measurement))
+    print(f"  set up; waits for its turns in {int(cfg.timing.rounds)} interleaved rounds", file=sys.stderr)
+    return None
+
+
+def run(on_done: Done, interrupted: str | None = None) -> None:
+    """Hand out the turns of every waiting job, round after round; then let each worker record its job,
+    log it and call on_done(cfg, run_dir, result). With `interrupted` (what stopped the sweep), or on
+    Ctrl-C or SIGTERM meanwhile, the workers record what they measured and KeyboardInterrupt is raised."""
+    global _next_round
+    jobs = list(_waiting)
+    _waiting.clear()
+    if not jobs:
+        return
+    stopped_by = interrupted
+    if stopped_by is None:
+        try:
+            _rounds(jobs)
+        except KeyboardInterrupt as interrupt:
+            from runner.job import stop_reason
+
+            stopped_by = stop_reason(interrupt)
+    _next_round += max(job.rounds for job in jobs)
+    for job in jobs:
+        result = _finish(job, stopped_by)
+        on_done(job.cfg, job.run_dir, isolation.complete(job.cfg, job.run_dir, job.parent_run_id, result))
+    if stopped_by and interrupted is None:
+        raise KeyboardInterrupt(stopped_by)
+
+
+def _rounds(jobs: list[_Waiting]) -> None:
+    total, start, shown = max(job.rounds for job in jobs), time.perf_counter(), float("-inf")
+    for index in range(total):
+        order = jobs if index % 2 == 0 else jobs[::-1]
+        for job in order:
+            if index < job.rounds and job.failed is None:
+                _turn(job, _next_round + index)
+        elapsed = time.perf_counter() - start
+        if elapsed - shown >= PROGRESS_EVERY_S or index + 1 == total:
+            shown = elapsed
+            print(f"  round {index + 1} of {total} done: {len(jobs)} jobs, {elapsed:.1f} s so far", file=sys.stderr)
+
+
+def _turn(job: _Waiting, round_: int) -> None:
+    """One turn of one job; its samples are kept here too, in case its worker dies later."""
+    try:
+        job.worker.connection.send(("turn", round_))
+    except OSError:  # its worker is gone
+        job.failed = job.worker.exit_reason()
+        return
+    message = _receive(job.worker)
+    if message is None or message[0] != "done":
+        job.worker.process.join()
+        job.failed = f"{job.worker.exit_reason()} in round {round_}"
+        return
+    _, samples_s, ends = message
+    job.measurement.samples_s += samples_s
+    job.measurement.sample_ends += ends
+    job.measurement.sample_rounds += [round_] * len(samples_s)
+
+
+def _receive(worker: isolation.Worker) -> tuple | None:
+    """The worker's next message, or None when it ended first."""
+    ready = wait([worker.connection, worker.process.sentinel])
+    if worker.connection in ready:
+        try:
+            return worker.connection.recv()
+        except EOFError:
+            return None
+    return None
+
+
+def _finish(job: _Waiting, stopped_by: str | None) -> Result:
+    """Tell the worker the rounds are over (or stop it), wait for its record; a worker that died leaves
+    a FAILED record with the samples it reported."""
+    if stopped_by:
+        return job.worker.stop(stopped_by, job.measurement)
+    if job.failed is None:
+        try:
+            job.worker.connection.send(("finished",))
+        except OSError:
+            pass
+        job.worker.process.join()
+        if job.worker.process.exitcode:
+            job.failed = job.worker.exit_reason()
+    return job.worker.recorded("FAILED", job.failed or job.worker.exit_reason(), job.measurement)
+
+
+def _memory_for_another() -> bool:
+    """Whether one more live worker fits: free memory above the reserve and 1.5x the largest waiting one."""
+    import psutil
+
+    largest = 0
+    for job in _waiting:
+        try:
+            largest = max(largest, psutil.Process(job.worker.process.pid).memory_info().rss)
+        except psutil.Error:
+            continue
+    return psutil.virtual_memory().available > MEMORY_RESERVE + 1.5 * largest

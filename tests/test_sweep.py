@@ -146,7 +146,9 @@ def _worker_of(proc: subprocess.Popen, timeout_s: float = 120):
 
 def test_a_killed_worker_fails_its_job_and_the_sweep_goes_on(tmp_path):
     # job 0 would time for 60 s; job 1 is quick
-    proc = _start_sweep(tmp_path, "backend=numpy", "timing.target_rel_iqr=0", "timing.max_time_s=60,0.2")
+    proc = _start_sweep(
+        tmp_path, "backend=numpy", "timing.target_rel_iqr=0", "timing.max_time_s=60,0.2", "timing.rounds=1"
+    )
     _worker_of(proc).send_signal(signal.SIGKILL)
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 1, err[-3000:]
@@ -161,7 +163,9 @@ def test_a_killed_worker_fails_its_job_and_the_sweep_goes_on(tmp_path):
 
 @pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
 def test_ctrl_c_kills_the_running_job_keeps_its_samples_and_stops_the_sweep(tmp_path, how):
-    proc = _start_sweep(tmp_path, "backend=numpy", "timing.target_rel_iqr=0", "timing.max_time_s=60", "seed=0,1")
+    proc = _start_sweep(
+        tmp_path, "backend=numpy", "timing.target_rel_iqr=0", "timing.max_time_s=60", "seed=0,1", "timing.rounds=1"
+    )
     _worker_of(proc)
     log = tmp_path / "sweep" / "0" / "job.log"
     deadline = time.monotonic() + 120

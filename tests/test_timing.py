@@ -9,7 +9,7 @@ import time
 import numpy as np
 import pytest
 
-from runner.timing import Measurement, MeasurementInterrupted, measure
+from runner.timing import Measurement, MeasurementFailed, MeasurementInterrupted, measure
 
 FORWARD_PASS_FAULTS = """
 import resource, sys
@@ -182,3 +182,68 @@ def test_first_output_kept_before_the_next_call_and_energy_spans_the_samples():
     assert m.energy_j == 3.0
     timed = events[events.index("start") + 1 : events.index("stop")]
     assert len(timed) == m.timed_calls() == len(m.samples_s) * m.block_size
+
+
+class ScriptedTurns:
+    """A coordinator handing out the given rounds, recording what the measurement reports."""
+
+    def __init__(self, rounds: list[int]):
+        self.rounds, self.ready_at, self.turns = list(rounds), None, []
+
+    def ready(self, measurement: Measurement) -> None:
+        self.ready_at = len(measurement.samples_s)
+
+    def wait(self) -> int | None:
+        return self.rounds.pop(0) if self.rounds else None
+
+    def done(self, samples_s: list[float], ends: list[float]) -> None:
+        self.turns.append((list(samples_s), list(ends)))
+
+
+FAST_TURNS = dict(warmup_s=0.0, min_warmup_calls=1, min_repeats=3, target_rel_iqr=1.0, min_block_s=0.0)
+
+
+def test_turns_sample_only_when_given_a_turn_and_label_each_sample_with_its_round():
+    turns = ScriptedTurns([1, 2, 7])
+    m, _ = measure(lambda: time.sleep(0.0002), lambda: None, max_time_s=0.3, rounds=3, turns=turns, **FAST_TURNS)
+    assert turns.ready_at == 0  # set up and warm, no sample yet
+    assert [len(samples) for samples, _ in turns.turns] == [3, 3, 3]  # min_repeats per turn, spread met
+    assert m.sample_rounds == [1] * 3 + [2] * 3 + [7] * 3
+    assert m.samples_s == [s for samples, _ in turns.turns for s in samples]  # the turns' samples, pooled
+    assert m.sample_ends == sorted(m.sample_ends) and len(m.sample_ends) == 9
+
+
+def test_a_turn_lasts_at_most_half_the_budget_over_the_rounds():
+    turns = ScriptedTurns([1, 2])
+    start = time.perf_counter()
+    measure(
+        lambda: time.sleep(0.001),
+        lambda: None,
+        max_time_s=0.4,
+        rounds=4,
+        turns=turns,
+        **{**FAST_TURNS, "target_rel_iqr": 0.0},  # the spread never satisfies: every turn runs to its cap
+    )
+    spans = [ends[-1] - ends[0] for _, ends in turns.turns]
+    assert all(span < 0.4 / 2 / 4 + 0.02 for span in spans)
+    assert time.perf_counter() - start < 0.4 + 0.1
+
+
+def test_a_step_failing_in_a_later_turn_keeps_the_samples_of_the_earlier_ones():
+    calls, failing = [0], [False]
+
+    def fn():
+        calls[0] += 1
+        if failing[0]:
+            raise RuntimeError("CUDA out of memory")
+
+    class FailInRound3(ScriptedTurns):
+        def wait(self):
+            round_ = super().wait()
+            failing[0] = round_ == 3
+            return round_
+
+    with pytest.raises(MeasurementFailed) as caught:
+        measure(fn, lambda: None, max_time_s=0.3, rounds=4, turns=FailInRound3([1, 2, 3, 4]), **FAST_TURNS)
+    assert set(caught.value.measurement.sample_rounds) == {1, 2}
+    assert "CUDA out of memory" in str(caught.value.__cause__)

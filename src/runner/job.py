@@ -20,9 +20,7 @@ from runner.timing import NOISY_REL_IQR, Measurement, MeasurementFailed, Measure
 WEIGHTS_RECORD_LIMIT = 2_000_000  # weights are written to tensors.h5 when they have fewer elements
 
 
-def run_job(
-    cfg: DictConfig, before_timing: Callable[[], object] = lambda: None, turns: Turns | None = None
-) -> Result:
+def run_job(cfg: DictConfig, before_timing: Callable[[], object] = lambda: None, turns: Turns | None = None) -> Result:
     """Run the configured measurement. Raises ConfigError for combinations that cannot run.
 
     `before_timing` is called once everything is set up, just before the first timed call; `turns`,

@@ -63,7 +63,9 @@ def set_up(cfg: DictConfig, run_dir: Path, parent_run_id: str | None, on_done: D
     turns (measured by `run`), or its record when it ended before (a refused config, a crash)."""
     run_dir = Path(run_dir)
     if _waiting and not _memory_for_another():
-        print(f"note: less than {MEMORY_RESERVE / 2**30:.0f} GiB free: measuring the jobs set up so far", file=sys.stderr)
+        print(
+            f"note: less than {MEMORY_RESERVE / 2**30:.0f} GiB free: measuring the jobs set up so far", file=sys.stderr
+        )
         run(on_done)
     isolation.prepare(cfg, run_dir, parent_run_id)
     worker = isolation.Worker(cfg, run_dir, turns=True)

@@ -1,0 +1,67 @@
+"""The time ratio of two jobs and its 95% interval over rounds: right on average, and honest about spread."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from runner.ratio import round_medians, time_ratio
+
+
+def rounds_of(rng: np.random.Generator, true_ratio: float, n_rounds: int, n_samples: int = 15):
+    """Two jobs measured in the same rounds: each round moves both by a shared log-normal factor (a phase
+    of the machine), and each job's own noise moves its round a little more."""
+    a, b, labels = [], [], []
+    for r in range(1, n_rounds + 1):
+        phase = math.exp(rng.normal(0, 0.2))
+        a += list(true_ratio * phase * math.exp(rng.normal(0, 0.03)) * np.exp(rng.normal(0, 0.05, n_samples)))
+        b += list(phase * math.exp(rng.normal(0, 0.03)) * np.exp(rng.normal(0, 0.05, n_samples)))
+        labels += [r] * n_samples
+    return np.array(a), np.array(labels), np.array(b), np.array(labels)
+
+
+@pytest.mark.parametrize("n_rounds", [3, 5])
+def test_the_interval_holds_the_true_ratio_95_times_in_100(n_rounds):
+    rng = np.random.default_rng(2026)
+    trials, held = 400, 0
+    for _ in range(trials):
+        ratio = time_ratio(*rounds_of(rng, 1.3, n_rounds))
+        held += ratio.low <= 1.3 <= ratio.high
+    assert 0.91 <= held / trials <= 0.99  # binomial sd at 95% over 400 trials: 1.1 points
+
+
+def test_a_drift_shared_by_both_jobs_cancels():
+    """Round 2 runs everything twice as slow (a busy phase): the paired ratio does not move."""
+    a = np.array([1.3, 1.31, 2.6, 2.62, 1.29, 1.3])
+    b = np.array([1.0, 1.01, 2.0, 2.02, 0.99, 1.0])
+    rounds = np.array([1, 1, 2, 2, 3, 3])
+    ratio = time_ratio(a, rounds, b, rounds)
+    assert ratio.paired and ratio.rounds == 3
+    assert ratio.value == pytest.approx(1.3, rel=0.01)
+    assert 1.25 < ratio.low < 1.3 < ratio.high < 1.35
+    assert ratio.within_noise() == "no"
+
+
+def test_the_same_job_twice_is_within_noise_in_about_95_sweeps_of_100():
+    rng = np.random.default_rng(1)
+    verdicts = [time_ratio(*rounds_of(rng, 1.0, 5)).within_noise() for _ in range(200)]
+    assert verdicts.count("yes") / len(verdicts) >= 0.9
+
+
+def test_jobs_measured_in_different_rounds_compare_unpaired():
+    rng = np.random.default_rng(3)
+    a, ra, b, rb = rounds_of(rng, 2.0, 5)
+    ratio = time_ratio(a, ra, b, rb + 5)  # b's rounds came after a's: no round is shared
+    assert not ratio.paired and ratio.low < 2.0 < ratio.high
+
+
+def test_one_round_gives_the_ratio_of_medians_and_no_interval():
+    ratio = time_ratio(np.array([2.0, 2.2, 2.1]), None, np.array([1.0, 1.1, 1.05]), None)
+    assert ratio.value == pytest.approx(2.1 / 1.05)
+    assert math.isnan(ratio.low) and ratio.within_noise() == "cannot tell (1 round)"
+
+
+def test_round_medians():
+    assert round_medians(np.array([1.0, 3.0, 2.0, 10.0]), np.array([1, 1, 1, 2])) == {1: 2.0, 2: 10.0}

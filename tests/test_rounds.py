@@ -1,0 +1,153 @@
+"""Interleaved rounds: a sweep's jobs take turns measuring in live workers; samples pool per job; each job
+is compared with the fastest with a 95% interval; a worker lost in a round loses nothing else."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pandas as pd
+import pytest
+from helpers import FAST_TIMING, mlflow_runs, results, sweep_cli
+
+from runner.config import PROJECT_ROOT
+
+
+def _samples(job_dir: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    with h5py.File(job_dir / "tensors.h5") as f:
+        return f["timings/samples_s"][()], f["timings/sample_round"][()], f["timings/sample_end_unix_s"][()]
+
+
+@pytest.fixture(scope="module")
+def three_jobs(tmp_path_factory):
+    """Three numpy jobs doing the same work (only the seed differs) in 4 rounds."""
+    tmp = tmp_path_factory.mktemp("rounds")
+    out = sweep_cli(tmp, "backend=numpy", "seed=0,1,2", "timing.rounds=4")
+    assert out.returncode == 0, out.stderr[-3000:]
+    return tmp, out
+
+
+def test_rounds_interleave_in_alternating_order(three_jobs):
+    """The sample timestamps prove it: in round 1 job 0's samples all end before job 1's, then job 2's;
+    round 2 runs 2, 1, 0; and so on."""
+    tmp, _ = three_jobs
+    spans = {}  # (job, round) -> (first end, last end)
+    for job in range(3):
+        _, rounds, ends = _samples(tmp / "sweep" / str(job))
+        assert sorted(set(rounds)) == [1, 2, 3, 4]
+        for r in range(1, 5):
+            spans[job, r] = (ends[rounds == r].min(), ends[rounds == r].max())
+    for r in range(1, 5):
+        order = [0, 1, 2] if r % 2 else [2, 1, 0]
+        for before, after in zip(order, order[1:], strict=False):
+            assert spans[before, r][1] < spans[after, r][0], f"round {r}: job {before} overlaps job {after}"
+        if r < 4:  # a round ends before the next begins
+            assert max(spans[j, r][1] for j in range(3)) < min(spans[j, r + 1][0] for j in range(3))
+
+
+def test_samples_are_pooled_per_job_and_compared_with_an_interval(three_jobs):
+    tmp, out = three_jobs
+    for job, saved in results(tmp).items():
+        samples, rounds, _ = _samples(tmp / "sweep" / job)
+        assert saved["metrics"]["n_samples"] == len(samples) == len(rounds)
+        assert saved["metrics"]["n_rounds"] == 4
+        assert saved["metrics"]["time_median_s"] == pytest.approx(float(np.median(samples)))
+        assert "machine_other_runnable" in saved["metrics"]
+    rows = pd.read_csv(tmp / "sweep" / "report" / "runs.csv")
+    others = rows[rows["within_noise"] != "fastest"]
+    assert len(others) == 2 and set(others["within_noise"]) <= {"yes", "no"}
+    assert (others["time_ratio_ci_low"] <= others["time_ratio"]).all()
+    assert (others["time_ratio"] <= others["time_ratio_ci_high"]).all()
+    assert "95% interval" in (tmp / "sweep" / "summary.md").read_text() and "95% interval" in out.stdout
+    _, children = mlflow_runs(tmp)
+    compared = [c for c in children if "time_ratio_ci_low" in c.data.metrics]
+    assert len(compared) == 2 and all("95% interval" in c.data.tags["mlflow.note.content"] for c in compared)
+
+
+def test_one_round_measures_the_jobs_one_after_the_other(tmp_path):
+    out = sweep_cli(tmp_path, "backend=numpy", "seed=0,1", "timing.rounds=1")
+    assert out.returncode == 0, out.stderr[-3000:]
+    (_, _, ends0), (_, _, ends1) = (_samples(tmp_path / "sweep" / j) for j in "01")
+    assert ends0.max() < ends1.min()
+    assert "interleaved rounds" not in out.stderr
+    rows = pd.read_csv(tmp_path / "sweep" / "report" / "runs.csv")
+    assert set(rows["within_noise"]) <= {"fastest", "cannot tell (1 round)"}
+
+
+# -- nothing lost ----------------------------------------------------------------------------------
+
+
+def _start(tmp: Path, *overrides: str) -> tuple[subprocess.Popen, list[str]]:
+    """A sweep in its own process group; its stderr lines are collected as they come."""
+    env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT / "src")}
+    args = [f"tracking.uri=sqlite:///{tmp}/mlflow.db", "tracking.experiment=sweeps", f"hydra.sweep.dir={tmp}/sweep"]
+    proc = subprocess.Popen(
+        [sys.executable, str(PROJECT_ROOT / "run.py"), "-m", *args, *FAST_TIMING, *overrides],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    lines: list[str] = []
+    threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True).start()
+    return proc, lines
+
+
+def _wait_for(lines: list[str], text: str, proc: subprocess.Popen, timeout_s: float = 120) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not any(text in line for line in lines):
+        assert proc.poll() is None and time.monotonic() < deadline, "".join(lines)[-3000:]
+        time.sleep(0.05)
+
+
+def _workers(proc: subprocess.Popen) -> list:
+    import psutil
+
+    children = [c for c in psutil.Process(proc.pid).children() if "spawn_main" in " ".join(c.cmdline())]
+    return sorted(children, key=lambda c: c.create_time())
+
+
+SLOW_ROUNDS = ("timing.rounds=20", "timing.max_time_s=8", "timing.target_rel_iqr=0")  # 20 turns of 0.2 s per job
+
+
+def test_a_worker_killed_in_a_round_keeps_its_earlier_rounds_and_the_others_finish(tmp_path):
+    proc, lines = _start(tmp_path, "backend=numpy", "seed=0,1", *SLOW_ROUNDS)
+    _wait_for(lines, "round 1 of 20 done", proc)
+    _workers(proc)[1].send_signal(signal.SIGKILL)
+    proc.communicate(timeout=300)
+    assert proc.returncode == 1, "".join(lines)[-3000:]
+    saved = results(tmp_path)
+    assert saved["0"]["status"] == "FINISHED" and saved["0"]["metrics"]["n_rounds"] == 20
+    lost = saved["1"]
+    assert lost["status"] == "FAILED" and "killed by signal SIGKILL" in lost["error"] and "in round" in lost["error"]
+    assert "samples it reported are kept" in lost["error"]
+    samples, rounds, _ = _samples(tmp_path / "sweep" / "1")
+    assert lost["metrics"]["n_samples"] == len(samples) > 0 and 1 <= rounds.max() < 20
+    parents, children = mlflow_runs(tmp_path)
+    assert parents[0].info.status == "FAILED" and sorted(c.info.status for c in children) == ["FAILED", "FINISHED"]
+
+
+@pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
+def test_stopping_a_sweep_in_its_rounds_records_every_job_killed_with_its_samples(tmp_path, how):
+    proc, lines = _start(tmp_path, "backend=numpy", "seed=0,1", *SLOW_ROUNDS)
+    _wait_for(lines, "round 1 of 20 done", proc)
+    if how == "ctrl-c":
+        os.killpg(proc.pid, signal.SIGINT)  # the terminal's foreground group: launcher and workers
+    else:
+        proc.send_signal(signal.SIGTERM)  # only the launcher hears it
+    proc.communicate(timeout=120)
+    assert proc.returncode == 130, "".join(lines)[-3000:]
+    saved = results(tmp_path)
+    assert [saved[j]["status"] for j in "01"] == ["KILLED", "KILLED"]
+    word = "Ctrl-C" if how == "ctrl-c" else "SIGTERM"
+    assert all(word in saved[j]["error"] and saved[j]["metrics"]["n_samples"] > 0 for j in "01")
+    parents, children = mlflow_runs(tmp_path)
+    assert parents[0].info.status == "KILLED" and [c.info.status for c in children] == ["KILLED", "KILLED"]

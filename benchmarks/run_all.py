@@ -4,8 +4,9 @@
     .venv/bin/python benchmarks/run_all.py                   # writes BENCHMARKS.md (about 8 minutes on 2 cores)
     .venv/bin/python benchmarks/run_all.py workload_parity   # only the named rows, printed
 
-The parity section (benchmarks/parity.py: every backend x workload beside a hand-written loop) is kept
-as it is. Rows: harness overhead vs timeit, workload parity vs hand-written loops and torch.utils.benchmark,
+The parity section (benchmarks/parity.py: every backend x workload beside a hand-written loop) and the
+rounds section (benchmarks/rounds.py: a comparison on a busy machine) are kept as they are.
+Rows: harness overhead vs timeit, workload parity vs hand-written loops and torch.utils.benchmark,
 machine limit (matmul GFLOP/s vs the best bare BLAS call), start-up, noise vs a fixed-count loop,
 and the per-job cost of isolation=process.
 """
@@ -331,14 +332,20 @@ def write_report() -> None:
         "",
     ]
     path = ROOT / "BENCHMARKS.md"
-    kept = parity_section(path.read_text()) if path.exists() else ""  # benchmarks/parity.py writes that one
+    kept = kept_sections(path.read_text()) if path.exists() else ""  # parity.py and rounds.py write those
     path.write_text("\n".join(lines) + (f"\n{kept}\n" if kept else ""))
 
 
-def parity_section(text: str) -> str:
-    from parity import BEGIN, END
+def kept_sections(text: str) -> str:
+    """The sections benchmarks/parity.py and benchmarks/rounds.py wrote, as they are."""
+    import parity
+    import rounds
 
-    return text[text.index(BEGIN) : text.index(END) + len(END)] if BEGIN in text and END in text else ""
+    sections = []
+    for begin, end in ((parity.BEGIN, parity.END), (rounds.BEGIN, rounds.END)):
+        if begin in text and end in text:
+            sections.append(text[text.index(begin) : text.index(end) + len(end)])
+    return "\n\n".join(sections)
 
 
 def main(names: list[str]) -> None:

@@ -31,4 +31,5 @@ def test_the_cuda_extra_resolves_gpu_tensorflow_beside_torch(tmp_path):
     resolved = dry_run(f"{PROJECT_ROOT}[cuda]", tmp_path / "report.json")
     assert resolved["torch"] == "2.14.1" and "tensorflow" in resolved
     assert {"nvidia-cudnn-cu12", "nvidia-cublas-cu12", "nvidia-cuda-runtime-cu12"} <= resolved.keys()  # for TF
+    assert "nvidia-ml-py" in resolved  # NVML's energy counter
     assert any(name.startswith("nvidia-cudnn-cu13") for name in resolved)  # torch 2.14.1's own

@@ -1,0 +1,163 @@
+#!/usr/bin/env python
+"""Does a comparison hold on a busy machine? Seed 003's eager-vs-function sweep, repeated in both job
+orders while another process burns one core for 1.5 s out of every 3 s: one job after the other
+(timing.rounds=1) against interleaved rounds (the default), in the same run.
+
+    .venv/bin/python benchmarks/rounds.py                 # 3 repeats x 2 orders x 2 ways, about 8 minutes
+    .venv/bin/python benchmarks/rounds.py --repeats 1     # a quick look
+
+Rewrites the rounds section of BENCHMARKS.md (between the markers below); run_all.py keeps it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import itertools
+import math
+import multiprocessing
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+BEGIN, END = "<!-- rounds:begin -->", "<!-- rounds:end -->"
+SWEEP = ("backend=tensorflow", "model=mlp", "task=gradients", "batch_size=512", "tracking=none", "timing.max_time_s=3")
+ORDERS = ("eager,function", "function,eager")
+BURN_S, PERIOD_S = 1.5, 3.0
+TARGET = 1.10
+
+
+def burn(stop) -> None:
+    """One core busy for BURN_S out of every PERIOD_S, until `stop` is set."""
+    while not stop.is_set():
+        end = time.perf_counter() + BURN_S
+        while time.perf_counter() < end:
+            pass
+        stop.wait(PERIOD_S - BURN_S)
+
+
+def sweep(order: str, rounds: int, out: Path) -> dict:
+    """One sweep; eager's time / function's time, its interval (rounds only) and the wall time."""
+    start = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "run.py"), "-m", *SWEEP, f"mode={order}", f"timing.rounds={rounds}"]
+        + [f"hydra.sweep.dir={out}"],
+        capture_output=True,
+        text=True,
+    )
+    wall_s = time.perf_counter() - start
+    if done.returncode != 0:
+        raise RuntimeError(f"sweep failed: {done.stderr[-2000:]}")
+    rows = pd.read_csv(out / "report" / "runs.csv").set_index("mode")
+    eager, function = rows.loc["eager"], rows.loc["function"]
+    ratio = eager["time_median_s"] / function["time_median_s"]
+    low, high = math.nan, math.nan
+    if function["within_noise"] == "fastest":  # eager's row holds the ratio to function, with its interval
+        ratio, low, high = eager["time_ratio"], eager["time_ratio_ci_low"], eager["time_ratio_ci_high"]
+    busy = float(rows["machine_other_runnable"].mean()) if "machine_other_runnable" in rows else math.nan
+    return {"ratio": ratio, "low": low, "high": high, "wall_s": wall_s, "other_runnable": busy}
+
+
+def measure(repeats: int, rounds: int) -> pd.DataFrame:
+    stop = multiprocessing.get_context("spawn").Event()
+    burner = multiprocessing.get_context("spawn").Process(target=burn, args=(stop,), daemon=True)
+    burner.start()
+    records = []
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            for repeat, order in itertools.product(range(repeats), ORDERS):
+                ways = (1, rounds) if len(records) % 4 == 0 else (rounds, 1)  # neither way always goes first
+                for way in ways:
+                    out = Path(tmp) / f"{repeat}-{order.replace(',', '-')}-{way}"
+                    record = {"repeat": repeat + 1, "order": order, "rounds": way, **sweep(order, way, out)}
+                    print(record, flush=True)
+                    records.append(record)
+    finally:
+        stop.set()
+        burner.join()
+    return pd.DataFrame(records)
+
+
+def overlap(frame: pd.DataFrame) -> bool:
+    """Whether every interval overlaps every other (a common point: the largest low <= the smallest high)."""
+    return bool(frame["low"].max() <= frame["high"].min())
+
+
+def section(frame: pd.DataFrame, rounds: int, load: tuple[float, float]) -> str:
+    from runner.environment import cpu_name
+
+    def spread(way: int) -> float:
+        ratios = frame[frame["rounds"] == way]["ratio"]
+        return ratios.max() / ratios.min()
+
+    sequential, interleaved = frame[frame["rounds"] == 1], frame[frame["rounds"] == rounds]
+    cost = interleaved["wall_s"].mean() / sequential["wall_s"].mean()
+    ok = spread(rounds) <= TARGET and overlap(interleaved)
+    cells = [
+        f"| {r.repeat} | {r.order} | {r.rounds} | {r.ratio:.2f} | "
+        + (f"{r.low:.2f}-{r.high:.2f}" if not math.isnan(r.low) else "none (1 round)")
+        + f" | {r.other_runnable:.1f} | {r.wall_s:.1f} s |"
+        for r in frame.itertuples()
+    ]
+    lines = [
+        BEGIN,
+        "## Comparisons on a busy machine: interleaved rounds",
+        "",
+        "Regenerate: `.venv/bin/python benchmarks/rounds.py` (this run; rewrites only this section). Seed 003's "
+        f"comparison, `run.py -m {' '.join(SWEEP)} mode=eager,function`, repeated in both job orders while a second "
+        f"process burns one core for {BURN_S:g} s out of every {PERIOD_S:g} s; each sweep run one job after the other "
+        f"(`timing.rounds=1`, as before) and in {rounds} interleaved rounds (the default), the two alternating. "
+        "Ratio = eager's time / function's; with rounds, the geometric mean of the per-round ratios and its 95% "
+        "interval (Student's t over the rounds, `runner.ratio`).",
+        "",
+        f"Conditions: {cpu_name()}, {os.cpu_count()} cores shared with other work (load average {load[0]:.2f} "
+        f"before, {load[1]:.2f} after); Python {platform.python_version()}; {datetime.date.today()}.",
+        "",
+        "| row | measured | target | verdict |",
+        "|---|---|---|---|",
+        f"| max/min of the eager/function ratio over {len(sequential)} sweeps | one job after the other: "
+        f"**{spread(1):.2f}**; {rounds} rounds: **{spread(rounds):.2f}** | <= {TARGET:.2f} with rounds, and the "
+        f"intervals of the repeats overlap | {'meets target' if ok else 'MISSES target'} (intervals overlap: "
+        f"{'yes' if overlap(interleaved) else 'no'}) |",
+        f"| wall time of a sweep, rounds / one after the other | {cost:.2f} "
+        f"({interleaved['wall_s'].mean():.1f} s vs {sequential['wall_s'].mean():.1f} s) | <= 1.10 | "
+        f"{'meets target' if cost <= 1.10 else 'MISSES target'} |",
+        "",
+        "| repeat | order | rounds | eager / function | 95% interval | other runnable threads | wall time |",
+        "|---|---|---|---|---|---|---|",
+        *cells,
+        END,
+    ]
+    return "\n".join(lines)
+
+
+def replace_section(text: str, new: str) -> str:
+    if BEGIN in text and END in text:
+        return text[: text.index(BEGIN)] + new + text[text.index(END) + len(END) :]
+    return text.rstrip("\n") + "\n\n" + new + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5, help="the interleaved side's timing.rounds")
+    parser.add_argument("--out", type=Path, default=ROOT / "BENCHMARKS.md")
+    args = parser.parse_args()
+    load_before = os.getloadavg()[0]
+    frame = measure(args.repeats, args.rounds)
+    text = section(frame, args.rounds, (load_before, os.getloadavg()[0]))
+    print(text)
+    args.out.write_text(replace_section(args.out.read_text() if args.out.exists() else "", text))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -3,7 +3,7 @@
 orders while another process burns one core for 1.5 s out of every 3 s: one job after the other
 (timing.rounds=1) against interleaved rounds (the default), in the same run.
 
-    .venv/bin/python benchmarks/rounds.py                 # 3 repeats x 2 orders x 2 ways, about 8 minutes
+    .venv/bin/python benchmarks/rounds.py                 # 3 repeats x 2 orders x 2 ways, about 6 minutes
     .venv/bin/python benchmarks/rounds.py --repeats 1     # a quick look
 
 Rewrites the rounds section of BENCHMARKS.md (between the markers below); run_all.py keeps it.
@@ -28,6 +28,8 @@ import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
+from runner.config import TimingConfig  # noqa: E402
+
 BEGIN, END = "<!-- rounds:begin -->", "<!-- rounds:end -->"
 SWEEP = ("backend=tensorflow", "model=mlp", "task=gradients", "batch_size=512", "tracking=none", "timing.max_time_s=3")
 ORDERS = ("eager,function", "function,eager")
@@ -148,7 +150,7 @@ def replace_section(text: str, new: str) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--rounds", type=int, default=5, help="the interleaved side's timing.rounds")
+    parser.add_argument("--rounds", type=int, default=TimingConfig.rounds, help="the interleaved side's timing.rounds")
     parser.add_argument("--out", type=Path, default=ROOT / "BENCHMARKS.md")
     args = parser.parse_args()
     load_before = os.getloadavg()[0]

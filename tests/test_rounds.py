@@ -18,6 +18,7 @@ import pytest
 from helpers import FAST_TIMING, mlflow_runs, results, sweep_cli
 
 from runner.config import PROJECT_ROOT
+from runner.rounds import takes_part
 
 
 def _samples(job_dir: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -79,6 +80,12 @@ def test_one_round_measures_the_jobs_one_after_the_other(tmp_path):
     assert "interleaved rounds" not in out.stderr
     rows = pd.read_csv(tmp_path / "sweep" / "report" / "runs.csv")
     assert set(rows["within_noise"]) <= {"fastest", "cannot tell (1 round)"}
+
+
+def test_a_job_with_fewer_turns_spreads_them_over_the_rounds():
+    assert [i for i in range(40) if takes_part(i, 10, 40)] == list(range(3, 40, 4))
+    assert all(takes_part(i, 40, 40) for i in range(40))
+    assert [i for i in range(7) if takes_part(i, 1, 7)] == [6]
 
 
 # -- nothing lost ----------------------------------------------------------------------------------

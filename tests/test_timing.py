@@ -9,7 +9,7 @@ import time
 import numpy as np
 import pytest
 
-from runner.timing import Measurement, MeasurementFailed, MeasurementInterrupted, measure
+from runner.timing import Measurement, MeasurementFailed, MeasurementInterrupted, affordable_rounds, measure
 
 FORWARD_PASS_FAULTS = """
 import resource, sys
@@ -190,8 +190,8 @@ class ScriptedTurns:
     def __init__(self, rounds: list[int]):
         self.rounds, self.ready_at, self.turns = list(rounds), None, []
 
-    def ready(self, measurement: Measurement) -> None:
-        self.ready_at = len(measurement.samples_s)
+    def ready(self, measurement: Measurement, rounds: int) -> None:
+        self.ready_at, self.affordable = len(measurement.samples_s), rounds
 
     def wait(self) -> int | None:
         return self.rounds.pop(0) if self.rounds else None
@@ -247,3 +247,20 @@ def test_a_step_failing_in_a_later_turn_keeps_the_samples_of_the_earlier_ones():
         measure(fn, lambda: None, max_time_s=0.3, rounds=4, turns=FailInRound3([1, 2, 3, 4]), **FAST_TURNS)
     assert set(caught.value.measurement.sample_rounds) == {1, 2}
     assert "CUDA out of memory" in str(caught.value.__cause__)
+
+
+def test_a_job_whose_block_outlasts_a_turn_takes_fewer_rounds():
+    assert affordable_rounds(40, max_time_s=5.0, block_s=0.002) == 40
+    assert affordable_rounds(40, max_time_s=5.0, block_s=0.25) == 10  # a ResNet call: 10 turns of 0.25 s
+    assert affordable_rounds(40, max_time_s=0.1, block_s=1.0) == 1
+    turns = ScriptedTurns([1, 2])
+    calls = [0]
+
+    def slow():
+        calls[0] += 1
+        time.sleep(0.02)
+
+    measure(slow, lambda: None, max_time_s=0.1, rounds=40, turns=turns, **{**FAST_TURNS, "warmup_s": 0.01})
+    assert turns.affordable == 2  # 0.05 s of sampling holds two 20 ms blocks
+    calls_outside_samples = calls[0] - sum(len(samples) for samples, _ in turns.turns)
+    assert calls_outside_samples == 3  # first call, calibration, warm-up; a 20 ms block needs no re-warm of 5 ms

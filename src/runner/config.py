@@ -96,7 +96,7 @@ class TimingConfig:
     target_rel_iqr: float = 0.03  # stop early once IQR/median is below this
     min_block_s: float = 0.002  # calls are timed in blocks at least this long
     keep_freed_memory: bool = True  # glibc keeps freed memory: no history-dependent page faults per call
-    rounds: int = 5  # a sweep measures its jobs in this many interleaved rounds (1: one job after the other)
+    rounds: int = 40  # a sweep measures its jobs in up to this many interleaved rounds (1: one after the other)
 
 
 @dataclass

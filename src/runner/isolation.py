@@ -158,8 +158,8 @@ class PipeTurns:
     def __init__(self, connection):
         self.connection = connection
 
-    def ready(self, measurement: Measurement) -> None:
-        self.connection.send(("ready", measurement.first_call_s, measurement.block_size))
+    def ready(self, measurement: Measurement, rounds: int) -> None:
+        self.connection.send(("ready", measurement.first_call_s, measurement.block_size, rounds))
 
     def wait(self) -> int | None:
         try:

@@ -6,7 +6,9 @@ import, inputs, first call, warm-up), one job after the other, and then waits. O
 every job, `run` hands out the turns: round 1 in job order, round 2 in reverse order, and so on, so that
 no job is always first, and each job follows itself as often as the others. In a turn a job re-warms
 briefly and samples for at most max_time_s / 2 / rounds. Then every worker checks its results against
-the float64 reference and writes its record, and each job is logged to MLflow.
+the float64 reference and writes its record, and each job is logged to MLflow. A job whose block of
+calls is too long for `rounds` turns in its budget (timing.affordable_rounds) takes fewer, spread
+evenly over the rounds.
 
 Keeping one live worker per job costs memory, not imports: when the next job would leave less than
 MEMORY_RESERVE free, the jobs set up so far are measured first (their rounds then differ from the later
@@ -79,10 +81,15 @@ def set_up(cfg: DictConfig, run_dir: Path, parent_run_id: str | None, on_done: D
     if ready is None:  # it ended before it was ready
         worker.process.join()
         return isolation.complete(cfg, run_dir, parent_run_id, worker.recorded("FAILED", worker.exit_reason()))
-    _, first_call_s, block_size = ready
+    _, first_call_s, block_size, rounds = ready
     measurement = Measurement(first_call_s=first_call_s, block_size=block_size)
-    _waiting.append(_Waiting(cfg, run_dir, parent_run_id, worker, int(cfg.timing.rounds), measurement))
-    print(f"  set up; waits for its turns in {int(cfg.timing.rounds)} interleaved rounds", file=sys.stderr)
+    _waiting.append(_Waiting(cfg, run_dir, parent_run_id, worker, rounds, measurement))
+    fewer = (
+        f" (a block of calls is too long for {cfg.timing.rounds} in timing.max_time_s)"
+        if rounds < cfg.timing.rounds
+        else ""
+    )
+    print(f"  set up; waits for its {rounds} turns in the interleaved rounds{fewer}", file=sys.stderr)
     return None
 
 
@@ -116,12 +123,18 @@ def _rounds(jobs: list[_Waiting]) -> None:
     for index in range(total):
         order = jobs if index % 2 == 0 else jobs[::-1]
         for job in order:
-            if index < job.rounds and job.failed is None:
+            if takes_part(index, job.rounds, total) and job.failed is None:
                 _turn(job, _next_round + index)
         elapsed = time.perf_counter() - start
         if elapsed - shown >= PROGRESS_EVERY_S or index + 1 == total:
             shown = elapsed
             print(f"  round {index + 1} of {total} done: {len(jobs)} jobs, {elapsed:.1f} s so far", file=sys.stderr)
+
+
+def takes_part(index: int, turns: int, total: int) -> bool:
+    """Whether a job with `turns` turns takes part in round `index` (from 0) of `total`: its turns spread
+    evenly over the rounds, the last round always among them."""
+    return (index * turns) // total != ((index + 1) * turns) // total
 
 
 def _turn(job: _Waiting, round_: int) -> None:

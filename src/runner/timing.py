@@ -73,8 +73,9 @@ class EnergyMeter(Protocol):
 class Turns(Protocol):
     """The measuring turns of a job measured in interleaved rounds (runner.rounds hands them out)."""
 
-    def ready(self, measurement: Measurement) -> None:
-        """Set up and warm (first call and block size known): the job may be given its first turn."""
+    def ready(self, measurement: Measurement, rounds: int) -> None:
+        """Set up and warm (first call and block size known): the job may be given the first of its
+        `rounds` turns."""
 
     def wait(self) -> int | None:
         """Block until this job's next turn; its round number, or None once the rounds are over."""
@@ -129,8 +130,9 @@ def measure(
     (torch.compile's CUDA graphs replay into the same memory), so what is kept must be copied off first.
     `energy`, where given, is read over the sampling phase, with the device synchronised at both ends.
 
-    With `turns`, sampling happens in `rounds` turns handed out by a coordinator, each a short re-warm
-    and then samples for at most half of max_time_s / rounds; without, in one go (round 1).
+    With `turns`, sampling happens in `rounds` turns (fewer where a block is too long for that many:
+    affordable_rounds) handed out by a coordinator, each a short re-warm and then samples for at most
+    max_time_s / 2 / rounds; without, in one go (round 1).
     `load` is read between blocks while sampling."""
     _phase(progress, "first call (tracing, compilation)")
     sync()
@@ -143,7 +145,7 @@ def measure(
     warm_until, deadline = start + max_time_s / 2, start + max_time_s
     try:
         _phase(progress, "warm-up")
-        block, calibrated = _calibrate_block(fn, sync, min_block_s, warm_until)
+        block, calibrated, block_s = _calibrate_block(fn, sync, min_block_s, warm_until)
         measurement.warmup_calls, warmed = _warm_up(fn, sync, block, warmup_s, min_warmup_calls, warm_until)
         measurement.block_size = block
         measurement.warmup_cut_short = not (calibrated and warmed)
@@ -152,14 +154,9 @@ def measure(
         if turns is None:
             sampling.run(1, deadline)
         else:
-            turn_s = max_time_s / 2 / rounds
-            turns.ready(measurement)
-            while (round_ := turns.wait()) is not None:
-                start = time.perf_counter()
-                _warm_up(fn, sync, block, warmup_s / rounds, 1, start + turn_s)
-                taken = len(measurement.samples_s)
-                sampling.run(round_, start + turn_s)
-                turns.done(measurement.samples_s[taken:], measurement.sample_ends[taken:])
+            rounds = affordable_rounds(rounds, max_time_s, block_s)
+            rewarm_s = warmup_s / rounds if block_s <= warmup_s / rounds else 0.0  # a long block is its own warm-up
+            _take_turns(turns, sampling, rounds, max_time_s / 2 / rounds, rewarm_s)
     except KeyboardInterrupt as interrupt:
         measurement.stopped_by = "interrupted"
         raise MeasurementInterrupted(measurement) from interrupt
@@ -167,6 +164,25 @@ def measure(
         measurement.stopped_by = "failed"
         raise MeasurementFailed(measurement) from error
     return measurement, first_output
+
+
+def affordable_rounds(rounds: int, max_time_s: float, block_s: float) -> int:
+    """The rounds a job takes part in: `rounds`, or fewer where a turn of max_time_s / 2 / rounds would not
+    hold one block (a 250 ms ResNet call in 40 rounds would take 10 s of a 5 s budget)."""
+    return max(1, min(rounds, int(max_time_s / 2 / max(block_s, 1e-9))))
+
+
+def _take_turns(turns: Turns, sampling: _Sampling, rounds: int, turn_s: float, rewarm_s: float) -> None:
+    """Sample in each turn given: a re-warm of `rewarm_s` (the step sat idle while the other jobs had their
+    turns), then samples until their spread is small or `turn_s` has passed since the turn began."""
+    m = sampling.measurement
+    turns.ready(m, rounds)
+    while (round_ := turns.wait()) is not None:
+        start = time.perf_counter()
+        _warm_up(sampling.fn, sampling.sync, m.block_size, rewarm_s, 0, start + min(rewarm_s, turn_s))
+        taken = len(m.samples_s)
+        sampling.run(round_, start + turn_s)
+        turns.done(m.samples_s[taken:], m.sample_ends[taken:])
 
 
 def _time_block(fn: Callable[[], object], sync: Callable[[], None], calls: int) -> float:
@@ -180,17 +196,18 @@ def _time_block(fn: Callable[[], object], sync: Callable[[], None], calls: int) 
 
 def _calibrate_block(
     fn: Callable[[], object], sync: Callable[[], None], min_block_s: float, until: float
-) -> tuple[int, bool]:
-    """Smallest call count (1, 2, 5, 10, 20, ...) whose block lasts at least min_block_s, and whether it
-    was found before `until` (else the largest count tried)."""
+) -> tuple[int, bool, float]:
+    """Smallest call count (1, 2, 5, 10, 20, ...) whose block lasts at least min_block_s, whether it
+    was found before `until` (else the largest count tried), and how long that block took."""
     calls = 1
     while True:
         for factor in (1, 2, 5):
             n = calls * factor
-            if _time_block(fn, sync, n) >= min_block_s:
-                return n, True
+            seconds = _time_block(fn, sync, n)
+            if seconds >= min_block_s:
+                return n, True, seconds
             if time.perf_counter() >= until:
-                return n, False
+                return n, False, seconds
         calls *= 10
 
 

@@ -65,3 +65,22 @@ def test_one_round_gives_the_ratio_of_medians_and_no_interval():
 
 def test_round_medians():
     assert round_medians(np.array([1.0, 3.0, 2.0, 10.0]), np.array([1, 1, 1, 2])) == {1: 2.0, 2: 10.0}
+
+
+def test_only_the_quiet_rounds_count_where_there_are_enough():
+    """A neighbour slows A more than B in the rounds it runs in: the ratio from the quiet rounds is A's
+    ratio on this machine, whatever share of the sweep the neighbour overlapped."""
+    rng = np.random.default_rng(5)
+    rounds = np.repeat(np.arange(1, 21), 5)
+    busy_round = np.repeat(np.arange(20) % 3 == 0, 5)  # a neighbour runs in 7 of 20 rounds
+    b = np.exp(rng.normal(0, 0.01, 100))
+    a = 2.0 * b * np.where(busy_round, 1.5, 1.0)
+    others = np.where(busy_round, 1, 0)
+    quiet = time_ratio(a, rounds, b, rounds, others, others)
+    assert quiet.quiet_only and quiet.rounds == 13 and quiet.basis() == "13 quiet rounds"
+    assert quiet.value == pytest.approx(2.0, rel=0.01)
+    assert time_ratio(a, rounds, b, rounds).value > 2.2  # all rounds: the neighbour's share shows
+    mostly_busy = np.where(np.repeat(np.arange(20) < 17, 5), 1, 0)  # 3 quiet rounds: too few, all count
+    assert not time_ratio(a, rounds, b, rounds, mostly_busy, mostly_busy).quiet_only
+    unread = np.full(100, -1)  # no /proc: all rounds count
+    assert time_ratio(a, rounds, b, rounds, unread, unread).basis() == "20 rounds"

@@ -196,7 +196,7 @@ class ScriptedTurns:
     def wait(self) -> int | None:
         return self.rounds.pop(0) if self.rounds else None
 
-    def done(self, samples_s: list[float], ends: list[float]) -> None:
+    def done(self, samples_s: list[float], ends: list[float], others: list[int]) -> None:
         self.turns.append((list(samples_s), list(ends)))
 
 

@@ -168,8 +168,8 @@ class PipeTurns:
             raise KeyboardInterrupt("stopped by SIGTERM: the launcher is gone") from None
         return message[1] if message[0] == "turn" else None
 
-    def done(self, samples_s: list[float], ends: list[float]) -> None:
-        self.connection.send(("done", samples_s, ends))
+    def done(self, samples_s: list[float], ends: list[float], others: list[int]) -> None:
+        self.connection.send(("done", samples_s, ends, others))
 
 
 def _open_store_meanwhile(cfg: DictConfig, may_time) -> None:

@@ -224,11 +224,13 @@ def run_and_record(
 
 
 def sample_tensors(measurement: Measurement) -> dict[str, np.ndarray]:
-    """Every sample (seconds per call), the round it was taken in and when it ended (Unix seconds)."""
+    """Every sample (seconds per call), the round it was taken in, when it ended (Unix seconds) and the
+    most runnable threads of other processes read during its turn (-1: not read)."""
     return {
         "timings/samples_s": np.asarray(measurement.samples_s),
         "timings/sample_round": np.asarray(measurement.sample_rounds, dtype=np.int64),
         "timings/sample_end_unix_s": np.asarray(measurement.sample_ends),
+        "timings/sample_other_runnable": np.asarray(measurement.sample_others, dtype=np.int64),
     }
 
 

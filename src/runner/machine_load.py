@@ -29,20 +29,23 @@ class MachineLoad:
     def for_this_machine(cls) -> MachineLoad | None:
         return cls() if (PROC / "stat").is_file() else None
 
-    def read(self) -> None:
+    def read(self) -> int | None:
+        """One reading; returns the other processes' runnable threads (None where /proc has no count)."""
         try:
             stat = (self.proc / "stat").read_text()
             loadavg = (self.proc / "loadavg").read_text()
         except OSError:
-            return
-        running = _field(stat, "procs_running")
+            return None
+        running, others = _field(stat, "procs_running"), None
         if running is not None:
-            self.other_runnable.append(max(running - self._own_runnable(), 0))
+            others = max(running - self._own_runnable(), 0)
+            self.other_runnable.append(others)
         self.load_1m.append(float(loadavg.split()[0]))
         cpu = stat.splitlines()[0].split()[1:]
         if len(cpu) >= 8:
             jiffies = [int(v) for v in cpu[:8]]  # user nice system idle iowait irq softirq steal
             self.cpu_times.append((jiffies[7], sum(jiffies)))
+        return others
 
     def _own_runnable(self) -> int:
         count = 0

@@ -3,11 +3,18 @@
 Each round gives one median per job. Jobs measured in the same rounds (interleaved: round r of A and
 of B met the same phase of the machine) are compared round by round: the ratio is the geometric mean
 of the per-round ratios and the interval is Student's t over their logarithms, so the round-to-round
-drift of the machine cancels and its spread widens the interval. Jobs measured in different rounds
-fall back to Welch's t over the two sets of per-round log medians. Why t rather than a bootstrap over
-rounds: with 3 to 5 rounds a percentile bootstrap has too few distinct resamples, and in a simulation
-(3 rounds, log-normal round effects) its 95% interval held the true ratio 80% of the time; t's held it
-95% (tests/test_ratio.py checks the coverage). One round gives the ratio of medians and no interval.
+drift of the machine cancels and its spread widens the interval.
+
+Where enough rounds were quiet (no other process's thread was runnable during either job's turn), only
+those count: a ratio can depend on the load itself, and how many rounds fall in busy phases is chance,
+so the quiet rounds give the answer that holds between repeats.
+
+Jobs measured in different rounds fall back to Welch's t over the two sets of per-round log medians.
+One round gives the ratio of medians and no interval.
+
+Why t rather than a bootstrap over rounds: with few rounds a percentile bootstrap has too few distinct
+resamples; in a simulation (3 rounds, log-normal round effects) its 95% interval held the true ratio
+80% of the time, t's 95% (tests/test_ratio.py checks the coverage).
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 LEVEL = 0.95
+MIN_QUIET_ROUNDS = 5  # and a quarter of the shared rounds: fewer quiet rounds than that, and all rounds count
 
 
 @dataclass(frozen=True)
@@ -27,6 +35,11 @@ class Ratio:
     high: float
     rounds: int  # the rounds the interval rests on (shared rounds when paired)
     paired: bool
+    quiet_only: bool = False  # only the rounds in which no other process was runnable
+
+    def basis(self) -> str:
+        """What the ratio rests on, for a person: '12 quiet rounds', '40 rounds'."""
+        return f"{self.rounds} {'quiet ' if self.quiet_only else ''}round{'s' if self.rounds != 1 else ''}"
 
     def within_noise(self) -> str:
         """'yes' when the interval holds 1, 'no' when it does not, else why it cannot tell."""
@@ -42,19 +55,38 @@ def round_medians(samples_s: np.ndarray, rounds: np.ndarray | None) -> dict[int,
     return {int(r): float(np.median(samples_s[rounds == r])) for r in np.unique(rounds)}
 
 
+def quiet_rounds(rounds: np.ndarray | None, others: np.ndarray | None) -> set[int]:
+    """The rounds in which no reading during the job's turn found another process's thread runnable."""
+    if rounds is None or others is None or len(others) != len(rounds):
+        return set()
+    rounds, others = np.asarray(rounds), np.asarray(others)
+    return {int(r) for r in np.unique(rounds) if (others[rounds == r] == 0).all()}
+
+
 def time_ratio(
-    samples_a: np.ndarray, rounds_a: np.ndarray | None, samples_b: np.ndarray, rounds_b: np.ndarray | None
+    samples_a: np.ndarray,
+    rounds_a: np.ndarray | None,
+    samples_b: np.ndarray,
+    rounds_b: np.ndarray | None,
+    others_a: np.ndarray | None = None,
+    others_b: np.ndarray | None = None,
 ) -> Ratio:
-    """A's time relative to B's, with its 95% interval (see the module's docstring)."""
+    """A's time relative to B's, with its 95% interval (see the module's docstring). `others_*`: per
+    sample, the other processes' runnable threads read during its turn (-1 where not read)."""
     from scipy import stats
 
     a, b = round_medians(samples_a, rounds_a), round_medians(samples_b, rounds_b)
     shared = sorted(set(a) & set(b))
+    quiet = sorted(set(shared) & quiet_rounds(rounds_a, others_a) & quiet_rounds(rounds_b, others_b))
+    quiet_only = len(quiet) >= max(MIN_QUIET_ROUNDS, len(shared) / 4) and len(quiet) < len(shared)
+    if quiet_only:
+        shared = quiet
     if len(shared) >= 2:
         logs = np.log([a[r] for r in shared]) - np.log([b[r] for r in shared])
         mean, sem, df = logs.mean(), logs.std(ddof=1) / math.sqrt(len(logs)), len(logs) - 1
         half = stats.t.ppf((1 + LEVEL) / 2, df) * sem
-        return Ratio(math.exp(mean), math.exp(mean - half), math.exp(mean + half), len(shared), paired=True)
+        low, high = math.exp(mean - half), math.exp(mean + half)
+        return Ratio(math.exp(mean), low, high, len(shared), paired=True, quiet_only=quiet_only)
     log_a, log_b = np.log(list(a.values())), np.log(list(b.values()))
     if len(log_a) >= 2 and len(log_b) >= 2:
         mean = log_a.mean() - log_b.mean()

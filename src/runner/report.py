@@ -76,7 +76,9 @@ def _finish_frame(frame: pd.DataFrame) -> pd.DataFrame:
     ]
     run_dirs = frame.get("run_dir", [None] * len(frame))
     frame["samples_s"] = [read_samples(d) if d else None for d in run_dirs]
-    frame["sample_rounds"] = [read_sample_rounds(d) if d else None for d in run_dirs]
+    rounds_and_others = [read_sample_rounds(d) if d else (None, None) for d in run_dirs]
+    frame["sample_rounds"] = [rounds for rounds, _ in rounds_and_others]
+    frame["sample_others"] = [others for _, others in rounds_and_others]
     return frame
 
 
@@ -105,7 +107,7 @@ def labels(frame: pd.DataFrame, columns: list[str] | None = None) -> pd.Series:
     return frame[columns].map(str).apply(lambda row: " ".join(f"{short_name(c)}={v}" for c, v in row.items()), axis=1)
 
 
-COMPARISON = ("time_ratio", "time_ratio_ci_low", "time_ratio_ci_high", "within_noise")
+COMPARISON = ("time_ratio", "time_ratio_ci_low", "time_ratio_ci_high", "within_noise", "time_ratio_basis")
 
 
 def compare(frame: pd.DataFrame) -> pd.DataFrame:
@@ -114,7 +116,7 @@ def compare(frame: pd.DataFrame) -> pd.DataFrame:
     batch size and size). The fastest is the one with the lowest median."""
     frame = frame.copy()
     for key in COMPARISON:
-        frame[key] = None if key == "within_noise" else np.nan
+        frame[key] = None if key in ("within_noise", "time_ratio_basis") else np.nan
     if frame.empty or "metrics.time_median_s" not in frame:
         return frame
     timed = frame[(frame["status"] == "FINISHED") & frame["metrics.time_median_s"].notna()]
@@ -129,12 +131,15 @@ def compare(frame: pd.DataFrame) -> pd.DataFrame:
 def _versus(run: pd.Series, fastest: pd.Series, is_fastest: bool) -> list:
     """time_ratio, its interval and within_noise of `run` against `fastest`."""
     if is_fastest:
-        return [1.0, np.nan, np.nan, "fastest"]
+        return [1.0, np.nan, np.nan, "fastest", None]
     if run["samples_s"] is None or fastest["samples_s"] is None:  # e.g. MLflow runs made on another machine
         ratio = run["metrics.time_median_s"] / fastest["metrics.time_median_s"]
-        return [ratio, np.nan, np.nan, "cannot tell (no samples)"]
-    ratio = time_ratio(run["samples_s"], run["sample_rounds"], fastest["samples_s"], fastest["sample_rounds"])
-    return [ratio.value, ratio.low, ratio.high, ratio.within_noise()]
+        return [ratio, np.nan, np.nan, "cannot tell (no samples)", None]
+    ratio = time_ratio(
+        *(run["samples_s"], run["sample_rounds"], fastest["samples_s"], fastest["sample_rounds"]),
+        *(run["sample_others"], fastest["sample_others"]),
+    )
+    return [ratio.value, ratio.low, ratio.high, ratio.within_noise(), ratio.basis()]
 
 
 def table(frame: pd.DataFrame) -> pd.DataFrame:
@@ -145,7 +150,8 @@ def table(frame: pd.DataFrame) -> pd.DataFrame:
     out = pd.DataFrame({"run": frame["run"].to_numpy(), "status": frame["status"].to_numpy()})
     for key in varied_params(frame):
         out[short_name(key)] = frame[key].to_numpy()
-    keys = [c.key for c in columns if c.key not in PROSE] + [k for k in COMPARISON if k != "time_ratio"]
+    keys = [c.key for c in columns if c.key not in PROSE]
+    keys += [k for k in COMPARISON if k not in keys]
     for key in keys:
         out[key] = [r.get(key) for r in records]
     out["error"] = frame["error"].to_numpy() if "error" in frame else None

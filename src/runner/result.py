@@ -171,18 +171,21 @@ def read_samples(run_dir: Path) -> np.ndarray | None:
         return None
 
 
-def read_sample_rounds(run_dir: Path) -> np.ndarray | None:
-    """The round each timing sample was taken in, where the run recorded it (older runs did not)."""
+def read_sample_rounds(run_dir: Path) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """Per timing sample: its round, and the other processes' runnable threads read during its turn, where
+    the run recorded them (older runs did not)."""
     path = Path(run_dir) / TENSORS_FILE
     if not path.exists():
-        return None
+        return None, None
     import h5py
 
     try:
         with h5py.File(path, "r") as f:
-            return f["timings/sample_round"][()] if "timings/sample_round" in f else None
+            return tuple(
+                f[name][()] if name in f else None for name in ("timings/sample_round", "timings/sample_other_runnable")
+            )
     except OSError:
-        return None
+        return None, None
 
 
 def read_inputs(run_dir: Path) -> dict[str, np.ndarray]:

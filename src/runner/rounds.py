@@ -149,9 +149,10 @@ def _turn(job: _Waiting, round_: int) -> None:
         job.worker.process.join()
         job.failed = f"{job.worker.exit_reason()} in round {round_}"
         return
-    _, samples_s, ends = message
+    _, samples_s, ends, others = message
     job.measurement.samples_s += samples_s
     job.measurement.sample_ends += ends
+    job.measurement.sample_others += others
     job.measurement.sample_rounds += [round_] * len(samples_s)
 
 

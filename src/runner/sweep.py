@@ -191,7 +191,8 @@ def comparison_line(row) -> str:
     line = f"{row['time_ratio']:.2f}x the time of the fastest comparable job of the sweep"
     if verdict in ("yes", "no"):
         meaning = "within noise" if verdict == "yes" else "a real difference"
-        return f"{line} (95% interval {row['time_ratio_ci_low']:.2f}-{row['time_ratio_ci_high']:.2f}x: {meaning})"
+        interval = f"{row['time_ratio_ci_low']:.2f}-{row['time_ratio_ci_high']:.2f}x"
+        return f"{line} (95% interval {interval} over {row['time_ratio_basis']}: {meaning})"
     return f"{line} ({verdict})"
 
 

@@ -35,6 +35,8 @@ class Measurement:
     energy_j: float | None = None  # over the timed phase (the samples), where a meter was given
     sample_rounds: list[int] = field(default_factory=list)  # the round each sample was taken in (1, 2, ...)
     sample_ends: list[float] = field(default_factory=list)  # when each sample ended (Unix seconds)
+    # other processes' runnable threads, the most read during the sample's turn (-1: not read)
+    sample_others: list[int] = field(default_factory=list)
 
     def stats(self) -> dict[str, float]:
         """Median, IQR, tail percentiles, mean, stdev and min of the samples (seconds per call, one per
@@ -80,13 +82,14 @@ class Turns(Protocol):
     def wait(self) -> int | None:
         """Block until this job's next turn; its round number, or None once the rounds are over."""
 
-    def done(self, samples_s: list[float], ends: list[float]) -> None:
-        """The turn is over; these samples were taken in it."""
+    def done(self, samples_s: list[float], ends: list[float], others: list[int]) -> None:
+        """The turn is over; these samples were taken in it (Measurement's sample_* lists, this turn's part)."""
 
 
 class LoadMeter(Protocol):
-    def read(self) -> None:
-        """Take one reading of how busy the machine is (between timed blocks, never inside one)."""
+    def read(self) -> int | None:
+        """Take one reading of how busy the machine is (between timed blocks, never inside one): the
+        number of other processes' runnable threads, or None where it cannot be read."""
 
 
 class MeasurementInterrupted(KeyboardInterrupt):
@@ -182,7 +185,7 @@ def _take_turns(turns: Turns, sampling: _Sampling, rounds: int, turn_s: float, r
         _warm_up(sampling.fn, sampling.sync, m.block_size, rewarm_s, 0, start + min(rewarm_s, turn_s))
         taken = len(m.samples_s)
         sampling.run(round_, start + turn_s)
-        turns.done(m.samples_s[taken:], m.sample_ends[taken:])
+        turns.done(m.samples_s[taken:], m.sample_ends[taken:], m.sample_others[taken:])
 
 
 def _time_block(fn: Callable[[], object], sync: Callable[[], None], calls: int) -> float:
@@ -239,13 +242,15 @@ class _Sampling:
 
     def run(self, round_: int, deadline: float) -> None:
         m, block = self.measurement, self.measurement.block_size
-        taken, start, last_load = len(m.samples_s), time.perf_counter(), float("-inf")
+        # No reading at the very start: the process whose turn just ended may still be winding down.
+        taken, start, others = len(m.samples_s), time.perf_counter(), [-1]
+        last_load = start
         self.sync()
         if self.energy is not None:
             self.energy.start()
         while True:
             if self.load is not None and time.perf_counter() - last_load >= self.load_every_s:
-                self.load.read()
+                others.append(self.load.read())
                 last_load = time.perf_counter()
             m.samples_s.append(_time_block(self.fn, self.sync, block) / block)
             m.sample_rounds.append(round_)
@@ -265,7 +270,9 @@ class _Sampling:
             self.energy_unread |= joules is None
             m.energy_j = None if self.energy_unread else (m.energy_j or 0.0) + joules
         if self.load is not None:
-            self.load.read()
+            others.append(self.load.read())
+        busiest = max((n for n in others if n is not None), default=-1)
+        m.sample_others += [busiest] * (len(m.samples_s) - taken)
 
 
 def rel_iqr(samples: list[float]) -> float:

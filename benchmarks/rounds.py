@@ -35,6 +35,27 @@ SWEEP = ("backend=tensorflow", "model=mlp", "task=gradients", "batch_size=512", 
 ORDERS = ("eager,function", "function,eager")
 BURN_S, PERIOD_S = 1.5, 3.0
 TARGET = 1.10
+FINDINGS = [
+    "",
+    "What the runs on the way here found (same burner, same sweep, 2026-11-23):",
+    "",
+    "- Turn length decides most of it. With 5 rounds (turns of 0.3 s, a round of 0.6 s against the burner's 1.5 s "
+    "phases) the ratio still moved by 1.37x between repeats; with 20 rounds by 1.12x and with 40 by 1.04x in one "
+    "run of 6 sweeps, 1.16-1.24x in others. Rounds cost no wall time: the turns stop early when their spread is "
+    "small, like the single measurement did.",
+    "- The ratio depends on the load itself: beside the burner, TensorFlow eager slowed more than tf.function "
+    "(busy rounds gave a 3-16% higher ratio than quiet rounds in all 7 of 8 sweeps with enough quiet rounds), so "
+    "a ratio over all rounds depends on how much of the sweep the burner overlapped. The runner now uses only "
+    "the quiet rounds where there are enough (`ratio from` says so).",
+    "- What is left is between processes: four identical tf.function jobs (seeds 0-3) in one sweep on a quiet "
+    "machine came out 0.97-1.06x of the fastest, one of them outside its interval, so each process runs at its "
+    "own speed within a few percent, which no interval over the rounds of one process per job can see. Next "
+    "step: several worker processes per job, their rounds pooled (pyperf's answer), at one framework import "
+    "each.",
+    "- The measurement of busyness was first wrong: a reading at the start of a turn counted the process whose "
+    "turn had just ended (still winding down) as another runnable process, so half of all rounds looked busy "
+    "on a quiet machine. The first reading now comes 0.1 s into a turn or at its end.",
+]
 
 
 def burn(stop) -> None:
@@ -136,6 +157,7 @@ def section(frame: pd.DataFrame, rounds: int, load: tuple[float, float]) -> str:
         "| repeat | order | rounds | eager / function | 95% interval | other runnable threads | wall time |",
         "|---|---|---|---|---|---|---|",
         *cells,
+        *FINDINGS,
         END,
     ]
     return "\n".join(lines)

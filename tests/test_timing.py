@@ -264,3 +264,12 @@ def test_a_job_whose_block_outlasts_a_turn_takes_fewer_rounds():
     assert turns.affordable == 2  # 0.05 s of sampling holds two 20 ms blocks
     calls_outside_samples = calls[0] - sum(len(samples) for samples, _ in turns.turns)
     assert calls_outside_samples == 3  # first call, calibration, warm-up; a 20 ms block needs no re-warm of 5 ms
+
+
+def test_noise_within_turns_leaves_out_the_drift_between_rounds():
+    """Round 2 ran twice as slow (a busy phase): the pooled IQR shows it, the spread within turns does not."""
+    steady = [1.0, 1.01, 0.99, 1.0, 1.02]
+    m = Measurement(first_call_s=0.0, samples_s=steady + [2 * s for s in steady], sample_rounds=[1] * 5 + [2] * 5)
+    assert m.rel_iqr() > 0.5 and m.turn_rel_iqr() < 0.03
+    one_round = Measurement(first_call_s=0.0, samples_s=steady, sample_rounds=[1] * 5)
+    assert one_round.turn_rel_iqr() == one_round.rel_iqr()

@@ -145,9 +145,10 @@ def _run_job(
     busy = machine_load.busy_warning(result.metrics)
     if busy:
         result.warnings.append(busy)
-    if measurement.rel_iqr() > NOISY_REL_IQR:
+    if measurement.turn_rel_iqr() > NOISY_REL_IQR:
+        where = "within its turns " if len(set(measurement.sample_rounds)) > 1 else ""
         result.warnings.append(
-            f"noisy measurement: IQR is {measurement.rel_iqr():.0%} of the median; "
+            f"noisy measurement: {where}IQR is {measurement.turn_rel_iqr():.0%} of the median; "
             "raise timing.max_time_s or quiet the machine"
         )
     return result

@@ -136,8 +136,8 @@ def _versus(run: pd.Series, fastest: pd.Series, is_fastest: bool) -> list:
         ratio = run["metrics.time_median_s"] / fastest["metrics.time_median_s"]
         return [ratio, np.nan, np.nan, "cannot tell (no samples)", None]
     ratio = time_ratio(
-        *(run["samples_s"], run["sample_rounds"], fastest["samples_s"], fastest["sample_rounds"]),
-        *(run["sample_others"], fastest["sample_others"]),
+        *(run["samples_s"], run.get("sample_rounds"), fastest["samples_s"], fastest.get("sample_rounds")),
+        *(run.get("sample_others"), fastest.get("sample_others")),
     )
     return [ratio.value, ratio.low, ratio.high, ratio.within_noise(), ratio.basis()]
 

@@ -64,6 +64,15 @@ class Measurement:
     def rel_iqr(self) -> float:
         return rel_iqr(self.samples_s) if self.samples_s else float("nan")
 
+    def turn_rel_iqr(self) -> float:
+        """IQR/median within a turn (the median over rounds with 4 samples or more): how noisy the samples
+        were, without the drift between rounds, which the ratio's interval accounts for. One round: rel_iqr."""
+        rounds, samples = np.asarray(self.sample_rounds), np.asarray(self.samples_s)
+        if len(set(self.sample_rounds)) <= 1:
+            return self.rel_iqr()
+        spreads = [rel_iqr(samples[rounds == r]) for r in np.unique(rounds) if (rounds == r).sum() >= 4]
+        return float(np.median(spreads)) if spreads else self.rel_iqr()
+
 
 class EnergyMeter(Protocol):
     def start(self) -> None: ...

@@ -363,10 +363,11 @@ def section(results: list[dict], conditions: str) -> str:
     return "\n".join(lines)
 
 
-def replace_section(text: str, new: str) -> str:
-    """`text` with its parity section replaced by `new` (appended where there is none)."""
-    if BEGIN in text and END in text:
-        return text[: text.index(BEGIN)] + new + text[text.index(END) + len(END) :]
+def replace_section(text: str, new: str, begin: str = BEGIN, end: str = END) -> str:
+    """`text` with its section between `begin` and `end` (parity's by default) replaced by `new`
+    (appended where there is none)."""
+    if begin in text and end in text:
+        return text[: text.index(begin)] + new + text[text.index(end) + len(end) :]
     return text.rstrip("\n") + "\n\n" + new + "\n"
 
 

@@ -28,6 +28,7 @@ import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "benchmarks"))  # parity.replace_section, also when imported from tests
 from runner.config import TimingConfig  # noqa: E402
 
 BEGIN, END = "<!-- rounds:begin -->", "<!-- rounds:end -->"
@@ -164,9 +165,10 @@ def section(frame: pd.DataFrame, rounds: int, load: tuple[float, float]) -> str:
 
 
 def replace_section(text: str, new: str) -> str:
-    if BEGIN in text and END in text:
-        return text[: text.index(BEGIN)] + new + text[text.index(END) + len(END) :]
-    return text.rstrip("\n") + "\n\n" + new + "\n"
+    """`text` with its rounds section replaced by `new` (appended where there is none)."""
+    import parity
+
+    return parity.replace_section(text, new, BEGIN, END)
 
 
 def main() -> None:

@@ -138,8 +138,11 @@ def _worker_of(proc: subprocess.Popen, timeout_s: float = 120):
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         for child in psutil.Process(proc.pid).children():
-            if "spawn_main" in " ".join(child.cmdline()):
-                return child
+            try:
+                if "spawn_main" in " ".join(child.cmdline()):
+                    return child
+            except psutil.Error:  # a short-lived helper (git, a resource tracker) that has exited
+                continue
         time.sleep(0.05)
     raise AssertionError("no worker process appeared")
 

@@ -143,8 +143,8 @@ def measure(
     `energy`, where given, is read over the sampling phase, with the device synchronised at both ends.
 
     With `turns`, sampling happens in `rounds` turns (fewer where a block is too long for that many:
-    affordable_rounds) handed out by a coordinator, each a short re-warm and then samples for at most
-    max_time_s / 2 / rounds; without, in one go (round 1).
+    affordable_rounds) handed out by a coordinator, each a short re-warm and then samples; the turns share
+    what calibration and warm-up left of max_time_s, as the single sampling phase does without `turns`.
     `load` is read between blocks while sampling."""
     _phase(progress, "first call (tracing, compilation)")
     sync()
@@ -166,9 +166,10 @@ def measure(
         if turns is None:
             sampling.run(1, deadline)
         else:
-            rounds = affordable_rounds(rounds, max_time_s, block_s)
+            sampling_s = deadline - time.perf_counter()
+            rounds = affordable_rounds(rounds, sampling_s, block_s)
             rewarm_s = warmup_s / rounds if block_s <= warmup_s / rounds else 0.0  # a long block is its own warm-up
-            _take_turns(turns, sampling, rounds, max_time_s / 2 / rounds, rewarm_s)
+            _take_turns(turns, sampling, rounds, sampling_s / rounds, rewarm_s)
     except KeyboardInterrupt as interrupt:
         measurement.stopped_by = "interrupted"
         raise MeasurementInterrupted(measurement) from interrupt
@@ -178,10 +179,10 @@ def measure(
     return measurement, first_output
 
 
-def affordable_rounds(rounds: int, max_time_s: float, block_s: float) -> int:
-    """The rounds a job takes part in: `rounds`, or fewer where a turn of max_time_s / 2 / rounds would not
-    hold one block (a 250 ms ResNet call in 40 rounds would take 10 s of a 5 s budget)."""
-    return max(1, min(rounds, int(max_time_s / 2 / max(block_s, 1e-9))))
+def affordable_rounds(rounds: int, sampling_s: float, block_s: float) -> int:
+    """The rounds a job takes part in: `rounds`, or fewer where a turn of sampling_s / rounds would not
+    hold one block (a 250 ms ResNet call in 40 rounds would take 10 s of a 4 s sampling budget)."""
+    return max(1, min(rounds, int(sampling_s / max(block_s, 1e-9))))
 
 
 def _take_turns(turns: Turns, sampling: _Sampling, rounds: int, turn_s: float, rewarm_s: float) -> None:

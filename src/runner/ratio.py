@@ -5,9 +5,10 @@ of B met the same phase of the machine) are compared round by round: the ratio i
 of the per-round ratios and the interval is Student's t over their logarithms, so the round-to-round
 drift of the machine cancels and its spread widens the interval.
 
-Where enough rounds were quiet (no other process's thread was runnable during either job's turn), only
-those count: a ratio can depend on the load itself, and how many rounds fall in busy phases is chance,
-so the quiet rounds give the answer that holds between repeats.
+All rounds count, busy or quiet: keeping only the quiet ones (no other process runnable during either
+turn) was tried and made the ratio move more between repeats, not less, since it halved the rounds
+under a neighbour that is busy half the time (BENCHMARKS.md). How busy the machine was is reported
+beside the ratio instead.
 
 Jobs measured in different rounds fall back to Welch's t over the two sets of per-round log medians.
 One round gives the ratio of medians and no interval.
@@ -25,7 +26,6 @@ from dataclasses import dataclass
 import numpy as np
 
 LEVEL = 0.95
-MIN_QUIET_ROUNDS = 5  # and a quarter of the shared rounds: fewer quiet rounds than that, and all rounds count
 
 
 @dataclass(frozen=True)
@@ -35,11 +35,11 @@ class Ratio:
     high: float
     rounds: int  # the rounds the interval rests on (shared rounds when paired)
     paired: bool
-    quiet_only: bool = False  # only the rounds in which no other process was runnable
 
     def basis(self) -> str:
-        """What the ratio rests on, for a person: '12 quiet rounds', '40 rounds'."""
-        return f"{self.rounds} {'quiet ' if self.quiet_only else ''}round{'s' if self.rounds != 1 else ''}"
+        """What the ratio rests on, for a person: '40 rounds', '1 round', '5 rounds, unpaired'."""
+        unpaired = ", unpaired" if not self.paired and self.rounds > 1 else ""
+        return f"{self.rounds} round{'s' if self.rounds != 1 else ''}{unpaired}"
 
     def within_noise(self) -> str:
         """'yes' when the interval holds 1, 'no' when it does not, else why it cannot tell."""
@@ -55,38 +55,23 @@ def round_medians(samples_s: np.ndarray, rounds: np.ndarray | None) -> dict[int,
     return {int(r): float(np.median(samples_s[rounds == r])) for r in np.unique(rounds)}
 
 
-def quiet_rounds(rounds: np.ndarray | None, others: np.ndarray | None) -> set[int]:
-    """The rounds in which no reading during the job's turn found another process's thread runnable."""
-    if rounds is None or others is None or len(others) != len(rounds):
-        return set()
-    rounds, others = np.asarray(rounds), np.asarray(others)
-    return {int(r) for r in np.unique(rounds) if (others[rounds == r] == 0).all()}
-
-
 def time_ratio(
     samples_a: np.ndarray,
     rounds_a: np.ndarray | None,
     samples_b: np.ndarray,
     rounds_b: np.ndarray | None,
-    others_a: np.ndarray | None = None,
-    others_b: np.ndarray | None = None,
 ) -> Ratio:
-    """A's time relative to B's, with its 95% interval (see the module's docstring). `others_*`: per
-    sample, the other processes' runnable threads read during its turn (-1 where not read)."""
+    """A's time relative to B's, with its 95% interval (see the module's docstring)."""
     from scipy import stats
 
     a, b = round_medians(samples_a, rounds_a), round_medians(samples_b, rounds_b)
     shared = sorted(set(a) & set(b))
-    quiet = sorted(set(shared) & quiet_rounds(rounds_a, others_a) & quiet_rounds(rounds_b, others_b))
-    quiet_only = len(quiet) >= max(MIN_QUIET_ROUNDS, len(shared) / 4) and len(quiet) < len(shared)
-    if quiet_only:
-        shared = quiet
     if len(shared) >= 2:
         logs = np.log([a[r] for r in shared]) - np.log([b[r] for r in shared])
         mean, sem, df = logs.mean(), logs.std(ddof=1) / math.sqrt(len(logs)), len(logs) - 1
         half = stats.t.ppf((1 + LEVEL) / 2, df) * sem
         low, high = math.exp(mean - half), math.exp(mean + half)
-        return Ratio(math.exp(mean), low, high, len(shared), paired=True, quiet_only=quiet_only)
+        return Ratio(math.exp(mean), low, high, len(shared), paired=True)
     log_a, log_b = np.log(list(a.values())), np.log(list(b.values()))
     if len(log_a) >= 2 and len(log_b) >= 2:
         mean = log_a.mean() - log_b.mean()

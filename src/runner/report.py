@@ -76,9 +76,7 @@ def _finish_frame(frame: pd.DataFrame) -> pd.DataFrame:
     ]
     run_dirs = frame.get("run_dir", [None] * len(frame))
     frame["samples_s"] = [read_samples(d) if d else None for d in run_dirs]
-    rounds_and_others = [read_sample_rounds(d) if d else (None, None) for d in run_dirs]
-    frame["sample_rounds"] = [rounds for rounds, _ in rounds_and_others]
-    frame["sample_others"] = [others for _, others in rounds_and_others]
+    frame["sample_rounds"] = [read_sample_rounds(d) if d else None for d in run_dirs]
     return frame
 
 
@@ -135,10 +133,7 @@ def _versus(run: pd.Series, fastest: pd.Series, is_fastest: bool) -> list:
     if run["samples_s"] is None or fastest["samples_s"] is None:  # e.g. MLflow runs made on another machine
         ratio = run["metrics.time_median_s"] / fastest["metrics.time_median_s"]
         return [ratio, np.nan, np.nan, "cannot tell (no samples)", None]
-    ratio = time_ratio(
-        *(run["samples_s"], run.get("sample_rounds"), fastest["samples_s"], fastest.get("sample_rounds")),
-        *(run.get("sample_others"), fastest.get("sample_others")),
-    )
+    ratio = time_ratio(run["samples_s"], run.get("sample_rounds"), fastest["samples_s"], fastest.get("sample_rounds"))
     return [ratio.value, ratio.low, ratio.high, ratio.within_noise(), ratio.basis()]
 
 

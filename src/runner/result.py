@@ -171,21 +171,18 @@ def read_samples(run_dir: Path) -> np.ndarray | None:
         return None
 
 
-def read_sample_rounds(run_dir: Path) -> tuple[np.ndarray | None, np.ndarray | None]:
-    """Per timing sample: its round, and the other processes' runnable threads read during its turn, where
-    the run recorded them (older runs did not)."""
+def read_sample_rounds(run_dir: Path) -> np.ndarray | None:
+    """Per timing sample, its round, where the run recorded them (older runs did not)."""
     path = Path(run_dir) / TENSORS_FILE
     if not path.exists():
-        return None, None
+        return None
     import h5py
 
     try:
         with h5py.File(path, "r") as f:
-            return tuple(
-                f[name][()] if name in f else None for name in ("timings/sample_round", "timings/sample_other_runnable")
-            )
+            return f["timings/sample_round"][()] if "timings/sample_round" in f else None
     except OSError:
-        return None, None
+        return None
 
 
 def read_inputs(run_dir: Path) -> dict[str, np.ndarray]:

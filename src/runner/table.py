@@ -85,7 +85,7 @@ COLUMNS: tuple[Column, ...] = (
     Column("time_ratio", "time / fastest", _ratio),
     Column("time_ratio_ci", "95% interval", _interval),  # over the rounds: runner.ratio
     Column("within_noise", "within noise"),
-    Column("time_ratio_basis", "ratio from"),  # "40 rounds", or "23 quiet rounds" where enough were quiet
+    Column("time_ratio_basis", "ratio from"),  # "40 rounds", "1 round"
     Column("max_abs_err_vs_reference", "max abs err", _number),
     Column("max_rel_err_vs_reference", "max rel err", _number),
     Column("shares_memory", "shares memory", _yes_no),

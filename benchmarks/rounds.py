@@ -3,8 +3,11 @@
 orders while another process burns one core for 1.5 s out of every 3 s: one job after the other
 (timing.rounds=1) against interleaved rounds (the default), in the same run.
 
-    .venv/bin/python benchmarks/rounds.py                 # 3 repeats x 2 orders x 2 ways, about 6 minutes
-    .venv/bin/python benchmarks/rounds.py --repeats 1     # a quick look
+    .venv/bin/python benchmarks/rounds.py                 # 3 repeats x 2 orders x 2 ways x 2 budgets, ~15 min
+    .venv/bin/python benchmarks/rounds.py --repeats 1 --budgets 3     # a quick look
+
+Beside the spread between repeats it prints the spread the sweeps' own intervals predict (their standard
+errors, over as many repeats), and how unsteady the machine itself was: a pure-Python loop's p90/p10.
 
 Rewrites the rounds section of BENCHMARKS.md (between the markers below); run_all.py keeps it.
 """
@@ -32,7 +35,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))  # parity.replace_section, also whe
 from runner.config import TimingConfig  # noqa: E402
 
 BEGIN, END = "<!-- rounds:begin -->", "<!-- rounds:end -->"
-SWEEP = ("backend=tensorflow", "model=mlp", "task=gradients", "batch_size=512", "tracking=none", "timing.max_time_s=3")
+SWEEP = ("backend=tensorflow", "model=mlp", "task=gradients", "batch_size=512", "tracking=none")
+ISSUE_BUDGET_S = 3.0  # seed 003's timing.max_time_s: the target row
 ORDERS = ("eager,function", "function,eager")
 BURN_S, PERIOD_S = 1.5, 3.0
 TARGET = 1.10
@@ -68,12 +72,38 @@ def burn(stop) -> None:
         stop.wait(PERIOD_S - BURN_S)
 
 
-def sweep(order: str, rounds: int, out: Path) -> dict:
+def machine_noise(seconds: float = 3.0) -> float:
+    """How unsteady the machine runs plain Python: p90/p10 of a ~1 ms loop's times (1.0: perfectly steady)."""
+    import numpy as np
+
+    times, end = [], time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        start = time.perf_counter()
+        sum(i * i for i in range(10_000))
+        times.append(time.perf_counter() - start)
+    return float(np.percentile(times, 90) / np.percentile(times, 10))
+
+
+def expected_range(n: int) -> float:
+    """The expected max - min of n standard normal draws (2.53 for 6)."""
+    import numpy as np
+
+    return float(np.ptp(np.random.default_rng(0).standard_normal((200_000, n)), axis=1).mean())
+
+
+def standard_error(low: float, high: float, rounds: int) -> float:
+    """The standard error of the log ratio behind a Student-t 95% interval over `rounds` rounds."""
+    from scipy import stats
+
+    return math.log(high / low) / (2 * stats.t.ppf(0.975, rounds - 1))
+
+
+def sweep(order: str, rounds: int, budget_s: float, out: Path) -> dict:
     """One sweep; eager's time / function's time, its interval (rounds only) and the wall time."""
     start = time.perf_counter()
     done = subprocess.run(
         [sys.executable, str(ROOT / "run.py"), "-m", *SWEEP, f"mode={order}", f"timing.rounds={rounds}"]
-        + [f"hydra.sweep.dir={out}"],
+        + [f"timing.max_time_s={budget_s:g}", f"hydra.sweep.dir={out}"],
         capture_output=True,
         text=True,
     )
@@ -83,25 +113,28 @@ def sweep(order: str, rounds: int, out: Path) -> dict:
     rows = pd.read_csv(out / "report" / "runs.csv").set_index("mode")
     eager, function = rows.loc["eager"], rows.loc["function"]
     ratio = eager["time_median_s"] / function["time_median_s"]
-    low, high = math.nan, math.nan
+    low, high, se = math.nan, math.nan, math.nan
     if function["within_noise"] == "fastest":  # eager's row holds the ratio to function, with its interval
         ratio, low, high = eager["time_ratio"], eager["time_ratio_ci_low"], eager["time_ratio_ci_high"]
+        if not math.isnan(low):
+            se = standard_error(low, high, int(str(eager["time_ratio_basis"]).split()[0]))
     busy = float(rows["machine_other_runnable"].mean()) if "machine_other_runnable" in rows else math.nan
-    return {"ratio": ratio, "low": low, "high": high, "wall_s": wall_s, "other_runnable": busy}
+    return {"ratio": ratio, "low": low, "high": high, "se": se, "wall_s": wall_s, "other_runnable": busy}
 
 
-def measure(repeats: int, rounds: int) -> pd.DataFrame:
+def measure(repeats: int, rounds: int, budgets: list[float]) -> pd.DataFrame:
     stop = multiprocessing.get_context("spawn").Event()
     burner = multiprocessing.get_context("spawn").Process(target=burn, args=(stop,), daemon=True)
     burner.start()
     records = []
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            for repeat, order in itertools.product(range(repeats), ORDERS):
+            for budget, repeat, order in itertools.product(budgets, range(repeats), ORDERS):
                 ways = (1, rounds) if len(records) % 4 == 0 else (rounds, 1)  # neither way always goes first
                 for way in ways:
-                    out = Path(tmp) / f"{repeat}-{order.replace(',', '-')}-{way}"
-                    record = {"repeat": repeat + 1, "order": order, "rounds": way, **sweep(order, way, out)}
+                    out = Path(tmp) / f"{budget:g}-{repeat}-{order.replace(',', '-')}-{way}"
+                    record = {"budget_s": budget, "repeat": repeat + 1, "order": order, "rounds": way}
+                    record |= sweep(order, way, budget, out)
                     print(record, flush=True)
                     records.append(record)
     finally:
@@ -115,18 +148,45 @@ def overlap(frame: pd.DataFrame) -> bool:
     return bool(frame["low"].max() <= frame["high"].min())
 
 
-def section(frame: pd.DataFrame, rounds: int, load: tuple[float, float]) -> str:
+def spread(ratios: pd.Series) -> float:
+    return float(ratios.max() / ratios.min())
+
+
+def predicted_spread(interleaved: pd.DataFrame) -> float:
+    """The max/min the sweeps' own intervals predict over as many repeats: exp(expected range x their SE)."""
+    return math.exp(expected_range(len(interleaved)) * math.sqrt((interleaved["se"] ** 2).mean()))
+
+
+def summary_rows(frame: pd.DataFrame, rounds: int) -> list[str]:
+    """Per budget: the spread both ways, the spread the intervals predict, overlap, and the wall-time cost."""
+    lines = []
+    for budget, group in frame.groupby("budget_s"):
+        sequential, interleaved = group[group["rounds"] == 1], group[group["rounds"] == rounds]
+        overlapping = overlap(interleaved)
+        target = f"<= {TARGET:.2f} with rounds, and the intervals of the repeats overlap"
+        verdict = "meets target" if spread(interleaved["ratio"]) <= TARGET and overlapping else "MISSES target"
+        if budget != ISSUE_BUDGET_S:
+            target, verdict = "(a longer budget, for comparison)", ""
+        lines.append(
+            f"| max/min of the eager/function ratio over {len(sequential)} sweeps, `max_time_s={budget:g}` | one job "
+            f"after the other: **{spread(sequential['ratio']):.2f}**; {rounds} rounds: "
+            f"**{spread(interleaved['ratio']):.2f}** (their intervals predict {predicted_spread(interleaved):.2f}; "
+            f"overlap: {'yes' if overlapping else 'no'}) | {target} | {verdict} |"
+        )
+        cost = interleaved["wall_s"].mean() / sequential["wall_s"].mean()
+        lines.append(
+            f"| wall time of a sweep, rounds / one after the other, `max_time_s={budget:g}` | {cost:.2f} "
+            f"({interleaved['wall_s'].mean():.1f} s vs {sequential['wall_s'].mean():.1f} s) | <= 1.10 | "
+            f"{'meets target' if cost <= 1.10 else 'MISSES target'} |"
+        )
+    return lines
+
+
+def section(frame: pd.DataFrame, rounds: int, load: tuple[float, float], noise: tuple[float, float]) -> str:
     from runner.environment import cpu_name
 
-    def spread(way: int) -> float:
-        ratios = frame[frame["rounds"] == way]["ratio"]
-        return ratios.max() / ratios.min()
-
-    sequential, interleaved = frame[frame["rounds"] == 1], frame[frame["rounds"] == rounds]
-    cost = interleaved["wall_s"].mean() / sequential["wall_s"].mean()
-    ok = spread(rounds) <= TARGET and overlap(interleaved)
     cells = [
-        f"| {r.repeat} | {r.order} | {r.rounds} | {r.ratio:.2f} | "
+        f"| {r.budget_s:g} s | {r.repeat} | {r.order} | {r.rounds} | {r.ratio:.2f} | "
         + (f"{r.low:.2f}-{r.high:.2f}" if not math.isnan(r.low) else "none (1 round)")
         + f" | {r.other_runnable:.1f} | {r.wall_s:.1f} s |"
         for r in frame.itertuples()
@@ -136,27 +196,25 @@ def section(frame: pd.DataFrame, rounds: int, load: tuple[float, float]) -> str:
         "## Comparisons on a busy machine: interleaved rounds",
         "",
         "Regenerate: `.venv/bin/python benchmarks/rounds.py` (this run; rewrites only this section). Seed 003's "
-        f"comparison, `run.py -m {' '.join(SWEEP)} mode=eager,function`, repeated in both job orders while a second "
-        f"process burns one core for {BURN_S:g} s out of every {PERIOD_S:g} s; each sweep run one job after the other "
-        f"(`timing.rounds=1`, as before) and in {rounds} interleaved rounds (the default), the two alternating. "
-        "Ratio = eager's time / function's; with rounds, the geometric mean of the per-round ratios and its 95% "
-        "interval (Student's t over the rounds, `runner.ratio`).",
+        f"comparison, `run.py -m {' '.join(SWEEP)} mode=eager,function timing.max_time_s={ISSUE_BUDGET_S:g}`, "
+        f"repeated in both job orders while a second process burns one core for {BURN_S:g} s out of every "
+        f"{PERIOD_S:g} s; each sweep run one job after the other (`timing.rounds=1`, as before) and in {rounds} "
+        "interleaved rounds (the default), the two alternating; then again with a longer budget. Ratio = eager's "
+        "time / function's; with rounds, the geometric mean of the per-round ratios and its 95% interval "
+        "(Student's t over the rounds, `runner.ratio`). 'Their intervals predict': the max/min expected over as "
+        "many repeats from the sweeps' own standard errors, if the intervals tell the whole truth.",
         "",
         f"Conditions: {cpu_name()}, {os.cpu_count()} cores shared with other work (load average {load[0]:.2f} "
-        f"before, {load[1]:.2f} after); Python {platform.python_version()}; {datetime.date.today()}.",
+        f"before, {load[1]:.2f} after); a plain-Python loop's p90/p10 without the burner, before and after: "
+        f"{noise[0]:.2f}, {noise[1]:.2f} (1.00 is a steady machine); Python {platform.python_version()}; "
+        f"{datetime.date.today()}.",
         "",
         "| row | measured | target | verdict |",
         "|---|---|---|---|",
-        f"| max/min of the eager/function ratio over {len(sequential)} sweeps | one job after the other: "
-        f"**{spread(1):.2f}**; {rounds} rounds: **{spread(rounds):.2f}** | <= {TARGET:.2f} with rounds, and the "
-        f"intervals of the repeats overlap | {'meets target' if ok else 'MISSES target'} (intervals overlap: "
-        f"{'yes' if overlap(interleaved) else 'no'}) |",
-        f"| wall time of a sweep, rounds / one after the other | {cost:.2f} "
-        f"({interleaved['wall_s'].mean():.1f} s vs {sequential['wall_s'].mean():.1f} s) | <= 1.10 | "
-        f"{'meets target' if cost <= 1.10 else 'MISSES target'} |",
+        *summary_rows(frame, rounds),
         "",
-        "| repeat | order | rounds | eager / function | 95% interval | other runnable threads | wall time |",
-        "|---|---|---|---|---|---|---|",
+        "| budget | repeat | order | rounds | eager / function | 95% interval | other runnable threads | wall time |",
+        "|---|---|---|---|---|---|---|---|",
         *cells,
         *FINDINGS,
         END,
@@ -175,11 +233,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=TimingConfig.rounds, help="the interleaved side's timing.rounds")
+    parser.add_argument("--budgets", default="3,12", help="timing.max_time_s values, comma-separated")
     parser.add_argument("--out", type=Path, default=ROOT / "BENCHMARKS.md")
     args = parser.parse_args()
-    load_before = os.getloadavg()[0]
-    frame = measure(args.repeats, args.rounds)
-    text = section(frame, args.rounds, (load_before, os.getloadavg()[0]))
+    load_before, noise_before = os.getloadavg()[0], machine_noise()
+    frame = measure(args.repeats, args.rounds, [float(b) for b in args.budgets.split(",")])
+    load_after, noise_after = os.getloadavg()[0], machine_noise()
+    text = section(frame, args.rounds, (load_before, load_after), (noise_before, noise_after))
     print(text)
     args.out.write_text(replace_section(args.out.read_text() if args.out.exists() else "", text))
     print(f"wrote {args.out}")

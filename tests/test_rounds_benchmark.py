@@ -1,11 +1,13 @@
 """benchmarks/rounds.py writes its BENCHMARKS.md section from what it measured (the measuring itself,
-eight TensorFlow sweeps under a burner, is run by hand: `python benchmarks/rounds.py`)."""
+24 TensorFlow sweeps under a burner, is run by hand: `python benchmarks/rounds.py`)."""
 
 from __future__ import annotations
 
+import math
 import sys
 
 import pandas as pd
+import pytest
 
 from runner.config import PROJECT_ROOT
 
@@ -13,30 +15,42 @@ sys.path.insert(0, str(PROJECT_ROOT / "benchmarks"))
 import rounds as bench  # noqa: E402
 
 
-def _frame(interleaved_ratios, intervals):
+def _frame(interleaved_ratios, intervals, budget_s=bench.ISSUE_BUDGET_S):
     rows = []
     for i, (order, ratio) in enumerate(zip(bench.ORDERS * 2, [3.4, 2.7, 3.3, 2.9], strict=True)):
-        rows.append({"repeat": i // 2 + 1, "order": order, "rounds": 1, "ratio": ratio, "low": float("nan")})
-        rows[-1].update(high=float("nan"), wall_s=20.0, other_runnable=1.0)
+        rows.append({"budget_s": budget_s, "repeat": i // 2 + 1, "order": order, "rounds": 1, "ratio": ratio})
+        rows[-1].update(low=float("nan"), high=float("nan"), se=float("nan"), wall_s=20.0, other_runnable=1.0)
     for i, (ratio, (low, high)) in enumerate(zip(interleaved_ratios, intervals, strict=True)):
-        rows.append({"repeat": i // 2 + 1, "order": bench.ORDERS[i % 2], "rounds": 5, "ratio": ratio, "low": low})
-        rows[-1].update(high=high, wall_s=21.0, other_runnable=1.0)
+        rows.append({"budget_s": budget_s, "repeat": i // 2 + 1, "order": bench.ORDERS[i % 2], "rounds": 5})
+        se = bench.standard_error(low, high, 5)
+        rows[-1].update(ratio=ratio, low=low, high=high, se=se, wall_s=21.0, other_runnable=1.0)
     return pd.DataFrame(rows)
 
 
 def test_the_section_states_the_spread_both_ways_and_the_verdict():
     frame = _frame([3.0, 3.1, 3.05, 3.02], [(2.8, 3.2), (2.9, 3.3), (2.85, 3.25), (2.9, 3.1)])
-    text = bench.section(frame, 5, (1.0, 2.0))
+    text = bench.section(frame, 5, (1.0, 2.0), (1.1, 1.2))
     assert text.startswith(bench.BEGIN) and text.endswith(bench.END)
     assert "one job after the other: **1.26**; 5 rounds: **1.03**" in text
-    assert "meets target (intervals overlap: yes)" in text
-    assert "| wall time of a sweep, rounds / one after the other | 1.05 (21.0 s vs 20.0 s)" in text
-    assert text.count("\n| 1 | eager,function |") == 2  # one row per sweep
+    assert "overlap: yes) | <= 1.10 with rounds, and the intervals of the repeats overlap | meets target |" in text
+    assert "| wall time of a sweep, rounds / one after the other, `max_time_s=3` | 1.05 (21.0 s vs 20.0 s)" in text
+    assert text.count("\n| 3 s | 1 | eager,function |") == 2  # one row per sweep
+    assert "p90/p10 without the burner, before and after: 1.10, 1.20" in text
 
 
 def test_intervals_that_do_not_overlap_miss_the_target():
     frame = _frame([3.0, 3.1, 3.05, 3.02], [(2.8, 2.9), (3.0, 3.3), (2.85, 3.25), (2.9, 3.1)])
-    assert "MISSES target (intervals overlap: no)" in bench.section(frame, 5, (1.0, 2.0))
+    assert "overlap: no) | <= 1.10 with rounds, and the intervals of the repeats overlap | MISSES target |" in (
+        bench.section(frame, 5, (1.0, 2.0), (1.0, 1.0))
+    )
+
+
+def test_the_intervals_predict_the_spread_their_standard_errors_imply():
+    """Six sweeps whose intervals all span exp(+-1.96 x 0.02): over six repeats, a max/min near exp(2.53 x 0.02)."""
+    low, high = math.exp(-0.04), math.exp(0.04)
+    assert bench.standard_error(low, high, 10**6) == pytest.approx(0.04 / 1.96, rel=1e-3)
+    frame = pd.DataFrame({"se": [0.02] * 6})
+    assert bench.predicted_spread(frame) == pytest.approx(math.exp(2.534 * 0.02), rel=1e-3)
 
 
 def test_the_section_replaces_its_old_self_and_nothing_else():

@@ -44,19 +44,31 @@ FINDINGS = [
     "",
     "What the runs on the way here found (same burner, same sweep, 2026-11-23):",
     "",
-    "- Turn length decides most of it. With 5 rounds (turns of 0.3 s, a round of 0.6 s against the burner's 1.5 s "
-    "phases) the ratio still moved by 1.37x between repeats; with 20 rounds by 1.12x and with 40 by 1.04x in one "
-    "run of 6 sweeps, 1.16-1.24x in others. Rounds cost no wall time: the turns stop early when their spread is "
-    "small, like the single measurement did.",
-    "- The ratio depends on the load itself: beside the burner, TensorFlow eager slowed more than tf.function "
-    "(busy rounds gave a 3-16% higher ratio than quiet rounds in all 7 of 8 sweeps with enough quiet rounds), so "
-    "a ratio over all rounds depends on how much of the sweep the burner overlapped. The runner now uses only "
-    "the quiet rounds where there are enough (`ratio from` says so).",
-    "- What is left is between processes: four identical tf.function jobs (seeds 0-3) in one sweep on a quiet "
-    "machine came out 0.97-1.06x of the fastest, one of them outside its interval, so each process runs at its "
-    "own speed within a few percent, which no interval over the rounds of one process per job can see. Next "
-    "step: several worker processes per job, their rounds pooled (pyperf's answer), at one framework import "
-    "each.",
+    "- The number of rounds decides the interval, not the length of a turn. A round's eager/function ratio "
+    "spread by about 19% (sd of its log) with turns of 37 ms and of 67 ms alike: this machine runs in slow and "
+    "fast phases longer than a turn, so a turn's median is one draw of the phase and the interval narrows as "
+    "1/sqrt(rounds). With 40 rounds at `max_time_s=3` the repeats moved by 1.17x while their intervals "
+    "predicted 1.09x (earlier runs: 1.12x and 1.16x). With 100 rounds each interval halved (standard error "
+    "0.017 against 0.033): six repeats moved by 1.08x in one run, and by 1.20x in the next, where one pair "
+    "of sweeps gave 4.11 (3.90-4.32) and 3.41 (3.26-3.57) while the other four agreed within 1.03x; so the "
+    "default stays 40 until the part between processes (below) is in the interval. With 40 rounds and "
+    "`max_time_s=12` the repeats moved by 1.06x (intervals predicted 1.07x) while one job after the other "
+    "moved by 1.81x: measured one after the other, a longer budget does not help, since each job still meets "
+    "its own phases.",
+    "- The machine itself is unsteady, burner or not: a plain-Python loop's p90/p10 went from 1.2 to 2.1 within "
+    "minutes, with consecutive calls correlated (lag 1: 0.8). Two identical TensorFlow jobs' per-round "
+    "medians correlated only 0.1-0.2, so these phases are not shared by the jobs of a round: rounds average "
+    "them out, they do not cancel them.",
+    "- Counting only the quiet rounds (no other process runnable in either turn) was tried and dropped: "
+    "beside the burner eager slows more than tf.function (busy rounds gave a 3-16% higher ratio), but "
+    "keeping only the quiet half of the rounds made the repeats move more, 1.19-1.22x against 1.12-1.16x "
+    "with all rounds, in two runs of six sweeps.",
+    "- The turns first had half of `max_time_s` (1.5 s of sampling here) while a job measured alone samples "
+    "for what calibration and warm-up leave (2.7 s); they now share the same.",
+    "- What may be left is between processes: four identical tf.function jobs (seeds 0-3) in one sweep came "
+    "out 0.97-1.06x of the fastest, and the 3 s repeats above moved more than their intervals predicted. "
+    "Several worker processes per job, their rounds pooled (pyperf's answer), would put that in the interval; "
+    "it costs one framework import per extra worker.",
     "- The measurement of busyness was first wrong: a reading at the start of a turn counted the process whose "
     "turn had just ended (still winding down) as another runnable process, so half of all rounds looked busy "
     "on a quiet machine. The first reading now comes 0.1 s into a turn or at its end.",

@@ -55,6 +55,7 @@ def test_jobs_measured_in_different_rounds_compare_unpaired():
     a, ra, b, rb = rounds_of(rng, 2.0, 5)
     ratio = time_ratio(a, ra, b, rb + 5)  # b's rounds came after a's: no round is shared
     assert not ratio.paired and ratio.low < 2.0 < ratio.high
+    assert ratio.basis() == "5 rounds, unpaired"  # the "ratio from" column says so
 
 
 def test_one_round_gives_the_ratio_of_medians_and_no_interval():

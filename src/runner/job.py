@@ -145,11 +145,11 @@ def _run_job(
     busy = machine_load.busy_warning(result.metrics)
     if busy:
         result.warnings.append(busy)
-    if measurement.turn_rel_iqr() > NOISY_REL_IQR:
+    spread = measurement.turn_rel_iqr()
+    if spread > NOISY_REL_IQR:
         where = "within its turns " if len(set(measurement.sample_rounds)) > 1 else ""
         result.warnings.append(
-            f"noisy measurement: {where}IQR is {measurement.turn_rel_iqr():.0%} of the median; "
-            "raise timing.max_time_s or quiet the machine"
+            f"noisy measurement: {where}IQR is {spread:.0%} of the median; raise timing.max_time_s or quiet the machine"
         )
     return result
 

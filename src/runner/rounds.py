@@ -7,9 +7,8 @@ every job, `run` hands out the turns: round 1 in job order, round 2 in reverse o
 no job is always first, and each job follows itself as often as the others. In a turn a job re-warms
 briefly and samples for at most its share of what calibration and warm-up left of max_time_s. Then
 every worker checks its results against the float64 reference and writes its record, and each job is
-logged to MLflow. A job whose block of
-calls is too long for `rounds` turns in its budget (timing.affordable_rounds) takes fewer, spread
-evenly over the rounds.
+logged to MLflow. A job whose block of calls is too long for `rounds` turns in its budget
+(timing.affordable_rounds) takes fewer, spread evenly over the rounds.
 
 Keeping one live worker per job costs memory, not imports: when the next job would leave less than
 MEMORY_RESERVE free, the jobs set up so far are measured first (their rounds then differ from the later

@@ -33,6 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "benchmarks"))  # parity.replace_section, also when imported from tests
 from runner.config import TimingConfig  # noqa: E402
+from runner.ratio import batch_count  # noqa: E402
 
 BEGIN, END = "<!-- rounds:begin -->", "<!-- rounds:end -->"
 SWEEP = ("backend=tensorflow", "model=mlp", "task=gradients", "batch_size=512", "tracking=none")
@@ -104,10 +105,11 @@ def expected_range(n: int) -> float:
 
 
 def standard_error(low: float, high: float, rounds: int) -> float:
-    """The standard error of the log ratio behind a Student-t 95% interval over `rounds` rounds."""
+    """The standard error of the log ratio behind a 95% interval over `rounds` rounds (Student's t over their
+    batch means, as runner.ratio computes it)."""
     from scipy import stats
 
-    return math.log(high / low) / (2 * stats.t.ppf(0.975, rounds - 1))
+    return math.log(high / low) / (2 * stats.t.ppf(0.975, batch_count(rounds) - 1))
 
 
 def sweep(order: str, rounds: int, budget_s: float, out: Path) -> dict:

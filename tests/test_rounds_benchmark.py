@@ -46,9 +46,10 @@ def test_intervals_that_do_not_overlap_miss_the_target():
 
 
 def test_the_intervals_predict_the_spread_their_standard_errors_imply():
-    """Six sweeps whose intervals all span exp(+-1.96 x 0.02): over six repeats, a max/min near exp(2.53 x 0.02)."""
+    """Six sweeps whose standard error is 0.02: over six repeats, a max/min near exp(2.53 x 0.02). 40 rounds are
+    8 batches of 5, so their interval is +-2.365 standard errors (t with 7 degrees of freedom)."""
     low, high = math.exp(-0.04), math.exp(0.04)
-    assert bench.standard_error(low, high, 10**6) == pytest.approx(0.04 / 1.96, rel=1e-3)
+    assert bench.standard_error(low, high, 40) == pytest.approx(0.04 / 2.365, rel=1e-3)
     frame = pd.DataFrame({"se": [0.02] * 6})
     assert bench.predicted_spread(frame) == pytest.approx(math.exp(2.534 * 0.02), rel=1e-3)
 

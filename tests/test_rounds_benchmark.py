@@ -31,7 +31,7 @@ def test_the_section_states_the_spread_both_ways_and_the_verdict():
     frame = _frame([3.0, 3.1, 3.05, 3.02], [(2.8, 3.2), (2.9, 3.3), (2.85, 3.25), (2.9, 3.1)])
     text = bench.section(frame, 5, (1.0, 2.0), (1.1, 1.2))
     assert text.startswith(bench.BEGIN) and text.endswith(bench.END)
-    assert "one job after the other: **1.26**; 5 rounds: **1.03**" in text
+    assert "one job after the other: **1.259**; 5 rounds: **1.033**" in text
     assert "overlap: yes) | <= 1.10 with rounds, and the intervals of the repeats overlap | meets target |" in text
     assert "| wall time of a sweep, rounds / one after the other, `max_time_s=3` | 1.05 (21.0 s vs 20.0 s)" in text
     assert text.count("\n| 3 s | 1 | eager,function |") == 2  # one row per sweep

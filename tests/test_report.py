@@ -23,7 +23,7 @@ def test_compare_against_the_fastest_run_doing_the_same_work():
             "status": ["FINISHED", "FINISHED", "FINISHED", "FAILED"],
             "params.model.name": ["sigmoid"] * 4,
             "params.backend.name": ["numpy", "torch", "numpy", "torch"],
-            "size": [10.0, 10.0, 1000.0, 1000.0],
+            "params.model.size": [10.0, 10.0, 1000.0, 1000.0],
             "metrics.time_median_s": [2.0, 1.0, 50.0, np.nan],
             "samples_s": [2.0 + np.arange(12) * 1e-3, 1.0 + np.arange(12) * 1e-3, None, None],
             "sample_rounds": [rounds, rounds, None, None],
@@ -33,6 +33,29 @@ def test_compare_against_the_fastest_run_doing_the_same_work():
     assert list(compared["time_ratio"][:3]) == pytest.approx([2.0, 1.0, 1.0], rel=0.01)  # size 1000: its own fastest
     assert compared["time_ratio_ci_low"][0] < 2.0 < compared["time_ratio_ci_high"][0]
     assert list(compared["within_noise"]) == ["no", "fastest", "fastest", None]
+
+
+def test_runs_at_different_sizes_are_not_compared_but_named_alternatives_are():
+    """Seed 001's view-vs-reshape grid: model.n is work (64 and 2048 are not compared); model.method is the
+    comparison; the title names n, and the size plots know n is the size and draw a line per method."""
+    frame = pd.DataFrame(
+        {
+            "run": list("abcd"),
+            "status": ["FINISHED"] * 4,
+            "params.model.name": ["reshape"] * 4,
+            "params.task.name": ["inference"] * 4,
+            "params.model.method": ["view", "reshape", "view", "reshape"],
+            "params.model.n": ["64", "64", "2048", "2048"],
+            "metrics.time_median_s": [1e-6, 2e-6, 1e-6, 9e-3],
+        }
+    )
+    frame = report._finish_frame(frame)
+    compared = report.compare(frame)
+    assert list(compared["time_ratio"]) == pytest.approx([1.0, 2.0, 1.0, 9000.0])
+    titles = [title for title, _ in report.workloads(frame)]
+    assert titles == ["reshape inference, model.n 2048", "reshape inference, model.n 64"]
+    assert list(frame["size"]) == [64, 64, 2048, 2048] and set(frame["size_name"]) == {"model.n"}
+    assert list(report.series_labels(frame)) == ["view", "reshape", "view", "reshape"]  # a line per method
 
 
 # -- the CLI -------------------------------------------------------------------------------------

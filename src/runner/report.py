@@ -1,11 +1,11 @@
 """Compare runs: a table (CSV, markdown) and PNG plots, from a sweep directory or an MLflow experiment.
 
 Rows are runs; columns follow `mlflow.search_runs`: `params.<flattened config key>`, `metrics.<name>`,
-plus `status`, `error`, `run_dir`, `size` (model.size for sigmoid, model.n for matmul) and the raw
-timing samples (`samples_s`, and the round of each in `sample_rounds`, from each run's tensors.h5 where
-it is on this machine). Each run is compared with the fastest run doing the same work: `time_ratio`
-with its 95% interval over the rounds (runner.ratio); the difference is within noise when the interval
-holds 1.
+plus `status`, `error`, `run_dir`, `size` and `size_name` (in a size sweep: the one numeric setting of
+the model or its inputs that varies, e.g. model.n of matmul) and the raw timing samples (`samples_s`,
+and the round of each in `sample_rounds`, from each run's tensors.h5 where it is on this machine). Each
+run is compared with the fastest run doing the same work (work_keys): `time_ratio` with its 95%
+interval over the rounds (runner.ratio); the difference is within noise when the interval holds 1.
 """
 
 from __future__ import annotations
@@ -23,9 +23,8 @@ from runner.result import RESULT_FILE, Result, ResultUnreadable, read_sample_rou
 from runner.table import COLUMNS, PROSE, Column, format_seconds, present, rows
 from runner.table import markdown as table_markdown
 
-SIZE_KEYS = {"sigmoid": "params.model.size", "matmul": "params.model.n"}
-WORK_KEYS = ("params.model.name", "params.task.name", "params.batch_size", "size")  # runs that did the same work
 PANEL_KEYS = ("params.model.name", "params.task.name", "params.batch_size")  # a size sweep shares one panel
+SETTING_PREFIXES = ("params.model.", "params.data.")  # the workload's own settings: model.n, data.image_size, ...
 SERIES_KEYS = ("params.backend.name", "params.mode.name", "params.device.name", "params.dtype")
 # -- loading -------------------------------------------------------------------------------------
 
@@ -66,18 +65,47 @@ def _finish_frame(frame: pd.DataFrame) -> pd.DataFrame:
     for key in ("metrics.time_median_s", "metrics.time_iqr_s"):  # absent when no run was timed
         if key not in frame:
             frame[key] = np.nan
-    for key in ("params.batch_size", "params.seed", "params.model.size", "params.model.n"):
-        if key in frame:
-            frame[key] = pd.to_numeric(frame[key], errors="coerce")
-    model = frame.get("params.model.name", pd.Series([None] * len(frame)))
-    frame["size"] = [
-        frame.at[i, SIZE_KEYS[m]] if m in SIZE_KEYS and SIZE_KEYS[m] in frame else np.nan
-        for i, m in zip(frame.index, model, strict=True)
-    ]
+    for key in ("params.batch_size", "params.seed", *(k for k in frame if str(k).startswith(SETTING_PREFIXES))):
+        if key in frame and _all_numbers(frame[key]):
+            frame[key] = pd.to_numeric(frame[key])
+    frame["size"], frame["size_name"] = _sizes(frame)
     run_dirs = frame.get("run_dir", [None] * len(frame))
     frame["samples_s"] = [read_samples(d) if d else None for d in run_dirs]
     frame["sample_rounds"] = [read_sample_rounds(d) if d else None for d in run_dirs]
     return frame
+
+
+def _all_numbers(column: pd.Series) -> bool:
+    """Whether every value given is a number (MLflow hands params back as strings: "1024")."""
+    given = column.dropna()
+    return not given.empty and pd.to_numeric(given, errors="coerce").notna().all() and given.map(type).ne(bool).all()
+
+
+def numeric_settings(frame: pd.DataFrame) -> list[str]:
+    """The numeric settings of the model or its inputs (params.model.n, params.model.hidden,
+    params.data.image_size, ...): runs that differ in one of them did different work."""
+    return [k for k in frame if str(k).startswith(SETTING_PREFIXES) and pd.api.types.is_numeric_dtype(frame[k])]
+
+
+def work_keys(frame: pd.DataFrame) -> list[str]:
+    """What two runs must share to be compared: model, task, batch size and the numeric settings of the model
+    and its inputs. Everything else is what a comparison is for: backend, mode, device, dtype, and named
+    alternatives (model.method of reshape, model.arch of torchvision)."""
+    return [k for k in PANEL_KEYS if k in frame] + numeric_settings(frame)
+
+
+def _sizes(frame: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
+    """Per run, its size and the setting that holds it, where exactly one numeric setting varies among the
+    runs of its model (a size sweep: model.size of sigmoid, model.n of matmul); NaN and None elsewhere."""
+    size, name = pd.Series(np.nan, index=frame.index), pd.Series(None, index=frame.index, dtype=object)
+    settings = numeric_settings(frame)
+    if "params.model.name" not in frame:
+        return size, name
+    for _, runs in frame.groupby(frame["params.model.name"].map(str)):
+        varying = [k for k in settings if runs[k].nunique() > 1]
+        if len(varying) == 1:
+            size[runs.index], name[runs.index] = runs[varying[0]], short_name(varying[0])
+    return size, name
 
 
 # -- comparing -----------------------------------------------------------------------------------
@@ -110,15 +138,15 @@ COMPARISON = ("time_ratio", "time_ratio_ci_low", "time_ratio_ci_high", "within_n
 
 def compare(frame: pd.DataFrame) -> pd.DataFrame:
     """Add `time_ratio` (this run's time / the fastest's), its 95% interval `time_ratio_ci_low`/`_high`
-    and `within_noise` against the fastest finished run that did the same work (same model, task,
-    batch size and size). The fastest is the one with the lowest median."""
+    and `within_noise` against the fastest finished run that did the same work (work_keys). The fastest is
+    the one with the lowest median."""
     frame = frame.copy()
     for key in COMPARISON:
         frame[key] = None if key in ("within_noise", "time_ratio_basis") else np.nan
     if frame.empty or "metrics.time_median_s" not in frame:
         return frame
     timed = frame[(frame["status"] == "FINISHED") & frame["metrics.time_median_s"].notna()]
-    keys = [k for k in WORK_KEYS if k in frame]
+    keys = work_keys(frame)
     for _, group in timed.groupby([timed[k].map(str) for k in keys], sort=False):
         fastest = group["metrics.time_median_s"].idxmin()
         for i in group.index:
@@ -210,22 +238,24 @@ def _pyplot():
     return plt
 
 
-def workloads(frame: pd.DataFrame, keys: tuple[str, ...] = WORK_KEYS) -> list[tuple[str, pd.DataFrame]]:
-    """The runs grouped by the work they did (model, task, batch size, size), each with a title."""
-    keys = tuple(k for k in keys if k in frame)
+def workloads(frame: pd.DataFrame, keys: Iterable[str] | None = None) -> list[tuple[str, pd.DataFrame]]:
+    """The runs grouped by the work they did (work_keys unless other keys are given), each with a title
+    that names the settings which differ between the groups."""
+    keys = [k for k in (work_keys(frame) if keys is None else keys) if k in frame]
     if not keys:
         return [("all runs", frame)]
+    varying = [k for k in keys if k in numeric_settings(frame) and frame[k].dropna().nunique() > 1]
     groups = frame.groupby([frame[k].map(str) for k in keys], sort=True)
-    return [(_workload_title(group.iloc[0], keys), group) for _, group in groups]
+    return [(_workload_title(group.iloc[0], varying), group) for _, group in groups]
 
 
-def _workload_title(row: pd.Series, keys: tuple[str, ...]) -> str:
-    parts = {k: row.get(k) for k in keys}
-    title = f"{parts.get('params.model.name', '?')} {parts.get('params.task.name', '')}".strip()
-    if pd.notna(parts.get("params.batch_size")):
-        title += f", batch {int(parts['params.batch_size'])}"
-    if pd.notna(parts.get("size")):
-        title += f", size {int(parts['size']):,}"
+def _workload_title(row: pd.Series, settings: list[str]) -> str:
+    title = f"{row.get('params.model.name', '?')} {row.get('params.task.name', '')}".strip()
+    if pd.notna(row.get("params.batch_size")):
+        title += f", batch {int(row['params.batch_size'])}"
+    for key in settings:
+        if pd.notna(row.get(key)):
+            title += f", {short_name(key)} {_param_cell(row[key])}"
     return title
 
 
@@ -288,15 +318,29 @@ def _time_panel(ax, group: pd.DataFrame, title: str) -> None:
 
 
 def series_labels(frame: pd.DataFrame) -> pd.Series:
-    keys = [k for k in SERIES_KEYS if k in frame and frame[k].map(str).nunique() > 1]
+    """One line per configuration in a size plot: backend / mode / device / dtype and named alternatives
+    (model.method, model.arch), those that differ among these runs."""
+    numeric = numeric_settings(frame)
+    named = [k for k in frame if str(k).startswith(SETTING_PREFIXES) and k not in numeric and k not in PANEL_KEYS]
+    keys = [k for k in (*SERIES_KEYS, *named) if k in frame and frame[k].map(str).nunique() > 1]
     keys = keys or [k for k in SERIES_KEYS[:2] if k in frame]
     return frame[keys].map(str).agg(" / ".join, axis=1)
+
+
+def _size_axis(ax, sizes: pd.Series) -> None:
+    """A log axis ticked at the sizes that were run (1, 32, 1,024, ...), not at powers of ten."""
+    from matplotlib.ticker import NullFormatter
+
+    ax.set_xscale("log")
+    ticks = sorted(sizes.dropna().unique())
+    ax.set_xticks(ticks, [f"{t:,.0f}" if float(t).is_integer() else f"{t:g}" for t in ticks])
+    ax.xaxis.set_minor_formatter(NullFormatter())
 
 
 def _size_groups(frame: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
     """Size sweeps: runs of one model, task and batch size at two or more sizes."""
     sized = _timed(frame)[_timed(frame)["size"].notna()]
-    groups = workloads(sized, tuple(k for k in WORK_KEYS if k != "size"))
+    groups = workloads(sized, PANEL_KEYS)
     return [(title, g) for title, g in groups if g["size"].nunique() >= 2]
 
 
@@ -312,7 +356,7 @@ def plot_time_vs_size(frame: pd.DataFrame, path: Path) -> Path | None:
             series = series.sort_values("size")
             iqr = series.get("metrics.time_iqr_s", pd.Series(0, index=series.index)) / 2
             ax.errorbar(series["size"], series["metrics.time_median_s"], yerr=iqr, marker="o", capsize=3, label=name)
-        ax.set_xscale("log")
+        _size_axis(ax, timed["size"])
         _seconds_axis(ax.yaxis)
         ax.set_xlabel(_size_label(timed))
         ax.set_ylabel("time per call (median, IQR bars)")
@@ -358,7 +402,7 @@ def plot_speedup_vs_size(frame: pd.DataFrame, path: Path) -> Path | None:
         baseline = times.iloc[-1].idxmax()  # the slowest configuration at the largest size
         for name in times.columns:
             ax.plot(times.index, times[baseline] / times[name], marker="o", label=name)
-        ax.set_xscale("log")
+        _size_axis(ax, timed["size"])
         ax.set_xlabel(_size_label(timed))
         ax.set_ylabel(f"speedup over {baseline}")
         ax.set_title(f"{title}: speedups against size", loc="left", fontsize=10)
@@ -368,7 +412,7 @@ def plot_speedup_vs_size(frame: pd.DataFrame, path: Path) -> Path | None:
 
 
 def _size_label(timed: pd.DataFrame) -> str:
-    return "matrix side n (matmul)" if timed["params.model.name"].iloc[0] == "matmul" else "number of elements"
+    return f"{timed['size_name'].iloc[0]} (log scale)"
 
 
 def _seconds_axis(axis) -> None:

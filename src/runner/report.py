@@ -25,6 +25,7 @@ from runner.table import markdown as table_markdown
 
 PANEL_KEYS = ("params.model.name", "params.task.name", "params.batch_size")  # a size sweep shares one panel
 SETTING_PREFIXES = ("params.model.", "params.data.")  # the workload's own settings: model.n, data.image_size, ...
+MAX_SIZE_TICKS = 8
 SERIES_KEYS = ("params.backend.name", "params.mode.name", "params.device.name", "params.dtype")
 # -- loading -------------------------------------------------------------------------------------
 
@@ -328,11 +329,14 @@ def series_labels(frame: pd.DataFrame) -> pd.Series:
 
 
 def _size_axis(ax, sizes: pd.Series) -> None:
-    """A log axis ticked at the sizes that were run (1, 32, 1,024, ...), not at powers of ten."""
+    """A log axis ticked at the sizes that were run (1, 32, 1,024, ...), not at powers of ten; matplotlib's
+    own ticks where there are too many sizes to label each."""
     from matplotlib.ticker import NullFormatter
 
     ax.set_xscale("log")
     ticks = sorted(sizes.dropna().unique())
+    if len(ticks) > MAX_SIZE_TICKS:
+        return
     ax.set_xticks(ticks, [f"{t:,.0f}" if float(t).is_integer() else f"{t:g}" for t in ticks])
     ax.xaxis.set_minor_formatter(NullFormatter())
 

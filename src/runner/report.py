@@ -26,6 +26,7 @@ from runner.table import markdown as table_markdown
 PANEL_KEYS = ("params.model.name", "params.task.name", "params.batch_size")  # a size sweep shares one panel
 SETTING_PREFIXES = ("params.model.", "params.data.")  # the workload's own settings: model.n, data.image_size, ...
 MAX_SIZE_TICKS = 8
+SPEEDUP_LOG_ABOVE = 10  # a speedup axis spanning more than this factor is drawn on a log scale
 SERIES_KEYS = ("params.backend.name", "params.mode.name", "params.device.name", "params.dtype")
 # -- loading -------------------------------------------------------------------------------------
 
@@ -404,11 +405,15 @@ def plot_speedup_vs_size(frame: pd.DataFrame, path: Path) -> Path | None:
         timed = timed.assign(series=series_labels(timed))
         times = timed.pivot_table(index="size", columns="series", values="metrics.time_median_s", aggfunc="median")
         baseline = times.iloc[-1].idxmax()  # the slowest configuration at the largest size
+        speedups = times.rdiv(times[baseline], axis=0)
         for name in times.columns:
-            ax.plot(times.index, times[baseline] / times[name], marker="o", label=name)
+            ax.plot(times.index, speedups[name], marker="o", label=name)
         _size_axis(ax, timed["size"])
         ax.set_xlabel(_size_label(timed))
-        ax.set_ylabel(f"speedup over {baseline}")
+        spans_decades = speedups.max().max() / speedups.min().min() > SPEEDUP_LOG_ABOVE
+        if spans_decades:  # 870x and 1.9x on one linear axis: the small ones sit on the floor
+            ax.set_yscale("log")
+        ax.set_ylabel(f"speedup over {baseline}" + (" (log scale)" if spans_decades else ""))
         ax.set_title(f"{title}: speedups against size", loc="left", fontsize=10)
         ax.grid(which="both", alpha=0.3)
         ax.legend()

@@ -246,7 +246,8 @@ def workloads(frame: pd.DataFrame, keys: Iterable[str] | None = None) -> list[tu
     keys = [k for k in (work_keys(frame) if keys is None else keys) if k in frame]
     if not keys:
         return [("all runs", frame)]
-    varying = [k for k in keys if k in numeric_settings(frame) and frame[k].dropna().nunique() > 1]
+    numeric = numeric_settings(frame)
+    varying = [k for k in keys if k in numeric and frame[k].dropna().nunique() > 1]
     groups = frame.groupby([frame[k].map(str) for k in keys], sort=True)
     return [(_workload_title(group.iloc[0], varying), group) for _, group in groups]
 

@@ -96,6 +96,7 @@ class TimingConfig:
     target_rel_iqr: float = 0.03  # stop early once IQR/median is below this
     min_block_s: float = 0.002  # calls are timed in blocks at least this long
     keep_freed_memory: bool = True  # glibc keeps freed memory: no history-dependent page faults per call
+    fixed_layout: bool = True  # workers start without address-space randomization: every process the same layout
     rounds: int = 40  # a sweep measures its jobs in up to this many interleaved rounds (1: one after the other)
 
 
@@ -115,6 +116,7 @@ class RunConfig:
     dtype: DType = DType.float32
     batch_size: int = 32
     seed: int = 0
+    threads: int | None = None  # intra-op threads of the chosen backend; None: the framework's own default
     isolation: Isolation = Isolation.process
     check_reference: bool = True  # compare with a float64 numpy computation (false: skip it, e.g. huge matmuls)
 
@@ -228,6 +230,8 @@ def check_combination(cfg: DictConfig) -> None:
     c = choices(cfg)
     if cfg.batch_size < 1:
         raise ConfigError(f"batch_size={cfg.batch_size}: must be a positive integer")
+    if cfg.threads is not None and cfg.threads < 1:
+        raise ConfigError(f"threads={cfg.threads}: must be a positive integer, or null for the framework's default")
     _check_backend(cfg.backend, c)
     if cfg.mode.per_example and c["task"] != "gradients":
         raise ConfigError(

@@ -7,6 +7,7 @@ import platform
 import subprocess
 import sys
 from functools import cache
+from pathlib import Path
 
 from runner.config import PROJECT_ROOT
 
@@ -20,6 +21,16 @@ SCHEDULER_VARIABLES = {
     "SLURM_JOB_PARTITION": "slurm_partition",
     "RAY_JOB_ID": "ray_job_id",
 }
+ADDR_NO_RANDOMIZE = 0x0040000  # linux/personality.h
+
+
+def layout_randomized() -> bool | None:
+    """Whether this process started with a randomized address space (None where Linux does not say)."""
+    try:
+        persona = int(Path("/proc/self/personality").read_text(), 16)
+    except (OSError, ValueError):
+        return None
+    return not persona & ADDR_NO_RANDOMIZE
 
 
 def collect(backend_env: dict) -> dict:
@@ -35,6 +46,7 @@ def collect(backend_env: dict) -> dict:
         "cpu_count": os.cpu_count(),
         "git_commit": git_commit(),
         "argv": " ".join(sys.argv),
+        "address_layout_randomized": layout_randomized(),
     }
     env.update({name: os.environ[name] for name in THREAD_VARIABLES if name in os.environ})
     env.update(scheduler_context())

@@ -44,6 +44,7 @@ def _run_job(
 
     timing = OmegaConf.to_container(cfg.timing)
     malloc_keeps_freed = timing.pop("keep_freed_memory") and keep_freed_memory()
+    timing.pop("fixed_layout")  # the worker's start (runner.isolation) acted on it
     workload = build_workload(cfg.model)
     cost = limits.preflight(workload, cfg, c)  # refuses what cannot fit: before any allocation or framework import
     if cost:
@@ -52,6 +53,8 @@ def _run_job(
     backend = backend_for(workload, load_backend(cfg.backend.module))
     progress.phase("building the model and inputs")
     load_start = time.perf_counter()  # load_s: device start-up, weights built and placed on the device
+    if cfg.threads is not None:
+        backend.set_threads(int(cfg.threads))
     device = backend.prepare(c["device"], c["dtype"])
     rng = np.random.default_rng(cfg.seed)
     params64 = initial_weights(cfg.model, workload, rng)

@@ -38,7 +38,7 @@ class MachineLoad:
             return None
         running, others = _field(stat, "procs_running"), None
         if running is not None:
-            others = max(running - self._own_runnable(), 0)
+            others = max(running - runnable_threads("self", self.proc), 0)
             self.other_runnable.append(others)
         self.load_1m.append(float(loadavg.split()[0]))
         cpu = stat.splitlines()[0].split()[1:]
@@ -46,17 +46,6 @@ class MachineLoad:
             jiffies = [int(v) for v in cpu[:8]]  # user nice system idle iowait irq softirq steal
             self.cpu_times.append((jiffies[7], sum(jiffies)))
         return others
-
-    def _own_runnable(self) -> int:
-        count = 0
-        for task in (self.proc / "self" / "task").iterdir():
-            try:
-                stat = (task / "stat").read_text()
-            except OSError:  # the thread ended meanwhile
-                continue
-            if stat[stat.rindex(")") + 2 :].startswith("R"):  # the name in parentheses may hold spaces
-                count += 1
-        return count
 
     def metrics(self) -> dict[str, float]:
         """machine_other_runnable (mean), machine_load_1m (mean), machine_steal_pct, machine_cpus."""
@@ -72,6 +61,23 @@ class MachineLoad:
             if total1 > total0:
                 metrics["machine_steal_pct"] = 100.0 * (steal1 - steal0) / (total1 - total0)
         return metrics
+
+
+def runnable_threads(pid: int | str, proc: Path = PROC) -> int:
+    """How many threads of process `pid` ("self": this one) are running or runnable now (0 once it is gone)."""
+    count = 0
+    try:
+        tasks = list((proc / str(pid) / "task").iterdir())
+    except OSError:
+        return 0
+    for task in tasks:
+        try:
+            stat = (task / "stat").read_text()
+        except OSError:  # the thread ended meanwhile
+            continue
+        if stat[stat.rindex(")") + 2 :].startswith("R"):  # the name in parentheses may hold spaces
+            count += 1
+    return count
 
 
 def busy_warning(metrics: dict[str, float]) -> str | None:

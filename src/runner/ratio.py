@@ -20,6 +20,16 @@ beside the ratio instead.
 Jobs measured in different rounds fall back to Welch's t over the two sets of batch means. One round
 gives the ratio of medians and no interval.
 
+Comparing every job with the fastest, picked after seeing the data, is k - 1 comparisons at once, and the
+pick makes every other job look slower: at 95% each, 1 identical job in 3 was called different in a
+16-job A/A sweep. So the interval of each of the k - 1 ratios is at level 1 - 0.05 / (k - 1) (Bonferroni),
+95% for the whole sweep; tests/test_ratio.py simulates identical sweeps and checks how many are called
+different.
+
+A job whose rounds disagree wildly gets no verdict (`unstable`): its per-round medians spread more than
+UNSTABLE_SPREAD (p90/p10: torch's two threads on two busy cores ran rounds 1-11 at 55 ms a call and the
+rest at 0.45 ms), or the ratio over rounds and the ratio of its medians differ by more than UNSTABLE_DISAGREE.
+
 Why t rather than a bootstrap over rounds: with few rounds a percentile bootstrap has too few distinct
 resamples; in a simulation (3 rounds, log-normal round effects) its 95% interval held the true ratio
 80% of the time, t's 95%.
@@ -34,6 +44,8 @@ import numpy as np
 
 LEVEL = 0.95
 MIN_BATCHES = 8
+UNSTABLE_SPREAD = 3.0  # p90/p10 of a job's per-round medians
+UNSTABLE_DISAGREE = 1.25  # the ratio over rounds against the ratio of the medians
 
 
 @dataclass(frozen=True)
@@ -43,11 +55,14 @@ class Ratio:
     high: float
     rounds: int  # the rounds the interval rests on (shared rounds when paired)
     paired: bool
+    comparisons: int = 1  # made at once, the interval's level shared among them
 
     def basis(self) -> str:
-        """What the ratio rests on, for a person: '40 rounds', '1 round', '5 rounds, unpaired'."""
+        """What the ratio rests on, for a person: '40 rounds', '1 round', '5 rounds, unpaired', '40 rounds,
+        1 of 7 comparisons'."""
         unpaired = ", unpaired" if not self.paired and self.rounds > 1 else ""
-        return f"{self.rounds} round{'s' if self.rounds != 1 else ''}{unpaired}"
+        shared = f", 1 of {self.comparisons} comparisons" if self.comparisons > 1 else ""
+        return f"{self.rounds} round{'s' if self.rounds != 1 else ''}{unpaired}{shared}"
 
     def within_noise(self) -> str:
         """'yes' when the interval holds 1, 'no' when it does not, else why it cannot tell."""
@@ -78,32 +93,69 @@ def time_ratio(
     rounds_a: np.ndarray | None,
     samples_b: np.ndarray,
     rounds_b: np.ndarray | None,
+    comparisons: int = 1,
 ) -> Ratio:
-    """A's time relative to B's, with its 95% interval (see the module's docstring)."""
+    """A's time relative to B's, with its interval: 95% over `comparisons` such ratios made at once (see
+    the module's docstring)."""
     a, b = round_medians(samples_a, rounds_a), round_medians(samples_b, rounds_b)
     shared = sorted(set(a) & set(b))
+    level = 1 - (1 - LEVEL) / comparisons
     if len(shared) >= 2:
         logs = np.log([a[r] for r in shared]) - np.log([b[r] for r in shared])
         batches = batch_means(logs)
-        mean, half = logs.mean(), _half_width(batches.std(ddof=1) / math.sqrt(len(batches)), len(batches) - 1)
-        return Ratio(math.exp(mean), math.exp(mean - half), math.exp(mean + half), len(shared), paired=True)
+        sem = batches.std(ddof=1) / math.sqrt(len(batches))
+        mean, half = logs.mean(), _half_width(sem, len(batches) - 1, level)
+        return Ratio(math.exp(mean), math.exp(mean - half), math.exp(mean + half), len(shared), True, comparisons)
     log_a, log_b = np.log([a[r] for r in sorted(a)]), np.log([b[r] for r in sorted(b)])
     if len(log_a) >= 2 and len(log_b) >= 2:
         mean = log_a.mean() - log_b.mean()
         batches_a, batches_b = batch_means(log_a), batch_means(log_b)
         var_a, var_b = batches_a.var(ddof=1) / len(batches_a), batches_b.var(ddof=1) / len(batches_b)
         sem = math.sqrt(var_a + var_b)
+        n = min(len(a), len(b))
         if sem == 0:
-            return Ratio(math.exp(mean), math.exp(mean), math.exp(mean), min(len(a), len(b)), paired=False)
+            return Ratio(math.exp(mean), math.exp(mean), math.exp(mean), n, False, comparisons)
         df = (var_a + var_b) ** 2 / (var_a**2 / (len(batches_a) - 1) + var_b**2 / (len(batches_b) - 1))  # Welch
-        half = _half_width(sem, df)
-        return Ratio(math.exp(mean), math.exp(mean - half), math.exp(mean + half), min(len(a), len(b)), paired=False)
+        half = _half_width(sem, df, level)
+        return Ratio(math.exp(mean), math.exp(mean - half), math.exp(mean + half), n, False, comparisons)
     value = float(np.median(samples_a) / np.median(samples_b))
-    return Ratio(value, math.nan, math.nan, min(len(a), len(b)), paired=False)
+    return Ratio(value, math.nan, math.nan, min(len(a), len(b)), False, comparisons)
 
 
-def _half_width(sem: float, df: float) -> float:
-    """Half the 95% interval of a mean with this standard error and these degrees of freedom (Student's t)."""
+def _half_width(sem: float, df: float, level: float) -> float:
+    """Half the two-sided interval at `level` of a mean with this standard error and these degrees of
+    freedom (Student's t)."""
     from scipy import stats
 
-    return float(stats.t.ppf((1 + LEVEL) / 2, df) * sem)
+    return float(stats.t.ppf((1 + level) / 2, df) * sem)
+
+
+def instability(samples_s: np.ndarray, rounds: np.ndarray | None) -> str | None:
+    """Why a job's rounds disagree too much for a verdict (its per-round medians spread more than
+    UNSTABLE_SPREAD, p90/p10), saying where they changed; None when they agree."""
+    medians = round_medians(samples_s, rounds)
+    if len(medians) < 3:
+        return None
+    values = np.array([medians[r] for r in sorted(medians)])
+    p10, p90 = np.percentile(values, [10, 90])
+    if p90 / p10 <= UNSTABLE_SPREAD:
+        return None
+    return f"unstable: its per-round medians spread {p90 / p10:.0f}x (p90/p10); {change_point(medians)}"
+
+
+def change_point(medians: dict[int, float]) -> str:
+    """Where a job's per-round medians changed most: the one split of the rounds into before and after
+    that leaves the least squared spread of the log medians, e.g. 'rounds 1-11 at 55 ms, 12-40 at 450 µs'."""
+    from runner.table import format_seconds
+
+    numbers = sorted(medians)
+    logs = np.log([medians[r] for r in numbers])
+    costs = [logs[:i].var() * i + logs[i:].var() * (len(logs) - i) for i in range(1, len(logs))]
+    split = int(np.argmin(costs)) + 1
+    before, after = numbers[:split], numbers[split:]
+
+    def span(part: list[int]) -> str:
+        typical = format_seconds(float(np.median([medians[r] for r in part])))
+        return f"{part[0]}-{part[-1]} at {typical}" if len(part) > 1 else f"{part[0]} at {typical}"
+
+    return f"rounds {span(before)}, {span(after)}"

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from runner import tracking
-from runner.ratio import time_ratio
+from runner.ratio import UNSTABLE_DISAGREE, instability, time_ratio
 from runner.result import RESULT_FILE, Result, ResultUnreadable, read_sample_rounds, read_samples
 from runner.table import COLUMNS, PROSE, Column, format_seconds, present, rows
 from runner.table import markdown as table_markdown
@@ -139,9 +139,10 @@ COMPARISON = ("time_ratio", "time_ratio_ci_low", "time_ratio_ci_high", "within_n
 
 
 def compare(frame: pd.DataFrame) -> pd.DataFrame:
-    """Add `time_ratio` (this run's time / the fastest's), its 95% interval `time_ratio_ci_low`/`_high`
-    and `within_noise` against the fastest finished run that did the same work (work_keys). The fastest is
-    the one with the lowest median."""
+    """Add `time_ratio` (this run's time / the fastest's), its interval `time_ratio_ci_low`/`_high` (95% over
+    the group's comparisons: runner.ratio) and `within_noise` against the fastest finished run that did the
+    same work (work_keys). The fastest is the one with the lowest median. A run whose rounds disagree too
+    much for a verdict says `unstable: ...` instead."""
     frame = frame.copy()
     for key in COMPARISON:
         frame[key] = None if key in ("within_noise", "time_ratio_basis") else np.nan
@@ -152,19 +153,30 @@ def compare(frame: pd.DataFrame) -> pd.DataFrame:
     for _, group in timed.groupby([timed[k].map(str) for k in keys], sort=False):
         fastest = group["metrics.time_median_s"].idxmin()
         for i in group.index:
-            frame.loc[i, COMPARISON] = _versus(frame.loc[i], frame.loc[fastest], i == fastest)
+            frame.loc[i, COMPARISON] = _versus(frame.loc[i], frame.loc[fastest], i == fastest, len(group) - 1)
     return frame
 
 
-def _versus(run: pd.Series, fastest: pd.Series, is_fastest: bool) -> list:
-    """time_ratio, its interval and within_noise of `run` against `fastest`."""
+def _versus(run: pd.Series, fastest: pd.Series, is_fastest: bool, comparisons: int) -> list:
+    """time_ratio, its interval, within_noise and the basis of `run` against `fastest`."""
+    unstable = _instability(run)
     if is_fastest:
-        return [1.0, np.nan, np.nan, "fastest", None]
+        return [1.0, np.nan, np.nan, unstable or "fastest", None]
+    by_medians = run["metrics.time_median_s"] / fastest["metrics.time_median_s"]
     if run["samples_s"] is None or fastest["samples_s"] is None:  # e.g. MLflow runs made on another machine
-        ratio = run["metrics.time_median_s"] / fastest["metrics.time_median_s"]
-        return [ratio, np.nan, np.nan, "cannot tell (no samples)", None]
-    ratio = time_ratio(run["samples_s"], run.get("sample_rounds"), fastest["samples_s"], fastest.get("sample_rounds"))
-    return [ratio.value, ratio.low, ratio.high, ratio.within_noise(), ratio.basis()]
+        return [by_medians, np.nan, np.nan, "cannot tell (no samples)", None]
+    samples = (run["samples_s"], run.get("sample_rounds"), fastest["samples_s"], fastest.get("sample_rounds"))
+    ratio = time_ratio(*samples, comparisons=comparisons)
+    disagree = max(ratio.value / by_medians, by_medians / ratio.value)
+    if not unstable and disagree > UNSTABLE_DISAGREE:
+        unstable = f"unstable: {ratio.value:.2f}x over its rounds, {by_medians:.2f}x by the medians"
+    if not unstable and _instability(fastest):
+        unstable = "cannot tell (the fastest job is unstable)"
+    return [ratio.value, ratio.low, ratio.high, unstable or ratio.within_noise(), ratio.basis()]
+
+
+def _instability(run: pd.Series) -> str | None:
+    return None if run["samples_s"] is None else instability(run["samples_s"], run.get("sample_rounds"))
 
 
 def table(frame: pd.DataFrame) -> pd.DataFrame:

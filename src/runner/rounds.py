@@ -32,6 +32,7 @@ from runner.timing import Measurement
 
 BASIC_LAUNCHER = "hydra._internal.core_plugins.basic_launcher.BasicLauncher"
 PROGRESS_EVERY_S = 2.0
+QUIET_WAIT_S = 0.05  # after its turn, a worker's threads (a spinning thread pool) may run this long at most
 MEMORY_RESERVE = 2 * 2**30  # bytes to keep free, beside 1.5x the largest waiting worker
 
 Done = Callable[[DictConfig, Path, Result], None]
@@ -149,11 +150,22 @@ def _turn(job: _Waiting, round_: int) -> None:
         job.worker.process.join()
         job.failed = f"{job.worker.exit_reason()} in round {round_}"
         return
+    _wait_until_quiet(job.worker.process.pid)
     _, samples_s, ends, others = message
     job.measurement.samples_s += samples_s
     job.measurement.sample_ends += ends
     job.measurement.sample_others += others
     job.measurement.sample_rounds += [round_] * len(samples_s)
+
+
+def _wait_until_quiet(pid: int) -> None:
+    """Hand the machine over only once the worker whose turn ended has no thread running: a framework's
+    thread pool spins a while after its last op, and the next job's turn would share the cores with it."""
+    from runner.machine_load import runnable_threads
+
+    deadline = time.perf_counter() + QUIET_WAIT_S
+    while runnable_threads(pid) and time.perf_counter() < deadline:
+        time.sleep(0.0002)
 
 
 def _receive(worker: isolation.Worker) -> tuple | None:

@@ -17,6 +17,10 @@ DTYPES = {"float32": np.float64, "float64": np.float64}
 CALLS: Counter = Counter()
 
 
+def set_threads(threads: int) -> None:
+    CALLS["set_threads"] += threads
+
+
 def prepare(device: str, dtype: str) -> str:
     return "cpu"
 

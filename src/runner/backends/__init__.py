@@ -28,6 +28,9 @@ class Backend(Protocol):
 
     DTYPES: dict[str, Any]  # dtype name -> the framework's dtype
 
+    def set_threads(self, threads: int) -> None:
+        """Use `threads` intra-op threads (before the framework's first op)."""
+
     def prepare(self, device: str, dtype: str) -> str:
         """Configure the framework for a run; resolve device "auto"; ConfigError when it cannot be used."""
 

@@ -12,6 +12,12 @@ from runner.config import ConfigError
 DTYPES = {"float16": np.float16, "float32": np.float32, "float64": np.float64}
 
 
+def set_threads(threads: int) -> None:
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(limits=threads, user_api="blas")  # for the rest of the process
+
+
 def prepare(device: str, dtype: str) -> str:
     return "cpu"  # conf/backend/numpy.yaml allows no other device
 
@@ -90,7 +96,15 @@ def environment(device: str) -> dict:
         "framework_version": np.__version__,
         "device_name": platform.processor() or platform.machine(),
         "blas": _blas_name(),
+        "blas_threads": _blas_threads(),
     }
+
+
+def _blas_threads() -> int | None:
+    from threadpoolctl import threadpool_info
+
+    counts = [pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas"]
+    return max(counts) if counts else None
 
 
 def _blas_name() -> str:

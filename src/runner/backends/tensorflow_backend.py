@@ -16,6 +16,10 @@ import tensorflow as tf  # noqa: E402
 DTYPES = {"float16": tf.float16, "float32": tf.float32, "float64": tf.float64, "bfloat16": tf.bfloat16}
 
 
+def set_threads(threads: int) -> None:
+    tf.config.threading.set_intra_op_parallelism_threads(threads)  # before TensorFlow's runtime starts
+
+
 def prepare(device: str, dtype: str) -> str:
     has_gpu = bool(tf.config.list_physical_devices("GPU"))
     if device == "auto":

@@ -30,6 +30,7 @@ from runner.backends.tensorflow_backend import (  # noqa: F401 - re-exported: th
     reflection_pad2d,
     reset_peak_memory,
     reshape,
+    set_threads,
     synchronizer,
     tanh,
     to_native_layout,

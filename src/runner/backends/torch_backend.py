@@ -22,6 +22,10 @@ DTYPES = {
 _ops = sys.modules[__name__]
 
 
+def set_threads(threads: int) -> None:
+    torch.set_num_threads(threads)
+
+
 def prepare(device: str, dtype: str) -> str:
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"

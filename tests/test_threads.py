@@ -1,0 +1,41 @@
+"""`threads`: the chosen backend's intra-op threads, set before its first op and recorded; and the worker's
+memory layout, fixed unless timing.fixed_layout=false."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from helpers import compose_config, run_cli
+
+from runner import isolation
+from runner.config import ConfigError, check_combination
+
+
+def test_numpy_blas_threads_are_set_and_recorded(tmp_path):
+    result = isolation.execute(compose_config("threads=1", "tracking=none", "isolation=inline"), tmp_path)
+    assert result.status == "FINISHED"
+    assert result.environment["blas_threads"] == 1
+    assert result.config["threads"] == 1
+
+
+def test_torch_threads_in_its_worker_and_a_fixed_layout(tmp_path):
+    """A worker process, as a user runs it: torch's intra-op threads as asked; the worker started without
+    address-space randomization."""
+    out = run_cli("backend=torch", "threads=1", "tracking=none", f"hydra.run.dir={tmp_path}", "timing.max_time_s=0.2")
+    assert out.returncode == 0, out.stderr
+    record = json.loads((tmp_path / "result.json").read_text())
+    assert record["environment"]["torch_num_threads"] == 1
+    assert record["environment"]["address_layout_randomized"] is False
+
+
+def test_a_random_layout_when_asked(tmp_path):
+    cfg = compose_config("timing.fixed_layout=false", "tracking=none")
+    result = isolation.execute(cfg, tmp_path)
+    assert result.status == "FINISHED" and result.environment["address_layout_randomized"] is True
+
+
+@pytest.mark.parametrize("threads", [0, -2])
+def test_threads_below_one_are_refused_in_one_line(threads):
+    with pytest.raises(ConfigError, match=f"threads={threads}: must be a positive integer"):
+        check_combination(compose_config(f"threads={threads}"))

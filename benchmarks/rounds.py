@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "benchmarks"))  # parity.replace_section, also when imported from tests
 from runner.config import TimingConfig  # noqa: E402
-from runner.ratio import batch_count  # noqa: E402
+from runner.ratio import PROCESS_SD, batch_count, half_width  # noqa: E402
 
 BEGIN, END = "<!-- rounds:begin -->", "<!-- rounds:end -->"
 SWEEP = ("backend=tensorflow", "model=mlp", "task=gradients", "batch_size=512", "tracking=none")
@@ -115,11 +115,16 @@ def expected_range(n: int) -> float:
 
 
 def standard_error(low: float, high: float, rounds: int) -> float:
-    """The standard error of the log ratio behind a 95% interval over `rounds` rounds (Student's t over their
-    batch means, as runner.ratio computes it)."""
-    from scipy import stats
+    """The standard error of the log ratio behind a 95% interval over `rounds` rounds, the processes' spread
+    included: what runner.ratio's half width (Student's t over batch means, beside PROCESS_SD per job)
+    comes from, solved for the rounds' part."""
+    from scipy import optimize
 
-    return math.log(high / low) / (2 * stats.t.ppf(0.975, batch_count(rounds) - 1))
+    half, df = math.log(high / low) / 2, batch_count(rounds) - 1
+    if half <= half_width(0.0, df, 0.95, PROCESS_SD):
+        return math.sqrt(2) * PROCESS_SD
+    sem = optimize.brentq(lambda s: half_width(s, df, 0.95, PROCESS_SD) - half, 1e-12, half)
+    return math.sqrt(sem**2 + 2 * PROCESS_SD**2)
 
 
 def sweep(order: str, rounds: int, budget_s: float, out: Path) -> dict:

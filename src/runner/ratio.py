@@ -20,6 +20,13 @@ beside the ratio instead.
 Jobs measured in different rounds fall back to Welch's t over the two sets of batch means. One round
 gives the ratio of medians and no interval.
 
+Each job is measured in one worker process, and a process has its own lasting offset: identical jobs
+whose rounds agree closely (intervals over rounds of +-1%) still came out up to 5% apart, each in its own
+process, because each process gets its own physical memory placement (the address layout is fixed:
+runner.isolation). Rounds cannot see an offset that lasts the process's life, so the interval adds it as
+a known spread, PROCESS_SD per job, measured in the A/A sweeps of BENCHMARKS.md (the way a measurement's
+systematic uncertainty is added to its statistical one).
+
 Comparing every job with the fastest, picked after seeing the data, is k - 1 comparisons at once, and the
 pick makes every other job look slower: at 95% each, 1 identical job in 3 was called different in a
 16-job A/A sweep. So the interval of each of the k - 1 ratios is at level 1 - 0.05 / (k - 1) (Bonferroni),
@@ -44,6 +51,9 @@ import numpy as np
 
 LEVEL = 0.95
 MIN_BATCHES = 8
+# Between worker processes, identical jobs' medians spread by this much (sd of their logs) however long they
+# sample: each process has its own physical memory placement (BENCHMARKS.md, A/A sweeps: 0.3-1.9%).
+PROCESS_SD = 0.012
 UNSTABLE_SPREAD = 3.0  # p90/p10 of a job's per-round medians
 UNSTABLE_DISAGREE = 1.25  # the ratio over rounds against the ratio of the medians
 
@@ -94,9 +104,10 @@ def time_ratio(
     samples_b: np.ndarray,
     rounds_b: np.ndarray | None,
     comparisons: int = 1,
+    process_sd: float = PROCESS_SD,
 ) -> Ratio:
-    """A's time relative to B's, with its interval: 95% over `comparisons` such ratios made at once (see
-    the module's docstring)."""
+    """A's time relative to B's, with its interval: 95% over `comparisons` such ratios made at once, the
+    spread between worker processes (`process_sd`, log scale) included (see the module's docstring)."""
     a, b = round_medians(samples_a, rounds_a), round_medians(samples_b, rounds_b)
     shared = sorted(set(a) & set(b))
     level = 1 - (1 - LEVEL) / comparisons
@@ -104,7 +115,7 @@ def time_ratio(
         logs = np.log([a[r] for r in shared]) - np.log([b[r] for r in shared])
         batches = batch_means(logs)
         sem = batches.std(ddof=1) / math.sqrt(len(batches))
-        mean, half = logs.mean(), _half_width(sem, len(batches) - 1, level)
+        mean, half = logs.mean(), half_width(sem, len(batches) - 1, level, process_sd)
         return Ratio(math.exp(mean), math.exp(mean - half), math.exp(mean + half), len(shared), True, comparisons)
     log_a, log_b = np.log([a[r] for r in sorted(a)]), np.log([b[r] for r in sorted(b)])
     if len(log_a) >= 2 and len(log_b) >= 2:
@@ -113,21 +124,25 @@ def time_ratio(
         var_a, var_b = batches_a.var(ddof=1) / len(batches_a), batches_b.var(ddof=1) / len(batches_b)
         sem = math.sqrt(var_a + var_b)
         n = min(len(a), len(b))
-        if sem == 0:
+        if sem == 0 and process_sd == 0:
             return Ratio(math.exp(mean), math.exp(mean), math.exp(mean), n, False, comparisons)
-        df = (var_a + var_b) ** 2 / (var_a**2 / (len(batches_a) - 1) + var_b**2 / (len(batches_b) - 1))  # Welch
-        half = _half_width(sem, df, level)
+        # Welch's degrees of freedom (a sem of 0 has as many as the batches: any will do)
+        df = (var_a + var_b) ** 2 / (var_a**2 / (len(batches_a) - 1) + var_b**2 / (len(batches_b) - 1)) if sem else 1
+        half = half_width(sem, df, level, process_sd)
         return Ratio(math.exp(mean), math.exp(mean - half), math.exp(mean + half), n, False, comparisons)
     value = float(np.median(samples_a) / np.median(samples_b))
     return Ratio(value, math.nan, math.nan, min(len(a), len(b)), False, comparisons)
 
 
-def _half_width(sem: float, df: float, level: float) -> float:
-    """Half the two-sided interval at `level` of a mean with this standard error and these degrees of
-    freedom (Student's t)."""
+def half_width(sem: float, df: float, level: float, process_sd: float) -> float:
+    """Half the two-sided interval at `level` of a difference of two jobs' log times whose rounds give this
+    standard error with these degrees of freedom, beside each job's process drawing its own offset with a
+    known spread `process_sd` (Student's t, degrees of freedom by Welch-Satterthwaite)."""
     from scipy import stats
 
-    return float(stats.t.ppf((1 + level) / 2, df) * sem)
+    total = sem**2 + 2 * process_sd**2
+    df = math.inf if sem == 0 else total**2 / (sem**4 / df)
+    return float(stats.t.ppf((1 + level) / 2, df) * math.sqrt(total))
 
 
 def instability(samples_s: np.ndarray, rounds: np.ndarray | None) -> str | None:

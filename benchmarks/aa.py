@@ -3,13 +3,14 @@
 works calls about 1 job in 20 different at 95%, puts the medians within a few percent, and prints no
 ratio that its medians contradict.
 
-    .venv/bin/python benchmarks/aa.py                                   # every backend, 8 and 16 jobs, ~15 min
+    .venv/bin/python benchmarks/aa.py --csv aa.csv                      # every backend, 8 and 16 jobs, ~15 min
     .venv/bin/python benchmarks/aa.py --backends torch --jobs 8 --budgets 0.5
     .venv/bin/python benchmarks/aa.py --checkout ../before              # the same sweeps with another checkout's run.py
-    .venv/bin/python benchmarks/aa.py --busy 3                          # the README's 4-backend sweep, 3 times,
+    .venv/bin/python benchmarks/aa.py --busy 3 --busy-csv busy.csv      # the README's 4-backend sweep, 3 times,
                                                                         # two processes burning both cores half the time
+    .venv/bin/python benchmarks/aa.py --write --csv aa.csv --busy-csv busy.csv   # rewrite BENCHMARKS.md's section
 
-Prints one row per sweep; with --write, rewrites the A/A section of BENCHMARKS.md (between the markers).
+Prints one row per sweep and appends it to --csv.
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,6 +34,28 @@ from rounds import burn  # noqa: E402
 
 BEGIN, END = "<!-- aa:begin -->", "<!-- aa:end -->"
 AGREES = 1.25  # a ratio further than this from its medians' ratio contradicts them
+FINDINGS = [
+    "What the investigation found (2026-11-24, this machine):",
+    "",
+    "- **Each process drew its own memory layout.** Six torch MLP-gradient jobs, seeds 1,0,1,0,1,0, came out "
+    "75.5-87.7 µs (1.16x), each slow job slow in every one of its 40 rounds (a slow seed-1 job: 83-88 µs "
+    "round after round), and the same seed fast in one process and slow in another. Not the seed, not the "
+    "threads (`OMP_NUM_THREADS=1`: 75.5-81.5 µs), not Python's hash seed (`PYTHONHASHSEED=0`: 75.6-87.3 µs), "
+    "not the core (a plain-Python loop: 6.7-7.0 ms on either): with address-space randomization off "
+    "(`setarch -R`) two sweeps of the same six jobs came out 75.3-77.7 µs. Workers now start that way "
+    "(`timing.fixed_layout`, default true).",
+    "- **What is left is each process's own**: with the layout fixed, identical numpy inference jobs (6 µs a "
+    "call) still differed by up to 7% for their whole life (one job at 6.2-6.3 µs in every round, the others "
+    "5.7-5.9 µs), with or without a fixed hash seed: the process's physical pages, which no harness chooses. "
+    "Rounds cannot see an offset that lasts the process, so each interval adds PROCESS_SD = 1.2% per job "
+    "(the sd of identical jobs' log medians in the *after* rows at 0.3-1.9%, taken from their max/min).",
+    "- **Picking the fastest after the fact** makes every other job look slower; each of a sweep's k - 1 "
+    "intervals is now at 1 - 0.05/(k - 1). Simulated with those process offsets (tests/test_ratio.py): 22% "
+    "(4 jobs) and 33% (16 jobs) of identical jobs called different at 95% each over rounds alone, 3% and 1% "
+    "now.",
+    "- **The hand-over**: when a turn ended, the worker still had a thread running at 46% of the hand-overs "
+    "(torch, up to 0.44 ms) and 54% (TensorFlow, up to 0.9 ms); the next turn now waits until it is quiet.",
+]
 
 
 def sweep(checkout: Path, out: Path, *overrides: str) -> pd.DataFrame:
@@ -96,37 +118,47 @@ def main() -> None:
     parser.add_argument("--jobs", default="8,16")
     parser.add_argument("--budgets", default="0.5,1")
     parser.add_argument("--checkout", type=Path, default=ROOT, help="run this checkout's run.py (default: this one)")
-    parser.add_argument("--label", default="", help="a name for this checkout in the table")
-    parser.add_argument("--csv", type=Path, help="append the rows to this CSV")
-    parser.add_argument("--write", action="store_true", help="rewrite the A/A section of BENCHMARKS.md")
-    parser.add_argument("--busy", type=int, default=0, help="only the four-backend sweep, this many times, busy")
+    parser.add_argument("--label", default="", help="a name for this checkout in the tables")
+    parser.add_argument("--csv", type=Path, help="append the A/A rows to this CSV")
+    parser.add_argument("--busy", type=int, default=0, help="instead: the four-backend sweep, this many times, busy")
+    parser.add_argument("--busy-csv", type=Path, help="append the busy sweeps' jobs to this CSV")
+    parser.add_argument(
+        "--write", action="store_true", help="only rewrite the A/A section of BENCHMARKS.md from the CSVs"
+    )
     args = parser.parse_args()
-    if args.busy:
-        with tempfile.TemporaryDirectory() as tmp:
-            runs = busy_sweeps(args.checkout.resolve(), args.busy, Path(tmp))
-        print(busy_table(runs.assign(code=args.label)))
-        return
-    rows = []
-    started = time.time()
-    with tempfile.TemporaryDirectory() as tmp:
-        for backend in args.backends.split(","):
-            for task in args.tasks.split(","):
-                for budget in map(float, args.budgets.split(",")):
-                    for jobs in map(int, args.jobs.split(",")):
-                        out = Path(tmp) / f"{backend}-{task}-{budget}-{jobs}"
-                        t0 = time.perf_counter()
-                        row = verdicts(aa_sweep(args.checkout.resolve(), backend, task, jobs, budget, out))
-                        row = {"code": args.label, "backend": backend, "task": task, "budget_s": budget, **row}
-                        row["wall_s"] = time.perf_counter() - t0
-                        rows.append(row)
-                        print(", ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()))
-    frame = pd.DataFrame(rows)
-    if args.csv:
-        frame.to_csv(args.csv, mode="a", header=not args.csv.exists(), index=False)
     if args.write:
-        frame = pd.read_csv(args.csv) if args.csv else frame
+        busy = pd.read_csv(args.busy_csv) if args.busy_csv and args.busy_csv.exists() else None
         path = ROOT / "BENCHMARKS.md"
-        path.write_text(replace_section(path.read_text(), section(frame, started), BEGIN, END))
+        path.write_text(replace_section(path.read_text(), section(pd.read_csv(args.csv), busy), BEGIN, END))
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.busy:
+            frame = busy_sweeps(args.checkout.resolve(), args.busy, Path(tmp)).assign(code=args.label)
+            print(busy_table(frame))
+            target = args.busy_csv
+        else:
+            frame = aa_sweeps(args, Path(tmp))
+            target = args.csv
+    if target:
+        frame.to_csv(target, mode="a", header=not target.exists(), index=False)
+
+
+def aa_sweeps(args: argparse.Namespace, tmp: Path) -> pd.DataFrame:
+    """Every A/A sweep the arguments name, one row each."""
+    rows = []
+    for backend in args.backends.split(","):
+        for task in args.tasks.split(","):
+            for budget in map(float, args.budgets.split(",")):
+                for jobs in map(int, args.jobs.split(",")):
+                    t0 = time.perf_counter()
+                    runs = aa_sweep(
+                        args.checkout.resolve(), backend, task, jobs, budget, tmp / f"{backend}-{task}-{budget}-{jobs}"
+                    )
+                    row = {"code": args.label, "backend": backend, "task": task, "budget_s": budget, **verdicts(runs)}
+                    row["wall_s"] = time.perf_counter() - t0
+                    rows.append(row)
+                    print(", ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()))
+    return pd.DataFrame(rows)
 
 
 def busy_table(runs: pd.DataFrame) -> str:
@@ -145,14 +177,18 @@ def busy_table(runs: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
-def section(frame: pd.DataFrame, started: float) -> str:
-    """The markdown table of the A/A section."""
-    when = datetime.datetime.fromtimestamp(started, datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+def section(frame: pd.DataFrame, busy: pd.DataFrame | None) -> str:
+    """The A/A section of BENCHMARKS.md: both tables and what they found."""
     lines = [
         BEGIN,
-        f"Run {when} on {os.cpu_count()} cores (`.venv/bin/python benchmarks/aa.py`): MLP, float32, "
-        "`seed=range(0,N)`, tracking off. *called different*: jobs whose 95% interval against the fastest "
-        f"excludes 1; *contradicted*: ratios more than {AGREES}x from the ratio of their medians.",
+        "## A/A sweeps: identical jobs are not called different",
+        "",
+        f"Regenerate: `.venv/bin/python benchmarks/aa.py --csv aa.csv` (and `--checkout` another checkout for its "
+        f"rows; `--write` rewrites this section). Written {datetime.date.today()}; runs on "
+        f"{os.cpu_count()} cores: `run.py -m backend=B model=mlp task=T seed=range(0,N) timing.max_time_s=S "
+        "tracking=none`, float32; the seed changes the weights, not the cost. *called different*: jobs whose "
+        f"interval against the fastest excludes 1; *contradicted*: ratios more than {AGREES}x from the ratio of "
+        "their medians. *before*: the code before this section existed (3897d81); *after*: this one.",
         "",
         "| code | backend | task | max_time_s | jobs | medians max/min | called different | unstable "
         "| contradicted | wall s |",
@@ -164,9 +200,22 @@ def section(frame: pd.DataFrame, started: float) -> str:
             f"| {r['code']} | {r['backend']} | {r['task']} | {r['budget_s']:g} | {r['jobs']} | {r['max/min']:.3f} "
             f"| {called} | {r['unstable']} | {r['contradicted']} | {r['wall_s']:.0f} |"
         )
-    total_compared = frame["compared"].sum()
-    rate = frame["called different"].sum() / total_compared if total_compared else np.nan
-    lines += ["", f"Called different over all rows of this table: {rate:.1%}.", END]
+    lines.append("")
+    for code, rows in frame.groupby("code", sort=False):
+        rate = rows["called different"].sum() / rows["compared"].sum()
+        lines.append(
+            f"- {code}: {rows['called different'].sum()} of {rows['compared'].sum()} called different "
+            f"({rate:.1%}); medians max/min at most {rows['max/min'].max():.3f}."
+        )
+    if busy is not None:
+        lines += [
+            "",
+            "The README's four-backend sweep (`run.py -m backend=numpy,torch,tensorflow,tnp`, defaults) while "
+            "two processes each burn a core for 1.5 s of every 3 s:",
+            "",
+            busy_table(busy),
+        ]
+    lines += ["", *FINDINGS, END]
     return "\n".join(lines)
 
 

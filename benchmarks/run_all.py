@@ -4,8 +4,9 @@
     .venv/bin/python benchmarks/run_all.py                   # writes BENCHMARKS.md (about 8 minutes on 2 cores)
     .venv/bin/python benchmarks/run_all.py workload_parity   # only the named rows, printed
 
-The parity section (benchmarks/parity.py: every backend x workload beside a hand-written loop) and the
-rounds section (benchmarks/rounds.py: a comparison on a busy machine) are kept as they are.
+The parity section (benchmarks/parity.py: every backend x workload beside a hand-written loop), the
+rounds section (benchmarks/rounds.py: a comparison on a busy machine) and the A/A section
+(benchmarks/aa.py: sweeps of identical jobs) are kept as they are.
 Rows: harness overhead vs timeit, workload parity vs hand-written loops and torch.utils.benchmark,
 machine limit (matmul GFLOP/s vs the best bare BLAS call), start-up, noise vs a fixed-count loop,
 and the per-job cost of isolation=process.
@@ -332,17 +333,18 @@ def write_report() -> None:
         "",
     ]
     path = ROOT / "BENCHMARKS.md"
-    kept = kept_sections(path.read_text()) if path.exists() else ""  # parity.py and rounds.py write those
+    kept = kept_sections(path.read_text()) if path.exists() else ""  # parity.py, rounds.py and aa.py write those
     path.write_text("\n".join(lines) + (f"\n{kept}\n" if kept else ""))
 
 
 def kept_sections(text: str) -> str:
-    """The sections benchmarks/parity.py and benchmarks/rounds.py wrote, as they are."""
+    """The sections benchmarks/parity.py, rounds.py and aa.py wrote, as they are."""
+    import aa
     import parity
     import rounds
 
     sections = []
-    for begin, end in ((parity.BEGIN, parity.END), (rounds.BEGIN, rounds.END)):
+    for begin, end in ((parity.BEGIN, parity.END), (rounds.BEGIN, rounds.END), (aa.BEGIN, aa.END)):
         if begin in text and end in text:
             sections.append(text[text.index(begin) : text.index(end) + len(end)])
     return "\n\n".join(sections)

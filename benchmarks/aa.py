@@ -122,6 +122,7 @@ def main() -> None:
     parser.add_argument("--csv", type=Path, help="append the A/A rows to this CSV")
     parser.add_argument("--busy", type=int, default=0, help="instead: the four-backend sweep, this many times, busy")
     parser.add_argument("--busy-csv", type=Path, help="append the busy sweeps' jobs to this CSV")
+    parser.add_argument("--keep", type=Path, help="keep the sweeps' directories under this folder")
     parser.add_argument(
         "--write", action="store_true", help="only rewrite the A/A section of BENCHMARKS.md from the CSVs"
     )
@@ -132,12 +133,13 @@ def main() -> None:
         path.write_text(replace_section(path.read_text(), section(pd.read_csv(args.csv), busy), BEGIN, END))
         return
     with tempfile.TemporaryDirectory() as tmp:
+        out = args.keep or Path(tmp)
         if args.busy:
-            frame = busy_sweeps(args.checkout.resolve(), args.busy, Path(tmp)).assign(code=args.label)
+            frame = busy_sweeps(args.checkout.resolve(), args.busy, out).assign(code=args.label)
             print(busy_table(frame))
             target = args.busy_csv
         else:
-            frame = aa_sweeps(args, Path(tmp))
+            frame = aa_sweeps(args, out)
             target = args.csv
     if target:
         frame.to_csv(target, mode="a", header=not target.exists(), index=False)
@@ -188,7 +190,9 @@ def section(frame: pd.DataFrame, busy: pd.DataFrame | None) -> str:
         f"{os.cpu_count()} cores: `run.py -m backend=B model=mlp task=T seed=range(0,N) timing.max_time_s=S "
         "tracking=none`, float32; the seed changes the weights, not the cost. *called different*: jobs whose "
         f"interval against the fastest excludes 1; *contradicted*: ratios more than {AGREES}x from the ratio of "
-        "their medians. *before*: the code before this section existed (3897d81); *after*: this one.",
+        "their medians. *code*: what was measured: *before* is the runner before this section existed, *step 1* "
+        "fixed the workers' layout, waited for a quiet hand-over and shared the interval's level among the "
+        "comparisons, *after* also holds each process's spread in the interval (the commit that wrote this).",
         "",
         "| code | backend | task | max_time_s | jobs | medians max/min | called different | unstable "
         "| contradicted | wall s |",

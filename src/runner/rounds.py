@@ -4,8 +4,10 @@ of a busy machine and their ratio holds.
 With the basic launcher and isolation=process, each job of a sweep is set up in its own worker (framework
 import, inputs, first call, warm-up), one job after the other, and then waits. Once Hydra has launched
 every job, `run` hands out the turns: round 1 in job order, round 2 in reverse order, and so on, so that
-no job is always first, and each job follows itself as often as the others. In a turn a job re-warms
-briefly and samples for at most its share of what calibration and warm-up left of max_time_s. Then
+no job is always first, and each job follows itself as often as the others. A turn begins once the
+previous worker has no thread running (a thread pool spins on briefly after its last op). In a turn a
+job re-warms briefly and samples for at most its share of what calibration and warm-up left of
+max_time_s. Then
 every worker checks its results against the float64 reference and writes its record, and each job is
 logged to MLflow. A job whose block of calls is too long for `rounds` turns in its budget
 (timing.affordable_rounds) takes fewer, spread evenly over the rounds.

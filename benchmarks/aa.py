@@ -46,13 +46,21 @@ FINDINGS = [
     "(`timing.fixed_layout`, default true).",
     "- **What is left is each process's own**: with the layout fixed, identical numpy inference jobs (6 µs a "
     "call) still differed by up to 7% for their whole life (one job at 6.2-6.3 µs in every round, the others "
-    "5.7-5.9 µs), with or without a fixed hash seed: the process's physical pages, which no harness chooses. "
-    "Rounds cannot see an offset that lasts the process, so each interval adds PROCESS_SD = 1.2% per job "
-    "(the sd of identical jobs' log medians in the *after* rows at 0.3-1.9%, taken from their max/min).",
+    "5.7-5.9 µs), with or without a fixed hash seed: most likely the process's physical pages, which no "
+    "harness chooses. Rounds cannot see an offset that lasts the process, so each interval adds "
+    "PROCESS_SD = 1.2% per job: the sd of identical jobs' log medians in the *step 1* rows, 0.3-1.9% "
+    "(estimated from each row's max/min and the expected range of that many normal draws).",
     "- **Picking the fastest after the fact** makes every other job look slower; each of a sweep's k - 1 "
     "intervals is now at 1 - 0.05/(k - 1). Simulated with those process offsets (tests/test_ratio.py): 22% "
     "(4 jobs) and 33% (16 jobs) of identical jobs called different at 95% each over rounds alone, 3% and 1% "
     "now.",
+    "- **One row misses 1.10x**: TensorFlow, 16 jobs at 0.5 s, *after*: one job 16% off the fastest, its "
+    "directory not kept; the same sweep again (*after, re-run*, directories kept): 1.056, every job's "
+    "per-round medians within 0.80-1.03 ms. None of the 196 *after* comparisons printed a ratio that "
+    "its medians contradict, and under the burner none did either (within 1.16x).",
+    "- **The busy-machine comparison** (`benchmarks/rounds.py --budgets 3`, after these changes): seed 003's "
+    "eager/function ratio over 6 sweeps moved 1.101 with rounds (1.104 in the *Comparisons on a busy "
+    "machine* section's run before them) and 1.227 one job after the other.",
     "- **The hand-over**: when a turn ended, the worker still had a thread running at 46% of the hand-overs "
     "(torch, up to 0.44 ms) and 54% (TensorFlow, up to 0.9 ms); the next turn now waits until it is quiet.",
 ]
@@ -169,7 +177,7 @@ def busy_table(runs: pd.DataFrame) -> str:
         "| code | repeat | backend | median | time / fastest | by the medians | within noise |",
         "|---|---|---|---|---|---|---|",
     ]
-    for _, group in runs.groupby(["code", "repeat"]):
+    for _, group in runs.groupby(["code", "repeat"], sort=False):
         fastest = group["time_median_s"].min()
         for _, r in group.iterrows():
             lines.append(

@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from runner.config import PROJECT_ROOT
+from runner.ratio import PROCESS_SD, half_width
 
 sys.path.insert(0, str(PROJECT_ROOT / "benchmarks"))
 import rounds as bench  # noqa: E402
@@ -47,9 +48,12 @@ def test_intervals_that_do_not_overlap_miss_the_target():
 
 def test_the_intervals_predict_the_spread_their_standard_errors_imply():
     """Six sweeps whose standard error is 0.02: over six repeats, a max/min near exp(2.53 x 0.02). 40 rounds are
-    8 batches of 5, so their interval is +-2.365 standard errors (t with 7 degrees of freedom)."""
-    low, high = math.exp(-0.04), math.exp(0.04)
-    assert bench.standard_error(low, high, 40) == pytest.approx(0.04 / 2.365, rel=1e-3)
+    8 batches of 5 (t with 7 degrees of freedom for the rounds' part), beside each process's spread: the
+    standard error read back from an interval is the rounds' and the processes' together."""
+    half = half_width(0.015, 7, 0.95, PROCESS_SD)
+    se = bench.standard_error(math.exp(-half), math.exp(half), 40)
+    assert se == pytest.approx(math.sqrt(0.015**2 + 2 * PROCESS_SD**2), rel=1e-6)
+    assert bench.standard_error(1.0, 1.0, 40) == pytest.approx(math.sqrt(2) * PROCESS_SD)  # no narrower than that
     frame = pd.DataFrame({"se": [0.02] * 6})
     assert bench.predicted_spread(frame) == pytest.approx(math.exp(2.534 * 0.02), rel=1e-3)
 

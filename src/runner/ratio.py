@@ -126,8 +126,9 @@ def time_ratio(
         n = min(len(a), len(b))
         if sem == 0 and process_sd == 0:
             return Ratio(math.exp(mean), math.exp(mean), math.exp(mean), n, False, comparisons)
-        # Welch's degrees of freedom (a sem of 0 has as many as the batches: any will do)
-        df = (var_a + var_b) ** 2 / (var_a**2 / (len(batches_a) - 1) + var_b**2 / (len(batches_b) - 1)) if sem else 1
+        df = math.inf  # where the rounds add no spread, only the processes' does
+        if sem:
+            df = (var_a + var_b) ** 2 / (var_a**2 / (len(batches_a) - 1) + var_b**2 / (len(batches_b) - 1))  # Welch
         half = half_width(sem, df, level, process_sd)
         return Ratio(math.exp(mean), math.exp(mean - half), math.exp(mean + half), n, False, comparisons)
     value = float(np.median(samples_a) / np.median(samples_b))

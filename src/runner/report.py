@@ -152,16 +152,19 @@ def compare(frame: pd.DataFrame) -> pd.DataFrame:
     keys = work_keys(frame)
     for _, group in timed.groupby([timed[k].map(str) for k in keys], sort=False):
         fastest = group["metrics.time_median_s"].idxmin()
+        unstable = {i: _instability(frame.loc[i]) for i in group.index}
         for i in group.index:
-            frame.loc[i, COMPARISON] = _versus(frame.loc[i], frame.loc[fastest], i == fastest, len(group) - 1)
+            if i == fastest:
+                frame.loc[i, COMPARISON] = [1.0, np.nan, np.nan, unstable[i] or "fastest", None]
+                continue
+            verdict = unstable[i] or ("cannot tell (the fastest job is unstable)" if unstable[fastest] else None)
+            frame.loc[i, COMPARISON] = _versus(frame.loc[i], frame.loc[fastest], len(group) - 1, verdict)
     return frame
 
 
-def _versus(run: pd.Series, fastest: pd.Series, is_fastest: bool, comparisons: int) -> list:
-    """time_ratio, its interval, within_noise and the basis of `run` against `fastest`."""
-    unstable = _instability(run)
-    if is_fastest:
-        return [1.0, np.nan, np.nan, unstable or "fastest", None]
+def _versus(run: pd.Series, fastest: pd.Series, comparisons: int, unstable: str | None) -> list:
+    """time_ratio, its interval, within_noise and the basis of `run` against `fastest`; `unstable` says why
+    there is no verdict, where one of the two jobs' rounds disagree too much for one."""
     by_medians = run["metrics.time_median_s"] / fastest["metrics.time_median_s"]
     if run["samples_s"] is None or fastest["samples_s"] is None:  # e.g. MLflow runs made on another machine
         return [by_medians, np.nan, np.nan, "cannot tell (no samples)", None]
@@ -170,8 +173,6 @@ def _versus(run: pd.Series, fastest: pd.Series, is_fastest: bool, comparisons: i
     disagree = max(ratio.value / by_medians, by_medians / ratio.value)
     if not unstable and disagree > UNSTABLE_DISAGREE:
         unstable = f"unstable: {ratio.value:.2f}x over its rounds, {by_medians:.2f}x by the medians"
-    if not unstable and _instability(fastest):
-        unstable = "cannot tell (the fastest job is unstable)"
     return [ratio.value, ratio.low, ratio.high, unstable or ratio.within_noise(), ratio.basis()]
 
 

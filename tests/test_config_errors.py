@@ -21,6 +21,8 @@ def _error_lines(stderr: str) -> list[str]:
         (["backend=numpy", "mode=function"], "backend=numpy cannot run mode=function"),
         (["backend=torch", "device=cuda"], "device=cuda"),
         (["batch_size=-3"], "batch_size=-3: must be a positive integer"),
+        (["seed=99999999999999999999"], "seed=99999999999999999999: must be an integer from 0 to 2**63 - 1"),
+        (["seed=-1"], "seed=-1: must be an integer from 0 to 2**63 - 1"),
         (["-m", "backend=numpy,foo"], "backend=foo is not an option"),
         (["model=mlp", "model.pretrained=true"], "model=mlp has no setting model.pretrained"),  # seeded weights only
     ],

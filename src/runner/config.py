@@ -230,6 +230,8 @@ def check_combination(cfg: DictConfig) -> None:
     c = choices(cfg)
     if cfg.batch_size < 1:
         raise ConfigError(f"batch_size={cfg.batch_size}: must be a positive integer")
+    if not 0 <= cfg.seed < 2**63:  # numpy takes no negative seed, HDF5 no integer beyond 64 bits
+        raise ConfigError(f"seed={cfg.seed}: must be an integer from 0 to 2**63 - 1")
     if cfg.threads is not None and cfg.threads < 1:
         raise ConfigError(f"threads={cfg.threads}: must be a positive integer, or null for the framework's default")
     _check_backend(cfg.backend, c)

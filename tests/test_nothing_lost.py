@@ -469,3 +469,32 @@ def test_fuzz_no_traceback_no_hang(tmp_path):
         if done.returncode == 2:  # refused before running: one line (a shared venv may add plugin warnings above)
             errors = [line for line in done.stderr.splitlines() if line.startswith("error")]
             assert len(errors) == 1 and done.stderr.strip().endswith(errors[0]), (args, done.stderr)
+
+
+def test_a_store_killed_while_it_is_created_leaves_no_store_and_opens_afresh(tmp_path):
+    """SIGKILL while MLflow creates and migrates the tables of a new store (the file beside it exists):
+    no store is left at the path, and the next open creates a complete one."""
+    db = tmp_path / "new.db"
+    opener = subprocess.Popen(
+        [sys.executable, "-c", f"from runner import tracking; tracking.open_store('sqlite:///{db}')"], env=_env()
+    )
+    deadline = time.monotonic() + 120
+    while not list(tmp_path.glob(".new.db.*.creating")) and opener.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.001)
+    opener.kill()
+    opener.wait()
+    assert list(tmp_path.glob(".new.db.*.creating")), "the creation ended before it could be killed"
+    assert not db.exists()
+    tracking.open_store(f"sqlite:///{db}")
+    assert db.exists() and not list(tmp_path.glob(".new.db.*.creating"))
+    assert tracking.client(f"sqlite:///{db}").search_experiments()  # complete: MLflow's Default experiment
+
+
+def test_a_half_migrated_store_is_one_line_saying_what_to_do(tmp_path, monkeypatch):
+    def half_migrated(uri):
+        raise RuntimeError("(sqlite3.OperationalError) table _alembic_tmp_experiments already exists")
+
+    monkeypatch.setattr(tracking, "client", half_migrated)
+    (tmp_path / "old.db").write_bytes(b"")
+    with pytest.raises(ConfigError, match="left half-migrated .* move the file aside"):
+        tracking.open_store(f"sqlite:///{tmp_path}/old.db")

@@ -161,12 +161,41 @@ def open_store(uri: str) -> None:
         if sqlite_path(uri) is not None:
             sqlite_path(uri).parent.mkdir(exist_ok=True)
         with store_lock(uri):  # creating the tables is not safe from two processes at once
-            retry_on_lock(client, uri)  # opens a database store; a server is not contacted
+            path = sqlite_path(uri)
+            if path is not None and not path.exists():
+                _create_store(uri, path)
+            _open_client(uri)
         if first_time:  # later jobs of a sweep freeze nothing more: their garbage stays collectable
             gc.freeze()
     finally:
         if collecting:
             gc.enable()
+
+
+def _create_store(uri: str, path: Path) -> None:
+    """A new SQLite store, created so that a kill at any moment leaves no store or a complete one: MLflow
+    creates and migrates its tables in a file beside it (seconds, while other work runs), which is then
+    renamed into place. Called under store_lock, so a leftover of an earlier, killed creation is stale."""
+    for stale in path.parent.glob(f".{path.name}.*.creating"):
+        stale.unlink()
+    creating = path.with_name(f".{path.name}.{os.getpid()}.creating")
+    query = uri.partition("?")[1] + uri.partition("?")[2]
+    _open_client(f"sqlite:///{creating}{query}")
+    os.replace(creating, path)
+
+
+def _open_client(uri: str) -> None:
+    """Open the store at `uri` (a database store creates or migrates its tables; a server is not contacted);
+    a store that a killed process left half-migrated is one ConfigError line saying what to do."""
+    try:
+        retry_on_lock(client, uri)
+    except Exception as error:
+        if "_alembic_tmp_" not in str(error):
+            raise
+        raise ConfigError(
+            f"tracking.uri={uri}: the store was left half-migrated (a process was killed while MLflow created or "
+            "upgraded its tables); move the file aside (or restore it from a backup) and a new store is created"
+        ) from None
 
 
 def sqlite_path(uri: str) -> Path | None:

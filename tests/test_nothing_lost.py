@@ -41,6 +41,9 @@ REFUSED = {
     "tracking.experiment=../../../../tmp/x": "tracking.experiment='../../../../tmp/x': a name, not a path",
     f"tracking.experiment={'e' * 600}": "tracking.experiment is 600 characters long: at most 256",
     "tracking.uri=sqlite:////nonexistent/dir/x.db": "the folder /nonexistent/dir does not exist",
+    "tracking.uri=garbage://x": "tracking.uri=garbage://x: MLflow has no store for garbage://",
+    "tracking.uri=postgresql://u@localhost/db": "the postgresql store needs the Python module psycopg2",
+    "tracking.uri=mysql+pymysql://u@localhost/db": "the mysql+pymysql store needs the Python module pymysql",
     "hydra.run.dir=/proc/runner-x": "hydra.run.dir=/proc/runner-x: cannot create folders in /proc",
     "hydra.run.dir=/etc/hostname/x": "hydra.run.dir=/etc/hostname/x: /etc/hostname is not a folder",
 }

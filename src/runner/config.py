@@ -207,10 +207,52 @@ def check_values(cfg: DictConfig) -> None:
         check_tracking(cfg.tracking.uri, cfg.tracking.experiment)
 
 
+# MLflow's own tracking stores (mlflow.tracking._tracking_service.utils); plugins add theirs as entry points.
+STORE_SCHEMES = ("file", "sqlite", "http", "https", "postgresql", "mysql", "mssql", "databricks", "databricks-uc", "uc")
+# SQLAlchemy's driver modules: the default one of each database, and those named as `scheme+driver`.
+DATABASE_DRIVERS = {
+    "postgresql": "psycopg2",
+    "mysql": "MySQLdb",
+    "mssql": "pyodbc",
+    "psycopg2": "psycopg2",
+    "psycopg": "psycopg",
+    "pg8000": "pg8000",
+    "pymysql": "pymysql",
+    "mysqldb": "MySQLdb",
+    "pyodbc": "pyodbc",
+    "pymssql": "pymssql",
+}
+
+
+def check_store_scheme(uri: str) -> None:
+    """A store MLflow can open: a scheme it (or an installed plugin) knows, and the database's driver
+    installed. Found here, before the job, not after it ran."""
+    import importlib.metadata
+    import importlib.util
+
+    scheme, _, _ = uri.partition("://")
+    if not _ or "/" in scheme:  # a plain path: MLflow's file store
+        return
+    database, _, driver = scheme.partition("+")
+    if database not in STORE_SCHEMES and database not in {
+        e.name for e in importlib.metadata.entry_points(group="mlflow.tracking_store")
+    }:
+        raise ConfigError(
+            f"tracking.uri={uri}: MLflow has no store for {scheme}:// "
+            "(sqlite:///PATH.db, http://HOST:PORT, postgresql://..., mysql://..., or a plugin's scheme)"
+        )
+    module = DATABASE_DRIVERS.get(driver or database)
+    if module and importlib.util.find_spec(module) is None:
+        raise ConfigError(
+            f"tracking.uri={uri}: the {scheme} store needs the Python module {module}, which is not installed"
+        )
+
+
 def check_tracking(uri: str | None, experiment: str | None) -> None:
     """tracking.uri and tracking.experiment as MLflow and the store's folder can take them."""
     if not uri or not str(uri).strip():
         raise ConfigError("tracking.uri is empty: give a store (sqlite:///PATH.db, http://HOST:PORT) or tracking=none")
+    check_store_scheme(str(uri))
     if not experiment or not str(experiment).strip():
         raise ConfigError("tracking.experiment is empty: give the experiment a name")
     experiment = str(experiment)

@@ -227,16 +227,13 @@ DATABASE_DRIVERS = {
 def check_store_scheme(uri: str) -> None:
     """A store MLflow can open: a scheme it (or an installed plugin) knows, and the database's driver
     installed. Found here, before the job, not after it ran."""
-    import importlib.metadata
     import importlib.util
 
-    scheme, _, _ = uri.partition("://")
-    if not _ or "/" in scheme:  # a plain path: MLflow's file store
+    scheme, separator, _ = uri.partition("://")
+    if not separator or "/" in scheme:  # a plain path: MLflow's file store
         return
     database, _, driver = scheme.partition("+")
-    if database not in STORE_SCHEMES and database not in {
-        e.name for e in importlib.metadata.entry_points(group="mlflow.tracking_store")
-    }:
+    if database not in STORE_SCHEMES and database not in _plugin_schemes():
         raise ConfigError(
             f"tracking.uri={uri}: MLflow has no store for {scheme}:// "
             "(sqlite:///PATH.db, http://HOST:PORT, postgresql://..., mysql://..., or a plugin's scheme)"
@@ -246,6 +243,12 @@ def check_store_scheme(uri: str) -> None:
         raise ConfigError(
             f"tracking.uri={uri}: the {scheme} store needs the Python module {module}, which is not installed"
         )
+
+
+def _plugin_schemes() -> set[str]:
+    import importlib.metadata
+
+    return {entry.name for entry in importlib.metadata.entry_points(group="mlflow.tracking_store")}
 
 
 def check_tracking(uri: str | None, experiment: str | None) -> None:

@@ -20,6 +20,9 @@ from runner.table import format_seconds
 
 SAMPLING = "sampling"
 NOISY_REL_IQR = 0.1  # above this IQR/median the result is flagged as noisy
+# A turn starts with a re-warm (at least one block) unless its block is longer than this: the first block after
+# the pause of the other jobs' turns ran 23-61% slow (TensorFlow eager MLP, 5 ms blocks), about 1 ms.
+LONG_BLOCK_S = 0.05
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters (malloc.h)
 MMAP_THRESHOLD_MAX = 32 * 2**20  # glibc's ceiling for M_MMAP_THRESHOLD on 64-bit machines
 
@@ -168,7 +171,7 @@ def measure(
         else:
             sampling_s = deadline - time.perf_counter()
             rounds = affordable_rounds(rounds, sampling_s, block_s)
-            rewarm_s = warmup_s / rounds if block_s <= warmup_s / rounds else 0.0  # a long block is its own warm-up
+            rewarm_s = warmup_s / rounds if block_s <= LONG_BLOCK_S else 0.0
             _take_turns(turns, sampling, rounds, sampling_s / rounds, rewarm_s)
     except KeyboardInterrupt as interrupt:
         measurement.stopped_by = "interrupted"
@@ -186,8 +189,9 @@ def affordable_rounds(rounds: int, sampling_s: float, block_s: float) -> int:
 
 
 def _take_turns(turns: Turns, sampling: _Sampling, rounds: int, turn_s: float, rewarm_s: float) -> None:
-    """Sample in each turn given: a re-warm of `rewarm_s` (the step sat idle while the other jobs had their
-    turns), then samples until their spread is small or `turn_s` has passed since the turn began."""
+    """Sample in each turn given: a re-warm of `rewarm_s`, at least one block where it is not 0 (the step sat
+    idle while the other jobs had their turns), then samples until their spread is small or `turn_s` has
+    passed since the turn began."""
     m = sampling.measurement
     turns.ready(m, rounds)
     while (round_ := turns.wait()) is not None:

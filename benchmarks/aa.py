@@ -54,10 +54,14 @@ FINDINGS = [
     "intervals is now at 1 - 0.05/(k - 1). Simulated with those process offsets (tests/test_ratio.py): 22% "
     "(4 jobs) and 33% (16 jobs) of identical jobs called different at 95% each over rounds alone, 3% and 1% "
     "now.",
-    "- **One row misses 1.10x**: TensorFlow, 16 jobs at 0.5 s, *after*: one job 16% off the fastest, its "
-    "directory not kept; the same sweep again (*after, re-run*, directories kept): 1.056, every job's "
-    "per-round medians within 0.80-1.03 ms. None of the 196 *after* comparisons printed a ratio that "
-    "its medians contradict, and under the burner none did either (within 1.16x).",
+    "- **A skipped re-warm**: TensorFlow, 16 jobs at 0.5 s, came out 1.162 in the *after* run, and 1.056, "
+    "1.057 and 1.166 when run again (*after, re-run*). In the 1.166 sweep one job ran 14% slow: its first "
+    "block in every turn ran 24% slower than its second (1138 against 911 µs a call), the other jobs' "
+    "first blocks as fast as their second. Its calibrated block of 5 calls had come out just over "
+    "`warmup_s / rounds` (5 ms), and a block that long was taken to be its own warm-up, so that job never "
+    "re-warmed after the other jobs' turns. Without re-warm (`timing.warmup_s=0.001`) every TensorFlow job's "
+    "first block in a turn ran 23-61% slower than the rest, with it 0-4%. Each turn now re-warms at least one "
+    "block unless the block is over 50 ms (*after re-warm* rows).",
     "- **The busy-machine comparison** (`benchmarks/rounds.py --budgets 3`, after these changes): seed 003's "
     "eager/function ratio over 6 sweeps moved 1.101 with rounds (1.104 in the *Comparisons on a busy "
     "machine* section's run before them) and 1.227 one job after the other.",
@@ -200,7 +204,9 @@ def section(frame: pd.DataFrame, busy: pd.DataFrame | None) -> str:
         f"interval against the fastest excludes 1; *contradicted*: ratios more than {AGREES}x from the ratio of "
         "their medians. *code*: what was measured: *before* is the runner before this section existed, *step 1* "
         "fixed the workers' layout, waited for a quiet hand-over and shared the interval's level among the "
-        "comparisons, *after* also holds each process's spread in the interval (the commit that wrote this).",
+        "comparisons, *after* also holds each process's spread in the interval, *after re-warm* also re-warms "
+        "every turn by at least one block (the commit that wrote this section; the other backends' blocks, "
+        "under 5 ms, were re-warmed before it too).",
         "",
         "| code | backend | task | max_time_s | jobs | medians max/min | called different | unstable "
         "| contradicted | wall s |",

@@ -206,7 +206,7 @@ def section(frame: pd.DataFrame, busy: pd.DataFrame | None) -> str:
         "fixed the workers' layout, waited for a quiet hand-over and shared the interval's level among the "
         "comparisons, *after* also holds each process's spread in the interval, *after re-warm* also re-warms "
         "every turn by at least one block (the commit that wrote this section; the other backends' blocks, "
-        "under 5 ms, were re-warmed before it too).",
+        "mostly under 5 ms, were re-warmed before it too).",
         "",
         "| code | backend | task | max_time_s | jobs | medians max/min | called different | unstable "
         "| contradicted | wall s |",

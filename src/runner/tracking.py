@@ -176,11 +176,11 @@ def _create_store(uri: str, path: Path) -> None:
     """A new SQLite store, created so that a kill at any moment leaves no store or a complete one: MLflow
     creates and migrates its tables in a file beside it (seconds, while other work runs), which is then
     renamed into place. Called under store_lock, so a leftover of an earlier, killed creation is stale."""
-    for stale in path.parent.glob(f".{path.name}.*.creating"):
+    for stale in path.parent.glob(f".{path.name}.*.creating*"):  # with SQLite's -journal beside it
         stale.unlink()
     creating = path.with_name(f".{path.name}.{os.getpid()}.creating")
-    query = uri.partition("?")[1] + uri.partition("?")[2]
-    _open_client(f"sqlite:///{creating}{query}")
+    _, mark, query = uri.partition("?")
+    _open_client(f"sqlite:///{creating}{mark}{query}")
     os.replace(creating, path)
 
 

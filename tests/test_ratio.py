@@ -173,6 +173,20 @@ def test_the_interval_is_shared_among_the_comparisons():
     assert seven.basis() == "40 rounds, 1 of 7 comparisons"
 
 
+def two_jobs(a: np.ndarray, b: np.ndarray, rounds: np.ndarray, medians: list[float]) -> pd.DataFrame:
+    """A sweep of two finished MLP jobs measured in the same rounds, with the medians its table shows."""
+    return pd.DataFrame(
+        {
+            "run": ["0", "1"],
+            "status": ["FINISHED"] * 2,
+            "params.model.name": ["mlp"] * 2,
+            "samples_s": [a, b],
+            "sample_rounds": [rounds, rounds],
+            "metrics.time_median_s": medians,
+        }
+    )
+
+
 def test_a_job_that_changed_character_gets_no_verdict_and_says_where():
     """Rounds 1-11 at 55 ms a call, the rest at 0.45 ms (torch's two threads on two busy cores)."""
     rounds = np.repeat(np.arange(1, 41), 3)
@@ -180,16 +194,7 @@ def test_a_job_that_changed_character_gets_no_verdict_and_says_where():
     numpy_like = np.full(120, 64e-6)
     assert instability(numpy_like, rounds) is None
     assert "rounds 1-11 at 55.1 ms, 12-40 at 449 µs" in instability(torch_like, rounds)
-    frame = pd.DataFrame(
-        {
-            "run": ["numpy", "torch"],
-            "status": ["FINISHED"] * 2,
-            "params.model.name": ["mlp"] * 2,
-            "samples_s": [numpy_like, torch_like],
-            "sample_rounds": [rounds, rounds],
-            "metrics.time_median_s": [64e-6, float(np.median(torch_like))],
-        }
-    )
+    frame = two_jobs(numpy_like, torch_like, rounds, medians=[64e-6, float(np.median(torch_like))])
     verdict = report.compare(frame)["within_noise"][1]
     assert verdict.startswith("unstable") and "rounds 1-11" in verdict
 
@@ -200,15 +205,5 @@ def test_a_ratio_that_contradicts_its_medians_gets_no_verdict():
     b = np.ones(40)
     a = np.where(rounds % 2 == 0, 3.0, 1.0) * np.exp(np.random.default_rng(3).normal(0, 0.01, 40))
     a_median = float(np.median(a[:21]))  # as pooled samples give it: 1.0 or 3.0, whichever half is larger
-    frame = pd.DataFrame(
-        {
-            "run": ["a", "b"],
-            "status": ["FINISHED"] * 2,
-            "params.model.name": ["mlp"] * 2,
-            "samples_s": [a, b],
-            "sample_rounds": [rounds, rounds],
-            "metrics.time_median_s": [a_median, 1.0],
-        }
-    )
-    compared = report.compare(frame)
+    compared = report.compare(two_jobs(a, b, rounds, medians=[a_median, 1.0]))
     assert compared["within_noise"][0].startswith("unstable")

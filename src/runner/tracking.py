@@ -158,10 +158,10 @@ def open_store(uri: str) -> None:
         for name in ("alembic", "mlflow.store.db.utils"):  # creating the tables is not the user's news
             logging.getLogger(name).setLevel(logging.WARNING)
         check_store_path(uri)
-        if sqlite_path(uri) is not None:
-            sqlite_path(uri).parent.mkdir(exist_ok=True)
+        path = sqlite_path(uri)
+        if path is not None:
+            path.parent.mkdir(exist_ok=True)
         with store_lock(uri):  # creating the tables is not safe from two processes at once
-            path = sqlite_path(uri)
             if path is not None and not path.exists():
                 _create_store(uri, path)
             _open_client(uri)

@@ -36,7 +36,7 @@ BLOCK_S = 0.0005  # short blocks: on a busy machine most pairs then fall between
 DISTURBED_SPREAD = 0.30  # a row whose paired ratios have a wider IQR than this is measured again
 PAIRED_BUDGETS = 3  # the paired phase lasts this many budgets ...
 MIN_PAIRS = 15  # ... and at least this many pairs (resnet18 at 0.8 s a call: 5 pairs could not tell 1.07 from 0.99)
-BACKENDS = ("numpy", "torch", "tensorflow")
+BACKENDS = ("numpy", "torch", "tensorflow", "jax")
 WORKLOADS = {  # row -> the runner's overrides
     "mlp_gradients_eager": ("model=mlp", "task=gradients", "mode=eager"),
     "mlp_gradients_compiled": ("model=mlp", "task=gradients", "mode=function"),
@@ -161,7 +161,56 @@ def tensorflow_loops(device: str) -> Loops:
     }
 
 
-LOOPS = {"numpy": numpy_loops, "torch": torch_loops, "tensorflow": tensorflow_loops}
+def jax_loops(device: str) -> Loops:
+    import jax
+    import jax.numpy as jnp
+
+    from runner.backends import jax_backend
+    from runner.models.vision import VisionModel
+
+    if os.environ.get("OMP_NUM_THREADS"):  # --threads: XLA's CPU pool follows the affinity
+        jax_backend.set_threads(int(os.environ["OMP_NUM_THREADS"]))
+    rng = np.random.default_rng(0)
+    on = jax.devices("gpu" if device == "cuda" else "cpu")[0]
+    w = {
+        k: jax.device_put(rng.standard_normal(s).astype(np.float32), on)
+        for k, s in (("w1", (32, 64)), ("b", (64,)), ("w2", (64, 2)))
+    }
+    x = jax.device_put(rng.standard_normal((BATCH, 32)).astype(np.float32), on)
+    t = jax.device_put(rng.standard_normal((BATCH, 2)).astype(np.float32), on)
+    a = jax.device_put(rng.uniform(size=(N, N)).astype(np.float32), on)
+    resnet = VisionModel("resnet18", 224)
+    params = {
+        k: jax_backend.asarray(jax_backend.to_native_layout(v), device, "float32")
+        for k, v in resnet.init_params(rng).items()
+    }
+    images = jax_backend.asarray(rng.standard_normal((8, 3, 224, 224)), device, "float32")
+
+    def predict(w, x):
+        return jax.nn.relu(x @ w["w1"] + w["b"]) @ w["w2"]
+
+    def loss(w, x, t):
+        return jnp.sum(jnp.square(predict(w, x) - t))
+
+    gradients, compiled = jax.grad(loss), jax.jit(jax.grad(loss))
+    jacobian = jax.vmap(jax.jacrev(lambda w, x: predict(w, x[None])[0], argnums=1), in_axes=(None, 0))
+    ready = jax.block_until_ready  # JAX returns before the result exists: every call waits for it
+    return {
+        "mlp_gradients_eager": [("jax.grad(loss)", lambda: ready(gradients(w, x, t)))],
+        "mlp_gradients_compiled": [("jax.jit(jax.grad(loss))", lambda: ready(compiled(w, x, t)))],
+        "mlp_jacobian": [("vmap(jacrev(predict))", lambda: ready(jacobian(w, x)))],
+        "mlp_inference": [("x @ w1 ...", lambda: ready(predict(w, x)))],
+        "resnet18_inference_b8": [
+            (
+                "the runner's jax.lax resnet18, called in a plain loop",
+                lambda: ready(resnet.forward(jax_backend, params, images)),
+            )
+        ],
+        "matmul": [("a @ a", lambda: ready(a @ a))],
+    }
+
+
+LOOPS = {"numpy": numpy_loops, "torch": torch_loops, "tensorflow": tensorflow_loops, "jax": jax_loops}
 
 
 # -- measuring ------------------------------------------------------------------------------------------------

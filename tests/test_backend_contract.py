@@ -80,7 +80,8 @@ def test_rules_read_the_declared_capabilities(monkeypatch):
     with pytest.raises(ConfigError, match="model=square runs only task=inference or task=gradients, not task=jacobian"):
         check_combination(compose_config(SEARCHPATH, "backend=fake", "model=square", "task=jacobian"))
     with pytest.raises(
-        ConfigError, match="model=resnet18 needs conv ops: it runs on backend=tensorflow or backend=torch"
+        ConfigError,
+        match="model=resnet18 needs conv ops: it runs on backend=jax or backend=tensorflow or backend=torch",
     ):
         check_combination(compose_config(SEARCHPATH, "backend=fake", "model=resnet18", "task=inference"))
     with pytest.raises(ConfigError, match="model.features='eight' is not a valid int"):

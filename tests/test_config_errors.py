@@ -14,7 +14,7 @@ def _error_lines(stderr: str) -> list[str]:
 @pytest.mark.parametrize(
     ("overrides", "expected"),
     [
-        (["backend=foo"], "backend=foo is not an option (allowed backend: numpy, tensorflow, tnp, torch)"),
+        (["backend=foo"], "backend=foo is not an option (allowed backend: jax, numpy, tensorflow, tnp, torch)"),
         (["dtype=float8"], "dtype=float8"),
         (["batch_size=abc"], "batch_size=abc"),
         (["no_such_key=1"], "no_such_key"),

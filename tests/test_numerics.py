@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import h5py
 import numpy as np
 import pytest
 
 from runner.job import run_and_record
 
-BACKENDS = ["numpy", "torch", "tensorflow", "tnp"]
+BACKENDS = sorted(path.stem for path in (Path(__file__).parents[1] / "conf" / "backend").glob("*.yaml"))
 
 
 def independent_mlp(f: h5py.File):
@@ -52,6 +54,8 @@ def test_float64_gradients_match_independent_computation(make_config, tmp_path, 
         ("torch", "vectorized_map"),
         ("torch", "map_fn"),
         ("tnp", "vectorized_map"),
+        ("jax", "vectorized_map"),
+        ("jax", "map_fn"),
         ("numpy", "map_fn"),
     ],
 )
@@ -67,7 +71,15 @@ def test_per_example_gradients_sum_to_batch_gradient(make_config, tmp_path, back
 
 
 @pytest.mark.parametrize(
-    ("backend", "mode"), [("tensorflow", "eager"), ("tensorflow", "function"), ("torch", "eager"), ("numpy", "eager")]
+    ("backend", "mode"),
+    [
+        ("tensorflow", "eager"),
+        ("tensorflow", "function"),
+        ("torch", "eager"),
+        ("numpy", "eager"),
+        ("jax", "eager"),
+        ("jax", "function"),
+    ],
 )
 def test_batch_jacobian_is_analytic(make_config, tmp_path, backend, mode):
     _, f = run(make_config, tmp_path, f"backend={backend}", f"mode={mode}", "task=jacobian", "dtype=float64")

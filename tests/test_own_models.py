@@ -132,12 +132,13 @@ def _keras_run(tmp: Path, backend: str, *extra: str) -> Path:
     return run_dir
 
 
-def test_keras_mobilenetv2_same_seed_same_outputs_on_tensorflow_and_torch(tmp_path):
-    tf_run, torch_run = _keras_run(tmp_path, "tensorflow"), _keras_run(tmp_path, "torch")
-    on_tf, on_torch = _outputs(tf_run), _outputs(torch_run)
+def test_keras_mobilenetv2_same_seed_same_outputs_on_tensorflow_torch_and_jax(tmp_path):
+    runs = {backend: _keras_run(tmp_path, backend) for backend in ("tensorflow", "torch", "jax")}
+    on_tf = _outputs(runs["tensorflow"])
     assert on_tf.shape == (2, 1000)
-    assert np.abs(on_tf - on_torch).max() <= 1e-4 * np.abs(on_tf).max()
-    for run in (tf_run, torch_run):
+    for backend in ("torch", "jax"):
+        assert np.abs(on_tf - _outputs(runs[backend])).max() <= 1e-4 * np.abs(on_tf).max(), backend
+    for run in runs.values():
         saved = json.loads((run / "result.json").read_text())
         assert saved["status"] == "FINISHED" and len(saved["predictions"]) == 2
 
@@ -153,17 +154,21 @@ model.save_weights(sys.argv[1])
 
 
 @pytest.mark.slow
-def test_keras_weights_saved_under_torch_load_under_tensorflow_with_the_same_gradients(tmp_path):
+def test_keras_weights_saved_under_torch_load_under_tensorflow_and_jax_with_the_same_gradients(tmp_path):
     weights = tmp_path / "mobilenet.weights.h5"
     subprocess.run([sys.executable, "-c", KERAS_SAVE, str(weights)], check=True, timeout=600)
-    runs = [_keras_run(tmp_path, b, f"model.weights={weights}", "task=gradients") for b in ("torch", "tensorflow")]
-    np.testing.assert_array_equal(_outputs(runs[0], "inputs/x"), _outputs(runs[1], "inputs/x"))
-    on_torch, on_tf = (_outputs(run) for run in runs)
-    assert np.abs(on_tf - on_torch).max() <= 1e-4 * np.abs(on_tf).max()
-    with h5py.File(runs[0] / "tensors.h5", "r") as a, h5py.File(runs[1] / "tensors.h5", "r") as b:
-        kernel_torch, kernel_tf = a["gradients/Conv1/kernel"][()], b["gradients/Conv1/kernel"][()]
-    assert kernel_torch.shape == (3, 3, 3, 32)  # Keras's layout on both
-    assert np.abs(kernel_torch - kernel_tf).max() <= 1e-3 * np.abs(kernel_tf).max()
+    backends = ("torch", "tensorflow", "jax")
+    runs = {b: _keras_run(tmp_path, b, f"model.weights={weights}", "task=gradients") for b in backends}
+    np.testing.assert_array_equal(_outputs(runs["torch"], "inputs/x"), _outputs(runs["tensorflow"], "inputs/x"))
+    on_tf = _outputs(runs["tensorflow"])
+    kernels = {}
+    for backend, run in runs.items():
+        assert np.abs(on_tf - _outputs(run)).max() <= 1e-4 * np.abs(on_tf).max(), backend
+        with h5py.File(run / "tensors.h5", "r") as f:
+            kernels[backend] = f["gradients/Conv1/kernel"][()]
+    assert kernels["torch"].shape == (3, 3, 3, 32)  # Keras's layout on every backend
+    for backend in ("torch", "jax"):
+        assert np.abs(kernels[backend] - kernels["tensorflow"]).max() <= 1e-3 * np.abs(kernels["tensorflow"]).max()
 
 
 @pytest.mark.slow

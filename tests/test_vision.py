@@ -25,19 +25,21 @@ def _rel_diff(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.abs(a - b).max() / np.abs(a).max())
 
 
+@pytest.mark.parametrize("backend", ["tensorflow", "jax"])
 @pytest.mark.parametrize("model", ["alexnet", "resnet18", "cyclegan"])
-def test_torch_and_tensorflow_outputs_agree(make_config, tmp_path, model):
+def test_torch_and_other_backends_outputs_agree(make_config, tmp_path, model, backend):
     _, t = run(make_config, tmp_path / "torch", f"model={model}", "backend=torch", "task=inference")
-    _, f = run(make_config, tmp_path / "tf", f"model={model}", "backend=tensorflow", "task=inference")
+    _, f = run(make_config, tmp_path / backend, f"model={model}", f"backend={backend}", "task=inference")
     with t, f:
         np.testing.assert_array_equal(t["inputs/x"][()], f["inputs/x"][()])
         assert t["outputs/y"].shape == f["outputs/y"].shape
         assert _rel_diff(t["outputs/y"][()], f["outputs/y"][()]) < 1e-4
 
 
-def test_resnet18_gradients_agree_under_torch_names(make_config, tmp_path):
+@pytest.mark.parametrize("backend", ["tensorflow", "jax"])
+def test_resnet18_gradients_agree_under_torch_names(make_config, tmp_path, backend):
     _, t = run(make_config, tmp_path / "torch", "model=resnet18", "backend=torch", "task=gradients")
-    _, f = run(make_config, tmp_path / "tf", "model=resnet18", "backend=tensorflow", "task=gradients")
+    _, f = run(make_config, tmp_path / backend, "model=resnet18", f"backend={backend}", "task=gradients")
     import torchvision
 
     trainable = dict(torchvision.models.resnet18().named_parameters())
@@ -279,7 +281,9 @@ def test_tfrecord_and_hdf5_inputs_match_image_files(make_config, tmp_path):
     np.testing.assert_array_equal(loaded["image"], loaded["hdf5"])
 
 
-@pytest.mark.parametrize(("backend", "mode"), [("torch", "vectorized_map"), ("tensorflow", "vectorized_map")])
+@pytest.mark.parametrize(
+    ("backend", "mode"), [("torch", "vectorized_map"), ("tensorflow", "vectorized_map"), ("jax", "vectorized_map")]
+)
 def test_per_example_gradients_of_a_convnet(make_config, tmp_path, backend, mode):
     _, batch = run(
         make_config,
@@ -311,8 +315,8 @@ def test_per_example_gradients_of_a_convnet(make_config, tmp_path, backend, mode
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        (["model=resnet18", "backend=numpy"], "runs on backend=tensorflow or backend=torch"),
-        (["model=cyclegan", "backend=tnp"], "runs on backend=tensorflow or backend=torch"),
+        (["model=resnet18", "backend=numpy"], "runs on backend=jax or backend=tensorflow or backend=torch"),
+        (["model=cyclegan", "backend=tnp"], "runs on backend=jax or backend=tensorflow or backend=torch"),
         (["model=alexnet", "backend=torch", "task=jacobian"], "task=jacobian"),
     ],
 )
@@ -324,10 +328,11 @@ def test_vision_combination_rules(make_config, overrides, message):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("backend", ["tensorflow", "jax"])
 @pytest.mark.parametrize("model", ["alexnet", "resnet50", "resnet101", "cyclegan"])
-def test_full_size_agreement(make_config, tmp_path, model):
+def test_full_size_agreement(make_config, tmp_path, model, backend):
     size = "data.image_size=256" if model == "cyclegan" else "data.image_size=224"
     _, t = run(make_config, tmp_path / "torch", f"model={model}", "backend=torch", "task=inference", size)
-    _, f = run(make_config, tmp_path / "tf", f"model={model}", "backend=tensorflow", "task=inference", size)
+    _, f = run(make_config, tmp_path / backend, f"model={model}", f"backend={backend}", "task=inference", size)
     with t, f:
         assert _rel_diff(t["outputs/y"][()], f["outputs/y"][()]) < 1e-4

@@ -1,0 +1,307 @@
+"""JAX backend: jax.grad / vmap / jacrev on functions of the weights, jax.jit for the compiled modes.
+
+JAX dispatches asynchronously on every device, the CPU included: a call returns before its result
+exists. Every step the runner times therefore ends in `jax.block_until_ready` on its result, so a
+timed call is the time to a ready result, as it is on the synchronous CPU backends.
+
+Layouts are Flax's and the TF-NumPy guide's: activations NHWC, conv kernels HWIO, dense weights (in, out).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+
+from runner.config import ConfigError
+
+DTYPES = {"float16": jnp.float16, "float32": jnp.float32, "float64": jnp.float64, "bfloat16": jnp.bfloat16}
+JACOBIAN_BY = "jacrev"  # jacfwd is as exact; jacrev is faster for the runner's few-output models (BENCHMARKS.md)
+
+
+def set_threads(threads: int) -> None:
+    """XLA's CPU thread pool has no size setting: it follows the CPU affinity, which JAX's maintainers name
+    as the way to limit it. Runs before the first op (the pool is made then)."""
+    allowed = sorted(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, allowed[: max(1, threads)])
+
+
+def prepare(device: str, dtype: str) -> str:
+    if dtype == "float64":  # JAX computes float64 only with x64 on; without it arrays silently become float32
+        jax.config.update("jax_enable_x64", True)
+    has_gpu = _has_gpu()
+    if device == "auto":
+        device = "cuda" if has_gpu else "cpu"
+    if device == "cuda" and not has_gpu:
+        raise ConfigError("device=cuda but jax has no CUDA backend (pip install 'jax[cuda12]', or use device=cpu)")
+    jax.config.update("jax_default_matmul_precision", "highest")  # no TF32/bf16 passes: agree with the others
+    return device
+
+
+def _has_gpu() -> bool:
+    try:
+        return bool(jax.devices("gpu"))
+    except RuntimeError:  # no CUDA plugin installed, or no device it can use
+        return False
+
+
+def _jax_device(device: str) -> jax.Device:
+    return jax.devices("gpu" if device == "cuda" else "cpu")[0]
+
+
+def asarray(array: np.ndarray, device: str, dtype: str) -> jax.Array:
+    host = np.asarray(array).astype(np.dtype(DTYPES[dtype]))
+    return jax.device_put(host, _jax_device(device)).block_until_ready()
+
+
+def to_numpy(native: jax.Array) -> np.ndarray:
+    host = np.asarray(native)
+    return host.astype(np.float32) if host.dtype == ml_dtypes.bfloat16 else host
+
+
+def synchronizer(device: str) -> Callable[[], None]:
+    return _no_sync  # every timed step blocks on its own result (compile)
+
+
+def _no_sync() -> None:
+    return None
+
+
+def compile(fn: Callable, mode: str, device: str) -> Callable:
+    """eager: op by op; function: jax.jit; xla: compiled ahead of time (jit's lower().compile()) at the first
+    call; the per-example modes run inside jax.jit, as JAX users write vmap and lax.map."""
+    if mode == "xla":
+        step = _ahead_of_time(fn)
+    elif mode == "eager":
+        step = fn
+    else:
+        step = _jit(fn)
+    return functools.partial(_blocking, step)
+
+
+def _blocking(step: Callable, *args):
+    return jax.block_until_ready(step(*args))
+
+
+def _jit(fn: Callable) -> Callable:
+    """jax.jit with the bound weights as arguments, as JAX code passes them (a closure would make them
+    constants folded into the compiled program)."""
+    if isinstance(fn, functools.partial) and not fn.keywords:
+        return functools.partial(jax.jit(fn.func), *fn.args)
+    return jax.jit(fn)
+
+
+def _ahead_of_time(fn: Callable) -> Callable:
+    jitted, compiled = _jit(fn), None
+
+    def call(*args):
+        nonlocal compiled
+        if compiled is None:
+            bound = jitted.args if isinstance(jitted, functools.partial) else ()
+            target = jitted.func if isinstance(jitted, functools.partial) else jitted
+            compiled = functools.partial(target.lower(*bound, *args).compile(), *bound)
+        return compiled(*args)
+
+    return call
+
+
+def compile_model(fn: Callable, mode: str, device: str) -> Callable:
+    return fn  # the whole step is compiled (compile): jit around grad, as JAX code writes it
+
+
+def trainable(params: dict) -> dict:
+    return params  # jax.grad differentiates a function of the weights: nothing to mark
+
+
+def grad(loss: Callable, manual: Callable | None) -> Callable:
+    return jax.grad(loss)
+
+
+def per_example_grad(loss: Callable, mode: str, manual: Callable | None) -> Callable:
+    def single_loss(params: dict, x: jax.Array, label: jax.Array) -> jax.Array:
+        return loss(params, x[None], label[None])
+
+    single_grad = jax.grad(single_loss)
+    if mode == "vectorized_map":
+        return jax.vmap(single_grad, in_axes=(None, 0, 0))
+
+    def mapped(params: dict, x: jax.Array, labels: jax.Array) -> dict:
+        return jax.lax.map(lambda example: single_grad(params, *example), (x, labels))
+
+    return mapped
+
+
+def batch_jacobian(forward: Callable, manual: Callable | None) -> Callable:
+    """d y_b / d x_b for every example: the jacobian of one example, vmapped over the batch."""
+    differentiate = jax.jacrev if JACOBIAN_BY == "jacrev" else jax.jacfwd
+
+    def single(params: dict, x: jax.Array) -> jax.Array:
+        return forward(params, x[None])[0]
+
+    return jax.vmap(differentiate(single, argnums=1), in_axes=(None, 0))
+
+
+def reset_peak_memory(device: str) -> None:
+    return None  # JAX keeps a peak per device that cannot be reset: the run's peak is read as is
+
+
+def peak_device_mb(device: str) -> float | None:
+    if device != "cuda":
+        return None
+    stats = _jax_device(device).memory_stats() or {}
+    return stats["peak_bytes_in_use"] / 2**20 if "peak_bytes_in_use" in stats else None
+
+
+def environment(device: str) -> dict:
+    import jaxlib
+
+    env = {
+        "framework": "jax",
+        "framework_version": jax.__version__,
+        "jaxlib_version": jaxlib.__version__,
+        "jax_x64": bool(jax.config.jax_enable_x64),
+        "jax_devices": [str(d) for d in jax.devices()],
+        "cpu_affinity": len(os.sched_getaffinity(0)),
+    }
+    if device == "cuda":
+        env["device_name"] = _jax_device(device).device_kind
+    return env
+
+
+# -- ops --------------------------------------------------------------------------------------
+
+
+def linear(x: jax.Array, weight: jax.Array, bias: jax.Array | None = None) -> jax.Array:
+    y = x @ weight  # weight held as (in, out): see to_native_layout
+    return y if bias is None else y + bias
+
+
+relu = jax.nn.relu
+matmul = jnp.matmul
+exp = jnp.exp
+square = jnp.square
+sum = jnp.sum  # noqa: A001 - the ops namespace mirrors the frameworks' names
+tanh = jnp.tanh
+
+KERAS_BACKEND = "jax"  # op family `keras` (model=keras)
+
+
+# -- convnet ops: NHWC inside, torch (NCHW, OIHW) conventions at the edges ----------------------
+
+_TO_JAX = {2: (1, 0), 4: (2, 3, 1, 0)}  # (out, in) -> (in, out); OIHW -> HWIO; (in, out, kH, kW) -> (kH, kW, out, in)
+_NHWC = ("NHWC", "HWIO", "NHWC")
+
+
+def to_native_layout(array: np.ndarray) -> np.ndarray:
+    return array.transpose(_TO_JAX[array.ndim]) if array.ndim in _TO_JAX else array
+
+
+def from_native_layout(array: np.ndarray, per_example: bool = False) -> np.ndarray:
+    ndim = array.ndim - per_example
+    if ndim not in _TO_JAX:
+        return array
+    inverse = np.argsort(_TO_JAX[ndim])
+    return array.transpose((0, *(1 + inverse)) if per_example else inverse)
+
+
+def from_nchw(x: jax.Array) -> jax.Array:
+    return jnp.transpose(x, (0, 2, 3, 1))
+
+
+def to_nchw(x: jax.Array) -> jax.Array:
+    return jnp.transpose(x, (0, 3, 1, 2))
+
+
+def conv2d(x, weight, bias=None, stride: int = 1, padding: int = 0):
+    y = jax.lax.conv_general_dilated(x, weight, (stride, stride), [(padding, padding)] * 2, dimension_numbers=_NHWC)
+    return y if bias is None else y + bias
+
+
+def conv_transpose2d(x, weight, bias=None, stride: int = 1, padding: int = 0, output_padding: int = 0):
+    """torch's ConvTranspose2d. Its weight (in, out, kH, kW), held as (kH, kW, out, in), is the kernel of the
+    convolution it transposes: lax.conv_transpose with transpose_kernel. Torch crops `padding` from the full
+    output at the start and `padding - output_padding` at the end: the padding of the dilated input below."""
+    k = weight.shape[0]
+    pads = [(k - 1 - padding, k - 1 - padding + output_padding)] * 2
+    y = jax.lax.conv_transpose(x, weight, (stride, stride), pads, dimension_numbers=_NHWC, transpose_kernel=True)
+    return y if bias is None else y + bias
+
+
+def batch_norm(x, mean, var, weight, bias, eps: float = 1e-5):
+    return (x - mean) * (weight * jax.lax.rsqrt(var + eps)) + bias
+
+
+def instance_norm(x, eps: float = 1e-5):
+    mean = jnp.mean(x, axis=(1, 2), keepdims=True)
+    var = jnp.var(x, axis=(1, 2), keepdims=True)
+    return (x - mean) * jax.lax.rsqrt(var + eps)
+
+
+def max_pool2d(x, kernel: int, stride: int, padding: int = 0):
+    pads = ((0, 0), (padding, padding), (padding, padding), (0, 0))  # torch pads max-pooling with -inf
+    return jax.lax.reduce_window(x, -jnp.inf, jax.lax.max, (1, kernel, kernel, 1), (1, stride, stride, 1), pads)
+
+
+def adaptive_avg_pool2d(x, size: tuple[int, int]):
+    """torch's AdaptiveAvgPool2d: output bin i averages rows floor(i*H/out) .. ceil((i+1)*H/out)."""
+    h, w = x.shape[1], x.shape[2]
+    if tuple(size) == (1, 1):
+        return jnp.mean(x, axis=(1, 2), keepdims=True)
+    rows = [_bin(i, h, size[0]) for i in range(size[0])]
+    cols = [_bin(j, w, size[1]) for j in range(size[1])]
+    pooled = [jnp.stack([jnp.mean(x[:, r0:r1, c0:c1, :], axis=(1, 2)) for c0, c1 in cols], axis=1) for r0, r1 in rows]
+    return jnp.stack(pooled, axis=1)
+
+
+def _bin(i: int, size: int, bins: int) -> tuple[int, int]:
+    return (i * size) // bins, -((-(i + 1) * size) // bins)
+
+
+def reflection_pad2d(x, pad: int):
+    return jnp.pad(x, ((0, 0), (pad, pad), (pad, pad), (0, 0)), mode="reflect")
+
+
+def flatten(x):
+    """Flatten in torch's (C, H, W) order, so a classifier's weights mean the same on every backend."""
+    x = to_nchw(x)
+    return x.reshape(x.shape[0], -1)
+
+
+# -- memory-layout ops (seeds 001 and 002) -------------------------------------------------------
+
+FROM_HOST = {  # numpy -> jax
+    "asarray": jnp.asarray,
+    "array": jnp.array,
+    "device_put": jax.device_put,
+    "from_dlpack": jax.dlpack.from_dlpack,
+}
+RESHAPES = {
+    "reshape": lambda x: x.reshape(-1),
+    "transpose": jnp.transpose,
+    "transpose_reshape": lambda x: jnp.transpose(x).reshape(-1),
+}
+
+
+def convert(method: str, host: np.ndarray, native: jax.Array):
+    if method == "numpy":  # jax -> numpy
+        return np.asarray(native)
+    if method not in FROM_HOST:
+        raise ConfigError(f"backend=jax has no conversion {method!r} (allowed: numpy, {', '.join(FROM_HOST)})")
+    return jax.block_until_ready(FROM_HOST[method](host))
+
+
+def reshape(method: str, x: jax.Array):
+    if method not in RESHAPES:
+        raise ConfigError(f"backend=jax has no reshape method {method!r} (allowed: {', '.join(RESHAPES)})")
+    return jax.block_until_ready(RESHAPES[method](x))
+
+
+def data_pointer(array) -> int:
+    if isinstance(array, jax.Array):
+        return array.unsafe_buffer_pointer()
+    return array.__array_interface__["data"][0]

@@ -11,7 +11,7 @@ from runner.config import PROJECT_ROOT, nvidia_driver_present
 SMALL_GRIDS = {
     "cpu_vs_gpu_matmul": ["model.n=64"],
     "tf_function_speedup": ["backend=tensorflow,tnp", "mode=eager,function", "batch_size=32"],
-    "per_example_gradients": ["backend=tensorflow,torch", "batch_size=8"],
+    "per_example_gradients": ["backend=tensorflow,torch,jax", "batch_size=8"],
     "sigmoid_scaling": ["model.size=1,1024"],
     "resnet_inference": ["model=resnet18", "mode=eager", "data.image_size=64"],
     "horse2zebra": ["data.image_size=64"],
@@ -42,11 +42,18 @@ def test_experiment_runs_as_one_command(cli, tmp_path, name):
             if r["config"]["backend"]["name"] == "torch"
         }
         assert shared["from_numpy"] == 1.0 and shared["tensor"] == 0.0  # torch.tensor always copies
+        on_jax = {
+            r["config"]["model"]["method"]: r["metrics"]["shares_memory"]
+            for r in results
+            if r["config"]["backend"]["name"] == "jax"
+        }
+        assert on_jax["numpy"] == 1.0 and on_jax["asarray"] == on_jax["array"] == 0.0  # jnp.asarray copies
     if name == "view_vs_reshape":
         copied = {
             (r["config"]["backend"]["name"], r["config"]["model"]["method"]): r["metrics"]["copied"] for r in results
         }
         assert copied[("torch", "view")] == 0.0 and copied[("torch", "transpose_contiguous")] == 1.0
         assert copied[("numpy", "reshape")] == 0.0 and copied[("numpy", "transpose_reshape")] == 1.0
+        assert copied[("jax", "transpose")] == 1.0  # jax arrays are immutable buffers: XLA writes a new one
     if name == "horse2zebra":
         assert all((tmp_path / str(job) / "images" / "000.png").exists() for job in range(len(results)))

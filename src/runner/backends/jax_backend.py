@@ -21,7 +21,6 @@ import numpy as np
 from runner.config import ConfigError
 
 DTYPES = {"float16": jnp.float16, "float32": jnp.float32, "float64": jnp.float64, "bfloat16": jnp.bfloat16}
-JACOBIAN_BY = "jacrev"  # jacfwd is as exact; jacrev is faster for the runner's few-output models (BENCHMARKS.md)
 
 
 def set_threads(threads: int) -> None:
@@ -89,25 +88,37 @@ def _blocking(step: Callable, *args):
 
 
 def _jit(fn: Callable) -> Callable:
-    """jax.jit with the bound weights as arguments, as JAX code passes them (a closure would make them
-    constants folded into the compiled program)."""
-    if isinstance(fn, functools.partial) and not fn.keywords:
-        return functools.partial(jax.jit(fn.func), *fn.args)
-    return jax.jit(fn)
+    jitted, bound, _ = _jit_bound(fn)
+    return functools.partial(jitted, *bound)
 
 
 def _ahead_of_time(fn: Callable) -> Callable:
-    jitted, compiled = _jit(fn), None
+    """jax.jit lowered and compiled at the first call; later calls run the compiled executable directly."""
+    jitted, bound, static = _jit_bound(fn)
+    dynamic = [arg for i, arg in enumerate(bound) if i not in static]  # a Compiled takes no static arguments
+    compiled = None
 
     def call(*args):
         nonlocal compiled
         if compiled is None:
-            bound = jitted.args if isinstance(jitted, functools.partial) else ()
-            target = jitted.func if isinstance(jitted, functools.partial) else jitted
-            compiled = functools.partial(target.lower(*bound, *args).compile(), *bound)
+            compiled = functools.partial(jitted.lower(*bound, *args).compile(), *dynamic)
         return compiled(*args)
 
     return call
+
+
+def _jit_bound(fn: Callable) -> tuple[Callable, tuple, set[int]]:
+    """jax.jit of fn with its bound arguments (weights) passed as arguments, as JAX code passes them: a
+    closure would fold them into the compiled program as constants. Bound arguments that hold no arrays
+    (the ops module) are static. Returns the jitted function, the bound arguments and the static indices."""
+    if not isinstance(fn, functools.partial) or fn.keywords:
+        return jax.jit(fn), (), set()
+    static = {i for i, arg in enumerate(fn.args) if not all(map(_is_array, jax.tree_util.tree_leaves(arg)))}
+    return jax.jit(fn.func, static_argnums=tuple(static)), fn.args, static
+
+
+def _is_array(leaf) -> bool:
+    return isinstance(leaf, jax.Array)
 
 
 def compile_model(fn: Callable, mode: str, device: str) -> Callable:
@@ -137,13 +148,13 @@ def per_example_grad(loss: Callable, mode: str, manual: Callable | None) -> Call
 
 
 def batch_jacobian(forward: Callable, manual: Callable | None) -> Callable:
-    """d y_b / d x_b for every example: the jacobian of one example, vmapped over the batch."""
-    differentiate = jax.jacrev if JACOBIAN_BY == "jacrev" else jax.jacfwd
+    """d y_b / d x_b for every example: the jacobian of one example, vmapped over the batch. jacrev, as JAX's
+    docs advise for fewer outputs than inputs; jacfwd compared in BENCHMARKS.md."""
 
     def single(params: dict, x: jax.Array) -> jax.Array:
         return forward(params, x[None])[0]
 
-    return jax.vmap(differentiate(single, argnums=1), in_axes=(None, 0))
+    return jax.vmap(jax.jacrev(single, argnums=1), in_axes=(None, 0))
 
 
 def reset_peak_memory(device: str) -> None:

@@ -193,12 +193,24 @@ def jax_loops(device: str) -> Loops:
         return jnp.sum(jnp.square(predict(w, x) - t))
 
     gradients, compiled = jax.grad(loss), jax.jit(jax.grad(loss))
-    jacobian = jax.vmap(jax.jacrev(lambda w, x: predict(w, x[None])[0], argnums=1), in_axes=(None, 0))
+    ahead_of_time = compiled.lower(w, x, t).compile()
+
+    def single(w, x):
+        return predict(w, x[None])[0]
+
+    jacrev = jax.vmap(jax.jacrev(single, argnums=1), in_axes=(None, 0))
+    jacfwd = jax.vmap(jax.jacfwd(single, argnums=1), in_axes=(None, 0))
     ready = jax.block_until_ready  # JAX returns before the result exists: every call waits for it
     return {
         "mlp_gradients_eager": [("jax.grad(loss)", lambda: ready(gradients(w, x, t)))],
-        "mlp_gradients_compiled": [("jax.jit(jax.grad(loss))", lambda: ready(compiled(w, x, t)))],
-        "mlp_jacobian": [("vmap(jacrev(predict))", lambda: ready(jacobian(w, x)))],
+        "mlp_gradients_compiled": [
+            ("jax.jit(jax.grad(loss))", lambda: ready(compiled(w, x, t))),
+            ("jax.jit(jax.grad(loss)).lower(...).compile()", lambda: ready(ahead_of_time(w, x, t))),
+        ],
+        "mlp_jacobian": [
+            ("vmap(jacrev(predict))", lambda: ready(jacrev(w, x))),
+            ("vmap(jacfwd(predict))", lambda: ready(jacfwd(w, x))),
+        ],
         "mlp_inference": [("x @ w1 ...", lambda: ready(predict(w, x)))],
         "resnet18_inference_b8": [
             (

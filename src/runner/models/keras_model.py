@@ -1,4 +1,4 @@
-"""Any `keras.applications` model (`model=keras model.arch=NAME`) through Keras 3 on TensorFlow or torch.
+"""Any `keras.applications` model (`model=keras model.arch=NAME`) through Keras 3 on TensorFlow, torch or JAX.
 
 Keras runs on the backend the run chose: the backend module's `KERAS_BACKEND` (op family `keras`) is set
 as the environment variable before Keras is imported, which a fresh worker process allows

@@ -35,7 +35,7 @@ REFUSED = {
     "timing.min_repeats=0": "timing.min_repeats=0",
     "timing.target_rel_iqr=-0.1": "timing.target_rel_iqr=-0.1",
     "~model": "no model is chosen (~model removed it): choose one of alexnet,",
-    "~backend": "no backend is chosen (~backend removed it): choose one of numpy,",
+    "~backend": "no backend is chosen (~backend removed it): choose one of jax, numpy,",
     "tracking.uri=": "tracking.uri is empty",
     "tracking.experiment=": "tracking.experiment is empty",
     "tracking.experiment=../../../../tmp/x": "tracking.experiment='../../../../tmp/x': a name, not a path",

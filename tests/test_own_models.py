@@ -106,7 +106,7 @@ def test_torchvision_on_another_backend_points_to_the_cross_framework_routes(tmp
     ):
         check_combination(compose_config("backend=torch", "model=keras", "mode=vectorized_map"))
     with pytest.raises(
-        ConfigError, match="model=keras needs keras ops: it runs on backend=tensorflow or backend=torch"
+        ConfigError, match="model=keras needs keras ops: it runs on backend=jax or backend=tensorflow or backend=torch"
     ):
         check_combination(compose_config("backend=numpy", "model=keras", "mode=eager"))
 

@@ -40,9 +40,9 @@ def test_parity_benchmark_writes_its_rows_and_keeps_the_rest(tmp_path):
 
 
 def test_bad_input_is_one_line_and_exit_2():
-    result = run_parity("--backends", "jax")
+    result = run_parity("--backends", "mxnet")
     assert result.returncode == 2
-    assert result.stderr.strip().splitlines()[-1] == "error: not a backend, row or positive budget: jax"
+    assert result.stderr.strip().splitlines()[-1] == "error: not a backend, row or positive budget: mxnet"
 
 
 def test_replace_section():

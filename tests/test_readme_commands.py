@@ -353,8 +353,8 @@ def test_commands_are_expanded_and_classified():
     assert parse("./setup.sh && .venv/bin/python run.py   # comment", "x:2").args == ()
     assert parse(".venv/bin/mlflow ui --backend-store-uri sqlite:///outputs/mlflow.db", "x:3") is None
     grid = parse("python run.py +experiment=resnet_inference hydra.sweeper.params.model=resnet18", "x:4")
-    assert n_jobs(grid) == 4 and models_named(grid) == {"resnet18"}
-    assert n_jobs(parse("python run.py +experiment=resnet_inference", "x:5")) == 16
+    assert n_jobs(grid) == 6 and models_named(grid) == {"resnet18"}
+    assert n_jobs(parse("python run.py +experiment=resnet_inference", "x:5")) == 24
     assert needs_gpu(parse("python run.py backend=torch device=cuda", "x:6"))
 
 

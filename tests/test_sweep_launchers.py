@@ -43,3 +43,31 @@ def test_submitit_local_sweep_is_one_parent_with_children(tmp_path):
     assert len(parents) == 1 and parents[0].info.status == "FINISHED"
     assert {c.data.tags["mlflow.parentRunId"] for c in children} == {parents[0].info.run_id}
     assert len(children) == 2
+
+
+def test_mlflow_variables_choose_the_store_and_explicit_settings_win(monkeypatch):
+    """A shell pointed at the team's server (MLflow's own variables) logs there, not to outputs/mlflow.db."""
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://mlflow.team:5000")
+    monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", "resnets")
+    cfg = compose([])
+    assert (cfg.tracking.uri, cfg.tracking.experiment) == ("http://mlflow.team:5000", "resnets")
+    cfg = compose(["tracking.uri=sqlite:////tmp/mine.db", "tracking.experiment=mine"])
+    assert (cfg.tracking.uri, cfg.tracking.experiment) == ("sqlite:////tmp/mine.db", "mine")
+    monkeypatch.delenv("MLFLOW_TRACKING_URI")
+    assert compose([]).tracking.uri.endswith("/outputs/mlflow.db")
+
+
+def test_a_cluster_sweep_with_a_store_on_this_machine_is_warned_about(tmp_path, capsys, monkeypatch):
+    from runner import sweep
+
+    monkeypatch.setattr(sweep, "_active", None)  # the sweeps started here are never finished
+
+    assert sweep.cluster_launcher(launcher("slurm")) and not sweep.cluster_launcher(launcher("parallel"))
+    overrides = ["hydra/launcher=slurm", "tracking=none", f"hydra.sweep.dir={tmp_path}"]
+    config = compose(overrides, return_hydra_config=True)
+    sweep.start(config)
+    assert "warning" not in capsys.readouterr().err  # nothing tracked: nothing to share
+    config.tracking.name, config.tracking.uri = "mlflow", "sqlite:////unreachable/dir/mlflow.db"
+    sweep.start(config)
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "every node of the cluster" in line]
+    assert len(warnings) == 1 and "MLFLOW_TRACKING_URI" in warnings[0]

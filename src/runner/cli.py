@@ -8,6 +8,7 @@ runner sync RUN_DIR... [--tracking-uri URI]
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -33,7 +34,8 @@ def _parser() -> argparse.ArgumentParser:
     source = report.add_mutually_exclusive_group(required=True)
     source.add_argument("--experiment", help="MLflow experiment name (with --tracking-uri)")
     source.add_argument("--sweep-dir", type=Path, help="a sweep directory (reads its result.json files)")
-    report.add_argument("--tracking-uri", help="MLflow tracking URI, e.g. sqlite:///outputs/mlflow.db")
+    uri_help = "MLflow tracking URI, e.g. sqlite:///outputs/mlflow.db (default: MLFLOW_TRACKING_URI)"
+    report.add_argument("--tracking-uri", help=uri_help)
     report.add_argument("--parent", help="only the children of this sweep parent run (and log the report to it)")
     report.add_argument("--out", type=Path, required=True, help="directory for runs.csv, runs.md and *.png")
     report.set_defaults(command=_report)
@@ -56,8 +58,9 @@ def _report(args: argparse.Namespace) -> int:
         note = sweep.read_note(args.sweep_dir)
         parent, uri = parent or note.get("parent_run_id"), uri or note.get("uri")
     else:
+        uri = uri or os.environ.get("MLFLOW_TRACKING_URI")
         if not uri:
-            raise LookupError("--experiment needs --tracking-uri")
+            raise LookupError("--experiment needs --tracking-uri (or MLFLOW_TRACKING_URI)")
         frame = report.runs_from_mlflow(uri, args.experiment, parent)
     files = report.write_report(frame, args.out)
     for path in files:

@@ -70,6 +70,14 @@ def start(config: DictConfig) -> Sweep:
             "so their timings disturb each other; time what you publish with the basic launcher",
             file=sys.stderr,
         )
+    local_store = note["tracking"] == "mlflow" and str(note["uri"]).startswith(("sqlite:", "file:", "/"))
+    if local_store and cluster_launcher(config.hydra.launcher):
+        print(
+            f"warning: tracking.uri={note['uri']} is a file on this machine, and every node of the cluster writes "
+            "to it: it must be on a file system they all share, where SQLite locks badly; set MLFLOW_TRACKING_URI "
+            "to an `mlflow server` the nodes can reach",
+            file=sys.stderr,
+        )
     if note["tracking"] == "mlflow":
         try:
             note["parent_run_id"] = tracking.create_parent_run(note)
@@ -91,6 +99,11 @@ def parallel_launcher(launcher: DictConfig) -> str | None:
     if target.endswith("submitit_launcher.LocalLauncher"):
         return "submitit's local executor runs the jobs at once on this machine"
     return None
+
+
+def cluster_launcher(launcher: DictConfig) -> bool:
+    """Whether the jobs run on other machines (SLURM, Ray), which must reach the store and sweep directory."""
+    return str(launcher.get("_target_", "")).endswith(("SlurmLauncher", "RayLauncher"))
 
 
 def write_note(sweep_dir: Path, note: dict) -> None:

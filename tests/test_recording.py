@@ -53,6 +53,13 @@ def test_cli_run_tracked_in_mlflow(cli, tmp_path):
     assert run.data.metrics["time_median_s"] == saved["metrics"]["time_median_s"]
     assert run.data.params["backend.name"] == "numpy"
     assert run.data.tags["mlflow.source.git.commit"] == saved["environment"]["git_commit"]
+    assert run.data.tags["mlflow.source.git.branch"] == saved["environment"]["git_branch"]
+    assert run.data.tags["mlflow.source.git.dirty"] == git_dirty()  # uncommitted code is not HEAD's
+    history = client.get_metric_history(run.info.run_id, "time_sample_s")
+    with h5py.File(run_dir / "tensors.h5", "r") as f:
+        ends_ms = [int(end * 1000) for end in f["timings/sample_end_unix_s"][()]]
+    assert [point.timestamp for point in sorted(history, key=lambda p: p.step)] == ends_ms  # each sample's own time
+    assert len(set(ends_ms)) > 1
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert {"tensors.h5", "result.json", "hydra"} <= artifacts
     assert str(tmp_path) in experiment.artifact_location  # artifacts beside the SQLite store
@@ -133,3 +140,15 @@ def test_environment_says_whether_freed_memory_was_kept(make_config, tmp_path):
         cfg = make_config("tracking=none", "backend=numpy", f"timing.keep_freed_memory={keep}")
         outcome = run_and_record(cfg, tmp_path / str(keep))
         assert outcome.environment["malloc_keeps_freed_memory"] is keep
+
+
+def git_dirty() -> str:
+    """What `git status` says of the checkout the tests run in, as MLflow's dirty tag spells it."""
+    import subprocess
+
+    from runner.config import PROJECT_ROOT
+
+    changes = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=no"], cwd=PROJECT_ROOT, capture_output=True, text=True
+    ).stdout.strip()
+    return "true" if changes else "false"

@@ -44,9 +44,10 @@ def collect(backend_env: dict) -> dict:
         "hostname": platform.node(),
         "cpu": cpu_name(),
         "cpu_count": os.cpu_count(),
-        "git_commit": git_commit(),
         "argv": " ".join(sys.argv),
         "address_layout_randomized": layout_randomized(),
+        "git_commit": "unknown",
+        **git_source(),
     }
     env.update({name: os.environ[name] for name in THREAD_VARIABLES if name in os.environ})
     env.update(scheduler_context())
@@ -93,9 +94,23 @@ def cpu_name() -> str:
 
 
 @cache
-def git_commit() -> str:
+def git_source() -> dict[str, str]:
+    """The runner's commit, branch and whether tracked files differ from it ("true"/"false"): a benchmark of
+    uncommitted code must not pass for HEAD's. Empty outside a git checkout."""
+    commit = _git("rev-parse", "HEAD")
+    if commit is None:
+        return {}
+    branch = _git("rev-parse", "--abbrev-ref", "HEAD")
+    changes = _git("status", "--porcelain", "--untracked-files=no")
+    source = {"git_commit": commit, "git_branch": branch or "unknown"}
+    if changes is not None:
+        source["git_dirty"] = "true" if changes else "false"
+    return source
+
+
+def _git(*args: str) -> str | None:
     try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=5)
+        out = subprocess.run(["git", *args], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=5)
     except (OSError, subprocess.TimeoutExpired):
-        return "unknown"
-    return out.stdout.strip() if out.returncode == 0 else "unknown"
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None

@@ -159,20 +159,17 @@ def _fresh_file(path: Path) -> Iterator[Path]:
 
 def read_samples(run_dir: Path) -> np.ndarray | None:
     """The raw timing samples of a run (seconds per call), where its tensors.h5 is on this machine."""
-    path = Path(run_dir) / TENSORS_FILE
-    if not path.exists():
-        return None
-    import h5py
-
-    try:
-        with h5py.File(path, "r") as f:
-            return f["timings/samples_s"][()] if "timings/samples_s" in f else None
-    except OSError:
-        return None
+    return read_timings(run_dir, "samples_s")
 
 
 def read_sample_rounds(run_dir: Path) -> np.ndarray | None:
     """Per timing sample, its round, where the run recorded them (older runs did not)."""
+    return read_timings(run_dir, "sample_round")
+
+
+def read_timings(run_dir: Path, name: str) -> np.ndarray | None:
+    """One per-sample series of tensors.h5 `timings/` (samples_s, sample_round, sample_end_unix_s, ...),
+    where the file is on this machine and holds it."""
     path = Path(run_dir) / TENSORS_FILE
     if not path.exists():
         return None
@@ -180,7 +177,7 @@ def read_sample_rounds(run_dir: Path) -> np.ndarray | None:
 
     try:
         with h5py.File(path, "r") as f:
-            return f["timings/sample_round"][()] if "timings/sample_round" in f else None
+            return f[f"timings/{name}"][()] if f"timings/{name}" in f else None
     except OSError:
         return None
 

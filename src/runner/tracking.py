@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from runner.config import ConfigError, first_line, is_capability
-from runner.result import RESULT_FILE, TENSORS_FILE, Result, read_inputs, read_samples
+from runner.result import RESULT_FILE, TENSORS_FILE, Result, read_inputs, read_samples, read_timings
 
 TRACKING_FILE = "tracking.json"  # where (and whether) the run reached MLflow
 RUN_KEY_TAG = "runner.run_key"  # the run directory + its start: one MLflow run per key
@@ -294,7 +294,7 @@ def _log_contents(mlflow, run_id: str, run_dir: Path, result: Result, ended_ms: 
     from mlflow.entities import Param
 
     params = [Param(k, v[:6000]) for k, v in run_params(result.config).items()]
-    metrics = _metrics(result, read_samples(run_dir), ended_ms)
+    metrics = _metrics(result, read_samples(run_dir), read_timings(run_dir, "sample_end_unix_s"), ended_ms)
     for chunk in range(0, max(len(metrics), 1), 1000):  # log_batch takes at most 1000 metrics
         batch = {"params": params} if chunk == 0 else {}
         retry_on_lock(mlflow.log_batch, run_id, metrics=metrics[chunk : chunk + 1000], **batch)
@@ -321,8 +321,7 @@ def run_tags(run_dir: Path, result: Result, parent_run_id: str | None) -> dict[s
         "run_dir": str(run_dir.resolve()),
         **{f"env.{k}": str(v)[:5000] for k, v in env.items() if not _duplicate(k, env)},
     }
-    if env.get("git_commit", "unknown") != "unknown":
-        tags["mlflow.source.git.commit"] = env["git_commit"]
+    tags.update(git_tags(env))
     if result.error:
         tags["error"] = result.error[:5000]
     if result.output_tail:
@@ -332,9 +331,21 @@ def run_tags(run_dir: Path, result: Result, parent_run_id: str | None) -> dict[s
     return tags
 
 
+GIT_TAGS = {
+    "git_commit": "mlflow.source.git.commit",
+    "git_branch": "mlflow.source.git.branch",
+    "git_dirty": "mlflow.source.git.dirty",
+}
+
+
+def git_tags(source: dict) -> dict[str, str]:
+    """MLflow's source tags (commit, branch, dirty) from a run's git_* facts (runner.environment.git_source)."""
+    return {tag: str(source[key]) for key, tag in GIT_TAGS.items() if source.get(key, "unknown") != "unknown"}
+
+
 def _duplicate(key: str, env: dict) -> bool:
-    """git_commit is mlflow.source.git.commit; a CPU run's device_name repeats env.cpu."""
-    return key == "git_commit" or (key == "device_name" and env.get("device_name") == env.get("cpu"))
+    """git_* are MLflow's mlflow.source.git.* tags; a CPU run's device_name repeats env.cpu."""
+    return key in GIT_TAGS or (key == "device_name" and env.get("device_name") == env.get("cpu"))
 
 
 def _user() -> str:
@@ -371,14 +382,18 @@ def note_content(result: Result) -> str:
     return "  \n".join(lines)[:5000]
 
 
-def _metrics(result: Result, samples, ended_ms: int) -> list:
-    """The metrics at the job's end, and every timing sample as steps of `time_sample_s` (the UI plots it)."""
+def _metrics(result: Result, samples, sample_ends, ended_ms: int) -> list:
+    """The metrics at the job's end, and every timing sample as steps of `time_sample_s` (the UI plots it),
+    each stamped with the moment it ended (the job's end where a run did not record that)."""
     from mlflow.entities import Metric
 
     metrics = [Metric(k, float(v), ended_ms, 0) for k, v in result.metrics.items() if isinstance(v, int | float)]
-    if samples is not None:
-        metrics += [Metric("time_sample_s", float(v), ended_ms, step) for step, v in enumerate(samples)]
-    return metrics
+    if samples is None:
+        return metrics
+    if sample_ends is None or len(sample_ends) != len(samples):
+        sample_ends = [ended_ms / 1000] * len(samples)
+    stamped = zip(samples, sample_ends, strict=True)
+    return metrics + [Metric("time_sample_s", float(v), _ms(end), step) for step, (v, end) in enumerate(stamped)]
 
 
 def dataset_input(run_dir: Path, result: Result):
@@ -584,10 +599,9 @@ def create_parent_run(note: dict) -> str:
         "launcher": note["launcher"],
         "overrides": overrides[:5000],
     }
-    from runner.environment import git_commit
+    from runner.environment import git_source
 
-    if git_commit() != "unknown":
-        tags["mlflow.source.git.commit"] = git_commit()
+    tags.update(git_tags(git_source()))
     run = retry_on_lock(mlflow.create_run, experiment_id, tags=tags)
     params = [Param(k, v) for k, v in dict(_split_override(o) for o in note["overrides"]).items()]  # last wins
     if params:

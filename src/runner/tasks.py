@@ -49,7 +49,7 @@ def build_task(
         step = _timed_call(backend, fn, mode, device, backend.trainable(params), x, inputs["labels"])
         return TaskRun(step, results)
     if task == "jacobian":
-        fn = backend.batch_jacobian(backend.compile_model(forward, mode, device), workload.jacobian)
+        fn = backend.batch_jacobian(backend.compile_model(forward, mode, device), mode, workload.jacobian)
         step = _timed_call(backend, fn, mode, device, params, x)
         return TaskRun(step, lambda out: {"outputs/jacobian": backend.to_numpy(out)})
     raise ValueError(f"unknown task {task!r}")

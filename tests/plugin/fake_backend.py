@@ -65,8 +65,8 @@ def per_example_grad(loss: Callable, mode: str, manual: Callable | None) -> Call
     return numpy_backend.per_example_grad(loss, mode, manual)
 
 
-def batch_jacobian(forward: Callable, manual: Callable | None) -> Callable:
-    return numpy_backend.batch_jacobian(forward, manual)
+def batch_jacobian(forward: Callable, mode: str, manual: Callable | None) -> Callable:
+    return numpy_backend.batch_jacobian(forward, mode, manual)
 
 
 def reset_peak_memory(device: str) -> None:

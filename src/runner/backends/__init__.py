@@ -66,7 +66,7 @@ class Backend(Protocol):
     def per_example_grad(self, loss: Callable, mode: str, manual: Callable | None) -> Callable:
         """The same with a leading batch axis, vectorized or looped as the mode says."""
 
-    def batch_jacobian(self, forward: Callable, manual: Callable | None) -> Callable:
+    def batch_jacobian(self, forward: Callable, mode: str, manual: Callable | None) -> Callable:
         """fn(params, x) -> (batch, outputs, inputs)."""
 
     def reset_peak_memory(self, device: str) -> None: ...

@@ -1,4 +1,4 @@
-"""JAX backend: jax.grad / vmap / jacrev on functions of the weights, jax.jit for the compiled modes.
+"""JAX backend: jax.grad / vmap / jacrev / jacfwd on functions of the weights, jax.jit for the compiled modes.
 
 JAX dispatches asynchronously on every device, the CPU included: a call returns before its result
 exists. Every step the runner times therefore ends in `jax.block_until_ready` on its result, so a
@@ -147,14 +147,16 @@ def per_example_grad(loss: Callable, mode: str, manual: Callable | None) -> Call
     return mapped
 
 
-def batch_jacobian(forward: Callable, manual: Callable | None) -> Callable:
-    """d y_b / d x_b for every example: the jacobian of one example, vmapped over the batch. jacrev, as JAX's
-    docs advise for fewer outputs than inputs; jacfwd compared in BENCHMARKS.md."""
+def batch_jacobian(forward: Callable, mode: str, manual: Callable | None) -> Callable:
+    """d y_b / d x_b for every example: the jacobian of one example, vmapped over the batch. Compiled, jacrev
+    (one backward pass per output, as JAX's docs advise for fewer outputs than inputs) is the faster; op by op,
+    jacfwd, whose forward passes dispatch fewer Python-level ops (both measured in BENCHMARKS.md)."""
 
     def single(params: dict, x: jax.Array) -> jax.Array:
         return forward(params, x[None])[0]
 
-    return jax.vmap(jax.jacrev(single, argnums=1), in_axes=(None, 0))
+    differentiate = jax.jacfwd if mode == "eager" else jax.jacrev
+    return jax.vmap(differentiate(single, argnums=1), in_axes=(None, 0))
 
 
 def reset_peak_memory(device: str) -> None:

@@ -64,7 +64,7 @@ def per_example_grad(loss: Callable, mode: str, manual: Callable | None) -> Call
     return looped
 
 
-def batch_jacobian(forward: Callable, manual: Callable | None) -> Callable:
+def batch_jacobian(forward: Callable, mode: str, manual: Callable | None) -> Callable:
     return _require(manual, "jacobians")
 
 

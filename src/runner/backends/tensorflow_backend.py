@@ -112,7 +112,7 @@ def per_example_grad(loss: Callable, mode: str, manual: Callable | None) -> Call
     return per_example
 
 
-def batch_jacobian(forward: Callable, manual: Callable | None) -> Callable:
+def batch_jacobian(forward: Callable, mode: str, manual: Callable | None) -> Callable:
     def jacobian(params: dict, x: tf.Tensor) -> tf.Tensor:
         with tf.GradientTape() as tape:
             tape.watch(x)

@@ -109,7 +109,7 @@ def per_example_grad(loss: Callable, mode: str, manual: Callable | None) -> Call
 LOOPED_JACOBIAN_MAX_OUTPUTS = 2  # measured: one backward per output is faster up to 2 outputs, vmap beyond
 
 
-def batch_jacobian(forward: Callable, manual: Callable | None) -> Callable:
+def batch_jacobian(forward: Callable, mode: str, manual: Callable | None) -> Callable:
     """d y_b / d x_b for every example b, from the batch-summed output: examples are independent, so
     d (sum_b y_b) / d x_b = d y_b / d x_b. One backward per output (what autograd.functional.jacobian
     does without vectorize) for a few outputs, batched backward (its vectorize=True) for more."""

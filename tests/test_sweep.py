@@ -55,6 +55,19 @@ def test_sweep_is_one_parent_run_with_a_child_per_job(failing_sweep):
     assert {"summary.md", "sweep.json", "report"} <= artifacts
     plots = {a.path for a in client.list_artifacts(parent.info.run_id, "report")}
     assert "report/time_per_config.png" in plots
+    description = parent.data.tags["mlflow.note.content"]  # the sweep at a glance in the UI
+    table = (tmp / "sweep" / "summary.md").read_text().split("\n", 2)[2]
+    assert description.endswith(table) and "| torch |" in description
+
+
+def test_a_description_too_long_for_mlflow_is_cut_at_a_line_and_says_where_the_rest_is():
+    from runner.tracking import NOTE_LIMIT, fit_note
+
+    table = "".join(f"| job {i} | 1.00x |\n" for i in range(1000))
+    fitted = fit_note(table)
+    assert len(fitted) <= NOTE_LIMIT and fitted.endswith("summary.md among the run's artifacts)")
+    assert fitted.split("\n\n(cut")[0].endswith("1.00x |")  # whole rows only
+    assert fit_note("short") == "short"
 
 
 @pytest.mark.slow

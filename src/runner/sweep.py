@@ -154,7 +154,7 @@ def finish(interrupted: str | None = None) -> int | None:
     sweep.note.update(status=status, ended=time.strftime("%Y-%m-%d %H:%M:%S"), n_jobs=len(statuses))
     write_note(sweep.sweep_dir, sweep.note)
     if sweep.note.get("parent_run_id"):
-        _close_parent(sweep, statuses, status, files)
+        _close_parent(sweep, statuses, status, files, report.markdown(frame) if not frame.empty else "")
     return sweep.exit_code
 
 
@@ -209,7 +209,7 @@ def comparison_line(row) -> str:
     return f"{line} ({verdict})"
 
 
-def _close_parent(sweep: Sweep, statuses: list[str], status: str, files: list[Path]) -> None:
+def _close_parent(sweep: Sweep, statuses: list[str], status: str, files: list[Path], table: str) -> None:
     counts = {
         "n_jobs": len(statuses),
         "n_finished": statuses.count("FINISHED"),
@@ -218,7 +218,9 @@ def _close_parent(sweep: Sweep, statuses: list[str], status: str, files: list[Pa
     }
     files = [sweep.sweep_dir / SWEEP_FILE, sweep.sweep_dir / "multirun.yaml", *files]
     try:
-        tracking.close_parent_run(sweep.note["uri"], sweep.note["parent_run_id"], counts, files, status)
+        tracking.close_parent_run(
+            sweep.note["uri"], sweep.note["parent_run_id"], counts, files, status, description=table
+        )
         sweep.note["parent_closed"] = True
         write_note(sweep.sweep_dir, sweep.note)
     except Exception as error:

@@ -614,18 +614,35 @@ def _split_override(override: str) -> tuple[str, str]:
     return key.lstrip("+~"), value[:6000]
 
 
-def close_parent_run(uri: str, run_id: str, counts: dict[str, int], files: list[Path], status: str) -> None:
-    """Log a sweep's job counts and summary files to its parent run and end it with `status`."""
+def close_parent_run(
+    uri: str, run_id: str, counts: dict[str, int], files: list[Path], status: str, description: str = ""
+) -> None:
+    """Log a sweep's job counts and summary files to its parent run, add `description` (the sweep's table,
+    markdown) to what the UI shows of it, and end it with `status`."""
     from mlflow.entities import Metric
 
     mlflow = client(uri)
     now = int(time.time() * 1000)
     try:
         retry_on_lock(mlflow.log_batch, run_id, metrics=[Metric(k, float(v), now, 0) for k, v in counts.items()])
+        if description:
+            note = retry_on_lock(mlflow.get_run, run_id).data.tags.get("mlflow.note.content", "")
+            retry_on_lock(mlflow.set_tag, run_id, "mlflow.note.content", fit_note(f"{note}\n\n{description}"))
         log_files(uri, run_id, [p for p in files if p.parent.name != "report"])
         log_files(uri, run_id, [p for p in files if p.parent.name == "report"], "report")
     finally:  # ended whatever could not be logged: never left RUNNING (sync logs the files again)
         retry_on_lock(mlflow.set_terminated, run_id, status)
+
+
+NOTE_LIMIT = 5000  # characters of a run's description (an MLflow tag) this runner writes
+
+
+def fit_note(text: str, limit: int = NOTE_LIMIT) -> str:
+    """text cut to whole lines within `limit`, saying where the rest is (a sweep's table of many jobs)."""
+    if len(text) <= limit:
+        return text
+    more = "\n\n(cut here: the whole table is summary.md among the run's artifacts)"
+    return text[: text.rfind("\n", 0, limit - len(more))] + more
 
 
 def log_files(uri: str, run_id: str, files: list[Path], artifact_path: str | None = None) -> None:

@@ -154,7 +154,7 @@ def finish(interrupted: str | None = None) -> int | None:
     sweep.note.update(status=status, ended=time.strftime("%Y-%m-%d %H:%M:%S"), n_jobs=len(statuses))
     write_note(sweep.sweep_dir, sweep.note)
     if sweep.note.get("parent_run_id"):
-        _close_parent(sweep, statuses, status, files, report.markdown(frame) if not frame.empty else "")
+        _close_parent(sweep, statuses, status, files)
     return sweep.exit_code
 
 
@@ -209,7 +209,7 @@ def comparison_line(row) -> str:
     return f"{line} ({verdict})"
 
 
-def _close_parent(sweep: Sweep, statuses: list[str], status: str, files: list[Path], table: str) -> None:
+def _close_parent(sweep: Sweep, statuses: list[str], status: str, files: list[Path]) -> None:
     counts = {
         "n_jobs": len(statuses),
         "n_finished": statuses.count("FINISHED"),
@@ -219,7 +219,7 @@ def _close_parent(sweep: Sweep, statuses: list[str], status: str, files: list[Pa
     files = [sweep.sweep_dir / SWEEP_FILE, sweep.sweep_dir / "multirun.yaml", *files]
     try:
         tracking.close_parent_run(
-            sweep.note["uri"], sweep.note["parent_run_id"], counts, files, status, description=table
+            sweep.note["uri"], sweep.note["parent_run_id"], counts, files, status, _summary_table(sweep.sweep_dir)
         )
         sweep.note["parent_closed"] = True
         write_note(sweep.sweep_dir, sweep.note)
@@ -228,6 +228,12 @@ def _close_parent(sweep: Sweep, statuses: list[str], status: str, files: list[Pa
             f"warning: could not close the parent run {sweep.note['parent_run_id']} ({first_line(error)})",
             file=sys.stderr,
         )
+
+
+def _summary_table(sweep_dir: Path) -> str:
+    """summary.md without its title: the table the parent run's description shows."""
+    path = sweep_dir / "summary.md"
+    return path.read_text().split("\n", 2)[-1] if path.is_file() else ""
 
 
 def print_table(frame, sweep_dir: Path) -> None:

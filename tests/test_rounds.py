@@ -118,7 +118,7 @@ def _wait_for(lines: list[str], text: str, proc: subprocess.Popen, timeout_s: fl
 def _workers(proc: subprocess.Popen) -> list:
     import psutil
 
-    children = [c for c in psutil.Process(proc.pid).children() if "spawn_main" in " ".join(c.cmdline())]
+    children = [c for c in psutil.Process(proc.pid).children(recursive=True) if c.name().startswith("runner-job")]
     return sorted(children, key=lambda c: c.create_time())
 
 

@@ -145,14 +145,14 @@ def _start_sweep(tmp: Path, *overrides: str) -> subprocess.Popen:
 
 
 def _worker_of(proc: subprocess.Popen, timeout_s: float = 120):
-    """The spawned worker process measuring the current job."""
+    """The worker process measuring the current job (forked by its backend's fork server, named runner-job-N)."""
     import psutil
 
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        for child in psutil.Process(proc.pid).children():
+        for child in psutil.Process(proc.pid).children(recursive=True):
             try:
-                if "spawn_main" in " ".join(child.cmdline()):
+                if child.name().startswith("runner-job"):
                     return child
             except psutil.Error:  # a short-lived helper (git, a resource tracker) that has exited
                 continue

@@ -30,6 +30,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from runner import tracking
 from runner.environment import ADDR_NO_RANDOMIZE
+from runner.fork_server import ForkServer, ForkServerGone
 from runner.result import Result
 from runner.timing import Measurement
 
@@ -39,6 +40,8 @@ GRACE_S = 30.0  # after Ctrl-C, how long the worker may take to record its sampl
 STORE_WAIT_S = 120.0  # the longest a worker waits for its parent to open the MLflow store before timing
 WATCHDOG_S = 1.0  # how often the worker checks that its launcher is alive
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
+PR_SET_NAME = 15
+MAY_TIME = "may_time"  # launcher -> worker: the MLflow store is open, timing may begin
 PERSONALITY_QUERY = 0xFFFFFFFF  # personality(2): read the persona, change nothing
 # What a previous run in the same directory may have left: never uploaded as this run's.
 STALE = ("result.json", "tensors.h5", "images", "tracking.json", "error.log", LOG_FILE)
@@ -87,34 +90,36 @@ def clear_stale(run_dir: Path) -> None:
 
 
 class Worker:
-    """A job's spawned worker process, with its output forwarded to this process's stderr.
+    """A job's worker process, with its output forwarded to this process's stderr.
 
-    With `turns=True` the worker sets up and warms up, says so on `connection`, and then samples only in
-    the turns it is given (runner.rounds hands them out); else it measures in one go."""
+    The worker is forked by its backend's fork server (runner.fork_server), or spawned afresh where each job
+    must draw its own memory layout (timing.fixed_layout=false). It talks to this process over `connection`:
+    it times nothing before ("may_time",) arrives (the MLflow store is open), and with `turns=True` it sets up
+    and warms up, says so, and then samples only in the turns it is given (runner.rounds hands them out);
+    else it measures in one go."""
 
     def __init__(self, cfg: DictConfig, run_dir: Path, turns: bool = False):
-        self.cfg, self.run_dir = cfg, run_dir
-        context = multiprocessing.get_context("spawn")
-        self.may_time = context.Event()
-        self.connection, worker_end = context.Pipe() if turns else (None, None)
-        log_path = run_dir / LOG_FILE
-        log_path.touch()
-        config = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
-        self.process = context.Process(
-            target=_worker_main,
-            args=(config, str(run_dir), str(log_path), self.may_time, worker_end),
-            name=f"runner-job-{run_dir.name}",
-        )
-        self.forwarder = _LogForwarder(log_path)
+        self.cfg, self.run_dir, self.turns = cfg, run_dir, turns
+        self.connection, self._worker_end = multiprocessing.Pipe()
+        self.log_path = run_dir / LOG_FILE
+        self.log_path.touch()
+        self.process = None
+        self.forwarder = _LogForwarder(self.log_path)
 
     def start(self) -> None:
-        _open_store_meanwhile(self.cfg, self.may_time)
+        config = OmegaConf.to_container(self.cfg, resolve=True, enum_to_str=True)
+        args = (config, str(self.run_dir), str(self.log_path), self.turns)
+        _open_store_meanwhile(self.cfg, self.connection)
         self.forwarder.start()
+        self.process = None
         if self.cfg.timing.fixed_layout:
-            with _fixed_layout():
-                _start(self.process)
-        else:
-            _start(self.process)
+            with contextlib.suppress(ForkServerGone):
+                self.process = ForkServer.for_backend(self.cfg.backend.module, _start_fixed).fork(
+                    args, self._worker_end
+                )
+        if self.process is None:
+            self.process = _spawn(args, self._worker_end, fixed=bool(self.cfg.timing.fixed_layout))
+        self._worker_end.close()
 
     def join(self) -> Result:
         """Wait for the worker to end (on Ctrl-C or SIGTERM: stop it), then return what it recorded."""
@@ -171,7 +176,9 @@ class PipeTurns:
     def wait(self) -> int | None:
         try:
             message = self.connection.recv()
-        except EOFError:  # the launcher is gone; its death signal is on its way
+            while message[0] == MAY_TIME:  # the store opened later than the worker stopped waiting for it
+                message = self.connection.recv()
+        except (EOFError, ConnectionResetError):  # the launcher is gone; its death signal is on its way
             raise KeyboardInterrupt("stopped by SIGTERM: the launcher is gone") from None
         return message[1] if message[0] == "turn" else None
 
@@ -179,12 +186,12 @@ class PipeTurns:
         self.connection.send(("done", samples_s, ends, others))
 
 
-def _open_store_meanwhile(cfg: DictConfig, may_time) -> None:
+def _open_store_meanwhile(cfg: DictConfig, connection) -> None:
     """Import MLflow and open its store (the slow part of logging: BENCHMARKS.md) while the worker imports its
-    framework and builds its inputs; the worker waits for `may_time` so that nothing here runs beside
-    its timed calls."""
+    framework and builds its inputs; the worker waits for MAY_TIME on `connection` so that nothing here runs
+    beside its timed calls."""
     if cfg.tracking.name != "mlflow":
-        may_time.set()
+        _tell_may_time(connection)
         return
 
     def open_store() -> None:
@@ -193,9 +200,38 @@ def _open_store_meanwhile(cfg: DictConfig, may_time) -> None:
         except Exception:  # noqa: S110 - tracking.track reports a store that cannot open, after the job
             pass
         finally:
-            may_time.set()
+            _tell_may_time(connection)
 
     threading.Thread(target=open_store, name="open-mlflow-store", daemon=True).start()
+
+
+def _tell_may_time(connection) -> None:
+    with contextlib.suppress(OSError):  # the worker is gone already
+        connection.send((MAY_TIME,))
+
+
+def _wait_may_time(connection) -> None:
+    """In the worker, before its first timed call: until the launcher says MAY_TIME, at most STORE_WAIT_S."""
+    if connection.poll(STORE_WAIT_S):
+        message = connection.recv()
+        assert message[0] == MAY_TIME, message
+
+
+def _spawn(args: tuple, connection, fixed: bool):
+    """A worker in a fresh interpreter: what each job gets where it must draw a memory layout of its own."""
+    context = multiprocessing.get_context("spawn")
+    process = context.Process(target=worker_main, args=args, kwargs={"connection": connection})
+    process.name = f"runner-job-{Path(args[1]).name}"
+    if fixed:
+        _start_fixed(process)
+    else:
+        _start(process)
+    return process
+
+
+def _start_fixed(process) -> None:
+    with _fixed_layout():
+        _start(process)
 
 
 def _start(worker) -> None:
@@ -249,21 +285,33 @@ def _with_output_tail(run_dir: Path, result: Result) -> Result:
     return result
 
 
-def _worker_main(config: dict, run_dir: str, log_path: str, may_time, connection=None) -> None:
-    """In the spawned worker: send all output to job.log, measure, write result.json + tensors.h5."""
+def worker_main(
+    config: dict, run_dir: str, log_path: str, turns: bool, connection=None, parent: int | None = None
+) -> None:
+    """In the worker (spawned, or forked by runner.fork_server whose pid is `parent`): all output to job.log,
+    measure, write result.json + tensors.h5."""
     log = open(log_path, "a", buffering=1)  # stays open for the worker's whole life
     os.dup2(log.fileno(), 1)
     os.dup2(log.fileno(), 2)
     sys.stdout.reconfigure(line_buffering=True)
     sys.stderr.reconfigure(line_buffering=True)
+    _name_process(f"runner-job-{Path(run_dir).name}")
     _interrupt_once()
-    _die_with_launcher()
+    _die_with_launcher(parent if parent is not None else multiprocessing.parent_process().pid)
     from runner.job import run_and_record
 
-    turns = PipeTurns(connection) if connection is not None else None
     run_and_record(
-        OmegaConf.create(config), Path(run_dir), before_timing=lambda: may_time.wait(STORE_WAIT_S), turns=turns
+        OmegaConf.create(config),
+        Path(run_dir),
+        before_timing=lambda: _wait_may_time(connection),
+        turns=PipeTurns(connection) if turns else None,
     )
+
+
+def _name_process(name: str) -> None:
+    """What `ps`, `top` and psutil's name() show for this process (Linux; 15 characters)."""
+    with contextlib.suppress(AttributeError, OSError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_NAME, name.encode()[:15], 0, 0, 0)
 
 
 def _interrupt_once() -> None:
@@ -291,10 +339,10 @@ def _exit_later(after_s: float, code: int) -> None:
     timer.start()
 
 
-def _die_with_launcher() -> None:
-    """SIGTERM this worker when its launcher dies: the kernel's parent-death signal where there is one,
-    and a watchdog thread (the parent id changes when the parent dies) everywhere."""
-    launcher = multiprocessing.parent_process().pid
+def _die_with_launcher(launcher: int) -> None:
+    """SIGTERM this worker when its parent (the launcher, or the fork server that dies with it) dies: the
+    kernel's parent-death signal where there is one, and a watchdog thread (the parent id changes when the
+    parent dies) everywhere."""
     try:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
     except (AttributeError, OSError):  # not Linux: the watchdog alone

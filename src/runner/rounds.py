@@ -176,7 +176,7 @@ def _receive(worker: isolation.Worker) -> tuple | None:
     if worker.connection in ready:
         try:
             return worker.connection.recv()
-        except EOFError:
+        except (EOFError, ConnectionResetError):  # reset: it ended with a message of ours unread
             return None
     return None
 

@@ -1,0 +1,192 @@
+"""One process per backend that imports the runner and the framework once, then forks a fresh worker per job.
+
+A sweep's jobs each still run in a process of their own, but a job's process starts as a copy of one that
+has imported TensorFlow (or torch, or JAX) already: milliseconds instead of the seconds an import takes, and
+the framework's pages shared between the jobs waiting for their turns. The server never runs an op, so no
+framework runtime (thread pools, device contexts) exists when it forks. Every worker of a server has the
+server's memory layout: the server starts with address-space randomization off (timing.fixed_layout), so
+that layout is the one a fresh worker would have had; with fixed_layout=false each job is spawned afresh
+instead (runner.isolation), since only a fresh interpreter draws a layout of its own.
+
+The launcher keeps a `ForkedWorker` per worker, which answers what runner.isolation and runner.rounds ask of
+a multiprocessing.Process (pid, sentinel, join, exitcode, is_alive, kill); the server reaps its workers and
+reports how each ended.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import multiprocessing
+import os
+import queue
+import signal
+import sys
+import threading
+import traceback
+from collections.abc import Callable
+from multiprocessing import reduction
+from multiprocessing.connection import Connection
+
+FORK_TIMEOUT_S = 60.0  # a server that does not answer a fork request in this long is taken for dead
+REAP_EVERY_S = 0.02  # how often the server looks for ended workers while idle
+
+
+class ForkServerGone(RuntimeError):
+    """The server died (the OOM killer, a crash in an import): the job is started the spawned way."""
+
+
+class ForkedWorker:
+    """A worker forked by a server, as the launcher sees it. Its sentinel becomes readable once the server
+    has reported its end."""
+
+    def __init__(self, pid: int):
+        self.pid = pid
+        self.exitcode: int | None = None
+        self._ended = threading.Event()
+        self._read_end, self._write_end = os.pipe()
+        self.sentinel = self._read_end
+
+    def ended(self, exitcode: int | None) -> None:
+        self.exitcode = exitcode
+        self._ended.set()
+        os.write(self._write_end, b"x")
+
+    def join(self, timeout: float | None = None) -> None:
+        self._ended.wait(timeout)
+
+    def is_alive(self) -> bool:
+        return not self._ended.is_set()
+
+    def kill(self) -> None:
+        if self.is_alive():
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+class ForkServer:
+    """The launcher's handle on the server of one backend module."""
+
+    _running: dict[str, ForkServer] = {}
+
+    @classmethod
+    def for_backend(cls, module: str, start: Callable[[multiprocessing.Process], None]) -> ForkServer:
+        """The running server for `module`, started (by `start`, which may set the memory layout) if none is."""
+        server = cls._running.get(module)
+        if server is None or not server.alive:
+            server = cls._running[module] = cls(module, start)
+        return server
+
+    def __init__(self, module: str, start: Callable[[multiprocessing.Process], None]):
+        context = multiprocessing.get_context("spawn")
+        self.connection, server_end = context.Pipe()
+        self.process = context.Process(
+            target=_serve, args=(module, server_end, os.getpid()), name=f"runner-fork-server-{module}", daemon=True
+        )
+        start(self.process)
+        server_end.close()
+        self.alive = True
+        self._lock = threading.Lock()
+        self._forked: queue.Queue[ForkedWorker] = queue.Queue()
+        self._workers: dict[int, ForkedWorker] = {}
+        threading.Thread(target=self._listen, name=f"fork-server-{module}", daemon=True).start()
+
+    def fork(self, target_args: tuple, connection: Connection) -> ForkedWorker:
+        """A new worker running isolation's worker main with `target_args` and `connection` (its end of the
+        job's pipe), in this process's environment, path and directory."""
+        context = {"environ": dict(os.environ), "path": list(sys.path), "cwd": os.getcwd()}
+        with self._lock:
+            try:
+                self.connection.send(("fork", target_args, context))
+                reduction.send_handle(self.connection, connection.fileno(), self.process.pid)
+                return self._forked.get(timeout=FORK_TIMEOUT_S)
+            except (OSError, queue.Empty) as error:
+                self.alive = False
+                raise ForkServerGone(f"the fork server of {self.process.name} is gone") from error
+
+    def _listen(self) -> None:
+        """Register each worker as the server forks it, and record how it ended."""
+        while True:
+            try:
+                message = self.connection.recv()
+            except (EOFError, OSError):
+                break
+            if message[0] == "forked":
+                worker = self._workers[message[1]] = ForkedWorker(message[1])
+                self._forked.put(worker)
+            elif message[0] == "ended" and message[1] in self._workers:
+                self._workers.pop(message[1]).ended(message[2])
+        self.alive = False
+        for worker in self._workers.values():  # their parent-death signal stops them: see job.log
+            worker.ended(None)
+
+
+# -- in the server ---------------------------------------------------------------------------------------
+
+
+def _serve(module: str, connection: Connection, launcher: int) -> None:
+    """Import, then fork a worker per request and report each worker's end, until the launcher is gone."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the workers and the launcher, which stop
+    _end_with(launcher)
+    devnull = os.open(os.devnull, os.O_WRONLY)  # the frameworks' import chatter; each worker logs to job.log
+    os.dup2(devnull, 1)
+    os.dup2(devnull, 2)
+    try:
+        import runner.job  # noqa: F401 - what every worker runs
+        from runner.backends import load_backend
+
+        load_backend(module)
+    except Exception:  # noqa: S110 - each worker imports it again and records why it cannot
+        pass
+    workers: set[int] = set()
+    me = os.getpid()
+    while True:
+        try:
+            if connection.poll(REAP_EVERY_S):
+                _, target_args, context = connection.recv()
+                handle = reduction.recv_handle(connection)
+                pid = os.fork()
+                if pid == 0:
+                    connection.close()
+                    _run_worker(target_args, context, Connection(handle), me)
+                os.close(handle)
+                workers.add(pid)
+                connection.send(("forked", pid))
+            for pid in list(workers):
+                done, status = os.waitpid(pid, os.WNOHANG)
+                if done:
+                    workers.discard(pid)
+                    connection.send(("ended", pid, os.waitstatus_to_exitcode(status)))
+        except (EOFError, OSError):  # the launcher is gone: the workers' parent-death signal follows this exit
+            os._exit(0)
+
+
+def _run_worker(target_args: tuple, context: dict, connection: Connection, server: int) -> None:
+    """In the forked worker: the launcher's environment, then isolation's worker main; never returns."""
+    from runner.isolation import worker_main
+
+    os.environ.clear()
+    os.environ.update(context["environ"])
+    sys.path[:] = context["path"]
+    code = 0
+    try:
+        os.chdir(context["cwd"])
+        worker_main(*target_args, connection=connection, parent=server)
+    except BaseException:  # noqa: BLE001 - as a spawned worker would: the traceback into job.log, exit 1
+        traceback.print_exc()
+        code = 1
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)  # the server's atexit handlers and the frameworks' teardown are not this job's
+
+
+def _end_with(launcher: int) -> None:
+    """SIGTERM this server when the launcher dies (the kernel's parent-death signal, Linux)."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (AttributeError, OSError):
+        pass
+    if os.getppid() != launcher:
+        os._exit(0)

@@ -15,6 +15,7 @@ reports how each ended.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import multiprocessing
 import os
@@ -25,10 +26,9 @@ import threading
 import traceback
 from collections.abc import Callable
 from multiprocessing import reduction
-from multiprocessing.connection import Connection
+from multiprocessing.connection import Connection, wait
 
 FORK_TIMEOUT_S = 60.0  # a server that does not answer a fork request in this long is taken for dead
-REAP_EVERY_S = 0.02  # how often the server looks for ended workers while idle
 
 
 class ForkServerGone(RuntimeError):
@@ -48,8 +48,17 @@ class ForkedWorker:
 
     def ended(self, exitcode: int | None) -> None:
         self.exitcode = exitcode
+        os.write(self._write_end, b"x")  # before the event: whoever the event wakes may close the read end
+        os.close(self._write_end)
         self._ended.set()
-        os.write(self._write_end, b"x")
+
+    def close(self) -> None:
+        """Release the sentinel once the worker has ended (ValueError before, as multiprocessing's Process)."""
+        if self.is_alive():
+            raise ValueError(f"worker {self.pid} is still running")
+        if self._read_end is not None:
+            os.close(self._read_end)
+            self._read_end = self.sentinel = None
 
     def join(self, timeout: float | None = None) -> None:
         self._ended.wait(timeout)
@@ -116,7 +125,8 @@ class ForkServer:
                 worker = self._workers[message[1]] = ForkedWorker(message[1])
                 self._forked.put(worker)
             elif message[0] == "ended" and message[1] in self._workers:
-                self._workers.pop(message[1]).ended(message[2])
+                with contextlib.suppress(OSError):  # nothing may stop this thread: joins wait on it
+                    self._workers.pop(message[1]).ended(message[2])
         self.alive = False
         for worker in self._workers.values():  # their parent-death signal stops them: see job.log
             worker.ended(None)
@@ -139,11 +149,12 @@ def _serve(module: str, connection: Connection, launcher: int) -> None:
         load_backend(module)
     except Exception:  # noqa: S110 - each worker imports it again and records why it cannot
         pass
-    workers: set[int] = set()
+    workers: dict[int, int] = {}  # pidfd (readable once the worker has ended) -> pid
     me = os.getpid()
     while True:
         try:
-            if connection.poll(REAP_EVERY_S):
+            ready = wait([connection, *workers])  # asleep until a request or a worker's end: no timer wakes it
+            if connection in ready:
                 _, target_args, context = connection.recv()
                 handle = reduction.recv_handle(connection)
                 pid = os.fork()
@@ -151,13 +162,12 @@ def _serve(module: str, connection: Connection, launcher: int) -> None:
                     connection.close()
                     _run_worker(target_args, context, Connection(handle), me)
                 os.close(handle)
-                workers.add(pid)
+                workers[os.pidfd_open(pid)] = pid
                 connection.send(("forked", pid))
-            for pid in list(workers):
-                done, status = os.waitpid(pid, os.WNOHANG)
-                if done:
-                    workers.discard(pid)
-                    connection.send(("ended", pid, os.waitstatus_to_exitcode(status)))
+            for pidfd in [r for r in ready if r is not connection]:
+                _, status = os.waitpid(workers[pidfd], 0)
+                connection.send(("ended", workers.pop(pidfd), os.waitstatus_to_exitcode(status)))
+                os.close(pidfd)
         except (EOFError, OSError):  # the launcher is gone: the workers' parent-death signal follows this exit
             os._exit(0)
 

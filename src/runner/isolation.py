@@ -149,6 +149,7 @@ class Worker:
         """What the worker recorded, or (when it recorded nothing) a record written here with `reason` and
         the samples it reported (`measurement`)."""
         self.forwarder.stop()
+        self._release()
         if Result.exists(self.run_dir):
             return Result.load(self.run_dir)
         from runner.job import record, stopped_while_timing
@@ -162,6 +163,12 @@ class Worker:
 
     def exit_reason(self) -> str:
         return _exit_reason(self.process.exitcode)
+
+    def _release(self) -> None:
+        """The pipe and the process's handles, once it has ended: a long sweep must not run out of files."""
+        self.connection.close()
+        with contextlib.suppress(ValueError):  # still running: Process.close refuses, and keeps them
+            self.process.close()
 
 
 class PipeTurns:

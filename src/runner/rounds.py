@@ -198,13 +198,14 @@ def _finish(job: _Waiting, stopped_by: str | None) -> Result:
 
 
 def _memory_for_another() -> bool:
-    """Whether one more live worker fits: free memory above the reserve and 1.5x the largest waiting one."""
+    """Whether one more live worker fits: free memory above the reserve and 1.5x the largest waiting one
+    (its own memory: a forked worker shares the framework's pages with its fork server and the others)."""
     import psutil
 
     largest = 0
     for job in _waiting:
         try:
-            largest = max(largest, psutil.Process(job.worker.process.pid).memory_info().rss)
+            largest = max(largest, psutil.Process(job.worker.process.pid).memory_full_info().uss)
         except psutil.Error:
             continue
     return psutil.virtual_memory().available > MEMORY_RESERVE + 1.5 * largest

@@ -9,7 +9,8 @@ rounds section (benchmarks/rounds.py: a comparison on a busy machine) and the A/
 (benchmarks/aa.py: sweeps of identical jobs) are kept as they are.
 Rows: harness overhead vs timeit, workload parity vs hand-written loops and torch.utils.benchmark,
 machine limit (matmul GFLOP/s vs the best bare BLAS call), start-up, noise vs a fixed-count loop,
-and the per-job cost of isolation=process.
+the per-job cost of isolation=process, a new MLflow store (its time, and kills while it is created),
+and a sweep's cost per job with its peak memory.
 """
 
 from __future__ import annotations
@@ -298,6 +299,100 @@ def sweep_cost() -> None:
     )
 
 
+STORE_SCRIPT = "import sys; from runner import tracking; tracking.open_store(sys.argv[1])"
+
+
+def store_creation(kills: int = 20) -> None:
+    """A new SQLite store: how long creating it takes, and whether a kill at a random moment of the creation
+    ever leaves a store that cannot be opened (the store is migrated aside and renamed into place)."""
+    import random
+
+    folder = Path("/tmp/tensor-runner-bench/stores")
+    subprocess.run(["rm", "-rf", str(folder)], check=True)
+    folder.mkdir(parents=True)
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+
+    def create(name: str) -> subprocess.Popen:
+        return subprocess.Popen([PYTHON, "-c", STORE_SCRIPT, f"sqlite:///{folder / name}"], env=env)
+
+    times = []
+    for i in range(3):
+        start = time.perf_counter()
+        create(f"timed{i}.db").wait()
+        times.append(time.perf_counter() - start)
+    created_s = statistics.median(times)
+    rng, unopenable, complete = random.Random(0), 0, 0
+    for i in range(kills):
+        process = create(f"killed{i}.db")
+        time.sleep(rng.uniform(0, created_s))
+        process.kill()
+        process.wait()
+        path = folder / f"killed{i}.db"
+        if path.exists():
+            opened = subprocess.run([PYTHON, "-c", STORE_SCRIPT, f"sqlite:///{path}"], env=env, capture_output=True)
+            unopenable += opened.returncode != 0
+            complete += opened.returncode == 0
+    add(
+        "7. A new MLflow store: `tracking.open_store` of a new sqlite:/// file in a fresh process; "
+        f"{kills} kills (SIGKILL) at random moments of it",
+        f"{created_s:.1f} s to create (median of 3, process start and imports included); after the kills "
+        f"{unopenable} unopenable stores, {complete} complete ones, {kills - complete - unopenable} never created",
+        "0 unopenable",
+        unopenable == 0,
+    )
+
+
+def job_cost() -> None:
+    """Per job of a sweep (interleaved rounds), what the sweep costs beyond the jobs' time budgets, and the
+    peak memory of the whole process tree (proportional set size: shared pages counted once)."""
+    budget = 0.5
+    measured = []
+    targets = {"numpy": 1.0, "torch": 2.0, "tensorflow": 3.0}
+    for backend in targets:
+        for jobs in (4, 16):
+            wall, peak = _sweep_wall_and_peak(backend, jobs, budget)
+            per_job = (wall - jobs * budget) / jobs
+            measured.append((backend, jobs, per_job, peak, wall))
+    spawned = {b: _sweep_wall_and_peak(b, 4, budget, "timing.fixed_layout=false") for b in targets}
+    text = "; ".join(
+        f"{b} {n} jobs: {c:.2f} s per job ({w:.0f} s in all, peak {p / 2**30:.2f} GiB)" for b, n, c, p, w in measured
+    )
+    before = "; ".join(f"{b} {(w - 4 * budget) / 4:.2f} s, peak {p / 2**30:.2f} GiB" for b, (w, p) in spawned.items())
+    add(
+        f"8. A sweep's cost per job beyond its budget (`timing.max_time_s={budget}`, identical jobs `seed=range(N)`, "
+        "interleaved rounds), and the peak memory of its processes",
+        f"{text}. A fresh interpreter per job instead (`timing.fixed_layout=false`, the spawn of before), 4 jobs: "
+        f"{before}",
+        "numpy <= 1 s, torch <= 2 s, tensorflow <= 3 s per job",
+        all(c <= targets[b] for b, _, c, _, _ in measured),
+    )
+
+
+def _sweep_wall_and_peak(backend: str, jobs: int, budget: float, *extra: str) -> tuple[float, float]:
+    import psutil
+
+    sweep = [f"backend={backend}", f"seed=range({jobs})", "tracking=none", f"timing.max_time_s={budget}"]
+    command = [PYTHON, "run.py", "-m", *sweep, "hydra.sweep.dir=/tmp/tensor-runner-bench/job-cost", *extra]
+    start = time.perf_counter()
+    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    peak = 0.0
+    while process.poll() is None:
+        try:
+            tree = [psutil.Process(process.pid)]
+            tree += tree[0].children(recursive=True)
+        except psutil.Error:  # it ended meanwhile
+            continue
+        total = 0
+        for member in tree:
+            try:
+                total += member.memory_full_info().pss
+            except psutil.Error:
+                continue
+        peak = max(peak, total)
+        time.sleep(0.25)
+    return time.perf_counter() - start, peak
+
+
 def write_report() -> None:
     lines = [
         "# Benchmarks: are the runner's numbers the workload's?",
@@ -353,7 +448,19 @@ def kept_sections(text: str) -> str:
 def main(names: list[str]) -> None:
     """All rows, written to BENCHMARKS.md; or only the named rows, printed."""
     os.makedirs("/tmp/tensor-runner-bench", exist_ok=True)
-    rows = {f.__name__: f for f in (harness_overhead, machine_limit, workload_parity, start_up, noise, sweep_cost)}
+    rows = {
+        f.__name__: f
+        for f in (
+            harness_overhead,
+            machine_limit,
+            workload_parity,
+            start_up,
+            noise,
+            sweep_cost,
+            store_creation,
+            job_cost,
+        )
+    }
     unknown = set(names) - set(rows)
     if unknown:
         raise SystemExit(f"error: no row {', '.join(sorted(unknown))} (rows: {', '.join(rows)})")

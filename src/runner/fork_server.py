@@ -80,18 +80,22 @@ class ForkServer:
     _running: dict[str, ForkServer] = {}
 
     @classmethod
-    def for_backend(cls, module: str, start: Callable[[multiprocessing.Process], None]) -> ForkServer:
-        """The running server for `module`, started (by `start`, which may set the memory layout) if none is."""
+    def for_backend(cls, module: str, worker_main: Callable, start: Callable[[multiprocessing.Process], None]):
+        """The running server for `module`, started (by `start`, which may set the memory layout) if none is;
+        its workers run `worker_main(*args, connection=..., parent=...)`."""
         server = cls._running.get(module)
         if server is None or not server.alive:
-            server = cls._running[module] = cls(module, start)
+            server = cls._running[module] = cls(module, worker_main, start)
         return server
 
-    def __init__(self, module: str, start: Callable[[multiprocessing.Process], None]):
+    def __init__(self, module: str, worker_main: Callable, start: Callable[[multiprocessing.Process], None]):
         context = multiprocessing.get_context("spawn")
         self.connection, server_end = context.Pipe()
         self.process = context.Process(
-            target=_serve, args=(module, server_end, os.getpid()), name=f"runner-fork-server-{module}", daemon=True
+            target=_serve,
+            args=(module, worker_main, server_end, os.getpid()),
+            name=f"runner-fork-server-{module}",
+            daemon=True,
         )
         start(self.process)
         server_end.close()
@@ -102,7 +106,7 @@ class ForkServer:
         threading.Thread(target=self._listen, name=f"fork-server-{module}", daemon=True).start()
 
     def fork(self, target_args: tuple, connection: Connection) -> ForkedWorker:
-        """A new worker running isolation's worker main with `target_args` and `connection` (its end of the
+        """A new worker running the server's worker main with `target_args` and `connection` (its end of the
         job's pipe), in this process's environment, path and directory."""
         context = {"environ": dict(os.environ), "path": list(sys.path), "cwd": os.getcwd()}
         with self._lock:
@@ -135,7 +139,7 @@ class ForkServer:
 # -- in the server ---------------------------------------------------------------------------------------
 
 
-def _serve(module: str, connection: Connection, launcher: int) -> None:
+def _serve(module: str, worker_main: Callable, connection: Connection, launcher: int) -> None:
     """Import, then fork a worker per request and report each worker's end, until the launcher is gone."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the workers and the launcher, which stop
     _end_with(launcher)
@@ -160,7 +164,7 @@ def _serve(module: str, connection: Connection, launcher: int) -> None:
                 pid = os.fork()
                 if pid == 0:
                     connection.close()
-                    _run_worker(target_args, context, Connection(handle), me)
+                    _run_worker(worker_main, target_args, context, Connection(handle), me)
                 os.close(handle)
                 workers[os.pidfd_open(pid)] = pid
                 connection.send(("forked", pid))
@@ -172,10 +176,8 @@ def _serve(module: str, connection: Connection, launcher: int) -> None:
             os._exit(0)
 
 
-def _run_worker(target_args: tuple, context: dict, connection: Connection, server: int) -> None:
-    """In the forked worker: the launcher's environment, then isolation's worker main; never returns."""
-    from runner.isolation import worker_main
-
+def _run_worker(worker_main: Callable, target_args: tuple, context: dict, connection: Connection, server: int) -> None:
+    """In the forked worker: the launcher's environment, then the worker main; never returns."""
     os.environ.clear()
     os.environ.update(context["environ"])
     sys.path[:] = context["path"]

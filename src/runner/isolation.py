@@ -114,9 +114,8 @@ class Worker:
         self.process = None
         if self.cfg.timing.fixed_layout:
             with contextlib.suppress(ForkServerGone):
-                self.process = ForkServer.for_backend(self.cfg.backend.module, _start_fixed).fork(
-                    args, self._worker_end
-                )
+                server = ForkServer.for_backend(self.cfg.backend.module, worker_main, _start_fixed)
+                self.process = server.fork(args, self._worker_end)
         if self.process is None:
             self.process = _spawn(args, self._worker_end, fixed=bool(self.cfg.timing.fixed_layout))
         self._worker_end.close()

@@ -132,8 +132,20 @@ def _keras_run(tmp: Path, backend: str, *extra: str) -> Path:
     return run_dir
 
 
+KERAS_README_SWEEP = (
+    "-m backend=tensorflow,torch,jax model=keras model.arch=MobileNetV2 data.image_size=96 batch_size=2"
+)
+
+
 def test_keras_mobilenetv2_same_seed_same_outputs_on_tensorflow_torch_and_jax(tmp_path):
-    runs = {backend: _keras_run(tmp_path, backend) for backend in ("tensorflow", "torch", "jax")}
+    """The README's Keras sweep, as printed (test_readme_commands leaves it to this test): one model, three
+    backends, the same outputs."""
+    out = run_cli(
+        *KERAS_README_SWEEP.split(), "tracking=none", f"hydra.sweep.dir={tmp_path}", *FAST_TIMING, timeout=900
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    runs = {json.loads((d / "result.json").read_text())["config"]["backend"]["name"]: d for d in tmp_path.glob("[0-9]")}
+    assert set(runs) == {"tensorflow", "torch", "jax"}
     on_tf = _outputs(runs["tensorflow"])
     assert on_tf.shape == (2, 1000)
     for backend in ("torch", "jax"):

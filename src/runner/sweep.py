@@ -231,9 +231,14 @@ def _close_parent(sweep: Sweep, statuses: list[str], status: str, files: list[Pa
 
 
 def _summary_table(sweep_dir: Path) -> str:
-    """summary.md without its title: the table the parent run's description shows."""
-    path = sweep_dir / "summary.md"
-    return path.read_text().split("\n", 2)[-1] if path.is_file() else ""
+    """The sweep's table as the terminal shows it (summary.md has every column), in markdown: what the parent
+    run's description shows."""
+    from runner import report
+    from runner.table import SWEEP_COLUMNS
+    from runner.table import markdown as table_markdown
+
+    frame = report.runs_from_dirs(report.sweep_run_dirs(sweep_dir))
+    return table_markdown(*report.human_table(frame, SWEEP_COLUMNS)) if not frame.empty else ""
 
 
 def print_table(frame, sweep_dir: Path) -> None:

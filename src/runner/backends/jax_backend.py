@@ -18,6 +18,11 @@ import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 
+from runner.backends.channels_last import (  # noqa: F401 - re-exported: the backend function set
+    adaptive_bins,
+    from_native_layout,
+    to_native_layout,
+)
 from runner.config import ConfigError
 
 DTYPES = {"float16": jnp.float16, "float32": jnp.float32, "float64": jnp.float64, "bfloat16": jnp.bfloat16}
@@ -206,20 +211,7 @@ KERAS_BACKEND = "jax"  # op family `keras` (model=keras)
 
 # -- convnet ops: NHWC inside, torch (NCHW, OIHW) conventions at the edges ----------------------
 
-_TO_JAX = {2: (1, 0), 4: (2, 3, 1, 0)}  # (out, in) -> (in, out); OIHW -> HWIO; (in, out, kH, kW) -> (kH, kW, out, in)
 _NHWC = ("NHWC", "HWIO", "NHWC")
-
-
-def to_native_layout(array: np.ndarray) -> np.ndarray:
-    return array.transpose(_TO_JAX[array.ndim]) if array.ndim in _TO_JAX else array
-
-
-def from_native_layout(array: np.ndarray, per_example: bool = False) -> np.ndarray:
-    ndim = array.ndim - per_example
-    if ndim not in _TO_JAX:
-        return array
-    inverse = np.argsort(_TO_JAX[ndim])
-    return array.transpose((0, *(1 + inverse)) if per_example else inverse)
 
 
 def from_nchw(x: jax.Array) -> jax.Array:
@@ -265,14 +257,9 @@ def adaptive_avg_pool2d(x, size: tuple[int, int]):
     h, w = x.shape[1], x.shape[2]
     if tuple(size) == (1, 1):
         return jnp.mean(x, axis=(1, 2), keepdims=True)
-    rows = [_bin(i, h, size[0]) for i in range(size[0])]
-    cols = [_bin(j, w, size[1]) for j in range(size[1])]
+    rows, cols = adaptive_bins(h, size[0]), adaptive_bins(w, size[1])
     pooled = [jnp.stack([jnp.mean(x[:, r0:r1, c0:c1, :], axis=(1, 2)) for c0, c1 in cols], axis=1) for r0, r1 in rows]
     return jnp.stack(pooled, axis=1)
-
-
-def _bin(i: int, size: int, bins: int) -> tuple[int, int]:
-    return (i * size) // bins, -((-(i + 1) * size) // bins)
 
 
 def reflection_pad2d(x, pad: int):

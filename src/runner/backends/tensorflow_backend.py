@@ -5,6 +5,11 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
+from runner.backends.channels_last import (  # noqa: F401 - re-exported: the backend function set
+    adaptive_bins,
+    from_native_layout,
+    to_native_layout,
+)
 from runner.config import ConfigError, nvidia_driver_present
 
 # Before the import: silence C++ start-up chatter (and, without a GPU driver, the cuInit error).
@@ -168,24 +173,6 @@ KERAS_BACKEND = "tensorflow"  # op family `keras` (model=keras)
 # -- convnet ops: NHWC inside, torch (NCHW, OIHW) conventions at the edges ----------------------
 
 
-def to_native_layout(array: np.ndarray) -> np.ndarray:
-    """Torch weight layouts -> TF's: linear (out, in) -> (in, out) as the TF-NumPy guide keeps it; conv OIHW -> HWIO;
-    transposed conv (in, out, kH, kW) -> (kH, kW, out, in). Vectors are unchanged."""
-    return array.transpose(_TO_TF[array.ndim]) if array.ndim in _TO_TF else array
-
-
-def from_native_layout(array: np.ndarray, per_example: bool = False) -> np.ndarray:
-    """Back to torch layouts; with per_example, a leading batch axis stays in front."""
-    ndim = array.ndim - per_example
-    if ndim not in _TO_TF:
-        return array
-    inverse = np.argsort(_TO_TF[ndim])
-    return array.transpose((0, *(1 + inverse)) if per_example else inverse)
-
-
-_TO_TF = {2: (1, 0), 4: (2, 3, 1, 0)}
-
-
 def from_nchw(x: tf.Tensor) -> tf.Tensor:
     return tf.transpose(x, (0, 2, 3, 1))
 
@@ -236,16 +223,11 @@ def adaptive_avg_pool2d(x, size: tuple[int, int]):
     h, w = x.shape[1], x.shape[2]
     if tuple(size) == (1, 1):
         return tf.reduce_mean(x, axis=(1, 2), keepdims=True)
-    rows = [_bin(i, h, size[0]) for i in range(size[0])]
-    cols = [_bin(j, w, size[1]) for j in range(size[1])]
+    rows, cols = adaptive_bins(h, size[0]), adaptive_bins(w, size[1])
     pooled = [
         tf.stack([tf.reduce_mean(x[:, r0:r1, c0:c1, :], axis=(1, 2)) for c0, c1 in cols], axis=1) for r0, r1 in rows
     ]
     return tf.stack(pooled, axis=1)
-
-
-def _bin(i: int, size: int, bins: int) -> tuple[int, int]:
-    return (i * size) // bins, -((-(i + 1) * size) // bins)
 
 
 def reflection_pad2d(x, pad: int):

@@ -2,6 +2,7 @@
 
 runner report --tracking-uri URI --experiment NAME --out DIR [--parent RUN_ID]
 runner report --sweep-dir DIR --out DIR
+runner compare BEFORE AFTER [--tracking-uri URI] [--factor 1.1]
 runner sync RUN_DIR... [--tracking-uri URI]
 """
 
@@ -40,6 +41,13 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("--out", type=Path, required=True, help="directory for runs.csv, runs.md and *.png")
     report.set_defaults(command=_report)
 
+    compare = commands.add_parser("compare", help="the same work measured apart: after / before, with a verdict")
+    for side in ("before", "after"):
+        compare.add_argument(side, help="a run or sweep directory, or an MLflow run id (a sweep's parent: its jobs)")
+    compare.add_argument("--tracking-uri", help=uri_help)
+    compare.add_argument("--factor", type=float, default=1.1, help="smallest change called one (default 1.1)")
+    compare.set_defaults(command=_compare)
+
     sync = commands.add_parser("sync", help="upload runs (or whole sweeps) kept locally to MLflow")
     sync.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN_DIR")
     sync.add_argument("--tracking-uri", help="upload here instead of the URI the run was made with")
@@ -68,6 +76,17 @@ def _report(args: argparse.Namespace) -> int:
     if parent and uri:
         report.log_to_parent(uri, parent, files)
         print(f"logged to the parent run {parent}")
+    return 0
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from runner import before_after
+
+    if not args.factor >= 1.0:
+        raise LookupError(f"--factor {args.factor}: it must be 1 or more (1.1 = a change of 10%)")
+    uri = args.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
+    for line in before_after.run(args.before, args.after, uri, args.factor):
+        print(line)
     return 0
 
 

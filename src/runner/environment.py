@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import subprocess
 import sys
 from functools import cache
@@ -49,6 +50,8 @@ def collect(backend_env: dict) -> dict:
         "git_commit": "unknown",
         **git_source(),
     }
+    if nvidia_driver_version():
+        env["gpu_driver"] = nvidia_driver_version()
     env.update({name: os.environ[name] for name in THREAD_VARIABLES if name in os.environ})
     env.update(scheduler_context())
     env.update(backend_env)
@@ -91,6 +94,21 @@ def cpu_name() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+@cache
+def nvidia_driver_version() -> str:
+    """The NVIDIA kernel driver's version ('535.104.05'), '' without one: part of what a GPU run ran on."""
+    try:
+        return driver_version(Path("/proc/driver/nvidia/version").read_text())
+    except OSError:
+        return ""
+
+
+def driver_version(banner: str) -> str:
+    """The version in the first line of /proc/driver/nvidia/version (proprietary or open kernel module)."""
+    match = re.search(r"Kernel Module\s+(?:for \S+\s+)?([0-9][0-9.]*)", banner)
+    return match.group(1) if match else banner.split("\n", 1)[0].strip()
 
 
 @cache

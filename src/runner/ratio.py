@@ -105,11 +105,13 @@ def time_ratio(
     rounds_b: np.ndarray | None,
     comparisons: int = 1,
     process_sd: float = PROCESS_SD,
+    paired: bool = True,
 ) -> Ratio:
     """A's time relative to B's, with its interval: 95% over `comparisons` such ratios made at once, the
-    spread between worker processes (`process_sd`, log scale) included (see the module's docstring)."""
+    spread between worker processes (`process_sd`, log scale) included (see the module's docstring).
+    `paired=False` for jobs measured apart, whose round numbers do not name the same moments."""
     a, b = round_medians(samples_a, rounds_a), round_medians(samples_b, rounds_b)
-    shared = sorted(set(a) & set(b))
+    shared = sorted(set(a) & set(b)) if paired else []
     level = 1 - (1 - LEVEL) / comparisons
     if len(shared) >= 2:
         logs = np.log([a[r] for r in shared]) - np.log([b[r] for r in shared])

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from runner import tracking
+from runner import setups, tracking
 from runner.ratio import UNSTABLE_DISAGREE, instability, time_ratio
 from runner.result import RESULT_FILE, Result, ResultUnreadable, read_sample_rounds, read_samples
 from runner.table import COLUMNS, PROSE, Column, format_seconds, present, rows
@@ -44,6 +44,7 @@ def runs_from_dirs(run_dirs: Iterable[Path]) -> pd.DataFrame:
         name = tracking.run_name(result.config, *tracking.job_context(run_dir)) if result.config else run_dir.name
         row = {"run": name, "run_dir": str(run_dir), "status": result.status, "error": result.error}
         row["warnings"] = result.warnings
+        row.update(setups.environment_columns(result.environment))
         row.update({f"params.{k}": v for k, v in tracking.run_params(result.config).items()})
         row.update({f"metrics.{k}": v for k, v in result.metrics.items()})
         rows.append(row)
@@ -58,7 +59,12 @@ def sweep_run_dirs(sweep_dir: Path) -> list[Path]:
 
 def runs_from_mlflow(uri: str, experiment: str, parent_run_id: str | None = None) -> pd.DataFrame:
     """The runs of an experiment (only the children of parent_run_id when given; never parent runs)."""
-    return _finish_frame(pd.DataFrame(tracking.search_runs(uri, experiment, parent_run_id)))
+    return runs_from_mlflow_rows(tracking.search_runs(uri, experiment, parent_run_id))
+
+
+def runs_from_mlflow_rows(rows: list[dict]) -> pd.DataFrame:
+    """The frame of runs as tracking.search_runs / runs_of give them."""
+    return _finish_frame(pd.DataFrame(rows))
 
 
 def _finish_frame(frame: pd.DataFrame) -> pd.DataFrame:
@@ -71,6 +77,7 @@ def _finish_frame(frame: pd.DataFrame) -> pd.DataFrame:
         if key in frame and _all_numbers(frame[key]):
             frame[key] = pd.to_numeric(frame[key])
     frame["size"], frame["size_name"] = _sizes(frame)
+    frame["setup"] = setups.setups(frame)
     run_dirs = frame.get("run_dir", [None] * len(frame))
     frame["samples_s"] = [read_samples(d) if d else None for d in run_dirs]
     frame["sample_rounds"] = [read_sample_rounds(d) if d else None for d in run_dirs]
@@ -149,7 +156,7 @@ def compare(frame: pd.DataFrame) -> pd.DataFrame:
     if frame.empty or "metrics.time_median_s" not in frame:
         return frame
     timed = frame[(frame["status"] == "FINISHED") & frame["metrics.time_median_s"].notna()]
-    keys = work_keys(frame)
+    keys = [*work_keys(frame), "setup"]
     for _, group in timed.groupby([timed[k].map(str) for k in keys], sort=False):
         fastest = group["metrics.time_median_s"].idxmin()
         unstable = {i: _instability(frame.loc[i]) for i in group.index}
@@ -197,11 +204,12 @@ def table(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def human_table(frame: pd.DataFrame, columns: tuple[Column, ...] = COLUMNS) -> tuple[list[str], list[list[str]]]:
-    """Headers and formatted cells (human units): run, status, what varied, then the table's columns."""
+    """Headers and formatted cells (human units): run, status, its setup where runs come from several (see
+    setup_notes), what varied, then the table's columns."""
     frame = compare(frame)
     records = _records(frame)
     shown = present(columns, records)
-    varied = varied_params(frame)
+    varied = (["setup"] if frame["setup"].nunique() > 1 else []) + varied_params(frame)
     headers = ["run", "status", *(short_name(k) for k in varied), *(c.label for c in shown)]
     cells = [
         [str(row["run"]), str(row["status"]), *(_param_cell(row[k]) for k in varied), *cells]
@@ -221,13 +229,18 @@ def _param_cell(value: object) -> str:
 
 def markdown(frame: pd.DataFrame) -> str:
     """runs.md / summary.md: the human table as markdown, then one line per run that did not finish."""
-    text = table_markdown(*human_table(frame))
+    text = table_markdown(*human_table(frame)) + "".join(f"\n{line}\n" for line in setup_notes(frame))
     failed = frame[frame["status"] != "FINISHED"]
     if not failed.empty:
         text += "\n## Not finished\n\n" + "".join(
             f"- {r['run']} ({r['status']}): {r['error']}\n" for _, r in failed.iterrows()
         )
     return text
+
+
+def setup_notes(frame: pd.DataFrame) -> list[str]:
+    """Where the runs come from several setups (machines or versions: runner.setups), how each differs."""
+    return setups.describe(frame, frame["setup"]) if "setup" in frame else []
 
 
 def _records(frame: pd.DataFrame) -> list[dict]:

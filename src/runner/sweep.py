@@ -238,7 +238,11 @@ def _summary_table(sweep_dir: Path) -> str:
     from runner.table import markdown as table_markdown
 
     frame = report.runs_from_dirs(report.sweep_run_dirs(sweep_dir))
-    return table_markdown(*report.human_table(frame, SWEEP_COLUMNS)) if not frame.empty else ""
+    if frame.empty:
+        return ""
+    return table_markdown(*report.human_table(frame, SWEEP_COLUMNS)) + "".join(
+        f"\n{line}\n" for line in report.setup_notes(frame)
+    )
 
 
 def print_table(frame, sweep_dir: Path) -> None:
@@ -259,6 +263,8 @@ def print_table(frame, sweep_dir: Path) -> None:
     # Into a file or pipe: as wide as the table needs, so no heading is folded into pieces.
     console = Console() if sys.stdout.isatty() else Console(width=max(160, Console(width=1000).measure(table).maximum))
     console.print(table)
+    for line in report.setup_notes(frame):
+        console.print(f"[yellow]{line}[/]", highlight=False)
     for _, row in frame[frame["status"] != "FINISHED"].iterrows():
         console.print(f"[bold red]{row['status']}[/] job {_job(row)}: {row['error']}", highlight=False)
     for _, row in frame[frame["warnings"].map(bool)].iterrows() if "warnings" in frame else ():

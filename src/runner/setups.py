@@ -1,0 +1,75 @@
+"""Where a run ran and with what: runs are ranked against each other only within one setup.
+
+A setup is a machine (host, CPU model and count, NVIDIA driver) and the versions the run used (Python, the
+runner's commit and whether it had uncommitted changes, the framework's version). Runs of one sweep share
+it; an MLflow experiment gathered over months, or runs sent to several cluster nodes, may not. Two runs
+of different setups differ by more than the work they did, so `runner report` and a sweep's table compare
+each run only with runs of its own setup, and say what sets the others apart. Across setups the question
+is a before/after one: `runner compare` (runner.before_after).
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+# environment key -> how a person reads it; all of them must agree for two runs to share a setup
+MACHINE = {"hostname": "host", "cpu": "CPU", "cpu_count": "cores", "gpu_driver": "NVIDIA driver"}
+VERSIONS = {"python": "Python", "git_commit": "runner commit", "git_dirty": "uncommitted changes"}
+FRAMEWORK = ("framework", "framework_version")  # one version per framework within a setup
+COLUMNS = tuple(f"env.{k}" for k in (*MACHINE, *VERSIONS, *FRAMEWORK))
+
+
+def environment_columns(environment: dict) -> dict[str, str]:
+    """A run's setup as frame columns (env.hostname, ...) from its recorded environment; '' where unknown."""
+    return {f"env.{k}": str(environment.get(k, "")) for k in (*MACHINE, *VERSIONS, *FRAMEWORK)}
+
+
+def setups(frame: pd.DataFrame) -> pd.Series:
+    """Per run, the number of its setup (1, 2, ...: in order of first appearance). Runs share a setup when
+    their machine and versions agree and, where a framework appears in several versions, they used the
+    same one: the runs of its second version form a setup of their own, with the other frameworks'
+    runs of the first."""
+    if frame.empty or not set(COLUMNS) <= set(frame):
+        return pd.Series(1, index=frame.index)
+    base = frame[[f"env.{k}" for k in (*MACHINE, *VERSIONS)]].astype(str).agg("|".join, axis=1)
+    nth_version = pd.Series(0, index=frame.index)
+    for _, runs in frame.groupby([base, frame["env.framework"]], sort=False):
+        versions = list(dict.fromkeys(runs["env.framework_version"]))
+        nth_version[runs.index] = runs["env.framework_version"].map(versions.index)
+    key = base + "#" + nth_version.astype(str)
+    order = list(dict.fromkeys(key))
+    return key.map(lambda k: order.index(k) + 1)
+
+
+def describe(frame: pd.DataFrame, numbers: pd.Series) -> list[str]:
+    """One line per setup after the first, saying how it differs from setup 1 (empty with one setup)."""
+    if numbers.nunique() < 2:
+        return []
+    first = frame[numbers == 1]
+    lines = []
+    for number in sorted(numbers.unique())[1:]:
+        runs = frame[numbers == number]
+        lines.append(f"setup {number}: {differences(first, runs, 'setup 1')}; ranked only within its own setup")
+    return lines
+
+
+def differences(before: pd.DataFrame, after: pd.DataFrame, before_name: str = "before") -> str:
+    """What sets the runs of `after` apart from those of `before`: 'host node-2 (before: node-1)',
+    'torch 2.15.0 (before: 2.14.1)'; 'the same machine and versions' where nothing does."""
+    said = []
+    for key, name in {**MACHINE, **VERSIONS}.items():
+        was, now = _values(before, key), _values(after, key)
+        if was != now:
+            said.append(f"{name} {', '.join(now) or 'unknown'} ({before_name}: {', '.join(was) or 'unknown'})")
+    frameworks = set(_values(before, "framework")) & set(_values(after, "framework"))
+    for framework in sorted(frameworks):
+        was = _values(before[before["env.framework"] == framework], "framework_version")
+        now = _values(after[after["env.framework"] == framework], "framework_version")
+        if was != now:
+            said.append(f"{framework} {', '.join(now)} ({before_name}: {', '.join(was)})")
+    return "; ".join(said) or "the same machine and versions"
+
+
+def _values(runs: pd.DataFrame, key: str) -> list[str]:
+    column = f"env.{key}"
+    return sorted({v for v in runs[column].map(str) if v and v != "nan"}) if column in runs else []

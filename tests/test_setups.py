@@ -1,0 +1,149 @@
+"""Runs from other machines or versions: ranked only within their own setup; `runner compare` for before/after."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pandas as pd
+import pytest
+from helpers import FAST_TIMING, run_cli, runner_cli
+
+from runner import before_after, report, setups
+from runner.environment import driver_version
+from runner.ratio import time_ratio
+
+
+def _frame(**columns) -> pd.DataFrame:
+    n = len(next(iter(columns.values())))
+    base = {f"env.{k}": ["x"] * n for k in (*setups.MACHINE, *setups.VERSIONS, *setups.FRAMEWORK)}
+    return pd.DataFrame(base | {f"env.{k}": v for k, v in columns.items()})
+
+
+def test_runs_share_a_setup_only_on_one_machine_with_one_version_per_framework():
+    frame = _frame(
+        hostname=["a", "a", "a", "b", "a"],
+        framework=["torch", "tensorflow", "torch", "torch", "tensorflow"],
+        framework_version=["2.14", "2.21", "2.15", "2.14", "2.21"],
+    )
+    numbers = setups.setups(frame)
+    assert list(numbers) == [1, 1, 2, 3, 1]  # torch 2.15 apart from 2.14; host b apart from a
+    lines = setups.describe(frame, numbers)
+    assert lines[0] == "setup 2: torch 2.15 (setup 1: 2.14); ranked only within its own setup"
+    assert lines[1] == "setup 3: host b (setup 1: a); ranked only within its own setup"
+
+
+def test_the_nvidia_driver_version_is_read_from_either_kernel_module_banner():
+    proprietary = "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.104.05  Sat Aug 19 01:15:15 UTC 2023\n"
+    open_module = "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  550.54.14  Release Build\n"
+    assert driver_version(proprietary) == "535.104.05"
+    assert driver_version(open_module) == "550.54.14"
+
+
+def _samples(rng: np.random.Generator, typical_s: float, n_rounds: int = 20) -> tuple[np.ndarray, np.ndarray]:
+    rounds = np.repeat(np.arange(n_rounds), 5)
+    return typical_s * np.exp(rng.normal(0, 0.02, len(rounds))), rounds
+
+
+def _runs(rng: np.random.Generator, typical_s: float) -> pd.DataFrame:
+    samples, rounds = _samples(rng, typical_s)
+    return pd.DataFrame(
+        {
+            "run": ["torch-mlp #0"],
+            "status": ["FINISHED"],
+            "params.backend.name": ["torch"],
+            "params.timing.max_time_s": [1.0],
+            "metrics.time_median_s": [float(np.median(samples))],
+            "samples_s": [samples],
+            "sample_rounds": [rounds],
+        }
+    )
+
+
+@pytest.mark.parametrize(("slowdown", "expected"), [(1.5, "slower"), (0.5, "faster"), (1.0, "no change")])
+def test_before_after_gives_the_ratio_its_interval_and_a_verdict(slowdown, expected):
+    rng = np.random.default_rng(1)
+    before = _runs(rng, 1e-3)
+    after = _runs(rng, 1e-3 * slowdown).assign(**{"params.timing.max_time_s": [5.0]})  # budgets are not work
+    compared = before_after.compare(before, after)
+    row = compared.iloc[0]
+    assert row["verdict"].startswith(expected)
+    assert row["low"] < row["ratio"] < row["high"] and row["ratio"] == pytest.approx(slowdown, rel=0.03)
+    assert row["ratio"] == pytest.approx(row["after"] / row["before"])  # the ratio of the columns beside it
+
+
+def test_a_real_change_under_the_factor_is_no_change():
+    rng = np.random.default_rng(2)
+    row = before_after.compare(_runs(rng, 1e-3), _runs(rng, 1.05e-3)).iloc[0]
+    assert row["low"] > 1.0 and row["verdict"] == "no change (under 1.10x)"
+    assert before_after.compare(_runs(rng, 1e-3), _runs(rng, 1.05e-3), factor=1.02).iloc[0]["verdict"] == "slower"
+
+
+def test_the_unpaired_interval_holds_the_true_ratio_95_times_in_100():
+    """Two runs measured apart: their round numbers coincide but name different moments, so the interval
+    must not pair them; each run's rounds drift on their own (a log-normal offset per round)."""
+    rng = np.random.default_rng(3)
+    held = 0
+    for _ in range(400):
+        a_rounds = np.repeat(np.arange(30), 5)
+        a = np.exp(rng.normal(0, 0.05, 30))[a_rounds] * np.exp(rng.normal(0, 0.01, len(a_rounds)))
+        b = 1.2 * np.exp(rng.normal(0, 0.05, 30))[a_rounds] * np.exp(rng.normal(0, 0.01, len(a_rounds)))
+        ratio = time_ratio(b, a_rounds, a, a_rounds, paired=False, process_sd=0.0)
+        held += ratio.low <= 1.2 <= ratio.high
+    assert 0.92 <= held / 400 <= 0.98
+
+
+@pytest.fixture(scope="module")
+def two_versions(tmp_path_factory):
+    """A numpy sweep, and a copy of it that says it ran on another numpy version, as after an upgrade."""
+    tmp = tmp_path_factory.mktemp("versions")
+    work = ["backend=numpy", "model=sigmoid", "task=inference", "model.size=1000,100000"]
+    result = run_cli("-m", "tracking=none", f"hydra.sweep.dir={tmp}/1-before", *FAST_TIMING, *work)
+    assert result.returncode == 0, result.stderr[-3000:]
+    shutil.copytree(tmp / "1-before", tmp / "2-after")
+    for path in (tmp / "2-after").glob("*/result.json"):
+        saved = json.loads(path.read_text())
+        saved["environment"]["framework_version"] = "9.9.9"
+        path.write_text(json.dumps(saved))
+    return tmp
+
+
+def test_a_report_over_two_versions_ranks_each_run_only_within_its_version(two_versions):
+    dirs = report.sweep_run_dirs(two_versions / "1-before") + report.sweep_run_dirs(two_versions / "2-after")
+    frame = report.runs_from_dirs(dirs)
+    compared = report.compare(frame)
+    assert list(frame["setup"]) == [1, 1, 2, 2]
+    assert list(compared["within_noise"]) == ["fastest"] * 4  # each size alone in its setup: nothing to rank
+    text = report.markdown(frame)
+    assert text.splitlines()[0].startswith("| run | status | setup |")
+    assert "setup 2: numpy 9.9.9 (setup 1: " in text
+
+
+def test_runner_compare_prints_after_over_before_with_interval_and_verdict(two_versions):
+    result = runner_cli("compare", str(two_versions / "1-before"), str(two_versions / "2-after"))
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[1].startswith("what differs: numpy 9.9.9 (before: ")
+    rows = [line for line in lines if line.startswith("| numpy-sigmoid")]
+    assert len(rows) == 2  # each size matched with itself
+    assert all("| 1.00x |" in row and row.endswith("| no change (within noise) |") for row in rows)  # the same data
+
+
+def test_runner_compare_bad_input_is_one_line(tmp_path):
+    result = runner_cli("compare", str(tmp_path), "nonexistent-run-id")
+    assert result.returncode == 1
+    assert result.stderr.strip() == f"error: {tmp_path} holds no run (result.json) and no sweep of runs"
+
+
+def test_runner_compare_of_mlflow_sweeps_fetches_samples_the_machine_no_longer_has(tmp_path):
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    sweep = ["-m", f"tracking.uri={uri}", "tracking.experiment=versions", f"hydra.sweep.dir={tmp_path}/sweep"]
+    result = run_cli(*sweep, *FAST_TIMING, "backend=numpy", "model=sigmoid", "task=inference", "seed=1,2")
+    assert result.returncode == 0, result.stderr[-3000:]
+    parent = json.loads((tmp_path / "sweep" / "sweep.json").read_text())["parent_run_id"]
+    shutil.rmtree(tmp_path / "sweep")  # as on another machine: only the MLflow store and its artifacts remain
+    result = runner_cli("compare", parent, parent, "--tracking-uri", uri)
+    assert result.returncode == 0, result.stderr
+    rows = [line for line in result.stdout.splitlines() if line.startswith("| numpy-sigmoid")]
+    assert len(rows) == 2 and all(row.endswith("| no change (within noise) |") for row in rows), result.stdout

@@ -18,7 +18,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 import shutil
@@ -34,8 +33,9 @@ from typing import Any
 from hydra.core.singleton import Singleton
 from hydra.core.utils import JobReturn, JobStatus
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLauncher as SubmititSlurmLauncher
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig, OmegaConf
 
+from runner import cluster_jobs
 from runner.config import first_line
 
 PENDING_GRACE_S = 30.0  # how long a job may pend for a permanent reason before it is cancelled
@@ -367,24 +367,11 @@ class SlurmLauncher(SubmititSlurmLauncher):
                 state.extra += f": the job raised {first_line(error)}"
         if returned is not None and state.state in ("COMPLETED", "UNKNOWN_END") and not state.extra:
             return returned
-        run_dir, task_cfg = self._job_config(overrides, index)
+        run_dir, task_cfg = cluster_jobs.job_config(self.hydra_context, self.config, overrides, index)
         record_slurm_end(task_cfg, run_dir, state)
         return returned or JobReturn(
             overrides=overrides, working_dir=str(run_dir), status=JobStatus.COMPLETED, _return_value="FAILED"
         )
-
-    def _job_config(self, overrides: list[str], index: int) -> tuple[Path, DictConfig]:
-        """The job's run directory and its config (without `hydra`), as the job itself had them."""
-        from hydra.core.hydra_config import HydraConfig
-
-        config = self.hydra_context.config_loader.load_sweep_config(self.config, overrides)
-        with open_dict(config.hydra.job):
-            config.hydra.job.num = index
-        HydraConfig.instance().set_config(config)
-        run_dir = Path(str(config.hydra.sweep.dir)) / str(config.hydra.sweep.subdir)
-        with open_dict(config):
-            del config["hydra"]
-        return run_dir, config
 
 
 def refuse(line: str) -> None:
@@ -415,45 +402,9 @@ def _tag_parent(note: dict, line: str) -> None:
 
 
 def record_slurm_end(task_cfg: DictConfig, run_dir: Path, state: JobState) -> None:
-    """Record a job SLURM ended as FAILED with SLURM's reason: in result.json, and in MLflow where tracked."""
-    from runner import sweep
-    from runner.job import record
-    from runner.result import Result
-
-    reason = state.describe()
+    """Record a job SLURM ended as FAILED with SLURM's state and reason (runner.cluster_jobs)."""
     context = {"slurm_job_id": state.slurm_job_id} if state.slurm_job_id else {}
-    parent = sweep.parent_run_id(run_dir.parent)
-    run_dir.mkdir(parents=True, exist_ok=True)  # a job that never started has no directory yet
-    if not Result.exists(run_dir):
-        record(task_cfg, run_dir, Result(status="FAILED", error=reason, environment=context))
-        _update_tracked(task_cfg, run_dir, parent)
-        return
-    result = Result.load(run_dir)
-    if (result.error or "").startswith("SLURM job"):
-        return  # recorded already
-    result.status, result.error = "FAILED", f"{reason}; {result.error}" if result.error else reason
-    result.environment = {**context, **result.environment}
-    result.save(run_dir)
-    _update_tracked(task_cfg, run_dir, parent)
-
-
-def _update_tracked(task_cfg: DictConfig, run_dir: Path, parent: str | None) -> None:
-    """Log the amended record: a new run when the job never reached MLflow, else its run corrected."""
-    from runner import tracking
-    from runner.result import RESULT_FILE, Result
-
-    if task_cfg.tracking.name != "mlflow":
-        return
-    note_path = run_dir / tracking.TRACKING_FILE
-    note = json.loads(note_path.read_text()) if note_path.exists() else None
-    if note is None:
-        tracking.track(run_dir, task_cfg.tracking.uri, task_cfg.tracking.experiment, parent)
-    elif note.get("run_id"):
-        mlflow = tracking.client(note["uri"])
-        tracking.retry_on_lock(mlflow.set_tag, note["run_id"], "error", Result.load(run_dir).error[:5000])
-        tracking.log_files(note["uri"], note["run_id"], [run_dir / RESULT_FILE])
-        tracking.retry_on_lock(mlflow.set_terminated, note["run_id"], "FAILED")
-    # else: not synced yet; `runner sync` uploads the amended result.json
+    cluster_jobs.record_ended(task_cfg, run_dir, state.describe(), context)
 
 
 # ------------------------------------------------------------------------------------------- logging

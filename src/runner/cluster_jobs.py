@@ -1,0 +1,65 @@
+"""What a cluster launcher (SLURM, Ray) does for the jobs it sent away: find a job's config and directory as
+the job itself had them, and record a job the cluster ended before it could record itself."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from omegaconf import DictConfig, open_dict
+
+
+def job_config(hydra_context, sweep_config: DictConfig, overrides: list[str], index: int) -> tuple[Path, DictConfig]:
+    """The job's run directory and its config (without `hydra`), as the job itself had them."""
+    from hydra.core.hydra_config import HydraConfig
+
+    config = hydra_context.config_loader.load_sweep_config(sweep_config, overrides)
+    with open_dict(config.hydra.job):
+        config.hydra.job.num = index
+    HydraConfig.instance().set_config(config)
+    run_dir = Path(str(config.hydra.sweep.dir)) / str(config.hydra.sweep.subdir)
+    with open_dict(config):
+        del config["hydra"]
+    return run_dir, config
+
+
+def record_ended(task_cfg: DictConfig, run_dir: Path, reason: str, context: dict[str, str]) -> None:
+    """Record a job the cluster ended as FAILED with the cluster's `reason` (and `context`: its job id), in
+    result.json and in MLflow where tracked; a job that recorded itself keeps its record, with the reason
+    put first. Recording the same reason twice changes nothing."""
+    from runner import sweep
+    from runner.job import record
+    from runner.result import Result
+
+    parent = sweep.parent_run_id(run_dir.parent)
+    run_dir.mkdir(parents=True, exist_ok=True)  # a job that never started has no directory yet
+    if not Result.exists(run_dir):
+        record(task_cfg, run_dir, Result(status="FAILED", error=reason, environment=context))
+        _update_tracked(task_cfg, run_dir, parent)
+        return
+    result = Result.load(run_dir)
+    if (result.error or "").startswith(reason):
+        return  # recorded already
+    result.status, result.error = "FAILED", f"{reason}; {result.error}" if result.error else reason
+    result.environment = {**context, **result.environment}
+    result.save(run_dir)
+    _update_tracked(task_cfg, run_dir, parent)
+
+
+def _update_tracked(task_cfg: DictConfig, run_dir: Path, parent: str | None) -> None:
+    """Log the amended record: a new run when the job never reached MLflow, else its run corrected."""
+    from runner import tracking
+    from runner.result import RESULT_FILE, Result
+
+    if task_cfg.tracking.name != "mlflow":
+        return
+    note_path = run_dir / tracking.TRACKING_FILE
+    note = json.loads(note_path.read_text()) if note_path.exists() else None
+    if note is None:
+        tracking.track(run_dir, task_cfg.tracking.uri, task_cfg.tracking.experiment, parent)
+    elif note.get("run_id"):
+        mlflow = tracking.client(note["uri"])
+        tracking.retry_on_lock(mlflow.set_tag, note["run_id"], "error", Result.load(run_dir).error[:5000])
+        tracking.log_files(note["uri"], note["run_id"], [run_dir / RESULT_FILE])
+        tracking.retry_on_lock(mlflow.set_terminated, note["run_id"], "FAILED")
+    # else: not synced yet; `runner sync` uploads the amended result.json

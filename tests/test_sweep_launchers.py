@@ -71,3 +71,17 @@ def test_a_cluster_sweep_with_a_store_on_this_machine_is_warned_about(tmp_path, 
     sweep.start(config)
     warnings = [line for line in capsys.readouterr().err.splitlines() if "every node of the cluster" in line]
     assert len(warnings) == 1 and "MLFLOW_TRACKING_URI" in warnings[0]
+
+
+def test_a_cluster_sweep_over_this_hosts_devices_is_refused_in_one_line(tmp_path):
+    """cpu_vs_gpu_matmul sweeps device over ${runner.devices:}: on a GPU-less login node the cuda jobs would
+    silently vanish from a SLURM sweep, so it is refused before anything is created or submitted."""
+    from helpers import run_cli
+
+    result = run_cli("+experiment=cpu_vs_gpu_matmul", "hydra/launcher=slurm", f"hydra.sweep.dir={tmp_path}/sweep")
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        "error: device: ${runner.devices:} lists the devices of this host, not of the nodes the jobs run on: "
+        "name them instead (device=cpu,cuda)"
+    ]
+    assert not (tmp_path / "sweep").exists()

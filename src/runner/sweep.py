@@ -49,6 +49,8 @@ class SweepCallback(Callback):
 def start(config: DictConfig) -> Sweep:
     """Create the sweep directory, the parent run (when tracked) and sweep.json."""
     global _active
+    if cluster_launcher(config.hydra.launcher):
+        refuse_local_devices(config.hydra.sweeper.get("params"))
     sweep_dir = Path(str(config.hydra.sweep.dir)).resolve()
     sweep_dir.mkdir(parents=True, exist_ok=True)
     overrides = [str(o) for o in config.hydra.overrides.task]
@@ -87,6 +89,21 @@ def start(config: DictConfig) -> Sweep:
     write_note(sweep_dir, note)
     _active = Sweep(sweep_dir, note)
     return _active
+
+
+def refuse_local_devices(params: DictConfig | None) -> None:
+    """A sweep sent to other machines cannot take its devices from `${runner.devices:}`: it would list the
+    devices of this, the submitting host, which may lack the nodes' GPUs. One line, exit 1."""
+    from omegaconf import OmegaConf
+
+    for key, value in (OmegaConf.to_container(params, resolve=False) if params else {}).items():
+        if "${runner.devices:" in str(value):
+            print(
+                f"error: {key}: ${{runner.devices:}} lists the devices of this host, not of the nodes the jobs run "
+                f"on: name them instead ({key}=cpu,cuda)",
+                file=sys.stderr,
+            )
+            raise SystemExit(1)
 
 
 def parallel_launcher(launcher: DictConfig) -> str | None:

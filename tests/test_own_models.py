@@ -133,7 +133,7 @@ def _keras_run(tmp: Path, backend: str, *extra: str) -> Path:
 
 
 KERAS_README_SWEEP = (
-    "-m backend=tensorflow,torch,jax model=keras model.arch=MobileNetV2 data.image_size=96 batch_size=2"
+    "-m backend=tensorflow,torch,jax model=keras model.arch=MobileNetV2 task=inference data.image_size=96 batch_size=2"
 )
 
 

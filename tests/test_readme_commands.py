@@ -193,11 +193,18 @@ def _slurm_answers(partition: str) -> bool:
     return answer.returncode == 0 and bool(answer.stdout.strip())
 
 
+def experiment_checked_commands() -> dict[str, Command]:
+    """Per experiment file, the last command of its header (its small grid where it has one):
+    test_experiments.py runs it as printed and checks what the experiment is about."""
+    paths = sorted((PROJECT_ROOT / "experiments").glob("*.yaml"))
+    return {path.stem: yaml_header_commands(path)[-1] for path in paths}
+
+
 # Documented commands that another test runs as printed and checks further: run once, not twice.
 RUN_BY_OTHER_TESTS = {
-    "-m backend=tensorflow,torch,jax model=keras model.arch=MobileNetV2 data.image_size=96 batch_size=2": (
-        "test_own_models.py::test_keras_mobilenetv2_same_seed_same_outputs_on_tensorflow_torch_and_jax"
-    ),
+    "-m backend=tensorflow,torch,jax model=keras model.arch=MobileNetV2 task=inference data.image_size=96 "
+    "batch_size=2": "test_own_models.py::test_keras_mobilenetv2_same_seed_same_outputs_on_tensorflow_torch_and_jax",
+    **{" ".join(c.args): f"test_experiments.py ({name})" for name, c in experiment_checked_commands().items()},
 }
 
 
@@ -297,6 +304,12 @@ def test_the_docs_have_commands():
 
 @pytest.mark.parametrize("command", [_param(c) for c in COMMANDS])
 def test_documented_command_runs_as_printed(command: Command, scratch: Path, tmp_path: Path):
+    run_as_printed(command, scratch, tmp_path)
+
+
+def run_as_printed(command: Command, scratch: Path, tmp_path: Path) -> tuple[subprocess.CompletedProcess, list[dict]]:
+    """Run a documented command as printed (with CAPS, a scratch store and scratch Hydra folders) and check it
+    ended as documented; returns its process and its jobs' result.json, in job order."""
     torch_home = scratch / "torch-home"
     provide_files(command, scratch, torch_home)
     appended = (
@@ -322,7 +335,8 @@ def test_documented_command_runs_as_printed(command: Command, scratch: Path, tmp
         timeout=1200,
     )
     output = f"{command.source}: {command.text}\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
-    results = [json.loads(p.read_text()) for p in sorted(tmp_path.glob("*/**/result.json"))]
+    paths = sorted(tmp_path.glob("*/**/result.json"), key=lambda p: [int(x) if x.isdigit() else x for x in p.parts])
+    results = [json.loads(p.read_text()) for p in paths]
     assert results, output
     refused = [r for r in results if r["status"] != "FINISHED"]
     for r in refused:
@@ -332,6 +346,7 @@ def test_documented_command_runs_as_printed(command: Command, scratch: Path, tmp
     expected = command.printed_status if command.printed_status is not None else int(bool(refused))
     assert result.returncode == expected, output
     assert len(results) == n_jobs(command) or n_jobs(command) == 1, output
+    return result, results
 
 
 def _free_memory_masked(line: str | None) -> str | None:

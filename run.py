@@ -9,6 +9,7 @@ python run.py +experiment=NAME     a ready-made experiment from experiments/
 from __future__ import annotations
 
 import gc
+import math
 import signal
 import sys
 from pathlib import Path
@@ -24,16 +25,19 @@ from runner.job import print_summary, stop_reason  # noqa: E402
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
-def main(cfg: DictConfig) -> str:
+def main(cfg: DictConfig) -> float | None:
+    """One job. Returns its median seconds per call (NaN where it did not finish), what Hydra's callbacks
+    and sweepers see; None for a job of interleaved rounds, measured after every job's task has returned."""
     hydra_cfg = HydraConfig.get()
     run_dir = Path(hydra_cfg.runtime.output_dir)
     multirun = hydra_cfg.mode.name == "MULTIRUN"
     parent = sweep.parent_run_id(hydra_cfg.sweep.dir) if multirun else None
     environment.export_ray_job_id()
-    if rounds.wanted(cfg, multirun, str(hydra_cfg.launcher.get("_target_", ""))):
+    plugins = (str(hydra_cfg.launcher.get("_target_", "")), str(hydra_cfg.sweeper.get("_target_", "")))
+    if rounds.wanted(cfg, multirun, *plugins):
         outcome = rounds.set_up(cfg, run_dir, parent, on_done=print_summary)
         if outcome is None:
-            return "WAITING"  # set up: measured in interleaved rounds once every job is (sweep.finish)
+            return None  # set up: measured in interleaved rounds once every job is (sweep.finish)
     else:
         outcome = isolation.execute(cfg, run_dir, parent)
     print_summary(cfg, run_dir, outcome)
@@ -41,7 +45,9 @@ def main(cfg: DictConfig) -> str:
         raise KeyboardInterrupt(outcome.error or "")
     if outcome.status != "FINISHED" and not multirun:
         raise SystemExit(1)
-    return outcome.status  # a sweep goes on after a failed job; its exit code comes from sweep.finish
+    # a sweep goes on after a failed job (an optimizing sweeper takes NaN for a failed trial); its exit code
+    # comes from sweep.finish
+    return outcome.metrics.get("time_median_s", math.nan) if outcome.status == "FINISHED" else math.nan
 
 
 def cli() -> None:

@@ -258,3 +258,39 @@ def test_a_locked_store_still_gets_the_run(make_config, tmp_path, hold_s):
     assert json.loads((tmp_path / "second" / "tracking.json").read_text())["synced"] is True
     _, children = mlflow_runs(tmp_path, "locked")
     assert len(children) == 2
+
+
+@pytest.mark.parametrize("measured_in", ["task", "rounds"])
+def test_hydra_callbacks_see_the_median_where_the_task_measures_and_none_in_rounds(tmp_path, monkeypatch, measured_in):
+    """Hydra's callbacks and sweepers get what the task returns: the job's median seconds per call where the
+    job is measured in its task (here timing.rounds=1), NaN for a job that failed, and None with interleaved
+    rounds, which measure every job after its task has returned."""
+    import math
+
+    monkeypatch.setenv("PYTHONPATH", str(PROJECT_ROOT / "tests" / "plugin"))
+    probe = tmp_path / "returns.jsonl"
+    result = sweep_cli(
+        tmp_path,
+        "+hydra.callbacks.probe._target_=return_probe.ReturnProbe",
+        f"+hydra.callbacks.probe.path={probe}",
+        "timing.rounds=1" if measured_in == "task" else "timing.rounds=2",
+        "backend=numpy,tensorflow",
+        "mode=function",  # numpy cannot compile: job 0 fails
+    )
+    assert result.returncode == 1, result.stderr[-3000:]
+    returned = {r["job"]: r["value"] for r in map(json.loads, probe.read_text().splitlines())}
+    saved = results(tmp_path)
+    assert math.isnan(returned[0]) and saved["0"]["status"] == "FAILED"  # refused before any measurement
+    if measured_in == "rounds":
+        assert returned[1] is None and saved["1"]["status"] == "FINISHED"
+    else:
+        assert returned[1] == saved["1"]["metrics"]["time_median_s"]
+
+
+def test_an_optimizing_sweeper_gets_jobs_measured_in_their_tasks():
+    from runner.config import compose
+    from runner.rounds import BASIC_LAUNCHER, wanted
+
+    cfg = compose([])
+    assert wanted(cfg, True, BASIC_LAUNCHER)
+    assert not wanted(cfg, True, BASIC_LAUNCHER, "hydra_plugins.hydra_optuna_sweeper.optuna_sweeper.OptunaSweeper")

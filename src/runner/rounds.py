@@ -33,6 +33,7 @@ from runner.result import Result
 from runner.timing import Measurement
 
 BASIC_LAUNCHER = "hydra._internal.core_plugins.basic_launcher.BasicLauncher"
+BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
 PROGRESS_EVERY_S = 2.0
 QUIET_WAIT_S = 0.05  # after its turn, a worker's threads (a spinning thread pool) may run this long at most
 MEMORY_RESERVE = 2 * 2**30  # bytes to keep free, beside 1.5x the largest waiting worker
@@ -57,10 +58,13 @@ _waiting: list[_Waiting] = []
 _next_round = 1  # rounds are numbered across the whole sweep: jobs measured apart share none
 
 
-def wanted(cfg: DictConfig, multirun: bool, launcher: str) -> bool:
-    """True where a job is measured in interleaved rounds: a sweep, jobs run one at a time by this
-    process (the basic launcher) in worker processes, and timing.rounds above 1."""
-    return multirun and launcher == BASIC_LAUNCHER and str(cfg.isolation) == "process" and int(cfg.timing.rounds) > 1
+def wanted(cfg: DictConfig, multirun: bool, launcher: str, sweeper: str = BASIC_SWEEPER) -> bool:
+    """True where a job is measured in interleaved rounds: a sweep whose jobs are all known before the first
+    is measured (Hydra's basic sweeper: an optimizing sweeper such as Optuna's needs each job's time as its
+    task returns), run one at a time by this process (the basic launcher) in worker processes, and
+    timing.rounds above 1."""
+    one_at_a_time = launcher == BASIC_LAUNCHER and sweeper == BASIC_SWEEPER
+    return multirun and one_at_a_time and str(cfg.isolation) == "process" and int(cfg.timing.rounds) > 1
 
 
 def set_up(cfg: DictConfig, run_dir: Path, parent_run_id: str | None, on_done: Done) -> Result | None:

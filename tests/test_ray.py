@@ -19,12 +19,11 @@ from helpers import free_port, mlflow_runs, results, sweep_cli
 
 from runner.config import PROJECT_ROOT
 
-pytestmark = [
-    pytest.mark.slow,  # a Ray head takes 15-30 s to start
-    pytest.mark.skipif(
-        importlib.util.find_spec("hydra_plugins.hydra_ray_launcher") is None, reason="pip install -e '.[ray]'"
-    ),
-]
+PLUGIN = PROJECT_ROOT / "tests" / "plugin"  # crash_model.py: a job whose process dies
+
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("hydra_plugins.hydra_ray_launcher") is None, reason="pip install -e '.[ray]'"
+)
 
 
 @pytest.fixture
@@ -32,7 +31,8 @@ def ray_head():
     """The address of a one-node Ray cluster started here, in its own session so that all of it stops."""
     port = free_port()
     temp_dir = tempfile.mkdtemp(prefix="ray-", dir="/tmp")  # short: Ray's unix socket paths must fit 107 bytes
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(PROJECT_ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
+    paths = [str(PROJECT_ROOT / "src"), str(PLUGIN), os.environ.get("PYTHONPATH", "")]  # the workers' imports
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
     head = subprocess.Popen(
         [sys.executable, "-m", "ray.scripts.scripts", "start", "--head", "--block"]
         + [f"--port={port}", "--node-ip-address=127.0.0.1", "--num-cpus=2", "--include-dashboard=false"]
@@ -64,6 +64,22 @@ def _wait_for_head(head: subprocess.Popen, timeout_s: float = 180) -> None:
     raise AssertionError(f"ray start --head did not start (exit {head.poll()})")
 
 
+def test_cuda_jobs_ask_ray_for_gpus_and_cpu_jobs_do_not():
+    from omegaconf import OmegaConf
+
+    from runner.ray_launch import remote_options
+
+    remote = OmegaConf.create({"num_cpus": 4})
+    assert remote_options(remote, "cuda", 1, cluster_gpus=8) == {"num_cpus": 4, "num_gpus": 1}
+    assert remote_options(remote, "cpu", 1, cluster_gpus=8) == {"num_cpus": 4}
+    assert remote_options(remote, "cuda", 0.5, cluster_gpus=8) == {"num_cpus": 4, "num_gpus": 0.5}
+    assert remote_options(remote, "auto", 1, cluster_gpus=8) == {"num_cpus": 4}  # as on SLURM: only cuda asks
+    assert remote_options(OmegaConf.create({"num_gpus": 2}), "cuda", 1, 8) == {"num_gpus": 2}  # explicit wins
+    with pytest.raises(SystemExit):
+        remote_options(remote, "cuda", 1, cluster_gpus=0)
+
+
+@pytest.mark.slow  # a Ray head takes 15-30 s to start
 def test_four_jobs_on_ray_are_one_parent_and_four_finished_children(ray_head, tmp_path):
     result = sweep_cli(
         tmp_path,
@@ -84,3 +100,27 @@ def test_four_jobs_on_ray_are_one_parent_and_four_finished_children(ray_head, tm
     assert [c.info.status for c in children] == ["FINISHED"] * 4
     assert {c.data.tags["mlflow.parentRunId"] for c in children} == {parents[0].info.run_id}
     assert {c.data.tags["env.ray_job_id"] for c in children} == {saved["0"]["environment"]["ray_job_id"]}
+
+
+@pytest.mark.slow
+def test_a_job_whose_ray_task_dies_is_failed_and_the_others_land(ray_head, tmp_path):
+    result = sweep_cli(
+        tmp_path,
+        "hydra/launcher=ray_cluster",
+        f"hydra.launcher.ray.init.address={ray_head}",
+        "hydra.launcher.ray.remote.num_cpus=1",
+        f"hydra.searchpath=[file://{PLUGIN / 'conf'}]",
+        "isolation=inline",  # the job runs in the Ray task's own process, which the crash model kills
+        "backend=numpy",
+        "model=sigmoid,crash,sigmoid",
+        "task=inference",
+        timeout=600,
+    )
+    assert result.returncode == 1, result.stdout[-2000:] + result.stderr[-3000:]  # a job failed
+    saved = results(tmp_path)
+    assert [r["status"] for r in saved.values()] == ["FINISHED", "FAILED", "FINISHED"]
+    assert saved["1"]["error"].startswith("Ray task ended without a result")
+    parents, children = mlflow_runs(tmp_path)
+    assert len(parents) == 1 and parents[0].info.status == "FAILED"
+    assert sorted(c.info.status for c in children) == ["FAILED", "FINISHED", "FINISHED"]
+    assert {c.data.tags["mlflow.parentRunId"] for c in children} == {parents[0].info.run_id}

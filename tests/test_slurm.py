@@ -10,6 +10,7 @@ import json
 import logging
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import time
@@ -17,9 +18,10 @@ from pathlib import Path
 
 import pytest
 from helpers import free_port, mlflow_runs, results, run_cli, runner_cli, sweep_cli
+from omegaconf import OmegaConf
 
 from runner import environment, slurm
-from runner.config import PROJECT_ROOT
+from runner.config import CONFIG_DIR, PROJECT_ROOT
 
 SCRIPT = PROJECT_ROOT / "scripts" / "local-slurm.sh"
 ON_SLURM = ["hydra/launcher=slurm", "hydra.launcher.partition=debug"]
@@ -27,6 +29,8 @@ SINFO = (
     "debug*|up|vm|2|7800|(null)|infinite\n"
     "big|up|g1|64|512000|gpu:a100:4(S:0-1)|1-12:00:00\n"
     "big|up|g2|64|512000|gpu:a100:4|1-12:00:00\n"
+    "mixed|up|c1|8|32000|(null)|infinite\n"
+    "mixed|up|g3|32|256000|gpu:2|infinite\n"
 )
 
 
@@ -38,23 +42,25 @@ def test_sinfo_is_read_per_node_with_gpus_and_the_default_partition():
     big = slurm.parse_sinfo(SINFO, "big")
     assert big.max_time_min == 36 * 60
     assert [(n.name, n.cpus, n.gpus) for n in big.nodes] == [("g1", 64, 4), ("g2", 64, 4)]
-    with pytest.raises(slurm.LaunchRefused, match="no partition 'gpu' .*big, debug"):
+    with pytest.raises(slurm.LaunchRefused, match="no partition 'gpu' .*big, debug, mixed"):
         slurm.parse_sinfo(SINFO, "gpu")
 
 
-def test_null_cpus_and_memory_take_a_whole_node_of_the_partition():
-    debug = slurm.parse_sinfo(SINFO, "debug")
+def test_null_cpus_are_the_cores_of_the_smallest_node_that_can_hold_the_job_and_memory_is_left_null():
+    debug, mixed = slurm.parse_sinfo(SINFO, "debug"), slurm.parse_sinfo(SINFO, "mixed")
     fitted = slurm.fit_request({"cpus_per_task": None, "mem_gb": None, "tasks_per_node": 1, "nodes": 1}, debug)
-    assert fitted["cpus_per_task"] == 2 and fitted["mem_gb"] == 7
-    half = slurm.fit_request({"cpus_per_task": 1, "mem_gb": None}, debug)
-    assert half["mem_gb"] == 3  # memory in proportion to the cores asked for
+    assert fitted["cpus_per_task"] == 2 and fitted["mem_gb"] is None  # memory: --mem=0 with --exclusive
+    assert slurm.fit_request({"cpus_per_task": 1}, debug)["cpus_per_task"] == 1
+    assert slurm.fit_request({"tasks_per_node": 2}, mixed)["cpus_per_task"] == 4
+    assert slurm.fit_request({"gpus_per_node": 1}, mixed)["cpus_per_task"] == 32  # only g3 has GPUs
 
 
 @pytest.mark.parametrize(
     ("request_", "match"),
     [
         ({"cpus_per_task": 8, "mem_gb": 32}, "asks for 8 CPUs, 32.0 GB per node, but partition debug has 0 such"),
-        ({"cpus_per_task": 1, "mem_gb": 1, "gpus_per_node": 1}, "1 GPUs per node.*largest: 2 CPUs, 7.6 GB"),
+        ({"cpus_per_task": 1, "mem_gb": 1, "gpus_per_node": 1}, "asks for GPUs, but partition debug has none"),
+        ({"cpus_per_task": 1, "mem_gb": 1, "gpus_per_task": 1}, "asks for GPUs, but partition debug has none"),
         ({"cpus_per_task": 1, "mem_gb": 1, "nodes": 2}, "asks for 2 nodes with"),
     ],
 )
@@ -65,10 +71,49 @@ def test_a_request_no_node_can_hold_is_refused_in_one_line(request_, match):
 
 
 def test_a_gpu_request_fits_the_gpu_partition():
-    fitted = slurm.fit_request(
-        {"cpus_per_task": 8, "mem_gb": 64, "gpus_per_node": 4, "nodes": 2}, slurm.parse_sinfo(SINFO, "big")
-    )
+    big = slurm.parse_sinfo(SINFO, "big")
+    fitted = slurm.fit_request({"cpus_per_task": 8, "mem_gb": 64, "gpus_per_node": 4, "nodes": 2}, big)
     assert fitted["cpus_per_task"] == 8
+    with pytest.raises(slurm.LaunchRefused, match="asks for 8 CPUs, 64.0 GB, 5 GPUs per node, .* 0 such nodes"):
+        slurm.fit_request({"cpus_per_task": 8, "mem_gb": 64, "gpus_per_node": 5}, big)
+
+
+LAUNCHER = {"gpus_per_node": None, "gpus_per_task": None, "gres": None, "gpus_per_cuda_job": 1, "exclusive": True}
+
+
+def test_cuda_jobs_ask_for_gpus_in_an_array_of_their_own_and_cpu_jobs_for_none():
+    arrays = slurm.fit_arrays(LAUNCHER, ["cpu", "cuda", "cpu", "auto", "cuda"], slurm.parse_sinfo(SINFO, "mixed"))
+    assert [(r["gpus_per_node"], r["cpus_per_task"], positions) for r, positions in arrays] == [
+        (None, 8, [0, 2, 3]),
+        (1, 32, [1, 4]),
+    ]
+    two = slurm.fit_arrays({**LAUNCHER, "gpus_per_cuda_job": 2}, ["cuda"], slurm.parse_sinfo(SINFO, "big"))
+    assert [(r["gpus_per_node"], positions) for r, positions in two] == [(2, [0])]
+
+
+@pytest.mark.parametrize(
+    ("explicit", "gpus"),
+    [
+        ({"gpus_per_node": 2}, 2),
+        ({"gpus_per_cuda_job": 0}, None),
+        ({"gpus_per_task": 1}, None),
+        ({"gres": "gpu:1"}, None),
+    ],
+)
+def test_gpus_asked_for_explicitly_are_what_every_job_asks_for(explicit, gpus):
+    arrays = slurm.fit_arrays({**LAUNCHER, **explicit}, ["cpu", "cuda"], slurm.parse_sinfo(SINFO, "big"))
+    assert [(r["gpus_per_node"], positions) for r, positions in arrays] == [(gpus, [0, 1])]
+
+
+def test_a_cuda_job_on_a_partition_without_gpus_is_refused_in_one_line():
+    devices = ["cpu", "cuda", "cpu", "cuda", "cuda", "cuda", "cuda"]
+    with pytest.raises(slurm.LaunchRefused) as refused:
+        slurm.fit_arrays(LAUNCHER, devices, slurm.parse_sinfo(SINFO, "debug"), first=10)
+    assert str(refused.value) == (
+        "jobs #11, #13, #14, #15, ... (5 jobs) (device=cuda, gpus_per_cuda_job=1) ask for GPUs, but partition debug "
+        "has none (sinfo): choose a partition with GPUs (hydra.launcher.partition)"
+    )
+    assert slurm.fit_arrays(LAUNCHER, ["cpu", "auto"], slurm.parse_sinfo(SINFO, "debug"))  # no cuda job: fine
 
 
 def test_a_time_limit_longer_than_the_partition_allows_is_refused():
@@ -81,6 +126,134 @@ def test_a_time_limit_longer_than_the_partition_allows_is_refused():
 def test_a_down_partition_is_refused():
     with pytest.raises(slurm.LaunchRefused, match="partition debug is down"):
         slurm.fit_request({}, slurm.parse_sinfo(SINFO.replace("|up|vm", "|down|vm"), "debug"))
+
+
+@pytest.fixture
+def launcher(tmp_path, monkeypatch):
+    """make(*overrides): runner.slurm's launcher as Hydra sets it up from conf/hydra/launcher/slurm.yaml."""
+    import submitit
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.types import HydraContext
+
+    monkeypatch.setattr(submitit.SlurmExecutor, "affinity", classmethod(lambda cls: 2))  # as if srun were on PATH
+
+    def make(*overrides: str) -> slurm.SlurmLauncher:
+        sweep = [f"hydra.sweep.dir={tmp_path}/sweep", "hydra.launcher.name=run"]
+        config = compose("config", ["hydra/launcher=slurm", *sweep, *overrides], return_hydra_config=True)
+        params = OmegaConf.to_container(config.hydra.launcher, resolve=True)
+        made = slurm.SlurmLauncher(**{k: v for k, v in params.items() if k != "_target_"})
+        context = HydraContext(config_loader=GlobalHydra.instance().config_loader(), callbacks=None)
+        made.setup(hydra_context=context, task_function=lambda cfg: None, config=config)
+        return made
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        yield make
+    GlobalHydra.instance().clear()
+
+
+def sbatch_options(made: slurm.SlurmLauncher, request: dict) -> set[str]:
+    """The #SBATCH lines submitit writes for this request (rendered, not submitted)."""
+    text = made._executor(request)._executor._make_submission_file_text("true", "uid")
+    return {line for line in text.splitlines() if line.startswith("#SBATCH")}
+
+
+def test_every_job_is_sbatch_exclusive_with_all_the_nodes_memory_and_cuda_jobs_ask_for_a_gpu(launcher):
+    made = launcher("hydra.launcher.partition=mixed")
+    (cpu, _), (cuda, _) = slurm.fit_arrays(made.params, ["cpu", "cuda"], slurm.parse_sinfo(SINFO, "mixed"))
+    node = {"#SBATCH --exclusive", "#SBATCH --mem=0", "#SBATCH --partition=mixed", "#SBATCH --nodes=1"}
+    assert node | {"#SBATCH --cpus-per-task=8"} <= sbatch_options(made, cpu)
+    assert not any("gpu" in line for line in sbatch_options(made, cpu))
+    assert node | {"#SBATCH --cpus-per-task=32", "#SBATCH --gpus-per-node=1"} <= sbatch_options(made, cuda)
+
+
+def test_exclusive_can_be_turned_off_and_a_memory_set_is_kept(launcher):
+    made = launcher("hydra.launcher.exclusive=false", "hydra.launcher.cpus_per_task=2")
+    shared = sbatch_options(made, made.params)
+    assert not any(line.startswith(("#SBATCH --exclusive", "#SBATCH --mem")) for line in shared), shared
+    made = launcher("hydra.launcher.mem_gb=16")
+    assert {"#SBATCH --exclusive", "#SBATCH --mem=16GB"} <= sbatch_options(made, made.params)
+
+
+def test_each_jobs_device_comes_from_its_composed_config(launcher):
+    made = launcher()
+    assert made._devices([["device=cuda"], ["device=cpu"], [], ["device=auto"]], 0) == ["cuda", "cpu", "cpu", "auto"]
+    with pytest.raises(slurm.LaunchRefused, match=r"^job #5 \(device=tpu\): .*device/tpu"):
+        made._devices([["device=cpu"], ["device=tpu"]], 4)
+    assert launcher("hydra.launcher.gpus_per_node=1")._devices([["device=tpu"]], 0) == [""]  # GPUs set: not composed
+
+
+class SubmittedArrays:
+    """Stands in for sbatch: each map_array is an array 7, 8, ... whose jobs are FakeJobs."""
+
+    def __init__(self, made: slurm.SlurmLauncher, folder: Path, fail_at: int | None = None):
+        self.made, self.folder, self.fail_at = made, folder, fail_at
+        self.arrays: list[tuple[str, list[int]]] = []
+        self.executor = made._executor
+
+    def __call__(self, request: dict):
+        executor = self.executor(request)
+        executor.map_array = lambda fn, overrides, key, numbers, ids, state: self.submit(executor, numbers)
+        return executor
+
+    def submit(self, executor, numbers) -> list:
+        from submitit.core.utils import FailedJobError
+
+        if len(self.arrays) == self.fail_at:
+            raise FailedJobError("sbatch: error: QOSMaxGRESPerUser\nmore")
+        array = 7 + len(self.arrays)
+        self.arrays.append((slurm.sbatch_summary(executor._executor.parameters), list(numbers)))
+        return [FakeJob(f"{array}_{task}", self.folder) for task in range(len(numbers))]
+
+
+OVERRIDES = [["device=cpu", "seed=1"], ["device=cuda", "seed=1"], ["device=cpu", "seed=2"], ["device=cuda", "seed=2"]]
+
+
+def test_jobs_asking_differently_are_arrays_of_their_own_numbered_and_followed_as_one_sweep(
+    launcher, tmp_path, monkeypatch, caplog, capsys
+):
+    made = launcher("hydra.launcher.partition=mixed")
+    monkeypatch.setattr(made, "_executor", submitted := SubmittedArrays(made, tmp_path))
+    arrays = slurm.fit_arrays(made.params, made._devices(OVERRIDES, 5), slurm.parse_sinfo(SINFO, "mixed"), 5)
+    with caplog.at_level(logging.INFO, logger="runner.slurm"):
+        jobs = made._submit(OVERRIDES, 5, arrays, tmp_path)
+    assert submitted.arrays == [
+        ("--partition=mixed --exclusive --cpus-per-task=8 --mem=0 --time=60", [5, 7]),
+        ("--partition=mixed --exclusive --cpus-per-task=32 --mem=0 --gpus-per-node=1 --time=60", [6, 8]),
+    ]
+    assert [job.job_id for job in jobs] == ["7_0", "8_0", "7_1", "8_1"]
+    assert [r.getMessage() for r in caplog.records] == [f"\t#{5 + i} : {' '.join(o)}" for i, o in enumerate(OVERRIDES)]
+    assert capsys.readouterr().out.count("slurm: submitting 2 jobs") == 2
+
+    asked = []
+    queue = "7_0|20|COMPLETED|None\n8_0|21|COMPLETED|None\n7_1|22|COMPLETED|None\n8_1|23|COMPLETED|None\n"
+    monkeypatch.setattr(slurm, "read_queue", lambda ids: asked.append(ids) or slurm.parse_queue(queue))
+    states = slurm.Follower(jobs, first=5).run()
+    assert asked == [{"7", "8"}] and all(s.state == "COMPLETED" for s in states.values())
+    assert capsys.readouterr().out.splitlines()[1] == "slurm: job #6 SLURM job 8_0 COMPLETED"
+
+
+def test_a_failed_sbatch_cancels_the_arrays_already_submitted_and_says_why_in_one_line(
+    launcher, tmp_path, monkeypatch, capsys
+):
+    made = launcher("hydra.launcher.partition=mixed")
+    monkeypatch.setattr(made, "_executor", SubmittedArrays(made, tmp_path, fail_at=1))
+    cancelled = []
+    monkeypatch.setattr(slurm.subprocess, "run", lambda args, **kw: cancelled.append(args))
+    arrays = slurm.fit_arrays(made.params, made._devices(OVERRIDES, 0), slurm.parse_sinfo(SINFO, "mixed"))
+    with pytest.raises(SystemExit) as exited:
+        made._submit(OVERRIDES, 0, arrays, tmp_path)
+    assert exited.value.code == 1 and cancelled == [["scancel", "7_0", "7_1"]]
+    assert capsys.readouterr().err == "error: sbatch failed: sbatch: error: QOSMaxGRESPerUser\n"
+
+
+def test_hydra_sweep_mode_sets_the_sweep_directorys_permissions(launcher, tmp_path):
+    assert launcher()._sweep_dir().is_dir()
+    sweep_dir = launcher("+hydra.sweep.mode=750")._sweep_dir()
+    assert sweep_dir == tmp_path / "sweep" and stat.S_IMODE(sweep_dir.stat().st_mode) == 0o750
+    with pytest.raises(slurm.LaunchRefused, match="hydra.sweep.mode=rwx is not a file mode in octal digits"):
+        launcher("+hydra.sweep.mode=rwx")._sweep_dir()
 
 
 def test_pending_reasons_that_waiting_cannot_resolve():
@@ -192,6 +365,19 @@ def _queue_names() -> str:
     return subprocess.run(["squeue", "-h", "--states=all", "-o", "%i %j %T"], capture_output=True, text=True).stdout
 
 
+def _allocated(job_id: str) -> str:
+    """What SLURM gave the job (scontrol's TRES, e.g. cpu=2,mem=24105M,node=1), while it still lists it."""
+    out = subprocess.run(["scontrol", "-o", "show", "job", job_id], capture_output=True, text=True, check=True)
+    return next(field[5:] for field in out.stdout.split() if field.startswith("TRES="))
+
+
+def _whole_node() -> str:
+    cpus, memory = subprocess.run(
+        ["sinfo", "-h", "-p", "debug", "-o", "%c %m"], capture_output=True, text=True
+    ).stdout.split()
+    return f"cpu={cpus},mem={memory}M,node=1"
+
+
 @pytest.mark.slurm
 @pytest.mark.slow
 def test_four_jobs_on_slurm_are_one_parent_and_four_finished_children(local_slurm, tmp_path):
@@ -206,6 +392,7 @@ def test_four_jobs_on_slurm_are_one_parent_and_four_finished_children(local_slur
     assert [c.info.status for c in children] == ["FINISHED"] * 4
     assert {c.data.tags["mlflow.parentRunId"] for c in children} == {parents[0].info.run_id}
     assert {c.data.tags["env.slurm_job_id"] for c in children} == job_ids
+    assert {_allocated(job_id).split(",billing")[0] for job_id in job_ids} == {_whole_node()}  # --exclusive, --mem=0
 
 
 @pytest.mark.slurm
@@ -218,6 +405,13 @@ def test_shipped_defaults_run_two_jobs_on_the_two_cpu_partition_with_at_most_one
     assert output.count("sacct") <= 1 and output.count("accounting") <= 1
     progress = [line for line in output.splitlines() if line.startswith("slurm: job")]
     assert progress and len(progress) == len(set(progress))  # a line per change, never a repeat
+    assert "(--partition=debug --exclusive --cpus-per-task=2 --mem=0 --time=60)" in output
+    (script,) = (tmp_path / "sweep" / ".submitit").glob("*/*_submission.sh")
+    assert {"#SBATCH --exclusive", "#SBATCH --mem=0", "#SBATCH --cpus-per-task=2"} <= set(
+        script.read_text().splitlines()
+    )
+    logged = [line.split("\t", 1)[1] for line in output.splitlines() if "\t#" in line]
+    assert [line.split(" : ")[0] for line in logged] == ["#0", "#1"] and "backend=torch" in logged[1], output[-3000:]
 
 
 OVERSIZE = ["backend=numpy,torch", "hydra.launcher.cpus_per_task=8", "hydra.launcher.mem_gb=32"]  # issue 18's
@@ -233,6 +427,21 @@ def test_an_oversize_request_is_refused_before_submission_in_one_line(local_slur
     assert result.returncode == 1 and elapsed < 10, (elapsed, result.stderr[-3000:])
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "asks for 8 CPUs, 32.0 GB per node, but partition debug" in errors[0], result.stderr
+    assert "Traceback" not in result.stderr and "submitting" not in result.stdout
+    assert _queue_names() == queued_before and not (tmp_path / "sweep" / ".submitit").exists()
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+def test_a_cuda_job_is_refused_before_submission_on_a_partition_without_gpus(local_slurm, tmp_path):
+    queued_before = _queue_names()
+    sweep = [f"hydra.sweep.dir={tmp_path}/sweep", "backend=torch", "device=cpu,cuda"]
+    result = run_cli("-m", *ON_SLURM, "tracking=none", *sweep)
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert [line for line in result.stderr.splitlines() if line.startswith("error:")] == [
+        "error: jobs #1 (device=cuda, gpus_per_cuda_job=1) ask for GPUs, but partition debug has none (sinfo): "
+        "choose a partition with GPUs (hydra.launcher.partition)"
+    ]
     assert "Traceback" not in result.stderr and "submitting" not in result.stdout
     assert _queue_names() == queued_before and not (tmp_path / "sweep" / ".submitit").exists()
 

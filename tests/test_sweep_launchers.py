@@ -85,3 +85,11 @@ def test_a_cluster_sweep_over_this_hosts_devices_is_refused_in_one_line(tmp_path
         "name them instead (device=cpu,cuda)"
     ]
     assert not (tmp_path / "sweep").exists()
+
+
+def test_a_cluster_launcher_without_its_extra_is_one_line(tmp_path, monkeypatch):
+    from runner import preflight
+
+    monkeypatch.setitem(preflight.LAUNCHER_EXTRAS, "ray_cluster", ("no_such_plugin_module", "ray"))
+    with pytest.raises(preflight.BadInput, match=r"^hydra/launcher=ray_cluster needs the ray extra: pip install"):
+        preflight.check_argv(["-m", "hydra/launcher=ray_cluster", "backend=numpy"])

@@ -1,12 +1,40 @@
-"""What a cluster launcher (SLURM, Ray) does for the jobs it sent away: find a job's config and directory as
-the job itself had them, and record a job the cluster ended before it could record itself."""
+"""What a cluster launcher (SLURM, Ray) does for the jobs it sends away: refuse a sweep before anything is
+submitted, find a job's config and directory as the job itself had them, and record a job the cluster
+ended before it could record itself."""
 
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 from omegaconf import DictConfig, open_dict
+
+from runner.config import first_line
+
+
+def refuse(line: str) -> None:
+    """No job submitted: say why in one line, record it on the sweep (sweep.json, parent run), exit 1."""
+    from runner import sweep
+
+    active = sweep.active()
+    if active is not None:
+        active.note["launch_error"] = line
+        _tag_parent(active.note, line)
+    else:
+        print(f"error: {line}", file=sys.stderr)
+    raise SystemExit(1)
+
+
+def _tag_parent(note: dict, line: str) -> None:
+    if not note.get("parent_run_id"):
+        return
+    from runner import tracking
+
+    try:
+        tracking.retry_on_lock(tracking.client(note["uri"]).set_tag, note["parent_run_id"], "error", line)
+    except Exception as error:  # sweep.json keeps the reason whatever the store does
+        print(f"warning: could not tag the parent run ({first_line(error)})", file=sys.stderr)
 
 
 def job_config(hydra_context, sweep_config: DictConfig, overrides: list[str], index: int) -> tuple[Path, DictConfig]:
@@ -47,7 +75,8 @@ def record_ended(task_cfg: DictConfig, run_dir: Path, reason: str, context: dict
 
 
 def _update_tracked(task_cfg: DictConfig, run_dir: Path, parent: str | None) -> None:
-    """Log the amended record: a new run when the job never reached MLflow, else its run corrected."""
+    """Log the amended record: a new run when the job never reached MLflow (no note, or the pending one a
+    job writes before it starts), else its run corrected."""
     from runner import tracking
     from runner.result import RESULT_FILE, Result
 
@@ -55,11 +84,10 @@ def _update_tracked(task_cfg: DictConfig, run_dir: Path, parent: str | None) -> 
         return
     note_path = run_dir / tracking.TRACKING_FILE
     note = json.loads(note_path.read_text()) if note_path.exists() else None
-    if note is None:
+    if not (note and note.get("run_id")):
         tracking.track(run_dir, task_cfg.tracking.uri, task_cfg.tracking.experiment, parent)
-    elif note.get("run_id"):
+    else:
         mlflow = tracking.client(note["uri"])
         tracking.retry_on_lock(mlflow.set_tag, note["run_id"], "error", Result.load(run_dir).error[:5000])
         tracking.log_files(note["uri"], note["run_id"], [run_dir / RESULT_FILE])
         tracking.retry_on_lock(mlflow.set_terminated, note["run_id"], "FAILED")
-    # else: not synced yet; `runner sync` uploads the amended result.json

@@ -19,6 +19,7 @@ from runner.config import CONFIG_DIR, ConfigError, check_values, compose, first_
 
 MULTIRUN_FLAGS = ("-m", "--multirun")
 HYDRA_KEYS_CHECKED = ("hydra.searchpath", "hydra.run.dir", "hydra.sweep.dir")
+LAUNCHER_EXTRAS = {"ray_cluster": ("hydra_plugins.hydra_ray_launcher", "ray")}  # launcher -> (its plugin, extra)
 
 
 class BadInput(ValueError):
@@ -32,6 +33,7 @@ def check_argv(argv: list[str], config_dir: Path = CONFIG_DIR) -> None:
     overrides = [arg for arg in argv if arg not in MULTIRUN_FLAGS]
     parsed = _parse(overrides)
     parsed = _parse(overrides + _experiment_sweeps(parsed, config_dir))
+    _check_launcher_installed(parsed)
     base = [o.input_line for o in parsed if not _is_hydra(o.key_or_group) or o.key_or_group in HYDRA_KEYS_CHECKED]
     for _index, override in enumerate(parsed):
         if _is_hydra(override.key_or_group) or not override.is_sweep_override():
@@ -76,6 +78,18 @@ def _experiment_sweeps(parsed: list, config_dir: Path) -> list[str]:
         return []
     given = {o.key_or_group for o in parsed}
     return [f"{key}={value}" for key, value in params.items() if key.lstrip("+") not in given]
+
+
+def _check_launcher_installed(parsed: list) -> None:
+    """A launcher whose plugin comes with an extra that is not installed: one line saying which."""
+    import importlib.util
+
+    for override in parsed:
+        if override.key_or_group == "hydra/launcher" and override.value() in LAUNCHER_EXTRAS:
+            name = override.value()
+            plugin, extra = LAUNCHER_EXTRAS[name]
+            if importlib.util.find_spec(plugin) is None:
+                raise BadInput(f"hydra/launcher={name} needs the {extra} extra: pip install -e '.[{extra}]'")
 
 
 def _singles(lines: list[str], parsed) -> list[str]:

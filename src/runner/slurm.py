@@ -1,10 +1,17 @@
 """SLURM sweeps that fit the cluster they are sent to (`hydra/launcher=slurm`, submitit underneath).
 
 `SlurmLauncher` is hydra-submitit-launcher's, changed where a real cluster showed it wanting:
-- Before anything is submitted it reads the partition with `sinfo`. `cpus_per_task` / `mem_gb` left null
-  are taken from the partition's smallest node (a whole node per job, so jobs never share cores while
-  they time); a request no node of the partition can hold is refused with one line, the sweep exits 1
-  and its parent run is FAILED.
+- Every job is submitted with `--exclusive` (`hydra.launcher.exclusive`, true by default) so jobs never share
+  a node while they time; `mem_gb` left null is then `--mem=0` (all of the node's memory), and
+  `cpus_per_task` left null is the cores of the partition's smallest node that can hold the job.
+- A job whose config has `device=cuda` asks for `gpus_per_cuda_job` GPUs (unless `gpus_per_node`,
+  `gpus_per_task` or a GPU `gres` is set, which every job then asks for); jobs asking differently are
+  submitted as separate arrays.
+- Before anything is submitted it reads the partition with `sinfo`: a request no node of the partition can
+  hold (cores, memory, GPUs, nodes, time) is refused with one line, the sweep exits 1 and its parent run is
+  FAILED.
+- It logs each job's overrides as submitit's launcher does, and applies `hydra.sweep.mode` to the sweep
+  directory when set.
 - It follows the jobs with `squeue` (which works without SLURM accounting) rather than submitit's `sacct`
   polling, and prints a line only when a job changes state: queued and why, running, ended.
 - A job pending for a reason that waiting cannot resolve (`PERMANENT_REASONS`: the partition cannot
@@ -19,6 +26,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import re
 import shutil
 import signal
@@ -31,7 +39,8 @@ from pathlib import Path
 from typing import Any
 
 from hydra.core.singleton import Singleton
-from hydra.core.utils import JobReturn, JobStatus
+from hydra.core.utils import JobReturn, JobStatus, filter_overrides
+from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf, SlurmQueueConf
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLauncher as SubmititSlurmLauncher
 from omegaconf import DictConfig, OmegaConf
 
@@ -55,6 +64,19 @@ PERMANENT_REASONS = (
 ENDED = {"COMPLETED", "FAILED", "TIMEOUT", "CANCELLED", "OUT_OF_MEMORY", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL"}
 ENDED |= {"DEADLINE", "UNKNOWN_END"}  # UNKNOWN_END: ours, for a job squeue stopped listing before we saw its end
 POLL_MIN_S, POLL_MAX_S = 1.0, 15.0
+OWN_KEYS = {"submitit_folder", "max_num_timeout", "exclusive", "gpus_per_cuda_job"}  # not sbatch parameters as they are
+SHOWN = ("partition", "exclusive", "cpus_per_task", "mem", "gpus_per_node", "gpus_per_task", "gres", "time")
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class SlurmConf(SlurmQueueConf):
+    """hydra-submitit-launcher's SLURM settings and this launcher's own (conf/hydra/launcher/slurm.yaml)."""
+
+    _target_: str = "hydra_plugins.tensor_runner.slurm_launcher.SlurmLauncher"
+    exclusive: bool = True  # sbatch --exclusive: a node per job
+    gpus_per_cuda_job: int = 1  # gpus_per_node of a device=cuda job, unless GPUs are asked for explicitly
 
 
 class LaunchRefused(Exception):
@@ -69,8 +91,9 @@ class Node:
     gpus: int
 
     def describe(self) -> str:
-        gpus = f", {self.gpus} GPUs" if self.gpus else ""
-        return f"{self.cpus} CPUs, {self.memory_mb / 1024:.1f} GB{gpus}"
+        memory = f", {self.memory_mb / 1024:.1f} GB" if self.memory_mb else ""
+        gpus = f", {self.gpus} GPU{'s' * (self.gpus != 1)}" if self.gpus else ""
+        return f"{self.cpus} CPUs{memory}{gpus}"
 
 
 @dataclass(frozen=True)
@@ -142,19 +165,55 @@ def _gpus(gres: str) -> int:
     return sum(int(count) for count in re.findall(r"gpu(?::[^:,(]+)?:(\d+)", gres))
 
 
-def fit_request(params: dict[str, Any], partition: Partition) -> dict[str, Any]:
-    """params with null cpus/memory filled from the partition; LaunchRefused if no node can hold it."""
+def gpus_set(params: dict[str, Any]) -> bool:
+    """Whether hydra.launcher asks for GPUs itself: then every job asks for what it says."""
+    gres = str(params.get("gres") or "")
+    return params.get("gpus_per_node") is not None or params.get("gpus_per_task") is not None or "gpu" in gres
+
+
+def job_request(params: dict[str, Any], device: str) -> dict[str, Any]:
+    """The launcher's request for one job: `gpus_per_cuda_job` GPUs when it runs on cuda, unless set."""
+    request = dict(params)
+    if device == "cuda" and not gpus_set(params) and params.get("gpus_per_cuda_job"):
+        request["gpus_per_node"] = params["gpus_per_cuda_job"]
+    return request
+
+
+def fit_arrays(
+    params: dict[str, Any], devices: Sequence[str], partition: Partition, first: int = 0
+) -> list[tuple[dict[str, Any], list[int]]]:
+    """(request, the jobs' positions) per array: one per distinct request, each fitted to the partition."""
+    groups: dict[Any, list[int]] = {}
+    for position, device in enumerate(devices):
+        groups.setdefault(job_request(params, device).get("gpus_per_node"), []).append(position)
+    arrays = []
+    for positions in groups.values():
+        request = job_request(params, devices[positions[0]])
+        who = "hydra.launcher asks"
+        if request.get("gpus_per_node") != params.get("gpus_per_node"):
+            gpus = request["gpus_per_node"]
+            who = f"jobs {_numbers([first + p for p in positions])} (device=cuda, gpus_per_cuda_job={gpus}) ask"
+        arrays.append((fit_request(request, partition, who), positions))
+    return arrays
+
+
+def _numbers(numbers: list[int]) -> str:
+    shown = ", ".join(f"#{n}" for n in numbers[:4])
+    return shown if len(numbers) <= 4 else f"{shown}, ... ({len(numbers)} jobs)"
+
+
+def fit_request(params: dict[str, Any], partition: Partition, who: str = "hydra.launcher asks") -> dict[str, Any]:
+    """params with null cpus_per_task filled from the partition; LaunchRefused if no node can hold it."""
     if partition.available != "up":
         raise LaunchRefused(f"SLURM partition {partition.name} is {partition.available} (sinfo): no job can start")
     params = dict(params)
-    smallest = min(partition.nodes, key=lambda node: (node.cpus, node.memory_mb))
-    tasks = params.get("tasks_per_node") or 1
     if params.get("cpus_per_task") is None:
-        params["cpus_per_task"] = max(1, smallest.cpus // tasks)
-    if params.get("mem_gb") is None and not (params.get("mem_per_cpu") or params.get("mem_per_gpu")):
-        share = params["cpus_per_task"] * tasks / smallest.cpus  # memory in proportion to the cores taken
-        params["mem_gb"] = max(1, int(smallest.memory_mb * min(share, 1.0)) // 1024)
-    check_fits(params, partition)
+        # --exclusive gives the job the whole node, but its srun step only cpus_per_task CPUs of it
+        gpus = params.get("gpus_per_node") or 0
+        nodes = [node for node in partition.nodes if node.gpus >= gpus] or partition.nodes
+        smallest = min(nodes, key=lambda node: (node.cpus, node.memory_mb))
+        params["cpus_per_task"] = max(1, smallest.cpus // (params.get("tasks_per_node") or 1))
+    check_fits(params, partition, who)
     limit = partition.max_time_min
     if limit is not None and params.get("timeout_min", 0) > limit:
         raise LaunchRefused(
@@ -164,7 +223,7 @@ def fit_request(params: dict[str, Any], partition: Partition) -> dict[str, Any]:
     return params
 
 
-def check_fits(params: dict[str, Any], partition: Partition) -> None:
+def check_fits(params: dict[str, Any], partition: Partition, who: str = "hydra.launcher asks") -> None:
     want = Node(
         "request",
         (params.get("cpus_per_task") or 1) * (params.get("tasks_per_node") or 1),
@@ -177,13 +236,44 @@ def check_fits(params: dict[str, Any], partition: Partition) -> None:
     nodes = params.get("nodes") or 1
     if len(fitting) >= nodes:
         return
+    if want.gpus and not any(node.gpus for node in partition.nodes):
+        raise LaunchRefused(
+            f"{who} for GPUs, but partition {partition.name} has none (sinfo): "
+            "choose a partition with GPUs (hydra.launcher.partition)"
+        )
     largest = max(partition.nodes, key=lambda node: (node.cpus, node.memory_mb, node.gpus))
     count = f"{nodes} nodes with " if nodes > 1 else ""
     raise LaunchRefused(
-        f"hydra.launcher asks for {count}{want.describe()} per node, but partition {partition.name} has "
+        f"{who} for {count}{want.describe()} per node, but partition {partition.name} has "
         f"{len(fitting)} such nodes (its largest: {largest.describe()}, sinfo): lower cpus_per_task / mem_gb / "
         "gpus_per_node, or leave cpus_per_task and mem_gb null to fit the partition"
     )
+
+
+def executor_parameters(request: dict[str, Any]) -> dict[str, Any]:
+    """The request as submitit's AutoExecutor parameters, with --exclusive and --mem=0 where they apply."""
+    shared = set(OmegaConf.structured(BaseQueueConf).keys())
+    parameters = {k if k in shared else f"slurm_{k}": v for k, v in request.items() if k not in OWN_KEYS}
+    if request.get("exclusive"):
+        parameters["slurm_exclusive"] = True
+        if all(request.get(k) is None for k in ("mem_gb", "mem_per_cpu", "mem_per_gpu")):
+            parameters["slurm_mem"] = "0"  # SLURM's "all the memory of the node"
+    return parameters
+
+
+def sbatch_summary(parameters: dict[str, Any]) -> str:
+    """The sbatch options that size a job, as sbatch spells them (submitit's SLURM parameters)."""
+    flags = [(key.replace("_", "-"), parameters.get(key)) for key in SHOWN]
+    return " ".join(f"--{key}" if value is True else f"--{key}={value}" for key, value in flags if value is not None)
+
+
+def sweep_mode(mode: Any) -> int | None:
+    """hydra.sweep.mode as permission bits (octal digits, as submitit's launcher reads it); None when unset."""
+    if mode is None:
+        return None
+    if not re.fullmatch(r"0?[0-7]{3,4}", str(mode)):
+        raise LaunchRefused(f"hydra.sweep.mode={mode} is not a file mode in octal digits, e.g. 775")
+    return int(str(mode), 8)
 
 
 # --------------------------------------------------------------------------------------------- squeue
@@ -219,7 +309,8 @@ def is_permanent(state: JobState) -> bool:
 class Follower:
     """Follows submitted jobs to their end, one line per change, cancelling jobs that can never start."""
 
-    jobs: list[Any]  # submitit jobs
+    jobs: list[Any]  # submitit jobs, in the sweep's order
+    first: int = 0  # the first job's number in the sweep
     states: dict[str, JobState] = field(default_factory=dict)
     pending_since: dict[str, float] = field(default_factory=dict)
     missing: dict[str, int] = field(default_factory=dict)
@@ -256,7 +347,7 @@ class Follower:
                 f": pending for {seen.reason}, which waiting cannot resolve; cancelled after {PENDING_GRACE_S:.0f} s"
             )
         if (seen.state, seen.reason, seen.extra) != (old.state, old.reason, old.extra):
-            print(f"slurm: job #{index} {seen.describe()}{_hint(seen)}", flush=True)
+            print(f"slurm: job #{self.first + index} {seen.describe()}{_hint(seen)}", flush=True)
         self.states[job.job_id] = seen
 
     def vanished(self, job: Any, old: JobState, listed: bool) -> JobState:
@@ -298,16 +389,19 @@ def _hint(state: JobState) -> str:
 
 
 class SlurmLauncher(SubmititSlurmLauncher):
-    """hydra-submitit-launcher's SLURM launcher, fitted to the partition and following jobs with squeue."""
+    """hydra-submitit-launcher's SLURM launcher: a node per job, fitted to the partition, followed with squeue."""
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         quiet_sacct_warnings()
         try:
-            self.params = fit_request(self.params, read_partition(self.params.get("partition")))
+            partition = read_partition(self.params.get("partition"))
+            devices = self._devices(job_overrides, initial_job_idx)
+            arrays = fit_arrays(self.params, devices, partition, initial_job_idx)
+            sweep_dir = self._sweep_dir()
         except LaunchRefused as error:
-            refuse(str(error))
-        jobs = self._submit(job_overrides, initial_job_idx)
-        follower = Follower(jobs)
+            cluster_jobs.refuse(str(error))
+        jobs = self._submit(job_overrides, initial_job_idx, arrays, sweep_dir)
+        follower = Follower(jobs, first=initial_job_idx)
         try:
             states = follower.run()
         except BaseException:  # Ctrl-C, SIGTERM: nothing of the sweep keeps running on the cluster
@@ -325,35 +419,71 @@ class SlurmLauncher(SubmititSlurmLauncher):
         signal.signal(signal.SIGUSR2, signal.SIG_IGN)
         return super().__call__(*args, **kwargs)
 
-    def _submit(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> list[Any]:
-        executor = self._executor()
+    def _devices(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> list[str]:
+        """Each job's device.name from its composed config, where it decides the GPUs asked for."""
+        if gpus_set(self.params) or not self.params.get("gpus_per_cuda_job"):
+            return [""] * len(job_overrides)
+        return [self._device(list(o), initial_job_idx + i) for i, o in enumerate(job_overrides)]
+
+    def _device(self, overrides: list[str], number: int) -> str:
+        try:
+            config = self.hydra_context.config_loader.load_sweep_config(self.config, overrides)
+            return str(OmegaConf.select(config, "device.name", default=""))
+        except Exception as error:  # what the job itself would fail with on its node
+            raise LaunchRefused(f"job #{number} ({' '.join(overrides)}): {first_line(error)}") from error
+
+    def _sweep_dir(self) -> Path:
+        """The sweep directory, made, with hydra.sweep.mode's permissions when set."""
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
+        mode = sweep_mode(self.config.hydra.sweep.get("mode"))
         sweep_dir.mkdir(parents=True, exist_ok=True)
-        request = ", ".join(
-            f"{k}={self.params.get(k)}" for k in ("partition", "cpus_per_task", "mem_gb", "timeout_min")
-        )
-        print(f"slurm: submitting {len(job_overrides)} jobs ({request}); sweep in {sweep_dir}", flush=True)
+        if mode is not None:
+            os.chmod(sweep_dir, mode)
+        return sweep_dir
+
+    def _submit(
+        self,
+        job_overrides: Sequence[Sequence[str]],
+        initial_job_idx: int,
+        arrays: list[tuple[dict[str, Any], list[int]]],
+        sweep_dir: Path,
+    ) -> list[Any]:
+        """One array per request; the jobs in the sweep's order. A failed sbatch cancels what was submitted."""
+        from submitit.core.utils import FailedJobError, FailedSubmissionError
+
+        for number, overrides in enumerate(job_overrides, initial_job_idx):
+            log.info(f"\t#{number} : {' '.join(filter_overrides(overrides))}")
+        jobs: list[Any] = [None] * len(job_overrides)
+        try:
+            for request, positions in arrays:
+                numbered = [(initial_job_idx + p, list(job_overrides[p])) for p in positions]
+                for position, job in zip(positions, self._submit_array(request, numbered, sweep_dir), strict=True):
+                    jobs[position] = job
+        except (FailedJobError, FailedSubmissionError) as error:
+            submitted = [job.job_id for job in jobs if job is not None]
+            if submitted:
+                subprocess.run(["scancel", *submitted], capture_output=True, timeout=60)
+            cluster_jobs.refuse(f"sbatch failed: {first_line(error)}")
+        return jobs
+
+    def _submit_array(self, request: dict[str, Any], numbered: list[tuple[int, list[str]]], sweep_dir: Path) -> list:
+        """One SLURM array of the (job number, overrides) given, all asking for `request`."""
+        executor = self._executor(request)
+        summary = sbatch_summary(executor._executor.parameters)
+        print(f"slurm: submitting {len(numbered)} jobs ({summary}); sweep in {sweep_dir}", flush=True)
         state = Singleton.get_state()
-        params = [
-            (list(o), "hydra.sweep.dir", initial_job_idx + i, f"job_id_for_{initial_job_idx + i}", state)
-            for i, o in enumerate(job_overrides)
-        ]
+        params = [(overrides, "hydra.sweep.dir", n, f"job_id_for_{n}", state) for n, overrides in numbered]
         return executor.map_array(self, *zip(*params, strict=True))
 
-    def _executor(self) -> Any:
+    def _executor(self, request: dict[str, Any]) -> Any:
         import submitit
-        from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
 
         executor = submitit.AutoExecutor(
             cluster="slurm",
-            folder=self.params["submitit_folder"],
-            slurm_max_num_timeout=self.params["max_num_timeout"],
+            folder=request["submitit_folder"],
+            slurm_max_num_timeout=request["max_num_timeout"],
         )
-        shared = set(OmegaConf.structured(BaseQueueConf).keys())
-        specific = {"submitit_folder", "max_num_timeout"}
-        executor.update_parameters(
-            **{k if k in shared else f"slurm_{k}": v for k, v in self.params.items() if k not in specific}
-        )
+        executor.update_parameters(**executor_parameters(request))
         return executor
 
     def _job_return(self, job: Any, overrides: list[str], index: int, state: JobState) -> JobReturn:
@@ -372,30 +502,6 @@ class SlurmLauncher(SubmititSlurmLauncher):
         return returned or JobReturn(
             overrides=overrides, working_dir=str(run_dir), status=JobStatus.COMPLETED, _return_value="FAILED"
         )
-
-
-def refuse(line: str) -> None:
-    """No job submitted: say why in one line, record it on the sweep (sweep.json, parent run), exit 1."""
-    from runner import sweep
-
-    active = sweep.active()
-    if active is not None:
-        active.note["launch_error"] = line
-        _tag_parent(active.note, line)
-    else:
-        print(f"error: {line}", file=sys.stderr)
-    raise SystemExit(1)
-
-
-def _tag_parent(note: dict, line: str) -> None:
-    if not note.get("parent_run_id"):
-        return
-    from runner import tracking
-
-    try:
-        tracking.retry_on_lock(tracking.client(note["uri"]).set_tag, note["parent_run_id"], "error", line)
-    except Exception as error:  # sweep.json keeps the reason whatever the store does
-        print(f"warning: could not tag the parent run ({first_line(error)})", file=sys.stderr)
 
 
 # ------------------------------------------------------------------------------------ the job's record

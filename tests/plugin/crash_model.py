@@ -1,0 +1,12 @@
+"""A workload whose process dies as it is built (SIGKILL, as the out-of-memory killer sends): for tests of
+what a launcher does with a job that never returns."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+
+class CrashModel:
+    def __init__(self):
+        os.kill(os.getpid(), signal.SIGKILL)

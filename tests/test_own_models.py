@@ -137,6 +137,7 @@ KERAS_README_SWEEP = (
 )
 
 
+@pytest.mark.heavy  # three processes importing Keras on three frameworks: CI runs it after the default set
 def test_keras_mobilenetv2_same_seed_same_outputs_on_tensorflow_torch_and_jax(tmp_path):
     """The README's Keras sweep, as printed (test_readme_commands leaves it to this test): one model, three
     backends, the same outputs."""

@@ -13,7 +13,8 @@ FINISHED, except jobs the combination rules refuse (the docs show such a sweep),
 docs print after `; echo $?`, else 0 when every job finished and 1 when one was refused.
 
 cuda commands skip without an NVIDIA driver, SLURM and Ray launcher commands without a cluster.
-Sweeps of more than FAST_JOBS jobs run with `-m slow`.
+Sweeps of more than FAST_JOBS jobs run with `-m slow`; commands on full-size vision models with `-m heavy`
+(CI runs them after the default set).
 """
 
 from __future__ import annotations
@@ -181,6 +182,11 @@ def models_named(command: Command) -> set[str]:
     return set(re.findall(r"\b(alexnet|resnet18|resnet50|resnet101|cyclegan)\b", text))
 
 
+def full_size_vision(command: Command) -> bool:
+    """Whether the command runs a vision model at its own input size (224 or 256): seconds per call on 2 cores."""
+    return bool(models_named(command)) and "data.image_size" not in _overrides(command)
+
+
 @functools.cache
 def _slurm_answers(partition: str) -> bool:
     if shutil.which("sinfo") is None:
@@ -218,6 +224,8 @@ def _param(command: Command):
         marks.append(pytest.mark.skip(reason=needs_cluster(command)))
     if n_jobs(command) > FAST_JOBS:
         marks.append(pytest.mark.slow)
+    elif full_size_vision(command):
+        marks.append(pytest.mark.heavy)
     return pytest.param(command, marks=marks, id=f"{command.source} {' '.join(command.args)}"[:150])
 
 

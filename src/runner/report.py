@@ -156,7 +156,7 @@ def compare(frame: pd.DataFrame) -> pd.DataFrame:
     if frame.empty or "metrics.time_median_s" not in frame:
         return frame
     timed = frame[(frame["status"] == "FINISHED") & frame["metrics.time_median_s"].notna()]
-    keys = [*work_keys(frame), "setup"]
+    keys = work_keys(frame) + (["setup"] if "setup" in frame else [])
     for _, group in timed.groupby([timed[k].map(str) for k in keys], sort=False):
         fastest = group["metrics.time_median_s"].idxmin()
         unstable = {i: _instability(frame.loc[i]) for i in group.index}
@@ -209,7 +209,7 @@ def human_table(frame: pd.DataFrame, columns: tuple[Column, ...] = COLUMNS) -> t
     frame = compare(frame)
     records = _records(frame)
     shown = present(columns, records)
-    varied = (["setup"] if frame["setup"].nunique() > 1 else []) + varied_params(frame)
+    varied = (["setup"] if frame.get("setup", pd.Series(dtype=int)).nunique() > 1 else []) + varied_params(frame)
     headers = ["run", "status", *(short_name(k) for k in varied), *(c.label for c in shown)]
     cells = [
         [str(row["run"]), str(row["status"]), *(_param_cell(row[k]) for k in varied), *cells]

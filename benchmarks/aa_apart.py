@@ -1,0 +1,65 @@
+#!/usr/bin/env python
+"""The A/A test of `runner compare`: the same sweep of identical jobs twice, one after the other, compared
+as before/after. Nothing changed between the two, so the 95% intervals should exclude 1 for about 1 pair
+in 20 (shared among the pairs of a comparison: fewer), and no pair should be called slower or faster.
+
+    .venv/bin/python benchmarks/aa_apart.py                                # numpy, torch, tensorflow; ~10 min
+    .venv/bin/python benchmarks/aa_apart.py --backends torch --jobs 4 --repeats 3
+
+Prints one row per comparison and the sd of the log ratios, the spread between two sweeps of one job.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+from runner import before_after, report  # noqa: E402
+
+
+def sweep(out: Path, backend: str, jobs: int, budget: float) -> pd.DataFrame:
+    command = [str(ROOT / ".venv/bin/python"), str(ROOT / "run.py"), "-m", "model=mlp", "task=gradients"]
+    command += [f"backend={backend}", f"seed=range(0,{jobs})", f"timing.max_time_s={budget}", "tracking=none"]
+    subprocess.run([*command, f"hydra.sweep.dir={out}"], cwd=ROOT, capture_output=True, check=False)
+    return report.runs_from_dirs(report.sweep_run_dirs(out))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--backends", default="numpy,torch,tensorflow")
+    parser.add_argument("--jobs", type=int, default=8)
+    parser.add_argument("--budget", type=float, default=0.5)
+    parser.add_argument("--repeats", type=int, default=2, help="before/after pairs of sweeps per backend")
+    args = parser.parse_args()
+    rows, logs = [], []
+    with tempfile.TemporaryDirectory(prefix="aa-apart-") as tmp:
+        for backend in args.backends.split(","):
+            for repeat in range(args.repeats):
+                before = sweep(Path(tmp) / f"{backend}-{repeat}-a", backend, args.jobs, args.budget)
+                after = sweep(Path(tmp) / f"{backend}-{repeat}-b", backend, args.jobs, args.budget)
+                compared = before_after.compare(before, after)
+                excluded = ((compared["low"] > 1) | (compared["high"] < 1)).sum()
+                called = compared["verdict"].isin(["slower", "faster"]).sum()
+                ratios = compared["ratio"].to_numpy()
+                logs += list(np.log(ratios))
+                row = (backend, repeat, len(compared), int(excluded), int(called), ratios.min(), ratios.max())
+                rows.append(row)
+                line = "{} #{}: {} pairs, interval excludes 1: {}, called changed: {}, ratios {:.3f}-{:.3f}"
+                print(line.format(*row), flush=True)
+    pairs = sum(r[2] for r in rows)
+    print(
+        f"in all: {pairs} pairs, interval excludes 1 for {sum(r[3] for r in rows)}, "
+        f"called slower or faster {sum(r[4] for r in rows)}; sd of log(after/before) {np.std(logs, ddof=1):.4f}"
+    )
+
+
+if __name__ == "__main__":
+    main()

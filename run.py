@@ -20,8 +20,10 @@ from omegaconf import DictConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "src"))  # works before `pip install -e .` too
 
-from runner import environment, isolation, preflight, rounds, sweep  # noqa: E402  (registers the structured configs and resolvers)
-from runner.job import print_summary, stop_reason  # noqa: E402
+from runner.launch import isolation, preflight, rounds, sweep  # noqa: E402  (registers the structured configs and resolvers)
+from runner.launch.terminal import print_summary  # noqa: E402
+from runner.measure.job import CTRL_C, SIGTERM, Stopped, stop_reason  # noqa: E402
+from runner.record import environment
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
@@ -33,8 +35,7 @@ def main(cfg: DictConfig) -> float | None:
     multirun = hydra_cfg.mode.name == "MULTIRUN"
     parent = sweep.parent_run_id(hydra_cfg.sweep.dir) if multirun else None
     environment.export_ray_job_id()
-    plugins = (str(hydra_cfg.launcher.get("_target_", "")), str(hydra_cfg.sweeper.get("_target_", "")))
-    if rounds.wanted(cfg, multirun, *plugins):
+    if rounds.wanted(cfg, multirun, hydra_cfg.launcher, hydra_cfg.sweeper):
         outcome = rounds.set_up(cfg, run_dir, parent, on_done=print_summary)
         if outcome is None:
             return None  # set up: measured in interleaved rounds once every job is (sweep.finish)
@@ -42,7 +43,7 @@ def main(cfg: DictConfig) -> float | None:
         outcome = isolation.execute(cfg, run_dir, parent)
     print_summary(cfg, run_dir, outcome)
     if outcome.status == "KILLED":  # Ctrl-C or SIGTERM: stop here, the sweep too
-        raise KeyboardInterrupt(outcome.error or "")
+        raise Stopped(outcome.error or CTRL_C)
     if outcome.status != "FINISHED" and not multirun:
         raise SystemExit(1)
     # a sweep goes on after a failed job (an optimizing sweeper takes NaN for a failed trial); its exit code
@@ -71,7 +72,7 @@ def cli() -> None:
 
 
 def _stop(signum, frame) -> None:
-    raise KeyboardInterrupt(f"stopped by {signal.Signals(signum).name}")
+    raise Stopped(SIGTERM)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@
     .venv/bin/python benchmarks/parity.py              # every row; rewrites the parity section of BENCHMARKS.md
     .venv/bin/python benchmarks/parity.py --backends torch --rows mlp_gradients_eager --budget 0.5 --out -
 
-For each backend x workload, in one process per backend: the runner's median through `runner.job.run_job`
+For each backend x workload, in one process per backend: the runner's median through `runner.measure.job.run_job`
 (isolation inline), then the call the runner times and the hand-written loop in alternating blocks of >= 0.5 ms
 (each side warmed up; the device synchronised at each block's ends); the row's ratio is the median over pairs
 of adjacent blocks, so a busy machine's stalls hit both sides of a pair. A row whose ratios spread (IQR) more
@@ -242,12 +242,12 @@ def compose_row(backend: str, device: str, row: str, budget: float):
 
 
 def runner_step(cfg) -> tuple[Callable[[], object], Callable[[], None]]:
-    """The call the runner times for this config, built as `runner.job.run_job` builds it."""
+    """The call the runner times for this config, built as `runner.measure.job.run_job` builds it."""
     from runner.backends import load_backend
     from runner.config import choices
-    from runner.data import load_inputs
+    from runner.measure.data import load_inputs
+    from runner.measure.tasks import build_task
     from runner.models import build_workload, initial_weights
-    from runner.tasks import build_task
 
     c = choices(cfg)
     backend = load_backend(cfg.backend.module)
@@ -258,10 +258,10 @@ def runner_step(cfg) -> tuple[Callable[[], object], Callable[[], None]]:
     state = {k: backend.asarray(backend.to_native_layout(v), device, c["dtype"]) for k, v in weights.items()}
     inputs64 = load_inputs(cfg.data, workload, rng, cfg.batch_size)
     inputs = {k: backend.asarray(v, device, c["dtype"]) for k, v in inputs64.items()}
-    trainable = getattr(workload, "trainable", lambda name: True)
-    params = {k: v for k, v in state.items() if trainable(k)}
-    constants = {k: v for k, v in state.items() if not trainable(k)}
-    task_run = build_task(backend, workload, c["task"], c["mode"], device, params, inputs, constants)
+    params = {k: v for k, v in state.items() if workload.trainable(k)}
+    constants = {k: v for k, v in state.items() if not workload.trainable(k)}
+    per_example = bool(cfg.mode.per_example)
+    task_run = build_task(backend, workload, c["task"], c["mode"], device, params, inputs, constants, per_example)
     return task_run.step, backend.synchronizer(device)
 
 
@@ -302,7 +302,7 @@ def paired_blocks(ours, theirs, sync, budget: float) -> tuple[list[float], list[
 
 
 def measure_row(backend: str, device: str, row: str, idiom: str, call, budget: float) -> dict:
-    from runner.job import run_job
+    from runner.measure.job import run_job
 
     cfg = compose_row(backend, device, row, budget)
     job = run_job(cfg).metrics  # the runner's own number for the row, as a user gets it
@@ -327,7 +327,7 @@ def measure_row(backend: str, device: str, row: str, idiom: str, call, budget: f
 
 def worker(backend: str, device: str, rows: list[str], budget: float) -> None:
     """Measure one backend's rows in this process; one JSON line per row on stdout."""
-    from runner.timing import keep_freed_memory
+    from runner.measure.timing import keep_freed_memory
 
     keep_freed_memory()  # what run_job does: both sides measured in the same allocator regime
     loops = LOOPS[backend](device)
@@ -353,7 +353,7 @@ def gpu_name(device: str) -> str:
 
 
 def format_time(seconds: float) -> str:
-    from runner.timing import format_seconds
+    from runner.measure.timing import format_seconds
 
     return format_seconds(seconds)
 
@@ -438,7 +438,7 @@ def replace_section(text: str, new: str, begin: str = BEGIN, end: str = END) -> 
 
 
 def conditions(args, load_before: float, load_after: float) -> str:
-    from runner.environment import cpu_name
+    from runner.record.environment import cpu_name
 
     threads = f"{args.threads} intra-op thread(s) (OMP/BLAS/TF variables)" if args.threads else "default threads"
     return (

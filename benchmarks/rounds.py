@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "benchmarks"))  # parity.replace_section, also when imported from tests
 from runner.config import TimingConfig  # noqa: E402
-from runner.ratio import PROCESS_SD, batch_count, half_width  # noqa: E402
+from runner.report.ratio import PROCESS_SD, batch_count, half_width  # noqa: E402
 
 BEGIN, END = "<!-- rounds:begin -->", "<!-- rounds:end -->"
 SWEEP = ("backend=tensorflow", "model=mlp", "task=gradients", "batch_size=512", "tracking=none")
@@ -116,7 +116,7 @@ def expected_range(n: int) -> float:
 
 def standard_error(low: float, high: float, rounds: int) -> float:
     """The standard error of the log ratio behind a 95% interval over `rounds` rounds, the processes' spread
-    included: what runner.ratio's half width (Student's t over batch means, beside PROCESS_SD per job)
+    included: what runner.report.ratio's half width (Student's t over batch means, beside PROCESS_SD per job)
     comes from, solved for the rounds' part."""
     from scipy import optimize
 
@@ -212,7 +212,7 @@ def summary_rows(frame: pd.DataFrame, rounds: int) -> list[str]:
 
 
 def section(frame: pd.DataFrame, rounds: int, load: tuple[float, float], noise: tuple[float, float]) -> str:
-    from runner.environment import cpu_name
+    from runner.record.environment import cpu_name
 
     cells = [
         f"| {r.budget_s:g} s | {r.repeat} | {r.order} | {r.rounds} | {r.ratio:.2f} | "
@@ -230,7 +230,7 @@ def section(frame: pd.DataFrame, rounds: int, load: tuple[float, float], noise: 
         f"{PERIOD_S:g} s; each sweep run one job after the other (`timing.rounds=1`, as before) and in {rounds} "
         "interleaved rounds (the default), the two alternating; then again with a longer budget. Ratio = eager's "
         "time / function's; with rounds, the geometric mean of the per-round ratios and its 95% interval "
-        "(Student's t over batch means of consecutive rounds, `runner.ratio`). "
+        "(Student's t over batch means of consecutive rounds, `runner.report.ratio`). "
         "'Their intervals predict': the max/min expected over as "
         "many repeats from the sweeps' own standard errors, if the intervals tell the whole truth.",
         "",

@@ -32,8 +32,8 @@ sys.path.insert(0, str(ROOT / "src"))
 
 
 from runner.config import compose  # noqa: E402
-from runner.environment import cpu_name  # noqa: E402
-from runner.job import run_job  # noqa: E402
+from runner.measure.job import run_job  # noqa: E402
+from runner.record.environment import cpu_name  # noqa: E402
 
 PYTHON = sys.executable
 SETTLE_S = 0.5
@@ -440,7 +440,8 @@ def write_report() -> None:
         "the same idle pause and warm-up.",
         "- A sweep paid each job's framework import again in a fresh interpreter (TensorFlow 3-4 s here): 8 "
         "TensorFlow jobs of 0.5 s took 77 s. Each backend's workers are now forked from a process that imported it "
-        "once (`runner.fork_server`); row 8 has the cost per job before (`timing.fixed_layout=false` still spawns) "
+        "once (`runner.launch.fork_server`); row 8 has the cost per job before (`timing.fixed_layout=false` still "
+        "spawns) "
         "and after. The forked jobs are as independent as before: A/A sweeps of 8 and 16 identical jobs at 0.5 s "
         "(numpy, torch, TensorFlow, JAX; `benchmarks/aa.py --backends numpy,torch,tensorflow,jax --jobs 8,16 "
         "--budgets 0.5`, 2026-11-24) called 0 of 88 comparisons different, medians max/min 1.025-1.089.",
@@ -454,11 +455,13 @@ def write_report() -> None:
 def kept_sections(text: str) -> str:
     """The sections benchmarks/parity.py, rounds.py and aa.py wrote, as they are."""
     import aa
+    import aa_apart
     import parity
     import rounds
 
     sections = []
-    for begin, end in ((parity.BEGIN, parity.END), (rounds.BEGIN, rounds.END), (aa.BEGIN, aa.END)):
+    markers = (parity, rounds, aa, aa_apart)
+    for begin, end in ((m.BEGIN, m.END) for m in markers):
         if begin in text and end in text:
             sections.append(text[text.index(begin) : text.index(end) + len(end)])
     return "\n\n".join(sections)

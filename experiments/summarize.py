@@ -12,7 +12,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from runner import report  # noqa: E402
-from runner.table import SWEEP_COLUMNS, markdown  # noqa: E402
+from runner.record.table import SWEEP_COLUMNS, markdown  # noqa: E402
 
 if __name__ == "__main__":
     frame = report.runs_from_dirs(report.sweep_run_dirs(Path(sys.argv[1])))

@@ -55,3 +55,32 @@ def test_heavy_frameworks_are_imported_only_where_chosen():
         if path.parent.name == "backends" and path.stem.endswith("_backend"):
             continue
         assert not heavy, f"{path.relative_to(PROJECT_ROOT)} imports {sorted(heavy)} at module level"
+
+
+# Lower layers never import higher ones: a run's config, then what runs it (backends, models), what it leaves
+# behind (record), how it is measured (measure), MLflow (tracking), comparisons (report), launching (launch),
+# and the `runner` command on top.
+LAYERS = ("config", ("backends", "models"), "record", "measure", "tracking", "report", "launch", ("cli", "__main__"))
+
+
+def _layer(module: str) -> int:
+    part = module.split(".")[1] if "." in module else ""
+    for index, names in enumerate(LAYERS):
+        if part in ((names,) if isinstance(names, str) else names):
+            return index
+    raise AssertionError(f"{module} is in no layer of test_architecture.LAYERS")
+
+
+def test_packages_import_only_the_layers_below_them():
+    for name, targets in _graph().items():
+        if name == "runner":
+            continue
+        for target in targets:
+            if target != "runner":
+                assert _layer(target) <= _layer(name), f"{name} imports {target}, a layer above it"
+
+
+def test_every_package_says_what_it_owns():
+    for init in SOURCE.glob("*/__init__.py"):
+        doc = ast.get_docstring(ast.parse(init.read_text()))
+        assert doc and len(doc.splitlines()[0]) > 20, f"{init.relative_to(PROJECT_ROOT)} has no docstring"

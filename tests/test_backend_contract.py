@@ -13,8 +13,8 @@ from helpers import FAST_TIMING, compose_config, run_cli
 from omegaconf import OmegaConf
 
 from runner.backends import OP_FAMILIES, Backend, load_backend, protocol_functions
-from runner.config import CONFIG_DIR, ConfigError, check_combination
-from runner.job import run_and_record
+from runner.config import CONFIG_DIR, PROJECT_ROOT, ConfigError, check_combination
+from runner.measure.job import run_and_record
 
 PLUGIN = Path(__file__).parent / "plugin"
 SEARCHPATH = f"hydra.searchpath=[file://{PLUGIN / 'conf'}]"
@@ -103,3 +103,41 @@ def test_plugin_runs_from_the_command_line_in_a_worker(tmp_path):
     saved = json.loads((tmp_path / "result.json").read_text())
     assert saved["status"] == "FINISHED" and saved["environment"]["framework"] == "fake"
     assert np.isfinite(saved["metrics"]["time_median_s"])
+
+
+def _workload_classes(monkeypatch) -> list[type]:
+    """Every workload the configs name: conf/model/*.yaml, tests/plugin's and examples/own_model's."""
+    from hydra.utils import get_class
+
+    monkeypatch.syspath_prepend(str(PROJECT_ROOT / "tests" / "plugin"))
+    monkeypatch.syspath_prepend(str(PROJECT_ROOT / "examples" / "own_model"))
+    folders = [
+        PROJECT_ROOT / "conf",
+        PROJECT_ROOT / "tests" / "plugin" / "conf",
+        PROJECT_ROOT / "examples" / "own_model" / "conf",
+    ]
+    targets = {OmegaConf.load(p)._target_ for folder in folders for p in (folder / "model").glob("*.yaml")}
+    return [get_class(t) for t in sorted(targets) if not t.startswith("crash_model")]
+
+
+def test_every_workload_subclasses_workload_and_misspells_no_default(monkeypatch):
+    """An optional method spelled wrong (`trainabel`) would silently never be called: a public name of a
+    workload close to one of Workload's but not it fails here."""
+    import difflib
+
+    from runner.models import Workload
+
+    known = {n for n in dir(Workload) if not n.startswith("_")} | set(Workload.__annotations__)
+    for cls in _workload_classes(monkeypatch):
+        assert issubclass(cls, Workload), cls
+        for name in (n for n in vars(cls) if not n.startswith("_") and n not in known):
+            close = difflib.get_close_matches(name, known, n=1, cutoff=0.85)
+            assert not close, f"{cls.__name__}.{name}: did you mean Workload.{close[0]}?"
+
+
+def test_a_target_that_is_not_a_workload_is_one_line():
+    from runner.config import ConfigError, compose
+    from runner.models import build_workload
+
+    with pytest.raises(ConfigError, match=r"model._target_=collections.OrderedDict must be a subclass of runner"):
+        build_workload(compose(["model=mlp", "model._target_=collections.OrderedDict"]).model)

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from runner.energy import energy_metrics, meter_for
+from runner.measure.energy import energy_metrics, meter_for
 
 
 def fake_rapl(root, packages: dict[str, tuple[int, int]]):
@@ -50,7 +50,7 @@ def test_energy_metrics():
 
 
 def test_run_records_energy_or_why_not(make_config, tmp_path):
-    from runner.job import run_and_record as execute
+    from runner.measure.job import run_and_record as execute
 
     outcome = execute(make_config("tracking=none", "backend=numpy"), tmp_path)
     env = outcome.environment

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from helpers import run_cli
 
-from runner.job import run_and_record
+from runner.measure.job import run_and_record
 
 MODES_AND_TASKS = [
     (mode, task) for mode in ("eager", "function", "xla") for task in ("inference", "gradients", "jacobian")

@@ -157,17 +157,18 @@ def test_report_over_the_mixed_experiment(experiment):
     runs_md = (out / "runs.md").read_text()
     assert "numpy-mlp-gradients-map_fn-cpu-float32 #1" in runs_md and "nan" not in runs_md
     from runner import report
+    from runner.report import frames, plots
 
     frame = report.runs_from_mlflow(f"sqlite:///{tmp}/mlflow.db", EXPERIMENT)
-    panels = dict(report.workloads(frame, report.PANEL_KEYS))
+    panels = dict(plots.workloads(frame, frames.PANEL_KEYS))
     assert set(panels) == {"cyclegan inference, batch 1", "mlp gradients, batch 32", "sigmoid inference, batch 32"}
-    assert list(report._panel_labels(panels["sigmoid inference, batch 32"])) == ["model.size=10", "model.size=1000"]
-    mlp_labels = list(report._panel_labels(panels["mlp gradients, batch 32"]))
+    assert list(plots._panel_labels(panels["sigmoid inference, batch 32"])) == ["model.size=10", "model.size=1000"]
+    mlp_labels = list(plots._panel_labels(panels["mlp gradients, batch 32"]))
     assert len(set(mlp_labels)) == 3 and all(label.startswith("mode=") for label in mlp_labels)
 
 
 def test_worker_output_echoed_without_framework_chatter(tmp_path, capsys):
-    from runner.isolation import _LogForwarder
+    from runner.launch.isolation import _LogForwarder
 
     log = tmp_path / "job.log"
     log.write_text(
@@ -190,7 +191,7 @@ def test_worker_output_echoed_without_framework_chatter(tmp_path, capsys):
 
 
 def test_progress_shows_phases_and_time_left_as_plain_lines(capsys):
-    from runner.timing import Measurement, ProgressLine
+    from runner.measure.timing import Measurement, ProgressLine
 
     with ProgressLine("numpy mlp gradients eager", max_time_s=10.0, after_s=0.0) as progress:
         progress.phase("first call (tracing, compilation)")

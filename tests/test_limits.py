@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from runner import limits
 from runner.config import ConfigError
+from runner.measure import limits
 from runner.models.op_workloads import Matmul
 
 
@@ -32,10 +32,10 @@ def test_huge_matmul_refused_in_seconds_with_the_estimate(cli, tmp_path):
 
 def test_memory_estimate_counts_draws_copies_and_reference():
     n = 1000
-    host, device, reference = limits.memory_needed(Matmul(n), 1, "inference", "eager", 4, "cpu", True)
+    host, device, reference = limits.memory_needed(Matmul(n), 1, "inference", False, 4, "cpu", True)
     assert reference == 8 * 2 * n * n and device == 0
     assert host == 8 * n * n + 4 * 2 * n * n + reference  # float64 draw, float32 input and result, reference
-    host, device, reference = limits.memory_needed(Matmul(n), 1, "inference", "eager", 2, "cuda", False)
+    host, device, reference = limits.memory_needed(Matmul(n), 1, "inference", False, 2, "cuda", False)
     assert (host, device, reference) == (8 * n * n + 2 * n * n, 2 * 2 * n * n, 0)
 
 
@@ -67,7 +67,7 @@ def test_long_matmul_announced_up_front(monkeypatch):
 
 
 def test_check_reference_false_skips_the_reference(make_config, tmp_path):
-    from runner.job import run_and_record as execute
+    from runner.measure.job import run_and_record as execute
 
     outcome = execute(make_config("tracking=none", "backend=numpy", "check_reference=false"), tmp_path)
     assert outcome.status == "FINISHED" and "max_abs_err_vs_reference" not in outcome.metrics

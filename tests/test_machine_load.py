@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from runner.machine_load import MachineLoad, busy_warning
+from runner.measure.machine_load import MachineLoad, busy_warning
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads Linux's /proc")
 

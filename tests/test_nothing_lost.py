@@ -13,13 +13,14 @@ import numpy as np
 import pytest
 from helpers import FAST_TIMING, PROJECT_ROOT, _env, clients, compose_config, run_cli, runner_cli
 
-from runner import cli, isolation, preflight, sweep, tracking
+from runner import cli, tracking
 from runner.config import ConfigError
-from runner.job import non_finite_warnings, run_and_record, stop_reason
+from runner.launch import isolation, preflight, sweep
+from runner.measure.job import Stopped, non_finite_warnings, run_and_record, stop_reason
+from runner.measure.timing import measure
 from runner.models.mlp import MLP
 from runner.models.op_workloads import Matmul, Sigmoid
-from runner.result import RESULT_FILE, TENSORS_FILE, Result, write_tensors
-from runner.timing import measure
+from runner.record.result import LOG_FILE, RESULT_FILE, TENSORS_FILE, Result, write_tensors
 
 # -- item 4 and 6-7: bad values are one line before anything runs ---------------------------------
 
@@ -116,7 +117,7 @@ def test_warm_up_cut_short_is_in_the_result(tmp_path):
 
 
 def test_nan_inputs_warn_in_the_result_and_the_summary(tmp_path, monkeypatch, capsys):
-    from runner.job import print_summary
+    from runner.launch.terminal import print_summary
 
     def nan_inputs(self, rng, batch_size):
         x = rng.standard_normal((batch_size, self.in_features))
@@ -163,11 +164,11 @@ def test_links_in_a_run_directory_are_replaced_not_followed(tmp_path):
 
 
 def test_a_killed_job_counts_its_real_examples(tmp_path, monkeypatch):
-    from runner import timing
+    from runner.measure import timing
 
     def stopped(*args, **kwargs):
         measurement = timing.Measurement(first_call_s=0.1, samples_s=[0.5, 0.5, 0.5])
-        raise timing.MeasurementInterrupted(measurement) from KeyboardInterrupt("stopped by SIGTERM")
+        raise timing.MeasurementInterrupted(measurement) from Stopped("terminated (SIGTERM)")
 
     monkeypatch.setattr(timing, "measure", stopped)
     result = run_and_record(compose_config("tracking=none", "batch_size=8"), tmp_path)
@@ -176,7 +177,8 @@ def test_a_killed_job_counts_its_real_examples(tmp_path, monkeypatch):
 
 
 def test_sigterm_is_not_called_ctrl_c():
-    assert stop_reason(KeyboardInterrupt("stopped by SIGTERM")) == "terminated (SIGTERM)"
+    assert stop_reason(Stopped("terminated (SIGTERM)")) == "terminated (SIGTERM)"
+    assert stop_reason(RuntimeError("in a callback")) == "interrupted by the user (Ctrl-C)"
     assert stop_reason(KeyboardInterrupt()) == "interrupted by the user (Ctrl-C)"
 
 
@@ -327,7 +329,7 @@ def test_the_worker_does_not_outlive_its_launcher(tmp_path, signum):
         "timing.min_warmup_calls=1000000000",
         "timing.max_time_s=600",
     )
-    _wait_for(run_dir / isolation.LOG_FILE)
+    _wait_for(run_dir / LOG_FILE)
     time.sleep(20)  # the worker is warming up (for up to 300 s)
     launcher.send_signal(signum)
     launcher.communicate(timeout=120)
@@ -497,7 +499,9 @@ def test_a_half_migrated_store_is_one_line_saying_what_to_do(tmp_path, monkeypat
     def half_migrated(uri):
         raise RuntimeError("(sqlite3.OperationalError) table _alembic_tmp_experiments already exists")
 
-    monkeypatch.setattr(tracking, "client", half_migrated)
+    from runner.tracking import store
+
+    monkeypatch.setattr(store, "client", half_migrated)
     (tmp_path / "old.db").write_bytes(b"")
     with pytest.raises(ConfigError, match="left half-migrated .* move the file aside"):
         tracking.open_store(f"sqlite:///{tmp_path}/old.db")

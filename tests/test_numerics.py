@@ -8,7 +8,7 @@ import h5py
 import numpy as np
 import pytest
 
-from runner.job import run_and_record
+from runner.measure.job import run_and_record
 
 BACKENDS = sorted(path.stem for path in (Path(__file__).parents[1] / "conf" / "backend").glob("*.yaml"))
 

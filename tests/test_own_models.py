@@ -17,7 +17,7 @@ import pytest
 from helpers import FAST_TIMING, compose_config, run_cli
 
 from runner.config import PROJECT_ROOT, ConfigError, check_combination
-from runner.job import run_and_record
+from runner.measure.job import run_and_record
 
 EXAMPLE = PROJECT_ROOT / "examples" / "own_model"
 SMALL = ("data.image_size=64", "batch_size=2", "tracking=none")

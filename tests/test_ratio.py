@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from runner import report
-from runner.ratio import PROCESS_SD, batch_count, instability, round_medians, time_ratio
+from runner.report.ratio import PROCESS_SD, batch_count, instability, round_medians, time_ratio
 
 
 def rounds_of(rng: np.random.Generator, true_ratio: float, n_rounds: int, n_samples: int = 15):

@@ -67,7 +67,7 @@ def _wait_for_head(head: subprocess.Popen, timeout_s: float = 180) -> None:
 def test_cuda_jobs_ask_ray_for_gpus_and_cpu_jobs_do_not():
     from omegaconf import OmegaConf
 
-    from runner.ray_launch import remote_options
+    from runner.launch.ray_launch import remote_options
 
     remote = OmegaConf.create({"num_cpus": 4})
     assert remote_options(remote, "cuda", 1, cluster_gpus=8) == {"num_cpus": 4, "num_gpus": 1}

@@ -249,10 +249,11 @@ def provide_files(command: Command, folder: Path, torch_home: Path) -> None:
 
 
 def _copy_example(folder: Path) -> None:
-    """A user's own config folder the docs copy from examples/ first (`cp -r examples/NAME FOLDER`)."""
+    """A user's own config folder the docs copy from examples/ first (`cp -r examples/NAME FOLDER`), as the
+    example is now (an older copy left in FOLDER is brought up to date)."""
     example = PROJECT_ROOT / "examples" / folder.name
-    if not folder.exists() and example.is_dir():
-        shutil.copytree(example, folder)
+    if example.is_dir():
+        shutil.copytree(example, folder, dirs_exist_ok=True)
 
 
 def _make_data(path: Path) -> None:
@@ -364,8 +365,8 @@ def _free_memory_masked(line: str | None) -> str | None:
 
 def _refusal(config: dict) -> str | None:
     """The one line the combination rules or the memory preflight give for this config, or None when both accept it."""
-    from runner import limits
     from runner.config import choices
+    from runner.measure import limits
     from runner.models import build_workload
 
     cfg = OmegaConf.create(config)

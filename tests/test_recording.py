@@ -7,8 +7,8 @@ import json
 import h5py
 import pytest
 
-import runner.isolation
-from runner.job import run_and_record
+import runner.launch.isolation
+from runner.measure.job import run_and_record
 
 METRICS = {
     "time_median_s",
@@ -90,13 +90,32 @@ def test_tensors_h5_layout(make_config, tmp_path):
         assert json.loads(attrs["environment"])["python"]
 
 
+def test_records_carry_their_format_and_a_later_one_is_refused_in_one_line(make_config, tmp_path):
+    from runner.record.result import FORMAT, Result, ResultUnreadable, read_samples
+
+    run_and_record(make_config("tracking=none", "backend=numpy"), tmp_path)
+    saved = json.loads((tmp_path / "result.json").read_text())
+    with h5py.File(tmp_path / "tensors.h5", "r") as f:
+        assert saved["format"] == f.attrs["format"] == FORMAT
+    with h5py.File(tmp_path / "tensors.h5", "a") as f:
+        f.attrs["format"] = FORMAT + 1
+    with pytest.raises(ResultUnreadable, match=rf"tensors.h5 is in format {FORMAT + 1}, and this tensor-runner"):
+        read_samples(tmp_path)
+    (tmp_path / "result.json").write_text(json.dumps({**saved, "format": FORMAT + 1}))
+    with pytest.raises(ResultUnreadable, match=rf"result.json is in format {FORMAT + 1}, and this tensor-runner"):
+        Result.load(tmp_path)
+    del saved["format"]  # runs recorded before the key existed: format 1
+    (tmp_path / "result.json").write_text(json.dumps(saved))
+    assert Result.load(tmp_path).status == "FINISHED"
+
+
 @pytest.mark.parametrize("isolation", ["inline", "process"])
 def test_unreachable_store_keeps_results(make_config, tmp_path, isolation):
     """The tracking store cannot be opened: the run still finishes and says how to upload it later.
     (A process-isolated worker waits for its parent to open the store: it must not wait forever.)"""
     (tmp_path / "a-file").write_text("not a directory")
     cfg = make_config("backend=numpy", f"tracking.uri=sqlite:///{tmp_path}/a-file/mlflow.db", f"isolation={isolation}")
-    outcome = runner.isolation.execute(cfg, tmp_path / "run")
+    outcome = runner.launch.isolation.execute(cfg, tmp_path / "run")
     assert outcome.status == "FINISHED"
     assert json.loads((tmp_path / "run" / "result.json").read_text())["status"] == "FINISHED"
     note = json.loads((tmp_path / "run" / "tracking.json").read_text())

@@ -11,6 +11,7 @@ import pytest
 from helpers import FAST_TIMING, clients, free_port, run_cli, runner_cli
 
 from runner import report
+from runner.report import frames, plots
 
 # -- judging differences -------------------------------------------------------------------------
 
@@ -49,13 +50,13 @@ def test_runs_at_different_sizes_are_not_compared_but_named_alternatives_are():
             "metrics.time_median_s": [1e-6, 2e-6, 1e-6, 9e-3],
         }
     )
-    frame = report._finish_frame(frame)
+    frame = frames._finish_frame(frame)
     compared = report.compare(frame)
     assert list(compared["time_ratio"]) == pytest.approx([1.0, 2.0, 1.0, 9000.0])
-    titles = [title for title, _ in report.workloads(frame)]
+    titles = [title for title, _ in plots.workloads(frame)]
     assert titles == ["reshape inference, model.n 2048", "reshape inference, model.n 64"]
     assert list(frame["size"]) == [64, 64, 2048, 2048] and set(frame["size_name"]) == {"model.n"}
-    assert list(report.series_labels(frame)) == ["view", "reshape", "view", "reshape"]  # a line per method
+    assert list(plots.series_labels(frame)) == ["view", "reshape", "view", "reshape"]  # a line per method
 
 
 # -- the CLI -------------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ import pytest
 from helpers import FAST_TIMING, mlflow_runs, results, sweep_cli
 
 from runner.config import PROJECT_ROOT
-from runner.rounds import takes_part
+from runner.launch.rounds import takes_part
 
 
 def _samples(job_dir: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from runner.config import PROJECT_ROOT
-from runner.ratio import PROCESS_SD, half_width
+from runner.report.ratio import PROCESS_SD, half_width
 
 sys.path.insert(0, str(PROJECT_ROOT / "benchmarks"))
 import rounds as bench  # noqa: E402

@@ -10,9 +10,11 @@ import pandas as pd
 import pytest
 from helpers import FAST_TIMING, run_cli, runner_cli
 
-from runner import before_after, report, setups
-from runner.environment import driver_version
-from runner.ratio import time_ratio
+from runner import report
+from runner.record import setups
+from runner.record.environment import driver_version
+from runner.report import before_after
+from runner.report.ratio import time_ratio
 
 
 def _frame(**columns) -> pd.DataFrame:

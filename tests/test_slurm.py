@@ -20,8 +20,9 @@ import pytest
 from helpers import free_port, mlflow_runs, results, run_cli, runner_cli, sweep_cli
 from omegaconf import OmegaConf
 
-from runner import environment, slurm
 from runner.config import CONFIG_DIR, PROJECT_ROOT
+from runner.launch import slurm, slurm_fit, slurm_queue
+from runner.record import environment
 
 SCRIPT = PROJECT_ROOT / "scripts" / "local-slurm.sh"
 ON_SLURM = ["hydra/launcher=slurm", "hydra.launcher.partition=debug"]
@@ -38,21 +39,23 @@ SINFO = (
 
 
 def test_sinfo_is_read_per_node_with_gpus_and_the_default_partition():
-    assert slurm.parse_sinfo(SINFO, None) == slurm.Partition("debug", "up", (slurm.Node("vm", 2, 7800, 0),), None)
-    big = slurm.parse_sinfo(SINFO, "big")
+    assert slurm_fit.parse_sinfo(SINFO, None) == slurm_fit.Partition(
+        "debug", "up", (slurm_fit.Node("vm", 2, 7800, 0),), None
+    )
+    big = slurm_fit.parse_sinfo(SINFO, "big")
     assert big.max_time_min == 36 * 60
     assert [(n.name, n.cpus, n.gpus) for n in big.nodes] == [("g1", 64, 4), ("g2", 64, 4)]
-    with pytest.raises(slurm.LaunchRefused, match="no partition 'gpu' .*big, debug, mixed"):
-        slurm.parse_sinfo(SINFO, "gpu")
+    with pytest.raises(slurm_fit.LaunchRefused, match="no partition 'gpu' .*big, debug, mixed"):
+        slurm_fit.parse_sinfo(SINFO, "gpu")
 
 
 def test_null_cpus_are_the_cores_of_the_smallest_node_that_can_hold_the_job_and_memory_is_left_null():
-    debug, mixed = slurm.parse_sinfo(SINFO, "debug"), slurm.parse_sinfo(SINFO, "mixed")
-    fitted = slurm.fit_request({"cpus_per_task": None, "mem_gb": None, "tasks_per_node": 1, "nodes": 1}, debug)
+    debug, mixed = slurm_fit.parse_sinfo(SINFO, "debug"), slurm_fit.parse_sinfo(SINFO, "mixed")
+    fitted = slurm_fit.fit_request({"cpus_per_task": None, "mem_gb": None, "tasks_per_node": 1, "nodes": 1}, debug)
     assert fitted["cpus_per_task"] == 2 and fitted["mem_gb"] is None  # memory: --mem=0 with --exclusive
-    assert slurm.fit_request({"cpus_per_task": 1}, debug)["cpus_per_task"] == 1
-    assert slurm.fit_request({"tasks_per_node": 2}, mixed)["cpus_per_task"] == 4
-    assert slurm.fit_request({"gpus_per_node": 1}, mixed)["cpus_per_task"] == 32  # only g3 has GPUs
+    assert slurm_fit.fit_request({"cpus_per_task": 1}, debug)["cpus_per_task"] == 1
+    assert slurm_fit.fit_request({"tasks_per_node": 2}, mixed)["cpus_per_task"] == 4
+    assert slurm_fit.fit_request({"gpus_per_node": 1}, mixed)["cpus_per_task"] == 32  # only g3 has GPUs
 
 
 @pytest.mark.parametrize(
@@ -65,29 +68,31 @@ def test_null_cpus_are_the_cores_of_the_smallest_node_that_can_hold_the_job_and_
     ],
 )
 def test_a_request_no_node_can_hold_is_refused_in_one_line(request_, match):
-    with pytest.raises(slurm.LaunchRefused, match=match) as refused:
-        slurm.fit_request(request_, slurm.parse_sinfo(SINFO, "debug"))
+    with pytest.raises(slurm_fit.LaunchRefused, match=match) as refused:
+        slurm_fit.fit_request(request_, slurm_fit.parse_sinfo(SINFO, "debug"))
     assert "\n" not in str(refused.value)
 
 
 def test_a_gpu_request_fits_the_gpu_partition():
-    big = slurm.parse_sinfo(SINFO, "big")
-    fitted = slurm.fit_request({"cpus_per_task": 8, "mem_gb": 64, "gpus_per_node": 4, "nodes": 2}, big)
+    big = slurm_fit.parse_sinfo(SINFO, "big")
+    fitted = slurm_fit.fit_request({"cpus_per_task": 8, "mem_gb": 64, "gpus_per_node": 4, "nodes": 2}, big)
     assert fitted["cpus_per_task"] == 8
-    with pytest.raises(slurm.LaunchRefused, match="asks for 8 CPUs, 64.0 GB, 5 GPUs per node, .* 0 such nodes"):
-        slurm.fit_request({"cpus_per_task": 8, "mem_gb": 64, "gpus_per_node": 5}, big)
+    with pytest.raises(slurm_fit.LaunchRefused, match="asks for 8 CPUs, 64.0 GB, 5 GPUs per node, .* 0 such nodes"):
+        slurm_fit.fit_request({"cpus_per_task": 8, "mem_gb": 64, "gpus_per_node": 5}, big)
 
 
 LAUNCHER = {"gpus_per_node": None, "gpus_per_task": None, "gres": None, "gpus_per_cuda_job": 1, "exclusive": True}
 
 
 def test_cuda_jobs_ask_for_gpus_in_an_array_of_their_own_and_cpu_jobs_for_none():
-    arrays = slurm.fit_arrays(LAUNCHER, ["cpu", "cuda", "cpu", "auto", "cuda"], slurm.parse_sinfo(SINFO, "mixed"))
+    arrays = slurm_fit.fit_arrays(
+        LAUNCHER, ["cpu", "cuda", "cpu", "auto", "cuda"], slurm_fit.parse_sinfo(SINFO, "mixed")
+    )
     assert [(r["gpus_per_node"], r["cpus_per_task"], positions) for r, positions in arrays] == [
         (None, 8, [0, 2, 3]),
         (1, 32, [1, 4]),
     ]
-    two = slurm.fit_arrays({**LAUNCHER, "gpus_per_cuda_job": 2}, ["cuda"], slurm.parse_sinfo(SINFO, "big"))
+    two = slurm_fit.fit_arrays({**LAUNCHER, "gpus_per_cuda_job": 2}, ["cuda"], slurm_fit.parse_sinfo(SINFO, "big"))
     assert [(r["gpus_per_node"], positions) for r, positions in two] == [(2, [0])]
 
 
@@ -101,36 +106,36 @@ def test_cuda_jobs_ask_for_gpus_in_an_array_of_their_own_and_cpu_jobs_for_none()
     ],
 )
 def test_gpus_asked_for_explicitly_are_what_every_job_asks_for(explicit, gpus):
-    arrays = slurm.fit_arrays({**LAUNCHER, **explicit}, ["cpu", "cuda"], slurm.parse_sinfo(SINFO, "big"))
+    arrays = slurm_fit.fit_arrays({**LAUNCHER, **explicit}, ["cpu", "cuda"], slurm_fit.parse_sinfo(SINFO, "big"))
     assert [(r["gpus_per_node"], positions) for r, positions in arrays] == [(gpus, [0, 1])]
 
 
 def test_a_cuda_job_on_a_partition_without_gpus_is_refused_in_one_line():
     devices = ["cpu", "cuda", "cpu", "cuda", "cuda", "cuda", "cuda"]
-    with pytest.raises(slurm.LaunchRefused) as refused:
-        slurm.fit_arrays(LAUNCHER, devices, slurm.parse_sinfo(SINFO, "debug"), first=10)
+    with pytest.raises(slurm_fit.LaunchRefused) as refused:
+        slurm_fit.fit_arrays(LAUNCHER, devices, slurm_fit.parse_sinfo(SINFO, "debug"), first=10)
     assert str(refused.value) == (
         "jobs #11, #13, #14, #15, ... (5 jobs) (device=cuda, gpus_per_cuda_job=1) ask for GPUs, but partition debug "
         "has none (sinfo): choose a partition with GPUs (hydra.launcher.partition)"
     )
-    assert slurm.fit_arrays(LAUNCHER, ["cpu", "auto"], slurm.parse_sinfo(SINFO, "debug"))  # no cuda job: fine
+    assert slurm_fit.fit_arrays(LAUNCHER, ["cpu", "auto"], slurm_fit.parse_sinfo(SINFO, "debug"))  # no cuda job: fine
 
 
 def test_a_time_limit_longer_than_the_partition_allows_is_refused():
-    big = slurm.parse_sinfo(SINFO, "big")
-    assert slurm.fit_request({"timeout_min": 36 * 60}, big)["timeout_min"] == 2160
-    with pytest.raises(slurm.LaunchRefused, match="timeout_min=2161 is longer than partition big allows"):
-        slurm.fit_request({"timeout_min": 2161}, big)
+    big = slurm_fit.parse_sinfo(SINFO, "big")
+    assert slurm_fit.fit_request({"timeout_min": 36 * 60}, big)["timeout_min"] == 2160
+    with pytest.raises(slurm_fit.LaunchRefused, match="timeout_min=2161 is longer than partition big allows"):
+        slurm_fit.fit_request({"timeout_min": 2161}, big)
 
 
 def test_a_down_partition_is_refused():
-    with pytest.raises(slurm.LaunchRefused, match="partition debug is down"):
-        slurm.fit_request({}, slurm.parse_sinfo(SINFO.replace("|up|vm", "|down|vm"), "debug"))
+    with pytest.raises(slurm_fit.LaunchRefused, match="partition debug is down"):
+        slurm_fit.fit_request({}, slurm_fit.parse_sinfo(SINFO.replace("|up|vm", "|down|vm"), "debug"))
 
 
 @pytest.fixture
 def launcher(tmp_path, monkeypatch):
-    """make(*overrides): runner.slurm's launcher as Hydra sets it up from conf/hydra/launcher/slurm.yaml."""
+    """make(*overrides): runner.launch.slurm's launcher as Hydra sets it up from conf/hydra/launcher/slurm.yaml."""
     import submitit
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
@@ -161,7 +166,7 @@ def sbatch_options(made: slurm.SlurmLauncher, request: dict) -> set[str]:
 
 def test_every_job_is_sbatch_exclusive_with_all_the_nodes_memory_and_cuda_jobs_ask_for_a_gpu(launcher):
     made = launcher("hydra.launcher.partition=mixed")
-    (cpu, _), (cuda, _) = slurm.fit_arrays(made.params, ["cpu", "cuda"], slurm.parse_sinfo(SINFO, "mixed"))
+    (cpu, _), (cuda, _) = slurm_fit.fit_arrays(made.params, ["cpu", "cuda"], slurm_fit.parse_sinfo(SINFO, "mixed"))
     node = {"#SBATCH --exclusive", "#SBATCH --mem=0", "#SBATCH --partition=mixed", "#SBATCH --nodes=1"}
     assert node | {"#SBATCH --cpus-per-task=8"} <= sbatch_options(made, cpu)
     assert not any("gpu" in line for line in sbatch_options(made, cpu))
@@ -179,7 +184,7 @@ def test_exclusive_can_be_turned_off_and_a_memory_set_is_kept(launcher):
 def test_each_jobs_device_comes_from_its_composed_config(launcher):
     made = launcher()
     assert made._devices([["device=cuda"], ["device=cpu"], [], ["device=auto"]], 0) == ["cuda", "cpu", "cpu", "auto"]
-    with pytest.raises(slurm.LaunchRefused, match=r"^job #5 \(device=tpu\): .*device/tpu"):
+    with pytest.raises(slurm_fit.LaunchRefused, match=r"^job #5 \(device=tpu\): .*device/tpu"):
         made._devices([["device=cpu"], ["device=tpu"]], 4)
     assert launcher("hydra.launcher.gpus_per_node=1")._devices([["device=tpu"]], 0) == [""]  # GPUs set: not composed
 
@@ -203,7 +208,7 @@ class SubmittedArrays:
         if len(self.arrays) == self.fail_at:
             raise FailedJobError("sbatch: error: QOSMaxGRESPerUser\nmore")
         array = 7 + len(self.arrays)
-        self.arrays.append((slurm.sbatch_summary(executor._executor.parameters), list(numbers)))
+        self.arrays.append((slurm_fit.sbatch_summary(executor._executor.parameters), list(numbers)))
         return [FakeJob(f"{array}_{task}", self.folder) for task in range(len(numbers))]
 
 
@@ -215,8 +220,8 @@ def test_jobs_asking_differently_are_arrays_of_their_own_numbered_and_followed_a
 ):
     made = launcher("hydra.launcher.partition=mixed")
     monkeypatch.setattr(made, "_executor", submitted := SubmittedArrays(made, tmp_path))
-    arrays = slurm.fit_arrays(made.params, made._devices(OVERRIDES, 5), slurm.parse_sinfo(SINFO, "mixed"), 5)
-    with caplog.at_level(logging.INFO, logger="runner.slurm"):
+    arrays = slurm_fit.fit_arrays(made.params, made._devices(OVERRIDES, 5), slurm_fit.parse_sinfo(SINFO, "mixed"), 5)
+    with caplog.at_level(logging.INFO, logger="runner.launch.slurm"):
         jobs = made._submit(OVERRIDES, 5, arrays, tmp_path)
     assert submitted.arrays == [
         ("--partition=mixed --exclusive --cpus-per-task=8 --mem=0 --time=60", [5, 7]),
@@ -228,8 +233,8 @@ def test_jobs_asking_differently_are_arrays_of_their_own_numbered_and_followed_a
 
     asked = []
     queue = "7_0|20|COMPLETED|None\n8_0|21|COMPLETED|None\n7_1|22|COMPLETED|None\n8_1|23|COMPLETED|None\n"
-    monkeypatch.setattr(slurm, "read_queue", lambda ids: asked.append(ids) or slurm.parse_queue(queue))
-    states = slurm.Follower(jobs, first=5).run()
+    monkeypatch.setattr(slurm_queue, "read_queue", lambda ids: asked.append(ids) or slurm_queue.parse_queue(queue))
+    states = slurm_queue.Follower(jobs, first=5).run()
     assert asked == [{"7", "8"}] and all(s.state == "COMPLETED" for s in states.values())
     assert capsys.readouterr().out.splitlines()[1] == "slurm: job #6 SLURM job 8_0 COMPLETED"
 
@@ -240,8 +245,8 @@ def test_a_failed_sbatch_cancels_the_arrays_already_submitted_and_says_why_in_on
     made = launcher("hydra.launcher.partition=mixed")
     monkeypatch.setattr(made, "_executor", SubmittedArrays(made, tmp_path, fail_at=1))
     cancelled = []
-    monkeypatch.setattr(slurm.subprocess, "run", lambda args, **kw: cancelled.append(args))
-    arrays = slurm.fit_arrays(made.params, made._devices(OVERRIDES, 0), slurm.parse_sinfo(SINFO, "mixed"))
+    monkeypatch.setattr(slurm_queue.subprocess, "run", lambda args, **kw: cancelled.append(args))
+    arrays = slurm_fit.fit_arrays(made.params, made._devices(OVERRIDES, 0), slurm_fit.parse_sinfo(SINFO, "mixed"))
     with pytest.raises(SystemExit) as exited:
         made._submit(OVERRIDES, 0, arrays, tmp_path)
     assert exited.value.code == 1 and cancelled == [["scancel", "7_0", "7_1"]]
@@ -252,15 +257,15 @@ def test_hydra_sweep_mode_sets_the_sweep_directorys_permissions(launcher, tmp_pa
     assert launcher()._sweep_dir().is_dir()
     sweep_dir = launcher("+hydra.sweep.mode=750")._sweep_dir()
     assert sweep_dir == tmp_path / "sweep" and stat.S_IMODE(sweep_dir.stat().st_mode) == 0o750
-    with pytest.raises(slurm.LaunchRefused, match="hydra.sweep.mode=rwx is not a file mode in octal digits"):
+    with pytest.raises(slurm_fit.LaunchRefused, match="hydra.sweep.mode=rwx is not a file mode in octal digits"):
         launcher("+hydra.sweep.mode=rwx")._sweep_dir()
 
 
 def test_pending_reasons_that_waiting_cannot_resolve():
-    queue = slurm.parse_queue(
+    queue = slurm_queue.parse_queue(
         "7_0|8|PENDING|PartitionConfig\n7_1|9|PENDING|Resources\n7_2|10|PENDING|ReqNodeNotAvail, UnavailableNodes:vm\n"
     )
-    assert [slurm.is_permanent(queue[i]) for i in ("7_0", "7_1", "7_2")] == [True, False, True]
+    assert [slurm_queue.is_permanent(queue[i]) for i in ("7_0", "7_1", "7_2")] == [True, False, True]
     assert queue["7_1"].slurm_job_id == "9"
 
 
@@ -279,11 +284,11 @@ def test_following_waits_on_resources_and_cancels_what_can_never_start(tmp_path,
         ]
     )
     cancelled = []
-    monkeypatch.setattr(slurm, "read_queue", lambda ids: slurm.parse_queue(next(queues)))
-    monkeypatch.setattr(slurm.subprocess, "run", lambda args, **kw: cancelled.append(args))
-    monkeypatch.setattr(slurm, "PENDING_GRACE_S", 0.0)
-    monkeypatch.setattr(slurm, "POLL_MIN_S", 0.0)
-    states = slurm.Follower([FakeJob("5_0", tmp_path), FakeJob("5_1", tmp_path)]).run()
+    monkeypatch.setattr(slurm_queue, "read_queue", lambda ids: slurm_queue.parse_queue(next(queues)))
+    monkeypatch.setattr(slurm_queue.subprocess, "run", lambda args, **kw: cancelled.append(args))
+    monkeypatch.setattr(slurm_queue, "PENDING_GRACE_S", 0.0)
+    monkeypatch.setattr(slurm_queue, "POLL_MIN_S", 0.0)
+    states = slurm_queue.Follower([FakeJob("5_0", tmp_path), FakeJob("5_1", tmp_path)]).run()
     assert cancelled == [["scancel", "5_1"]]
     assert states["5_0"].state == "COMPLETED" and not states["5_0"].extra
     assert states["5_1"].describe() == (
@@ -295,11 +300,11 @@ def test_following_waits_on_resources_and_cancels_what_can_never_start(tmp_path,
 
 
 def test_a_failing_squeue_is_said_once_and_never_taken_for_the_end_of_a_job(tmp_path, monkeypatch, capsys):
-    running, done = slurm.parse_queue("5_0|6|RUNNING|None\n"), slurm.parse_queue("5_0|6|COMPLETED|None\n")
+    running, done = slurm_queue.parse_queue("5_0|6|RUNNING|None\n"), slurm_queue.parse_queue("5_0|6|COMPLETED|None\n")
     queues = iter([running, None, None, None, None, done])
-    monkeypatch.setattr(slurm, "read_queue", lambda ids: next(queues))
-    monkeypatch.setattr(slurm, "POLL_MIN_S", 0.0)
-    states = slurm.Follower([FakeJob("5_0", tmp_path)]).run()
+    monkeypatch.setattr(slurm_queue, "read_queue", lambda ids: next(queues))
+    monkeypatch.setattr(slurm_queue, "POLL_MIN_S", 0.0)
+    states = slurm_queue.Follower([FakeJob("5_0", tmp_path)]).run()
     assert states["5_0"].state == "COMPLETED"
     assert capsys.readouterr().err.count("squeue failed") == 1
 
@@ -316,8 +321,8 @@ def test_scheduler_context_names_the_slurm_job_and_node():
 
 
 def test_the_sacct_fallback_warning_is_shown_once_with_its_meaning(caplog):
-    slurm.quiet_sacct_warnings()
-    slurm.quiet_sacct_warnings()  # each launch installs it; still one filter
+    slurm_queue.quiet_sacct_warnings()
+    slurm_queue.quiet_sacct_warnings()  # each launch installs it; still one filter
     logger = logging.getLogger("submitit")
     with caplog.at_level(logging.WARNING, logger="submitit"):
         for call in range(5):
@@ -492,7 +497,7 @@ def test_a_job_that_can_never_start_is_cancelled_and_failed_with_slurms_reason(l
             _wait_for(lambda: "submitting" in log.read_text(), sweep)
             _scontrol("update", "PartitionName=debug", "State=DOWN")
             subprocess.run(["scancel", blocker], check=True)
-            sweep.wait(timeout=slurm.PENDING_GRACE_S + 120)
+            sweep.wait(timeout=slurm_queue.PENDING_GRACE_S + 120)
     finally:
         _scontrol("update", "PartitionName=debug", "State=UP")
         subprocess.run(["scancel", blocker], capture_output=True)

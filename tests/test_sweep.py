@@ -231,7 +231,7 @@ def test_a_locked_store_still_gets_the_run(make_config, tmp_path, hold_s):
     import sqlite3
     import threading
 
-    from runner import isolation
+    from runner.launch import isolation
 
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     cfg = make_config("backend=numpy", "isolation=inline", f"tracking.uri={uri}", "tracking.experiment=locked")
@@ -288,9 +288,14 @@ def test_hydra_callbacks_see_the_median_where_the_task_measures_and_none_in_roun
 
 
 def test_an_optimizing_sweeper_gets_jobs_measured_in_their_tasks():
+    from omegaconf import OmegaConf
+
     from runner.config import compose
-    from runner.rounds import BASIC_LAUNCHER, wanted
+    from runner.launch.launchers import BASIC_LAUNCHER, BASIC_SWEEPER
+    from runner.launch.rounds import wanted
 
     cfg = compose([])
-    assert wanted(cfg, True, BASIC_LAUNCHER)
-    assert not wanted(cfg, True, BASIC_LAUNCHER, "hydra_plugins.hydra_optuna_sweeper.optuna_sweeper.OptunaSweeper")
+    basic = OmegaConf.create({"_target_": BASIC_LAUNCHER})
+    assert wanted(cfg, True, basic, OmegaConf.create({"_target_": BASIC_SWEEPER}))
+    optuna = OmegaConf.create({"_target_": "hydra_plugins.hydra_optuna_sweeper.optuna_sweeper.OptunaSweeper"})
+    assert not wanted(cfg, True, basic, optuna)

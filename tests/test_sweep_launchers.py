@@ -16,7 +16,7 @@ def launcher(name: str, *overrides: str):
 
 def test_slurm_launcher_composes_with_cluster_settings():
     conf = launcher("slurm", "hydra.launcher.partition=gpu", "hydra.launcher.gpus_per_node=1")
-    assert conf._target_ == "hydra_plugins.tensor_runner.slurm_launcher.SlurmLauncher"  # runner.slurm's
+    assert conf._target_ == "hydra_plugins.tensor_runner.slurm_launcher.SlurmLauncher"  # runner.launch.slurm's
     assert conf.partition == "gpu" and conf.gpus_per_node == 1
     assert conf.cpus_per_task is None and conf.mem_gb is None  # taken from the partition at launch
 
@@ -58,11 +58,13 @@ def test_mlflow_variables_choose_the_store_and_explicit_settings_win(monkeypatch
 
 
 def test_a_cluster_sweep_with_a_store_on_this_machine_is_warned_about(tmp_path, capsys, monkeypatch):
-    from runner import sweep
+    from runner.launch import sweep
 
     monkeypatch.setattr(sweep, "_active", None)  # the sweeps started here are never finished
 
-    assert sweep.cluster_launcher(launcher("slurm")) and not sweep.cluster_launcher(launcher("parallel"))
+    from runner.launch.launchers import cluster_launcher
+
+    assert cluster_launcher(launcher("slurm")) and not cluster_launcher(launcher("parallel"))
     overrides = ["hydra/launcher=slurm", "tracking=none", f"hydra.sweep.dir={tmp_path}"]
     config = compose(overrides, return_hydra_config=True)
     sweep.start(config)
@@ -88,7 +90,7 @@ def test_a_cluster_sweep_over_this_hosts_devices_is_refused_in_one_line(tmp_path
 
 
 def test_a_cluster_launcher_without_its_extra_is_one_line(tmp_path, monkeypatch):
-    from runner import preflight
+    from runner.launch import preflight
 
     monkeypatch.setitem(preflight.LAUNCHER_EXTRAS, "ray_cluster", ("no_such_plugin_module", "ray"))
     with pytest.raises(preflight.BadInput, match=r"^hydra/launcher=ray_cluster needs the ray extra: pip install"):

@@ -9,9 +9,9 @@ import json
 import pytest
 from helpers import compose_config, run_cli
 
-from runner import isolation
 from runner.config import ConfigError, check_combination
-from runner.environment import ADDR_NO_RANDOMIZE
+from runner.launch import isolation
+from runner.record.environment import ADDR_NO_RANDOMIZE
 
 
 def test_numpy_blas_threads_are_set_and_recorded(tmp_path):

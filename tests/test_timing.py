@@ -9,12 +9,12 @@ import time
 import numpy as np
 import pytest
 
-from runner.timing import Measurement, MeasurementFailed, MeasurementInterrupted, affordable_rounds, measure
+from runner.measure.timing import Measurement, MeasurementFailed, MeasurementInterrupted, affordable_rounds, measure
 
 FORWARD_PASS_FAULTS = """
 import resource, sys
 import numpy as np
-from runner.timing import keep_freed_memory
+from runner.measure.timing import keep_freed_memory
 if sys.argv[1] == "keep":
     assert keep_freed_memory()
 def call():  # like a forward pass: ten 8 MiB activations alive at once, all freed at the end

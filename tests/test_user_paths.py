@@ -56,7 +56,7 @@ def test_photos_load_as_a_viewer_shows_them(photos):
     from PIL import Image, ImageOps
     from torchvision import transforms
 
-    from runner.data import open_image, preprocess
+    from runner.measure.data import open_image, preprocess
 
     seed_004 = transforms.Compose(
         [
@@ -81,7 +81,7 @@ def test_photos_load_as_a_viewer_shows_them(photos):
 def test_exif_rotation_and_sixteen_bits_keep_what_the_file_shows(photos):
     from PIL import Image
 
-    from runner.data import open_image
+    from runner.measure.data import open_image
 
     stored = np.asarray(Image.open(photos["exif_rotated.jpg"].path))
     shown = np.asarray(open_image(photos["exif_rotated.jpg"].path))
@@ -99,7 +99,7 @@ def broken(tmp_path_factory):
 
 
 def test_unreadable_images_are_one_line_naming_the_file(make_config, broken):
-    from runner.data import load_inputs
+    from runner.measure.data import load_inputs
     from runner.models.vision import VisionModel
 
     for path in broken:
@@ -168,7 +168,7 @@ def test_every_vision_model_agrees_on_every_photo(photos, model):
 def test_uniform_image_for_cyclegan_is_one_line(make_config, photos):
     """Instance norm of a one-colour image is 0/0 (eps aside): torch and TensorFlow return different
     rounding noise. The 1x1 photo, resized to 256 x 256, is such an image; the classifiers take it."""
-    from runner.data import load_inputs
+    from runner.measure.data import load_inputs
     from runner.models.vision import VisionModel
 
     path = photos["pixel_1x1.png"].path
@@ -184,7 +184,7 @@ def test_heavier_classifiers_agree_on_a_photo(photos, model):
 
 
 def agree_on_photos(model: str, photos: dict) -> None:
-    from runner.data import open_image, preprocess
+    from runner.measure.data import open_image, preprocess
 
     # CycleGAN in float64: with seeded weights its 9 instance-normed blocks amplify float32 rounding on
     # smooth, low-contrast photos to 1.5e-4 of the largest output (the 16-bit grey one); float64 shows
@@ -207,7 +207,7 @@ def agree_on_photos(model: str, photos: dict) -> None:
 @pytest.mark.parametrize("model", VISION)
 def test_every_photo_runs_as_a_run(make_config, photos, tmp_path, model, backend):
     """The real job path, full size, batch 1: every photo with every model on both backends."""
-    from runner.job import run_and_record
+    from runner.measure.job import run_and_record
 
     for name, photo in photos.items():
         overrides = ["tracking=none", f"model={model}", f"backend={backend}", "task=inference", "batch_size=1"]
@@ -246,7 +246,7 @@ def test_smallest_image_size_is_torchs_own(model):
 
 @pytest.mark.parametrize("model", ["alexnet", "resnet101", "cyclegan"])
 def test_smallest_image_size_runs_and_agrees_on_both_backends(make_config, tmp_path, model):
-    from runner.job import run_and_record
+    from runner.measure.job import run_and_record
 
     outputs = {}
     for backend in ("torch", "tensorflow"):
@@ -275,7 +275,7 @@ def test_too_small_for_alexnet_on_tensorflow_is_refused_before_running(tmp_path)
 def test_cyclegan_gradients_on_odd_sizes_follow_the_output(make_config, tmp_path):
     """A 30x41 image (as a 4:3 photo, not a multiple of 4): the image out is 30x41 on both backends, and
     the loss's targets are shaped like it."""
-    from runner.job import run_and_record
+    from runner.measure.job import run_and_record
 
     with h5py.File(tmp_path / "images.h5", "w") as f:
         f["images"] = scene(41, 30)[None].transpose(0, 3, 1, 2) / 255.0
@@ -331,7 +331,7 @@ def test_tensorflow_reads_a_torchvision_checkpoint_without_torch(user_files, tmp
         "from pathlib import Path\n"
         "from hydra import compose, initialize_config_dir\n"
         "from runner.config import PROJECT_ROOT\n"
-        "from runner.job import run_and_record\n"
+        "from runner.measure.job import run_and_record\n"
         "overrides = sys.argv[2:]\n"
         "with initialize_config_dir(config_dir=str(PROJECT_ROOT / 'conf'), version_base='1.3'):\n"
         "    cfg = compose(config_name='config', overrides=overrides)\n"
@@ -438,7 +438,7 @@ def test_a_fifo_is_never_read_as_an_image(tmp_path):
     """A FIFO named like a photo, alone or in a folder, is one line, not a read that blocks forever."""
     import os
 
-    from runner.data import image_files
+    from runner.measure.data import image_files
 
     fifo = tmp_path / "pipe.jpg"
     os.mkfifo(fifo)

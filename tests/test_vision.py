@@ -10,7 +10,7 @@ import pytest
 from helpers import PROGRESS
 
 from runner.config import ConfigError
-from runner.job import run_and_record
+from runner.measure.job import run_and_record
 
 SMALL = ["tracking=none", "data.image_size=64", "batch_size=2"]
 
@@ -81,7 +81,7 @@ def test_preprocessing_matches_torchvision_transforms(tmp_path):
     from PIL import Image
     from torchvision import transforms
 
-    from runner.data import preprocess
+    from runner.measure.data import preprocess
 
     image = Image.open(_photo(tmp_path / "photo.png")).convert("RGB")
     seed_004 = transforms.Compose(
@@ -250,7 +250,7 @@ def test_tfrecord_and_hdf5_inputs_match_image_files(make_config, tmp_path):
     import tensorflow as tf
     from PIL import Image
 
-    from runner.data import load_inputs
+    from runner.measure.data import load_inputs
     from runner.models.vision import VisionModel
 
     photo = _photo(tmp_path / "photo.png")

@@ -13,9 +13,10 @@ import os
 import sys
 from pathlib import Path
 
-from runner import sweep, tracking
+from runner import tracking
 from runner.config import ConfigError, first_line
-from runner.result import ResultUnreadable
+from runner.launch import sweep
+from runner.record.result import ResultUnreadable
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -80,7 +81,7 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from runner import before_after
+    from runner.report import before_after
 
     if not args.factor >= 1.0:
         raise LookupError(f"--factor {args.factor}: it must be 1 or more (1.1 = a change of 10%)")

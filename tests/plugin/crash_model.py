@@ -6,7 +6,9 @@ from __future__ import annotations
 import os
 import signal
 
+from runner.models import Workload
 
-class CrashModel:
+
+class CrashModel(Workload):
     def __init__(self):
         os.kill(os.getpid(), signal.SIGKILL)

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from runner.models import Workload
 
-class SquareModel:
+
+class SquareModel(Workload):
     name = "square"
     per_example_gradients = jacobian = None
 

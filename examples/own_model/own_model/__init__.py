@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from runner.models import Workload
+
 Params = dict[str, np.ndarray]
 
 
@@ -34,7 +36,7 @@ def im2col(images: np.ndarray, kernel: int) -> np.ndarray:
     return windows.transpose(0, 2, 3, 1, 4, 5).reshape(batch, rows * cols, channels * kernel * kernel)
 
 
-class SmallConvNet:
+class SmallConvNet(Workload):
     """conv (kernel x kernel, valid) -> relu -> learned pooling over positions -> linear, loss = sum of squares."""
 
     name = "small_convnet"

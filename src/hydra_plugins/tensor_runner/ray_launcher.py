@@ -1,4 +1,4 @@
-"""Hydra accepts launchers only from the `hydra_plugins` package: runner.ray_launch's launcher, by that name,
+"""Hydra accepts launchers only from the `hydra_plugins` package: runner.launch.ray_launch's launcher, by that name,
 and its config `hydra/launcher=tensor_runner_ray` (conf/hydra/launcher/ray_cluster.yaml builds on it).
 Without the Ray extra (pip install -e '.[ray]') neither exists, and Hydra's plugin scan stays quiet."""
 
@@ -8,7 +8,7 @@ from typing import Any
 try:
     from hydra_plugins.hydra_ray_launcher._config import RayConf
 
-    from runner import ray_launch
+    from runner.launch import ray_launch
 except ImportError:
     ray_launch = None
 
@@ -16,7 +16,7 @@ if ray_launch is not None:
     from hydra.core.config_store import ConfigStore
 
     class RayLauncher(ray_launch.RayLauncher):
-        """hydra-ray-launcher's launcher with per-job GPU requests and crashed tasks recorded; see runner.ray_launch."""
+        """hydra-ray-launcher's launcher, GPUs per cuda job, dead tasks recorded; see runner.launch.ray_launch."""
 
     @dataclass
     class RayClusterConf:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 from omegaconf import DictConfig
@@ -21,86 +21,102 @@ from runner.config import ConfigError, workload_arguments
 Params = dict[str, np.ndarray]
 
 
-class Workload(Protocol):
-    """What the runner needs of a workload. Parameters use ONE naming and layout on every backend
+class Workload:
+    """What every workload is: subclass it and define the four methods without defaults; the rest have
+    defaults a workload overrides where it differs. Parameters use ONE naming and layout on every backend
     (torch state-dict names and shapes); arrays are float64 numpy until a backend places them."""
 
     name: str
     # float64 numpy derivatives, the reference every run is checked against (and numpy's backprop);
     # None where the workload defines no such derivative.
-    gradients: Callable[[Params, np.ndarray, np.ndarray], Params] | None
-    per_example_gradients: Callable[[Params, np.ndarray, np.ndarray], Params] | None
-    jacobian: Callable[[Params, np.ndarray], np.ndarray] | None
+    gradients: Callable[[Params, np.ndarray, np.ndarray], Params] | None = None
+    per_example_gradients: Callable[[Params, np.ndarray, np.ndarray], Params] | None = None
+    jacobian: Callable[[Params, np.ndarray], np.ndarray] | None = None
+    loss: Callable[..., Any] | None = None  # loss(ops, params, x, labels); op workloads have none
+    preprocess: Callable[[Any], np.ndarray] | None = None  # a PIL RGB image -> float64 CHW, its own (not seed 004's)
+    spec: dict[str, tuple] | None = None  # {name: shape} of loadable weights: model.weights / model.pretrained
+    host_params: tuple[str, ...] = ()  # parameters kept as numpy arrays instead of placed on the backend
+    numpy_reference: bool = True  # False: no float64 numpy forward to check against
+    own_layout: bool = False  # True: parameters keep the workload's layout on every backend (Keras's)
+    makes_images: bool = False  # data=image/tfrecord/hdf5: outputs are images (no centre crop), not class scores
 
-    def init_params(self, rng: np.random.Generator) -> Params: ...
+    def init_params(self, rng: np.random.Generator) -> Params:
+        raise NotImplementedError
 
     def make_inputs(self, rng: np.random.Generator, batch_size: int) -> dict[str, np.ndarray]:
         """{"x": ...} and "labels" where the loss uses them."""
+        raise NotImplementedError
 
-    def examples_per_call(self, batch_size: int) -> int: ...
+    def examples_per_call(self, batch_size: int) -> int:
+        raise NotImplementedError
 
     def forward(self, ops: Any, params: dict, x: Any) -> Any:
         """The model on backend `ops` (a backend module), with native arrays."""
-
-
-class OptionalWorkloadParts(Protocol):
-    """Methods and attributes a workload MAY define; the runner checks for each with getattr."""
-
-    spec: dict[str, tuple]  # {name: shape} of loadable weights: model.weights / model.pretrained work
-    host_params: tuple[str, ...]  # parameters kept as numpy arrays instead of placed on the backend
-    numpy_reference: bool  # False: no float64 numpy forward to check against
-    own_layout: bool  # True: parameters keep the workload's layout on every backend (Keras's), never converted
-    makes_images: bool  # data=image/tfrecord/hdf5: outputs are images (no centre crop), not class scores
+        raise NotImplementedError
 
     def pretrained_path(self) -> Path:
-        """Where model.pretrained=true finds this model's published weights (default: torchvision's file for `name`)."""
+        """Where model.pretrained=true finds this model's published weights: torchvision's file for `name`."""
+        from runner.models.weights import pretrained_path
 
-    def read_weights(self, path: Path) -> Params:
-        """model.weights=FILE read by the workload itself (a Keras .weights.h5) instead of the runner's readers."""
+        return pretrained_path(self.name)
 
-    def preprocess(self, image: Any) -> np.ndarray:
-        """A PIL RGB image -> float64 CHW, the model's own preprocessing (instead of seed 004's)."""
+    def read_weights(self, path: Path) -> Params | None:
+        """model.weights=FILE read by the workload itself (a Keras .weights.h5); None: the runner's readers."""
+        return None
 
-    def make_labels(self, rng: np.random.Generator, x: np.ndarray) -> np.ndarray:
-        """Seeded targets for images read from files (data=image/tfrecord/hdf5)."""
+    def make_labels(self, rng: np.random.Generator, x: np.ndarray) -> np.ndarray | None:
+        """Seeded targets for images read from files (data=image/tfrecord/hdf5); None: it takes no images."""
+        return None
 
-    def loss(self, ops: Any, params: dict, x: Any, labels: Any) -> Any: ...
+    def check_images(self, x: np.ndarray, source: str) -> None:
+        """Refuse (ConfigError) images the network cannot take, before any timed call."""
 
     def trainable(self, name: str) -> bool:
-        """False for constants such as batch-norm statistics (default: every parameter is trained)."""
+        """False for constants such as batch-norm statistics."""
+        return True
 
-    def extra_metrics(self, ops: Any, params: dict, inputs: dict, output: Any) -> dict[str, float]: ...
+    def extra_metrics(self, ops: Any, params: dict, inputs: dict, output: Any) -> dict[str, float]:
+        return {}
 
-    def flops_per_call(self) -> float: ...
+    def flops_per_call(self) -> float | None:
+        return None
 
-    def array_elements(self, batch_size: int, task: str, mode: str) -> dict[str, int]:
-        """{"weights", "inputs", "results"} element counts: the memory preflight (runner.limits)."""
+    def array_elements(self, batch_size: int, task: str, per_example: bool) -> dict[str, int] | None:
+        """{"weights", "inputs", "results"} element counts for the memory preflight (runner.measure.limits);
+        None: not checked."""
+        return None
 
-    def task_flops(self, batch_size: int, task: str) -> float:
+    def task_flops(self, batch_size: int, task: str) -> float | None:
         """FLOPs of one call: the up-front cost note for calls that outlast the time budget."""
+        return None
 
     def interpret(self, y: np.ndarray) -> dict:
         """What a person reads of the outputs: {"predictions": per example top-5} or {"images": NCHW}."""
+        return {}
 
 
 def build_workload(model_cfg: DictConfig) -> Workload:
     """The workload object that `model._target_` names, built from the rest of the model config."""
     from hydra.utils import get_class
 
-    return get_class(model_cfg._target_)(**workload_arguments(model_cfg))
+    cls = get_class(model_cfg._target_)
+    if not (isinstance(cls, type) and issubclass(cls, Workload)):
+        raise ConfigError(f"model._target_={model_cfg._target_} must be a subclass of runner.models.Workload")
+    return cls(**workload_arguments(model_cfg))
 
 
 def initial_weights(model_cfg: DictConfig, workload: Workload, rng: np.random.Generator) -> Params:
     """Seeded weights, or the file named by model.weights / torchvision's file when model.pretrained."""
-    from runner.models.weights import match_spec, pretrained_path, read_checkpoint
+    from runner.models.weights import match_spec, read_checkpoint
 
     seeded = workload.init_params(rng)  # drawn even when replaced, so inputs stay the same for a seed
-    if model_cfg.get("weights") and hasattr(workload, "read_weights"):
-        return workload.read_weights(Path(model_cfg.weights).expanduser())
+    own = workload.read_weights(Path(model_cfg.weights).expanduser()) if model_cfg.get("weights") else None
+    if own is not None:
+        return own
     if model_cfg.get("weights"):
         path = Path(model_cfg.weights).expanduser()
     elif model_cfg.get("pretrained"):
-        path = workload.pretrained_path() if hasattr(workload, "pretrained_path") else pretrained_path(workload.name)
+        path = workload.pretrained_path()
         if not path.is_file():
             raise ConfigError(
                 f"model.pretrained=true: {path.name} is not in the torch hub cache ({path.parent}); "
@@ -114,7 +130,7 @@ def initial_weights(model_cfg: DictConfig, workload: Workload, rng: np.random.Ge
 def backend_for(workload: Workload, backend: Any) -> Any:
     """The backend as the runner uses it for this workload: with `own_layout`, weights and gradients keep
     the workload's layout (no to/from_native_layout), everything else is the backend's."""
-    return _OwnLayout(backend) if getattr(workload, "own_layout", False) else backend
+    return _OwnLayout(backend) if workload.own_layout else backend
 
 
 class _OwnLayout:

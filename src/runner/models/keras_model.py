@@ -27,12 +27,13 @@ from pathlib import Path
 import numpy as np
 
 from runner.config import ConfigError
+from runner.models import Workload
 from runner.models.vision import N_CLASSES, top5
 
 DEFAULT_IMAGE_SIZE = 224
 
 
-class KerasModel:
+class KerasModel(Workload):
     """A Keras application (weights=None, logits out), its variables exposed as the runner's parameters."""
 
     numpy_reference = False  # no numpy implementation: agreement is checked between TensorFlow and torch

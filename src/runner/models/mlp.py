@@ -12,9 +12,10 @@ from __future__ import annotations
 import numpy as np
 
 from runner.config import require_positive
+from runner.models import Workload
 
 
-class MLP:
+class MLP(Workload):
     name = "mlp"
 
     def __init__(self, in_features: int = 32, hidden: int = 64, out_features: int = 2):
@@ -37,11 +38,11 @@ class MLP:
     def examples_per_call(self, batch_size: int) -> int:
         return batch_size
 
-    def array_elements(self, batch_size: int, task: str, mode: str) -> dict[str, int]:
+    def array_elements(self, batch_size: int, task: str, per_example: bool) -> dict[str, int]:
         weights = self.hidden * (self.in_features + 1) + self.out_features * self.hidden
         results = {
             "inference": batch_size * self.out_features,
-            "gradients": weights * (batch_size if mode in ("vectorized_map", "map_fn") else 1),
+            "gradients": weights * (batch_size if per_example else 1),
             "jacobian": batch_size * self.out_features * self.in_features,
         }[task]
         return {"weights": weights, "inputs": batch_size * (self.in_features + self.out_features), "results": results}

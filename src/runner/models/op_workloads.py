@@ -6,9 +6,10 @@ from __future__ import annotations
 import numpy as np
 
 from runner.config import require_positive
+from runner.models import Workload
 
 
-class Matmul:
+class Matmul(Workload):
     """x @ x for one n x n matrix (the CPU-vs-GPU post times `tf.matmul(x, x)` on a 1000 x 1000 input)."""
 
     name = "matmul"
@@ -33,14 +34,14 @@ class Matmul:
     def task_flops(self, batch_size: int, task: str) -> float:
         return self.flops_per_call()
 
-    def array_elements(self, batch_size: int, task: str, mode: str) -> dict[str, int]:
+    def array_elements(self, batch_size: int, task: str, per_example: bool) -> dict[str, int]:
         return {"weights": 0, "inputs": self.n**2, "results": self.n**2}
 
     def forward(self, ops, params: dict, x):
         return ops.matmul(x, x)
 
 
-class Sigmoid:
+class Sigmoid(Workload):
     """1 / (1 + exp(-y)) on a vector of `size` elements, written as the TF-NumPy guide writes it."""
 
     name = "sigmoid"
@@ -59,14 +60,14 @@ class Sigmoid:
     def examples_per_call(self, batch_size: int) -> int:
         return 1
 
-    def array_elements(self, batch_size: int, task: str, mode: str) -> dict[str, int]:
+    def array_elements(self, batch_size: int, task: str, per_example: bool) -> dict[str, int]:
         return {"weights": 0, "inputs": self.size, "results": self.size}
 
     def forward(self, ops, params: dict, x):
         return 1.0 / (1.0 + ops.exp(-x))
 
 
-class Conversion:
+class Conversion(Workload):
     """Seed 002: move `size` numbers between numpy and a framework by `method`; does memory get shared?
 
     numpy -> framework methods read a host array; `numpy` (framework -> numpy) reads a framework tensor.
@@ -90,7 +91,7 @@ class Conversion:
     def examples_per_call(self, batch_size: int) -> int:
         return 1
 
-    def array_elements(self, batch_size: int, task: str, mode: str) -> dict[str, int]:
+    def array_elements(self, batch_size: int, task: str, per_example: bool) -> dict[str, int]:
         return {"weights": self.size, "inputs": self.size, "results": self.size}
 
     def forward(self, ops, params: dict, x):
@@ -104,7 +105,7 @@ class Conversion:
         }
 
 
-class Reshape:
+class Reshape(Workload):
     """Seed 001: view / reshape / transpose + contiguous of an n x n matrix; did a copy happen?"""
 
     name = "reshape"
@@ -124,7 +125,7 @@ class Reshape:
     def examples_per_call(self, batch_size: int) -> int:
         return 1
 
-    def array_elements(self, batch_size: int, task: str, mode: str) -> dict[str, int]:
+    def array_elements(self, batch_size: int, task: str, per_example: bool) -> dict[str, int]:
         return {"weights": 0, "inputs": self.n**2, "results": self.n**2}
 
     def forward(self, ops, params: dict, x):

@@ -16,12 +16,13 @@ from pathlib import Path
 import numpy as np
 
 from runner.config import ConfigError
+from runner.models import Workload
 from runner.models.vision import N_CLASSES, top5
 
 DEFAULT_IMAGE_SIZE = 224  # every torchvision classifier takes this size
 
 
-class TorchvisionModel:
+class TorchvisionModel(Workload):
     """A torchvision classification model: seeded by torch (its own initialisation) or torchvision's weights."""
 
     numpy_reference = False  # no numpy implementation: torch is the only backend

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from runner.config import ConfigError
+from runner.models import Workload
 
 RESNET_LAYERS = {
     "resnet18": ("basic", (2, 2, 2, 2)),
@@ -290,7 +291,7 @@ class ShapeOps:
 # -- the workload ------------------------------------------------------------------------------
 
 
-class VisionModel:
+class VisionModel(Workload):
     """A convnet workload: seeded (or loaded) torchvision-named weights, images in, logits or images out."""
 
     numpy_reference = False  # numpy has no convolutions: agreement is checked across backends instead
@@ -365,12 +366,11 @@ class VisionModel:
     def examples_per_call(self, batch_size: int) -> int:
         return batch_size
 
-    def array_elements(self, batch_size: int, task: str, mode: str) -> dict[str, int]:
+    def array_elements(self, batch_size: int, task: str, per_example: bool) -> dict[str, int]:
         """Weights, images and labels, results; not the activations, which depend on the framework."""
         weights = sum(int(np.prod(shape)) for shape in self.spec.values())
         image = 3 * self.image_size**2
         output = image if self.makes_images else N_CLASSES
-        per_example = mode in ("vectorized_map", "map_fn")
         results = batch_size * output if task == "inference" else weights * (batch_size if per_example else 1)
         return {"weights": weights, "inputs": batch_size * (image + output), "results": results}
 

@@ -1,7 +1,7 @@
 """Sizes beyond the machine: refuse a job that cannot fit before anything is allocated, and say up front
 what a job that will outlast its time budget is going to cost.
 
-Workloads describe themselves: `array_elements(batch_size, task, mode)` -> {"weights", "inputs",
+Workloads describe themselves: `array_elements(batch_size, task, per_example)` -> {"weights", "inputs",
 "results"} element counts, and (where known) `task_flops(batch_size, task)`. The estimate counts the
 arrays the job holds at once (the seeded float64 draws, the dtype copies on the device, the float64
 reference's copies and results); activations inside a call are not counted, so it is a lower bound.
@@ -23,10 +23,10 @@ PROBE_N = 1024  # float64 matmul used to gauge this CPU's rate: 2 GFLOP, tens of
 
 
 def memory_needed(
-    workload, batch_size: int, task: str, mode: str, itemsize: int, device: str, reference: bool
+    workload, batch_size: int, task: str, per_example: bool, itemsize: int, device: str, reference: bool
 ) -> tuple[int, int, int]:
     """(host bytes, device bytes, the float64 reference's share of host bytes) this job holds at once."""
-    e = workload.array_elements(batch_size, task, mode)
+    e = workload.array_elements(batch_size, task, per_example)
     held = e["weights"] + e["inputs"]
     native = itemsize * (held + e["results"])
     reference_bytes = FLOAT64_BYTES * (held + e["results"]) if reference else 0
@@ -58,7 +58,7 @@ def check_memory(label: str, host: int, device_bytes: int, reference_bytes: int,
 
 def free_device_bytes() -> int | None:
     """Free memory of the GPU this process sees, from NVML (no framework, no CUDA context); None if unknown."""
-    from runner.energy import nvml_device
+    from runner.measure.energy import nvml_device
 
     try:
         nvml, handle = nvml_device()
@@ -69,7 +69,7 @@ def free_device_bytes() -> int | None:
 
 def cost_note(workload, batch_size: int, task: str, dtype: str, device: str, reference: bool, timing: dict) -> str:
     """One line announcing a call or a float64 reference estimated to outlast timing.max_time_s; '' if none."""
-    flops = getattr(workload, "task_flops", lambda b, t: None)(batch_size, task)
+    flops = workload.task_flops(batch_size, task)
     budget = timing["max_time_s"]
     if not flops or flops / SURELY_SLOWER_FLOPS <= budget:  # no need to gauge the CPU (0.2 s) for this
         return ""
@@ -128,14 +128,15 @@ def preflight(workload, cfg: DictConfig, choices: dict[str, str]) -> str:
 
     Runs before the framework is imported: device=auto counts as cuda wherever an NVIDIA driver is loaded.
     Workloads that do not describe their arrays (a user's own `_target_`) are not checked."""
-    if not hasattr(workload, "array_elements"):
+    per_example = bool(cfg.mode.per_example)
+    if workload.array_elements(cfg.batch_size, choices["task"], per_example) is None:
         return ""
-    task, mode, dtype = choices["task"], choices["mode"], choices["dtype"]
+    task, dtype = choices["task"], choices["dtype"]
     device = choices["device"]
     if device == "auto":
         device = "cuda" if choices["backend"] != "numpy" and nvidia_driver_present() else "cpu"
-    reference = bool(cfg.check_reference) and getattr(workload, "numpy_reference", True)
-    needed = memory_needed(workload, cfg.batch_size, task, mode, ITEMSIZE[dtype], device, reference)
+    reference = bool(cfg.check_reference) and workload.numpy_reference
+    needed = memory_needed(workload, cfg.batch_size, task, per_example, ITEMSIZE[dtype], device, reference)
     check_memory(_label(workload, cfg.batch_size, choices), *needed, device)
     return cost_note(workload, cfg.batch_size, task, dtype, device, reference, dict(cfg.timing))
 

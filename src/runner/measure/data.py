@@ -14,6 +14,7 @@ import numpy as np
 from omegaconf import DictConfig
 
 from runner.config import ConfigError
+from runner.models import Workload
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff")
 IMAGENET_MEAN = np.array([0.485, 0.456, 0.406])
@@ -28,12 +29,12 @@ def load_inputs(data_cfg: DictConfig, workload, rng: np.random.Generator, batch_
     source = str(getattr(data_cfg.name, "value", data_cfg.name))
     if source == "random":
         return workload.make_inputs(rng, batch_size)
-    if not hasattr(workload, "make_labels"):
+    if type(workload).make_labels is Workload.make_labels:
         raise ConfigError(f"data={source} feeds images: it needs an image model (alexnet, resnet*, cyclegan)")
     if not data_cfg.path:
         raise ConfigError(f"data={source} needs data.path=FILE")
     crop = not workload.makes_images  # classifiers: resize 256 + centre crop 224; CycleGAN: resize 256
-    prepare = getattr(workload, "preprocess", None) or (lambda image: preprocess(image, crop))  # a model's own
+    prepare = workload.preprocess or (lambda image: preprocess(image, crop))  # a model's own
     if source == "image":
         images = [prepare(open_image(path)) for path in image_files(Path(data_cfg.path))[:batch_size]]
     elif source == "tfrecord":
@@ -45,8 +46,7 @@ def load_inputs(data_cfg: DictConfig, workload, rng: np.random.Generator, batch_
 
 
 def _with_labels(workload, rng: np.random.Generator, x: np.ndarray, source: str) -> dict[str, np.ndarray]:
-    if hasattr(workload, "check_images"):  # before any timed call: images the network cannot take
-        workload.check_images(x, source)
+    workload.check_images(x, source)  # before any timed call: images the network cannot take
     return {"x": x, "labels": workload.make_labels(rng, x)}
 
 

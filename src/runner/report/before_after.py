@@ -3,11 +3,11 @@
 
 Each side is a run directory, a sweep directory, or an MLflow run id (a sweep's parent run: its jobs).
 Runs are matched by what they ran: their params, timing and tracking settings aside. The ratio is
-after / before, with the 95% interval of runner.ratio taken unpaired (the two ran apart, so round r of one
-met a different moment of the machine than round r of the other), shared among the pairs compared at
-once. As asv's `compare` does for commits, a change is called only when the interval excludes 1 and the
-ratio is beyond `factor`: two sweeps run hours apart meet states of the machine that neither's rounds can
-see, and a difference that is real but small is not worth a verdict.
+after / before, with the 95% interval of runner.report.ratio taken unpaired (the two ran apart, so round r
+of one met a different moment of the machine than round r of the other) and widened by the drift of the
+machine between two sweeps (ratio.APART_SD), shared among the pairs compared at once. As asv's `compare`
+does for commits, a change is called only when the interval excludes 1 and the ratio is beyond `factor`:
+a difference that is real but small is not worth a verdict.
 """
 
 from __future__ import annotations
@@ -19,9 +19,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from runner import report, setups, tracking
-from runner.ratio import instability, round_medians, time_ratio
-from runner.result import RESULT_FILE, TENSORS_FILE
+from runner import report, tracking
+from runner.record import setups
+from runner.record.result import RESULT_FILE, TENSORS_FILE
+from runner.report.ratio import APART_SD, PROCESS_SD, instability, round_medians, time_ratio
 
 FACTOR = 1.1  # asv compare's default
 
@@ -106,6 +107,15 @@ def compare(before: pd.DataFrame, after: pd.DataFrame, factor: float = FACTOR) -
     return pd.DataFrame(rows, columns=["run", "before", "after", "ratio", "low", "high", "verdict"])
 
 
+def _apart_ratio(new: pd.Series, old: pd.Series, comparisons: int):
+    """new / old, unpaired, with the spread of the machine's state between two runs apart (ratio.APART_SD)."""
+    if old["samples_s"] is None or new["samples_s"] is None:
+        return None
+    process_sd = math.sqrt(PROCESS_SD**2 + APART_SD**2 / 2)  # the interval adds 2 process_sd^2 in all
+    samples = (new["samples_s"], new["sample_rounds"], old["samples_s"], old["sample_rounds"])
+    return time_ratio(*samples, comparisons, process_sd=process_sd, paired=False)
+
+
 def typical_time(run: pd.Series) -> float:
     """The geometric mean of the run's per-round medians: what the unpaired ratio compares (its median where
     its samples are not to be had), so that after / before is the ratio of the two columns beside it."""
@@ -121,8 +131,8 @@ def _instability(run: pd.Series) -> str | None:
 
 def run(before_source: str, after_source: str, uri: str | None, factor: float = FACTOR) -> list[str]:
     """The lines `runner compare` prints: what differs between the sides, the table, what did not match."""
-    from runner.table import format_seconds
-    from runner.table import markdown as table_markdown
+    from runner.record.table import format_seconds
+    from runner.record.table import markdown as table_markdown
 
     with tempfile.TemporaryDirectory(prefix="runner-compare-") as downloads:
         before, after = load(before_source, uri, Path(downloads)), load(after_source, uri, Path(downloads))

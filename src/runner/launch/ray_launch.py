@@ -20,8 +20,8 @@ from hydra.core.utils import JobReturn, JobStatus
 from hydra_plugins.hydra_ray_launcher.ray_launcher import RayLauncher as UpstreamRayLauncher
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from runner import cluster_jobs
 from runner.config import first_line
+from runner.launch import cluster_jobs
 
 log = logging.getLogger(__name__)
 

@@ -7,15 +7,22 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from runner.config import ConfigError, check_combination, choices, first_line
-from runner.result import Result
-from runner.table import COLUMNS
-from runner.timing import NOISY_REL_IQR, Measurement, MeasurementFailed, MeasurementInterrupted, ProgressLine, Turns
+from runner.measure.timing import (
+    NOISY_REL_IQR,
+    Measurement,
+    MeasurementFailed,
+    MeasurementInterrupted,
+    ProgressLine,
+    Turns,
+)
+from runner.record.result import ERROR_LOG, Result
 
 WEIGHTS_RECORD_LIMIT = 2_000_000  # weights are written to tensors.h5 when they have fewer elements
 
@@ -24,7 +31,7 @@ def run_job(cfg: DictConfig, before_timing: Callable[[], object] = lambda: None,
     """Run the configured measurement. Raises ConfigError for combinations that cannot run.
 
     `before_timing` is called once everything is set up, just before the first timed call; `turns`,
-    where given, hands out the sampling in interleaved rounds (runner.rounds)."""
+    where given, hands out the sampling in interleaved rounds (runner.launch.rounds)."""
     check_combination(cfg)  # before any framework import
     c = choices(cfg)
     label = f"{c['backend']} {c['model']} {c['task']} {c['mode']}"
@@ -32,19 +39,47 @@ def run_job(cfg: DictConfig, before_timing: Callable[[], object] = lambda: None,
         return _run_job(cfg, c, before_timing, turns, progress)
 
 
+@dataclass
+class Prepared:
+    """A job set up for timing: its workload on its backend, weights and inputs placed, the task built."""
+
+    cfg: DictConfig
+    choices: dict
+    workload: object
+    backend: object
+    device: str
+    state: dict  # every weight, as the backend holds it
+    inputs: dict
+    params_held: dict  # weights and inputs as held, back in numpy: the reference starts from them
+    inputs_held: dict
+    examples_per_call: int
+    task_run: object
+    load_s: float
+    cost: str | None  # the up-front cost note (runner.measure.limits)
+    malloc_keeps_freed: bool
+    timing: dict  # timing.* for measure()
+
+
 def _run_job(
     cfg: DictConfig, c: dict, before_timing: Callable[[], object], turns: Turns | None, progress: ProgressLine
 ) -> Result:
-    from runner import energy, environment, limits, machine_load
+    job = _prepare(cfg, c, progress)
+    measurement, first_output, results, load, meter_note = _measure(job, before_timing, turns, progress)
+    progress.phase("checking against the float64 reference")
+    return _assemble(job, measurement, first_output, results, load, meter_note)
+
+
+def _prepare(cfg: DictConfig, c: dict, progress: ProgressLine) -> Prepared:
     from runner.backends import load_backend, numpy_backend
-    from runner.data import load_inputs
+    from runner.measure import limits
+    from runner.measure.data import load_inputs
+    from runner.measure.tasks import build_task
+    from runner.measure.timing import keep_freed_memory
     from runner.models import backend_for, build_workload, initial_weights
-    from runner.tasks import build_task, errors_vs_reference, forward_outputs, reference_results
-    from runner.timing import keep_freed_memory, measure
 
     timing = OmegaConf.to_container(cfg.timing)
     malloc_keeps_freed = timing.pop("keep_freed_memory") and keep_freed_memory()
-    timing.pop("fixed_layout")  # the worker's start (runner.isolation) acted on it
+    timing.pop("fixed_layout")  # the worker's start (runner.launch.isolation) acted on it
     workload = build_workload(cfg.model)
     cost = limits.preflight(workload, cfg, c)  # refuses what cannot fit: before any allocation or framework import
     if cost:
@@ -58,7 +93,7 @@ def _run_job(
     device = backend.prepare(c["device"], c["dtype"])
     rng = np.random.default_rng(cfg.seed)
     params64 = initial_weights(cfg.model, workload, rng)
-    host = getattr(workload, "host_params", ())
+    host = workload.host_params
     state = {
         k: numpy_backend.asarray(v, "cpu", c["dtype"])
         if k in host
@@ -69,92 +104,157 @@ def _run_job(
     load_s = time.perf_counter() - load_start
     inputs64 = load_inputs(cfg.data, workload, rng, cfg.batch_size)
     inputs = {k: backend.asarray(v, device, c["dtype"]) for k, v in inputs64.items()}
-    # What the backend really holds (rounded to dtype): the reference starts from the same values.
-    params_held = {k: backend.from_native_layout(backend.to_numpy(v)) for k, v in state.items()}
-    inputs_held = {k: backend.to_numpy(v) for k, v in inputs.items()}
-    trainable = getattr(workload, "trainable", lambda name: True)
-    params = {k: v for k, v in state.items() if trainable(k)}
-    constants = {k: v for k, v in state.items() if not trainable(k)}  # e.g. batch-norm running statistics
-
-    examples_per_call = workload.examples_per_call(cfg.batch_size)
+    params = {k: v for k, v in state.items() if workload.trainable(k)}
+    constants = {k: v for k, v in state.items() if not workload.trainable(k)}  # e.g. batch-norm running statistics
     progress.phase("building the task (tracing where the mode compiles)")
-    task_run = build_task(backend, workload, c["task"], c["mode"], device, params, inputs, constants)
-    meter, energy_note = energy.meter_for(device)
+    per_example = bool(cfg.mode.per_example)
+    task_run = build_task(backend, workload, c["task"], c["mode"], device, params, inputs, constants, per_example)
+    return Prepared(
+        cfg=cfg,
+        choices=c,
+        workload=workload,
+        backend=backend,
+        device=device,
+        state=state,
+        inputs=inputs,
+        # what the backend really holds (rounded to dtype): the reference starts from the same values
+        params_held={k: backend.from_native_layout(backend.to_numpy(v)) for k, v in state.items()},
+        inputs_held={k: backend.to_numpy(v) for k, v in inputs.items()},
+        examples_per_call=workload.examples_per_call(cfg.batch_size),
+        task_run=task_run,
+        load_s=load_s,
+        cost=cost,
+        malloc_keeps_freed=malloc_keeps_freed,
+        timing=timing,
+    )
+
+
+def _measure(job: Prepared, before_timing: Callable[[], object], turns: Turns | None, progress: ProgressLine):
+    """Time the task; (measurement, first output, results, machine load, energy note)."""
+    from runner.measure import energy, machine_load
+    from runner.measure.timing import measure
+
+    meter, energy_note = energy.meter_for(job.device)
     load = machine_load.MachineLoad.for_this_machine()
     progress.phase("waiting for the tracking store to open")
     before_timing()
-    backend.reset_peak_memory(device)
+    job.backend.reset_peak_memory(job.device)
     try:
         measurement, (first_output, results) = measure(
-            task_run.step,
-            backend.synchronizer(device),
-            **timing,
+            job.task_run.step,
+            job.backend.synchronizer(job.device),
+            **job.timing,
             progress=progress,
-            keep=lambda out: (out, task_run.results(out)),  # off the device before the next call reuses it
+            keep=lambda out: (out, job.task_run.results(out)),  # off the device before the next call reuses it
             energy=meter,
             turns=turns,
             load=load,
         )
     except (MeasurementInterrupted, MeasurementFailed) as stopped:
-        stopped.examples_per_call = examples_per_call  # the record's throughput counts real examples
+        stopped.examples_per_call = job.examples_per_call  # the record's throughput counts real examples
         stopped.machine_load = load.metrics() if load else {}
         raise
-    progress.phase("checking against the float64 reference")
+    return measurement, first_output, results, load, energy_note
 
+
+def _assemble(job: Prepared, measurement: Measurement, first_output, results: dict, load, energy_note: dict) -> Result:
+    """The record: environment, metrics, tensors, attributes and warnings, each from its own collector."""
     result = Result(status="FINISHED")
-    result.environment = environment.collect(backend.environment(device))
-    result.environment["device"] = device
-    result.environment["malloc_keeps_freed_memory"] = malloc_keeps_freed
-    result.metrics = timing_metrics(measurement, examples_per_call)
-    result.metrics["load_s"] = load_s
-    result.metrics.update(load.metrics() if load else {})
-    joules, energy_reason = energy.energy_metrics(measurement.energy_j, measurement.timed_calls(), examples_per_call)
+    result.environment = _environment(job, energy_note)
+    result.metrics = _metrics(job, measurement, results, load, first_output)
+    joules, energy_reason = _energy(job, measurement)
     result.metrics.update(joules)
-    result.environment.update({**energy_note, **energy_reason})
-    result.metrics.update(memory_metrics(backend, device))
-    if cfg.check_reference:
-        reference = reference_results(workload, c["task"], c["mode"], params_held, inputs_held)
-        result.metrics.update(errors_vs_reference(results, reference))
-    if hasattr(workload, "flops_per_call") and "time_median_s" in result.metrics:
-        result.metrics["gflops_per_s"] = workload.flops_per_call() / result.metrics["time_median_s"] / 1e9
-    result.tensors = {f"inputs/{k}": v for k, v in inputs_held.items()}
-    if sum(v.size for v in params_held.values()) <= WEIGHTS_RECORD_LIMIT:
-        result.tensors.update({f"weights/{k}": v for k, v in params_held.items()})
-    result.tensors.update(forward_outputs(backend, workload, state, inputs, results))
-    result.tensors.update(results)
-    result.tensors.update(sample_tensors(measurement))
-    result.attrs = {
-        **c,
-        "device": device,
+    result.environment.update(energy_reason)
+    result.tensors = _tensors(job, measurement, results)
+    result.attrs = _attributes(job, measurement)
+    outputs = result.tensors.get("outputs/y")
+    read = job.workload.interpret(outputs) if outputs is not None else {}  # predictions or images
+    result.predictions, result.images = read.get("predictions"), read.get("images")
+    result.warnings = _warnings(job, measurement, result)
+    return result
+
+
+def _environment(job: Prepared, energy_note: dict) -> dict:
+    from runner.record import environment
+
+    env = environment.collect(job.backend.environment(job.device))
+    env["device"] = job.device
+    env["malloc_keeps_freed_memory"] = job.malloc_keeps_freed
+    return {**env, **energy_note}
+
+
+def _energy(job: Prepared, measurement: Measurement) -> tuple[dict, dict]:
+    from runner.measure import energy
+
+    return energy.energy_metrics(measurement.energy_j, measurement.timed_calls(), job.examples_per_call)
+
+
+def _metrics(job: Prepared, measurement: Measurement, results: dict, load, first_output) -> dict:
+    from runner.measure.tasks import errors_vs_reference, reference_results
+
+    c = job.choices
+    metrics = timing_metrics(measurement, job.examples_per_call)
+    metrics["load_s"] = job.load_s
+    metrics.update(load.metrics() if load else {})
+    metrics.update(memory_metrics(job.backend, job.device))
+    if job.cfg.check_reference:
+        per_example = bool(job.cfg.mode.per_example)
+        reference = reference_results(job.workload, c["task"], per_example, job.params_held, job.inputs_held)
+        metrics.update(errors_vs_reference(results, reference))
+    flops = job.workload.flops_per_call()
+    if flops and "time_median_s" in metrics:
+        metrics["gflops_per_s"] = flops / metrics["time_median_s"] / 1e9
+    metrics.update(job.workload.extra_metrics(job.backend, job.state, job.inputs, first_output))
+    return metrics
+
+
+def _tensors(job: Prepared, measurement: Measurement, results: dict) -> dict:
+    from runner.measure.tasks import forward_outputs
+
+    tensors = {f"inputs/{k}": v for k, v in job.inputs_held.items()}
+    if sum(v.size for v in job.params_held.values()) <= WEIGHTS_RECORD_LIMIT:
+        tensors.update({f"weights/{k}": v for k, v in job.params_held.items()})
+    tensors.update(forward_outputs(job.backend, job.workload, job.state, job.inputs, results))
+    tensors.update(results)
+    tensors.update(sample_tensors(measurement))
+    return tensors
+
+
+def _attributes(job: Prepared, measurement: Measurement) -> dict:
+    attrs = {
+        **job.choices,
+        "device": job.device,
         "calls_per_sample": measurement.block_size,
-        "batch_size": int(cfg.batch_size),
-        "seed": int(cfg.seed),
+        "batch_size": int(job.cfg.batch_size),
+        "seed": int(job.cfg.seed),
         "stopped_by": measurement.stopped_by,
     }
-    if hasattr(workload, "extra_metrics"):
-        result.metrics.update(workload.extra_metrics(backend, state, inputs, first_output))
-    if hasattr(workload, "interpret"):  # predictions or images, as the workload reads its outputs
-        read = workload.interpret(result.tensors["outputs/y"])
-        result.predictions, result.images = read.get("predictions"), read.get("images")
-    result.warnings.extend(non_finite_warnings(result.tensors))
     if measurement.warmup_cut_short:
-        result.attrs["warmup_cut_short"] = True
-        result.warnings.append(
-            f"warm-up cut short by timing.max_time_s={cfg.timing.max_time_s} after {measurement.warmup_calls} calls: "
-            "the samples may include warm-up effects"
+        attrs["warmup_cut_short"] = True
+    return attrs
+
+
+def _warnings(job: Prepared, measurement: Measurement, result: Result) -> list[str]:
+    from runner.measure import machine_load
+
+    warnings = non_finite_warnings(result.tensors)
+    if measurement.warmup_cut_short:
+        warnings.append(
+            f"warm-up cut short by timing.max_time_s={job.cfg.timing.max_time_s} after {measurement.warmup_calls} "
+            "calls: the samples may include warm-up effects"
         )
-    if cost:
-        result.warnings.append(cost)
+    if job.cost:
+        warnings.append(job.cost)
     busy = machine_load.busy_warning(result.metrics)
     if busy:
-        result.warnings.append(busy)
+        warnings.append(busy)
     spread = measurement.turn_rel_iqr()
     if spread > NOISY_REL_IQR:
         where = "within its turns " if len(set(measurement.sample_rounds)) > 1 else ""
-        result.warnings.append(
+        warnings.append(
             f"noisy measurement: {where}IQR is {spread:.0%} of the median; raise timing.max_time_s or quiet the machine"
         )
-    return result
+    return warnings
 
 
 def non_finite_warnings(tensors: dict[str, np.ndarray]) -> list[str]:
@@ -169,14 +269,27 @@ def non_finite_warnings(tensors: dict[str, np.ndarray]) -> list[str]:
     return warnings
 
 
-def stop_reason(interrupt: BaseException) -> str:
-    """What stopped a job, for the record: SIGTERM arrives as KeyboardInterrupt("stopped by SIGTERM")
-    (run.py and the worker's handler); a bare KeyboardInterrupt is Ctrl-C."""
+CTRL_C = "interrupted by the user (Ctrl-C)"
+SIGTERM = "terminated (SIGTERM)"
+
+
+class Stopped(KeyboardInterrupt):
+    """A stop whose reason is known (SIGTERM from scancel, kill or a closing session; a stopped sweep): it
+    unwinds like Ctrl-C and carries what the record says."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
+def stop_reason(interrupt: BaseException | None) -> str:
+    """What stopped a job, for the record: the reason a `Stopped` carries (also as the cause of another
+    exception); a bare KeyboardInterrupt is Ctrl-C."""
     while interrupt is not None:
-        if "SIGTERM" in str(interrupt):
-            return "terminated (SIGTERM)"
-        interrupt = interrupt.__cause__
-    return "interrupted by the user (Ctrl-C)"
+        if isinstance(interrupt, Stopped):
+            return interrupt.reason
+        interrupt = interrupt.__cause__ or interrupt.__context__
+    return CTRL_C
 
 
 def timing_metrics(measurement: Measurement, examples_per_call: int) -> dict:
@@ -213,14 +326,14 @@ def run_and_record(
         reason = f"{stop_reason(interrupt)} while timing"
         result = stopped_while_timing("KILLED", reason, interrupt.measurement, cfg, interrupt)
     except MeasurementFailed as failure:
-        (run_dir / "error.log").write_text(traceback.format_exc())
+        (run_dir / ERROR_LOG).write_text(traceback.format_exc())
         error = failure.__cause__
         reason = f"{type(error).__name__}: {first_line(error)} (while timing; the samples before it are kept)"
         result = stopped_while_timing("FAILED", reason, failure.measurement, cfg, failure)
     except KeyboardInterrupt as interrupt:
         result = Result(status="KILLED", error=stop_reason(interrupt))
     except Exception as error:  # a crash in the workload is a result to record, not to lose
-        (run_dir / "error.log").write_text(traceback.format_exc())
+        (run_dir / ERROR_LOG).write_text(traceback.format_exc())
         result = Result(status="FAILED", error=f"{type(error).__name__}: {first_line(error)}")
     result.started = started
     record(cfg, run_dir, result)
@@ -254,42 +367,3 @@ def record(cfg: DictConfig, run_dir: Path, result: Result) -> None:
     result.ended = result.ended or time.time()
     result.attrs = {**choices(cfg), **result.attrs}
     result.write(run_dir)
-
-
-def print_summary(cfg: DictConfig, run_dir: Path, result: Result) -> None:
-    """A few readable lines: what ran, how fast, how accurate, where the files are."""
-    c = choices(cfg)
-    device = result.environment.get("device", c["device"])
-    print(f"{c['backend']} | {c['model']} | {c['task']} | {c['mode']} | {device} | {c['dtype']}: {result.status}")
-    if result.error:
-        print(f"error: {result.error}", file=sys.stderr)
-    for column in COLUMNS:
-        cell = column.cell(result.metrics)
-        if cell:
-            print(f"  {column.label:<16}{cell}")
-    for warning in result.warnings:
-        print(f"warning: {warning}", file=sys.stderr)
-    print(f"  results in {run_dir}")
-    for line in tracking_lines(run_dir):
-        print(line)
-
-
-def tracking_lines(run_dir: Path) -> list[str]:
-    """Where the run is in MLflow: its id and how to open it in the UI (from tracking.json)."""
-    import json
-
-    path = Path(run_dir) / "tracking.json"
-    note = json.loads(path.read_text()) if path.exists() else {}
-    if not note.get("run_id"):
-        return []
-    return [f"  MLflow run      {note['run_id']}", *ui_lines(note["uri"], f"#/runs/{note['run_id']}")]
-
-
-def ui_lines(uri: str, fragment: str) -> list[str]:
-    """How a person opens `fragment` of the MLflow UI for the store at `uri`."""
-    if uri.startswith(("http://", "https://")):
-        return [f"  open            {uri.rstrip('/')}/{fragment}"]
-    return [
-        f"  browse with     mlflow ui --backend-store-uri {uri}",
-        f"  then open       http://127.0.0.1:5000/{fragment}",
-    ]

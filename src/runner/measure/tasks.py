@@ -13,8 +13,6 @@ from types import ModuleType
 
 import numpy as np
 
-PER_EXAMPLE_MODES = ("vectorized_map", "map_fn")
-
 
 @dataclass
 class TaskRun:
@@ -31,9 +29,11 @@ def build_task(
     params: dict,
     inputs: dict,
     constants: dict | None = None,
+    per_example: bool = False,
 ) -> TaskRun:
     """The timed call of `task` under `mode`, on arrays already placed on the device. Gradients are
-    taken w.r.t. `params`; `constants` (batch-norm statistics) enter the model but are not trained."""
+    taken w.r.t. `params`, one set per example where the mode says so (`mode.per_example` in its yaml);
+    `constants` (batch-norm statistics) enter the model but are not trained."""
     forward, loss = _bind_model(workload, backend, constants or {})
     x = inputs["x"]
     if task == "inference":
@@ -41,11 +41,11 @@ def build_task(
         return TaskRun(step, lambda out: {"outputs/y": backend.to_numpy(out)})
     if task == "gradients":
         loss = backend.compile_model(loss, mode, device)
-        if mode in PER_EXAMPLE_MODES:
+        if per_example:
             fn = backend.per_example_grad(loss, mode, workload.gradients)
         else:
             fn = backend.grad(loss, workload.gradients)
-        results = partial(_gradient_results, backend, mode in PER_EXAMPLE_MODES)
+        results = partial(_gradient_results, backend, per_example)
         step = _timed_call(backend, fn, mode, device, backend.trainable(params), x, inputs["labels"])
         return TaskRun(step, results)
     if task == "jacobian":
@@ -58,7 +58,7 @@ def build_task(
 def _bind_model(workload, backend: ModuleType, constants: dict) -> tuple[Callable, Callable]:
     """forward(params, x) and loss(params, x, labels) on this backend, constants folded in."""
     if not constants:  # partial adds no Python frame: microsecond workloads time what timeit times
-        loss = getattr(workload, "loss", None)  # op workloads have none
+        loss = workload.loss  # op workloads have none
         return partial(workload.forward, backend), loss and partial(loss, backend)
 
     def forward(params: dict, x):
@@ -100,11 +100,11 @@ def forward_outputs(
     return results
 
 
-def reference_results(workload, task: str, mode: str, params: dict, inputs: dict) -> dict[str, np.ndarray]:
+def reference_results(workload, task: str, per_example: bool, params: dict, inputs: dict) -> dict[str, np.ndarray]:
     """The same results computed in float64 numpy: the reference every run is checked against."""
     from runner.backends import numpy_backend
 
-    if not getattr(workload, "numpy_reference", True):
+    if not workload.numpy_reference:
         return {}
     params = {k: np.asarray(v, np.float64) for k, v in params.items()}
     inputs = {k: np.asarray(v, np.float64) for k, v in inputs.items()}
@@ -112,7 +112,7 @@ def reference_results(workload, task: str, mode: str, params: dict, inputs: dict
     if task == "inference":
         return {"outputs/y": workload.forward(numpy_backend, params, x)}
     if task == "gradients":
-        method = workload.per_example_gradients if mode in PER_EXAMPLE_MODES else workload.gradients
+        method = workload.per_example_gradients if per_example else workload.gradients
         if method is None:
             return {}
         return {f"gradients/{k}": v for k, v in method(params, x, inputs["labels"]).items()}

@@ -16,7 +16,7 @@ from typing import Protocol
 
 import numpy as np
 
-from runner.table import format_seconds
+from runner.record.table import format_seconds
 
 SAMPLING = "sampling"
 NOISY_REL_IQR = 0.1  # above this IQR/median the result is flagged as noisy
@@ -40,6 +40,14 @@ class Measurement:
     sample_ends: list[float] = field(default_factory=list)  # when each sample ended (Unix seconds)
     # other processes' runnable threads, the most read during the sample's turn (-1: not read)
     sample_others: list[int] = field(default_factory=list)
+
+    def add_turn(self, round_: int, samples_s: list[float], ends: list[float], others: list[int]) -> None:
+        """The samples of one turn, with when each ended and how busy the machine was: the per-sample lists
+        grow together, here only."""
+        self.samples_s += samples_s
+        self.sample_rounds += [round_] * len(samples_s)
+        self.sample_ends += ends
+        self.sample_others += others
 
     def stats(self) -> dict[str, float]:
         """Median, IQR, tail percentiles, mean, stdev and min of the samples (seconds per call, one per
@@ -85,7 +93,7 @@ class EnergyMeter(Protocol):
 
 
 class Turns(Protocol):
-    """The measuring turns of a job measured in interleaved rounds (runner.rounds hands them out)."""
+    """The measuring turns of a job measured in interleaved rounds (runner.launch.rounds hands them out)."""
 
     def ready(self, measurement: Measurement, rounds: int) -> None:
         """Set up and warm (first call and block size known): the job may be given the first of its

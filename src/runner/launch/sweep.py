@@ -11,8 +11,8 @@ the parent run, ends the parent with a truthful status and returns the sweep's e
 
 from __future__ import annotations
 
-import json
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,8 +23,10 @@ from omegaconf import DictConfig
 
 from runner import tracking
 from runner.config import first_line
+from runner.launch import launchers
+from runner.record import naming
+from runner.record.sweep_note import SWEEP_FILE, read_note, write_note
 
-SWEEP_FILE = "sweep.json"
 EXIT_INTERRUPTED = 130
 
 
@@ -49,7 +51,7 @@ class SweepCallback(Callback):
 def start(config: DictConfig) -> Sweep:
     """Create the sweep directory, the parent run (when tracked) and sweep.json."""
     global _active
-    if cluster_launcher(config.hydra.launcher):
+    if launchers.cluster_launcher(config.hydra.launcher):
         refuse_local_devices(config.hydra.sweeper.get("params"))
     sweep_dir = Path(str(config.hydra.sweep.dir)).resolve()
     sweep_dir.mkdir(parents=True, exist_ok=True)
@@ -65,7 +67,7 @@ def start(config: DictConfig) -> Sweep:
         "parent_run_id": None,
         "started": time.strftime("%Y-%m-%d %H:%M:%S"),
     }
-    parallel = parallel_launcher(config.hydra.launcher)
+    parallel = launchers.parallel_launcher(config.hydra.launcher)
     if parallel:
         print(
             f"warning: {parallel}: jobs that run at the same time share cores, caches and memory bandwidth, "
@@ -73,7 +75,7 @@ def start(config: DictConfig) -> Sweep:
             file=sys.stderr,
         )
     local_store = note["tracking"] == "mlflow" and str(note["uri"]).startswith(("sqlite:", "file:", "/"))
-    if local_store and cluster_launcher(config.hydra.launcher):
+    if local_store and launchers.cluster_launcher(config.hydra.launcher):
         print(
             f"warning: tracking.uri={note['uri']} is a file on this machine, and every node of the cluster writes "
             "to it: it must be on a file system they all share, where SQLite locks badly; set MLFLOW_TRACKING_URI "
@@ -106,32 +108,6 @@ def refuse_local_devices(params: DictConfig | None) -> None:
             raise SystemExit(1)
 
 
-def parallel_launcher(launcher: DictConfig) -> str | None:
-    """A description of how jobs share this machine, or None when they run one at a time."""
-    target = str(launcher.get("_target_", ""))
-    n_jobs = launcher.get("n_jobs")
-    if target.endswith("JoblibLauncher") and n_jobs != 1:
-        at_once = "one job per core" if n_jobs == -1 else f"up to {n_jobs} jobs"
-        return f"the joblib launcher runs {at_once} at once on this machine"
-    if target.endswith("submitit_launcher.LocalLauncher"):
-        return "submitit's local executor runs the jobs at once on this machine"
-    return None
-
-
-def cluster_launcher(launcher: DictConfig) -> bool:
-    """Whether the jobs run on other machines (SLURM, Ray), which must reach the store and sweep directory."""
-    return str(launcher.get("_target_", "")).endswith(("SlurmLauncher", "RayLauncher"))
-
-
-def write_note(sweep_dir: Path, note: dict) -> None:
-    (Path(sweep_dir) / SWEEP_FILE).write_text(json.dumps(note, indent=2) + "\n")
-
-
-def read_note(sweep_dir: Path) -> dict:
-    path = Path(sweep_dir) / SWEEP_FILE
-    return json.loads(path.read_text()) if path.exists() else {}
-
-
 def parent_run_id(sweep_dir: str | Path) -> str | None:
     """In a job: the id of its sweep's parent run, if the sweep has one."""
     return read_note(Path(sweep_dir).resolve()).get("parent_run_id")
@@ -149,11 +125,12 @@ def finish(interrupted: str | None = None) -> int | None:
         return None
     if sweep.exit_code is not None:
         return sweep.exit_code
-    from runner import report, rounds
-    from runner.job import print_summary
+    from runner import report
+    from runner.launch import rounds
+    from runner.launch.terminal import print_summary
 
     try:
-        rounds.run(print_summary, interrupted)
+        rounds.run(print_summary, interrupted, measured=_import_report_meanwhile)
     except KeyboardInterrupt as stop:
         interrupted = str(stop) or "interrupted by the user (Ctrl-C)"
 
@@ -173,6 +150,20 @@ def finish(interrupted: str | None = None) -> int | None:
     if sweep.note.get("parent_run_id"):
         _close_parent(sweep, statuses, status, files)
     return sweep.exit_code
+
+
+def _import_report_meanwhile() -> None:
+    """Once nothing is timed any more, import what the summary and the report need (pandas, matplotlib,
+    scipy's t quantile: most of a second) while the workers write their records."""
+
+    def load() -> None:
+        from scipy.special import stdtrit  # noqa: F401
+
+        from runner.report import plots
+
+        plots._pyplot()
+
+    threading.Thread(target=load, name="import-report", daemon=True).start()
 
 
 def sweep_status(statuses: list[str], interrupted: bool) -> str:
@@ -202,8 +193,7 @@ def _note_comparisons(compared) -> None:
     """Each job's MLflow run gains how it compares with the fastest job doing the same work: the metrics
     time_ratio, time_ratio_ci_low and time_ratio_ci_high, and a line in its description."""
     for _, row in compared[compared["time_ratio"].notna()].iterrows():
-        path = Path(row["run_dir"]) / tracking.TRACKING_FILE
-        job_note = json.loads(path.read_text()) if path.exists() else {}
+        job_note = tracking.read_note(Path(row["run_dir"]))
         if not job_note.get("run_id"):
             continue
         metrics = {k: float(row[k]) for k in ("time_ratio", "time_ratio_ci_low", "time_ratio_ci_high")}
@@ -251,8 +241,8 @@ def _summary_table(sweep_dir: Path) -> str:
     """The sweep's table as the terminal shows it (summary.md has every column), in markdown: what the parent
     run's description shows."""
     from runner import report
-    from runner.table import SWEEP_COLUMNS
-    from runner.table import markdown as table_markdown
+    from runner.record.table import SWEEP_COLUMNS
+    from runner.record.table import markdown as table_markdown
 
     frame = report.runs_from_dirs(report.sweep_run_dirs(sweep_dir))
     if frame.empty:
@@ -268,7 +258,7 @@ def print_table(frame, sweep_dir: Path) -> None:
     from rich.table import Table
 
     from runner import report
-    from runner.table import SWEEP_COLUMNS
+    from runner.record.table import SWEEP_COLUMNS
 
     headers, cells = report.human_table(frame, SWEEP_COLUMNS)
     table = Table(title=f"Sweep: {len(frame)} jobs in {sweep_dir}", title_justify="left")
@@ -289,9 +279,9 @@ def print_table(frame, sweep_dir: Path) -> None:
             console.print(f"[yellow]warning[/] job {_job(row)}: {warning}", highlight=False)
     note = read_note(sweep_dir)
     if note.get("parent_run_id"):
-        from runner.job import ui_lines
+        from runner.launch.terminal import ui_lines
 
-        console.print(f"MLflow parent run {note['parent_run_id']} ({tracking.sweep_title(note)})", highlight=False)
+        console.print(f"MLflow parent run {note['parent_run_id']} ({naming.sweep_title(note)})", highlight=False)
         for line in ui_lines(note["uri"], f"#/runs/{note['parent_run_id']}"):
             console.print(line.strip(), highlight=False, soft_wrap=True)
 
@@ -347,7 +337,7 @@ def job_dirs(sweep_dir: Path) -> list[Path]:
 
 def job_status(run_dir: Path) -> str:
     """A job's recorded status; an unreadable record is FAILED, a missing one KILLED."""
-    from runner.result import Result, ResultUnreadable
+    from runner.record.result import Result, ResultUnreadable
 
     if not Result.exists(run_dir):
         return "KILLED"

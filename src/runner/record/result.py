@@ -1,9 +1,13 @@
 """The one record of a run: `Result` alone reads and writes a run directory's result.json (and writes
 its tensors.h5 and images/). Worker, launcher, tracking, reports and scripts all go through it.
 
-result.json: {"status", "config", "metrics", "environment"} and, where they apply, "error",
+result.json: {"format", "status", "config", "metrics", "environment"} and, where they apply, "error",
 "warnings", "predictions" (classifiers: per example the top-5 {"label", "probability"}) and
 "output_tail" (the last lines of a job that did not finish). `status` is MLflow's word.
+
+Both files carry `format` (result.json's key, tensors.h5's root attribute): FORMAT when written. A file of a
+later format than this code knows is refused with one line saying so; a file without one is of format 1,
+the first (runs recorded before the key existed).
 """
 
 from __future__ import annotations
@@ -24,7 +28,10 @@ from runner.config import first_line
 RESULT_FILE = "result.json"
 TENSORS_FILE = "tensors.h5"
 IMAGES_DIR = "images"
+LOG_FILE = "job.log"  # the worker's stdout and stderr
+ERROR_LOG = "error.log"  # the traceback of a job that failed
 STATUSES = ("FINISHED", "FAILED", "KILLED")
+FORMAT = 1  # of result.json and tensors.h5; raise it when a reader could misread the new layout
 
 
 class ResultUnreadable(ValueError):
@@ -52,6 +59,7 @@ class Result:
 
     def to_dict(self) -> dict:
         record = {
+            "format": FORMAT,
             "status": self.status,
             "config": self.config,
             "metrics": self.metrics,
@@ -97,6 +105,7 @@ class Result:
         path = Path(run_dir) / RESULT_FILE
         try:
             record = json.loads(path.read_text())
+            check_format(record.get("format", 1), path)
             if record.get("status") not in STATUSES:
                 raise ValueError(f"status {record.get('status')!r} is none of {', '.join(STATUSES)}")
             return cls.from_dict(record)
@@ -115,8 +124,30 @@ class Result:
         if self.images is not None:
             write_images(Path(run_dir) / IMAGES_DIR, self.images)
         if self.tensors:
-            attrs = {**self.attrs, "environment": self.environment, "config": self.config}
+            attrs = {**self.attrs, "format": FORMAT, "environment": self.environment, "config": self.config}
             write_tensors(Path(run_dir) / TENSORS_FILE, self.tensors, attrs)
+
+
+def check_format(found: object, path: Path) -> None:
+    """ResultUnreadable unless `found` is a format this code reads (1 to FORMAT)."""
+    if not (isinstance(found, int | np.integer) and 1 <= found <= FORMAT):
+        raise ResultUnreadable(
+            f"{path} is in format {found}, and this tensor-runner reads formats 1 to {FORMAT}: "
+            "read it with the version that wrote it, or a newer one"
+        )
+
+
+def _open_tensors(path: Path):
+    """tensors.h5 open for reading, its format checked (ResultUnreadable for a later one)."""
+    import h5py
+
+    f = h5py.File(path, "r")
+    try:
+        check_format(f.attrs.get("format", 1), path)
+    except ResultUnreadable:
+        f.close()
+        raise
+    return f
 
 
 def write_tensors(path: Path, tensors: dict[str, np.ndarray], attrs: dict) -> Path:
@@ -173,10 +204,8 @@ def read_timings(run_dir: Path, name: str) -> np.ndarray | None:
     path = Path(run_dir) / TENSORS_FILE
     if not path.exists():
         return None
-    import h5py
-
     try:
-        with h5py.File(path, "r") as f:
+        with _open_tensors(path) as f:
             return f[f"timings/{name}"][()] if f"timings/{name}" in f else None
     except OSError:
         return None
@@ -187,10 +216,8 @@ def read_inputs(run_dir: Path) -> dict[str, np.ndarray]:
     path = Path(run_dir) / TENSORS_FILE
     if not path.exists():
         return {}
-    import h5py
-
     try:
-        with h5py.File(path, "r") as f:
+        with _open_tensors(path) as f:
             return {k: v[()] for k, v in f["inputs"].items()} if "inputs" in f else {}
     except OSError:
         return {}

@@ -18,12 +18,13 @@ under a neighbour that is busy half the time (BENCHMARKS.md). How busy the machi
 beside the ratio instead.
 
 Jobs measured in different rounds fall back to Welch's t over the two sets of batch means. One round
-gives the ratio of medians and no interval.
+gives the ratio of medians and no interval. Jobs measured apart (two sweeps, hours or machines apart:
+`runner compare`) add the spread of the machine's state between them, APART_SD, to the processes' own.
 
 Each job is measured in one worker process, and a process has its own lasting offset: identical jobs
 whose rounds agree closely (intervals over rounds of +-1%) still came out up to 5% apart, each in its own
 process, because each process gets its own physical memory placement (the address layout is fixed:
-runner.isolation). Rounds cannot see an offset that lasts the process's life, so the interval adds it as
+runner.launch.isolation). Rounds cannot see an offset that lasts the process's life, so the interval adds it as
 a known spread, PROCESS_SD per job, measured in the A/A sweeps of BENCHMARKS.md (the way a measurement's
 systematic uncertainty is added to its statistical one).
 
@@ -54,6 +55,9 @@ MIN_BATCHES = 8
 # Between worker processes, identical jobs' medians spread by this much (sd of their logs) however long they
 # sample: each process has its own physical memory placement (BENCHMARKS.md, A/A sweeps: 0.3-1.9%).
 PROCESS_SD = 0.012
+# Between two sweeps run apart, the machine itself moves all of a sweep's jobs together: the A/A of runner
+# compare (BENCHMARKS.md) put the sd of that shared log offset at about 3%.
+APART_SD = 0.03
 UNSTABLE_SPREAD = 3.0  # p90/p10 of a job's per-round medians
 UNSTABLE_DISAGREE = 1.25  # the ratio over rounds against the ratio of the medians
 
@@ -164,7 +168,7 @@ def instability(samples_s: np.ndarray, rounds: np.ndarray | None) -> str | None:
 def change_point(medians: dict[int, float]) -> str:
     """Where a job's per-round medians changed most: the one split of the rounds into before and after
     that leaves the least squared spread of the log medians, e.g. 'rounds 1-11 at 55 ms, 12-40 at 450 µs'."""
-    from runner.table import format_seconds
+    from runner.record.table import format_seconds
 
     numbers = sorted(medians)
     logs = np.log([medians[r] for r in numbers])

@@ -83,7 +83,7 @@ COLUMNS: tuple[Column, ...] = (
     Column("throughput_per_s", "examples/s", _number),
     Column("gflops_per_s", "GFLOP/s", _number),
     Column("time_ratio", "time / fastest", _ratio),
-    Column("time_ratio_ci", "95% interval", _interval),  # over the rounds: runner.ratio
+    Column("time_ratio_ci", "95% interval", _interval),  # over the rounds: runner.report.ratio
     Column("within_noise", "within noise"),
     Column("time_ratio_basis", "ratio from"),  # "40 rounds", "1 round"
     Column("max_abs_err_vs_reference", "max abs err", _number),

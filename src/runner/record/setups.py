@@ -5,7 +5,7 @@ runner's commit and whether it had uncommitted changes, the framework's version)
 it; an MLflow experiment gathered over months, or runs sent to several cluster nodes, may not. Two runs
 of different setups differ by more than the work they did, so `runner report` and a sweep's table compare
 each run only with runs of its own setup, and say what sets the others apart. Across setups the question
-is a before/after one: `runner compare` (runner.before_after).
+is a before/after one: `runner compare` (runner.report.before_after).
 """
 
 from __future__ import annotations

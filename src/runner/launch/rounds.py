@@ -14,7 +14,7 @@ logged to MLflow. A job whose block of calls is too long for `rounds` turns in i
 
 Keeping one live worker per job costs memory, not imports: when the next job would leave less than
 MEMORY_RESERVE free, the jobs set up so far are measured first (their rounds then differ from the later
-jobs', and runner.ratio compares the two groups unpaired).
+jobs', and runner.report.ratio compares the two groups unpaired).
 """
 
 from __future__ import annotations
@@ -28,12 +28,12 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from runner import isolation
-from runner.result import Result
-from runner.timing import Measurement
+from runner.launch import isolation, launchers
+from runner.launch.messages import Finished, Turn, TurnDone
+from runner.measure.job import Stopped
+from runner.measure.timing import Measurement
+from runner.record.result import Result
 
-BASIC_LAUNCHER = "hydra._internal.core_plugins.basic_launcher.BasicLauncher"
-BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
 PROGRESS_EVERY_S = 2.0
 QUIET_WAIT_S = 0.05  # after its turn, a worker's threads (a spinning thread pool) may run this long at most
 MEMORY_RESERVE = 2 * 2**30  # bytes to keep free, beside 1.5x the largest waiting worker
@@ -58,13 +58,15 @@ _waiting: list[_Waiting] = []
 _next_round = 1  # rounds are numbered across the whole sweep: jobs measured apart share none
 
 
-def wanted(cfg: DictConfig, multirun: bool, launcher: str, sweeper: str = BASIC_SWEEPER) -> bool:
-    """True where a job is measured in interleaved rounds: a sweep whose jobs are all known before the first
-    is measured (Hydra's basic sweeper: an optimizing sweeper such as Optuna's needs each job's time as its
-    task returns), run one at a time by this process (the basic launcher) in worker processes, and
-    timing.rounds above 1."""
-    one_at_a_time = launcher == BASIC_LAUNCHER and sweeper == BASIC_SWEEPER
-    return multirun and one_at_a_time and str(cfg.isolation) == "process" and int(cfg.timing.rounds) > 1
+def wanted(cfg: DictConfig, multirun: bool, launcher: DictConfig, sweeper: DictConfig) -> bool:
+    """True where a job is measured in interleaved rounds: a sweep run one at a time by this process
+    (launchers.one_at_a_time), in worker processes, with timing.rounds above 1."""
+    return (
+        multirun
+        and launchers.one_at_a_time(launcher, sweeper)
+        and str(cfg.isolation) == "process"
+        and int(cfg.timing.rounds) > 1
+    )
 
 
 def set_up(cfg: DictConfig, run_dir: Path, parent_run_id: str | None, on_done: Done) -> Result | None:
@@ -82,14 +84,14 @@ def set_up(cfg: DictConfig, run_dir: Path, parent_run_id: str | None, on_done: D
     try:
         ready = _receive(worker)
     except KeyboardInterrupt as interrupt:
-        from runner.job import stop_reason
+        from runner.measure.job import stop_reason
 
         return isolation.complete(cfg, run_dir, parent_run_id, worker.stop(stop_reason(interrupt)))
     if ready is None:  # it ended before it was ready
         worker.process.join()
         return isolation.complete(cfg, run_dir, parent_run_id, worker.recorded("FAILED", worker.exit_reason()))
-    _, first_call_s, block_size, rounds = ready
-    measurement = Measurement(first_call_s=first_call_s, block_size=block_size)
+    rounds = ready.rounds
+    measurement = Measurement(first_call_s=ready.first_call_s, block_size=ready.block_size)
     _waiting.append(_Waiting(cfg, run_dir, parent_run_id, worker, rounds, measurement))
     fewer = (
         f" (a block of calls is too long for {cfg.timing.rounds} in timing.max_time_s)"
@@ -100,7 +102,7 @@ def set_up(cfg: DictConfig, run_dir: Path, parent_run_id: str | None, on_done: D
     return None
 
 
-def run(on_done: Done, interrupted: str | None = None) -> None:
+def run(on_done: Done, interrupted: str | None = None, measured: Callable[[], None] = lambda: None) -> None:
     """Hand out the turns of every waiting job, round after round; then let each worker record its job,
     log it and call on_done(cfg, run_dir, result). With `interrupted` (what stopped the sweep), or on
     Ctrl-C or SIGTERM meanwhile, the workers record what they measured and KeyboardInterrupt is raised."""
@@ -114,15 +116,16 @@ def run(on_done: Done, interrupted: str | None = None) -> None:
         try:
             _rounds(jobs)
         except KeyboardInterrupt as interrupt:
-            from runner.job import stop_reason
+            from runner.measure.job import stop_reason
 
             stopped_by = stop_reason(interrupt)
+    measured()  # nothing is timed any more
     _next_round += max(job.rounds for job in jobs)
     for job in jobs:
         result = _finish(job, stopped_by)
         on_done(job.cfg, job.run_dir, isolation.complete(job.cfg, job.run_dir, job.parent_run_id, result))
     if stopped_by and interrupted is None:
-        raise KeyboardInterrupt(stopped_by)
+        raise Stopped(stopped_by)
 
 
 def _rounds(jobs: list[_Waiting]) -> None:
@@ -147,34 +150,30 @@ def takes_part(index: int, turns: int, total: int) -> bool:
 def _turn(job: _Waiting, round_: int) -> None:
     """One turn of one job; its samples are kept here too, in case its worker dies later."""
     try:
-        job.worker.connection.send(("turn", round_))
+        job.worker.connection.send(Turn(round_))
     except OSError:  # its worker is gone
         job.failed = job.worker.exit_reason()
         return
     message = _receive(job.worker)
-    if message is None or message[0] != "done":
+    if not isinstance(message, TurnDone):
         job.worker.process.join()
         job.failed = f"{job.worker.exit_reason()} in round {round_}"
         return
     _wait_until_quiet(job.worker.process.pid)
-    _, samples_s, ends, others = message
-    job.measurement.samples_s += samples_s
-    job.measurement.sample_ends += ends
-    job.measurement.sample_others += others
-    job.measurement.sample_rounds += [round_] * len(samples_s)
+    job.measurement.add_turn(round_, message.samples_s, message.ends, message.others)
 
 
 def _wait_until_quiet(pid: int) -> None:
     """Hand the machine over only once the worker whose turn ended has no thread running: a framework's
     thread pool spins a while after its last op, and the next job's turn would share the cores with it."""
-    from runner.machine_load import runnable_threads
+    from runner.measure.machine_load import runnable_threads
 
     deadline = time.perf_counter() + QUIET_WAIT_S
     while runnable_threads(pid) and time.perf_counter() < deadline:
         time.sleep(0.0002)
 
 
-def _receive(worker: isolation.Worker) -> tuple | None:
+def _receive(worker: isolation.Worker) -> object | None:
     """The worker's next message, or None when it ended first."""
     ready = wait([worker.connection, worker.process.sentinel])
     if worker.connection in ready:
@@ -192,7 +191,7 @@ def _finish(job: _Waiting, stopped_by: str | None) -> Result:
         return job.worker.stop(stopped_by, job.measurement)
     if job.failed is None:
         try:
-            job.worker.connection.send(("finished",))
+            job.worker.connection.send(Finished())
         except OSError:
             pass
         job.worker.process.join()

@@ -29,29 +29,29 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from runner import tracking
-from runner.environment import ADDR_NO_RANDOMIZE
-from runner.fork_server import ForkServer, ForkServerGone
-from runner.result import Result
-from runner.timing import Measurement
+from runner.launch.fork_server import ForkServer, ForkServerGone
+from runner.launch.messages import MayTime, Ready, Turn, TurnDone
+from runner.measure.job import SIGTERM, Stopped
+from runner.measure.timing import Measurement
+from runner.record.environment import ADDR_NO_RANDOMIZE
+from runner.record.result import ERROR_LOG, IMAGES_DIR, LOG_FILE, RESULT_FILE, TENSORS_FILE, Result
 
-LOG_FILE = "job.log"  # the worker's stdout and stderr
 TAIL_LINES = 40
 GRACE_S = 30.0  # after Ctrl-C, how long the worker may take to record its samples
 STORE_WAIT_S = 120.0  # the longest a worker waits for its parent to open the MLflow store before timing
 WATCHDOG_S = 1.0  # how often the worker checks that its launcher is alive
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 PR_SET_NAME = 15
-MAY_TIME = "may_time"  # launcher -> worker: the MLflow store is open, timing may begin
 PERSONALITY_QUERY = 0xFFFFFFFF  # personality(2): read the persona, change nothing
 # What a previous run in the same directory may have left: never uploaded as this run's.
-STALE = ("result.json", "tensors.h5", "images", "tracking.json", "error.log", LOG_FILE)
+STALE = (RESULT_FILE, TENSORS_FILE, IMAGES_DIR, tracking.TRACKING_FILE, ERROR_LOG, LOG_FILE)
 
 
 def execute(cfg: DictConfig, run_dir: Path, parent_run_id: str | None = None) -> Result:
     """Run and record one job as `cfg.isolation` says, then log it to MLflow; returns its record."""
     prepare(cfg, run_dir, parent_run_id)
     if str(cfg.isolation) == "inline":
-        from runner.job import run_and_record
+        from runner.measure.job import run_and_record
 
         result = run_and_record(cfg, Path(run_dir))
     else:
@@ -92,10 +92,10 @@ def clear_stale(run_dir: Path) -> None:
 class Worker:
     """A job's worker process, with its output forwarded to this process's stderr.
 
-    The worker is forked by its backend's fork server (runner.fork_server), or spawned afresh where each job
+    The worker is forked by its backend's fork server (runner.launch.fork_server), or spawned afresh where each job
     must draw its own memory layout (timing.fixed_layout=false). It talks to this process over `connection`:
     it times nothing before ("may_time",) arrives (the MLflow store is open), and with `turns=True` it sets up
-    and warms up, says so, and then samples only in the turns it is given (runner.rounds hands them out);
+    and warms up, says so, and then samples only in the turns it is given (runner.launch.rounds hands them out);
     else it measures in one go."""
 
     def __init__(self, cfg: DictConfig, run_dir: Path, turns: bool = False):
@@ -125,7 +125,7 @@ class Worker:
         try:
             self.process.join()
         except KeyboardInterrupt as interrupt:
-            from runner.job import stop_reason
+            from runner.measure.job import stop_reason
 
             return self.stop(stop_reason(interrupt))
         return self.recorded("FAILED", _exit_reason(self.process.exitcode))
@@ -151,7 +151,7 @@ class Worker:
         self._release()
         if Result.exists(self.run_dir):
             return Result.load(self.run_dir)
-        from runner.job import record, stopped_while_timing
+        from runner.measure.job import record, stopped_while_timing
 
         if measurement is not None and measurement.samples_s:
             result = stopped_while_timing(status, f"{reason} (the samples it reported are kept)", measurement, self.cfg)
@@ -171,30 +171,30 @@ class Worker:
 
 
 class PipeTurns:
-    """In the worker: the `timing.Turns` a coordinator hands out over a pipe (runner.rounds)."""
+    """In the worker: the `timing.Turns` a coordinator hands out over a pipe (runner.launch.rounds)."""
 
     def __init__(self, connection):
         self.connection = connection
 
     def ready(self, measurement: Measurement, rounds: int) -> None:
-        self.connection.send(("ready", measurement.first_call_s, measurement.block_size, rounds))
+        self.connection.send(Ready(measurement.first_call_s, measurement.block_size, rounds))
 
     def wait(self) -> int | None:
         try:
             message = self.connection.recv()
-            while message[0] == MAY_TIME:  # the store opened later than the worker stopped waiting for it
+            while isinstance(message, MayTime):  # the store opened later than the worker stopped waiting for it
                 message = self.connection.recv()
         except (EOFError, ConnectionResetError):  # the launcher is gone; its death signal is on its way
-            raise KeyboardInterrupt("stopped by SIGTERM: the launcher is gone") from None
-        return message[1] if message[0] == "turn" else None
+            raise Stopped(SIGTERM) from None  # the launcher is gone: its death signal is on its way
+        return message.round if isinstance(message, Turn) else None
 
     def done(self, samples_s: list[float], ends: list[float], others: list[int]) -> None:
-        self.connection.send(("done", samples_s, ends, others))
+        self.connection.send(TurnDone(samples_s, ends, others))
 
 
 def _open_store_meanwhile(cfg: DictConfig, connection) -> None:
     """Import MLflow and open its store (the slow part of logging: BENCHMARKS.md) while the worker imports its
-    framework and builds its inputs; the worker waits for MAY_TIME on `connection` so that nothing here runs
+    framework and builds its inputs; the worker waits for MayTime on `connection` so that nothing here runs
     beside its timed calls."""
     if cfg.tracking.name != "mlflow":
         _tell_may_time(connection)
@@ -213,14 +213,14 @@ def _open_store_meanwhile(cfg: DictConfig, connection) -> None:
 
 def _tell_may_time(connection) -> None:
     with contextlib.suppress(OSError):  # the worker is gone already
-        connection.send((MAY_TIME,))
+        connection.send(MayTime())
 
 
 def _wait_may_time(connection) -> None:
-    """In the worker, before its first timed call: until the launcher says MAY_TIME, at most STORE_WAIT_S."""
+    """In the worker, before its first timed call: until the launcher says MayTime, at most STORE_WAIT_S."""
     if connection.poll(STORE_WAIT_S):
         message = connection.recv()
-        assert message[0] == MAY_TIME, message
+        assert isinstance(message, MayTime), message
 
 
 def _spawn(args: tuple, connection, fixed: bool):
@@ -281,7 +281,7 @@ def _exit_reason(exitcode: int | None) -> str:
 
 def _with_output_tail(run_dir: Path, result: Result) -> Result:
     """Put the last lines of the job's output (or its traceback) into result.json."""
-    for name in (LOG_FILE, "error.log"):
+    for name in (LOG_FILE, ERROR_LOG):
         path = run_dir / name
         if path.exists() and path.stat().st_size:
             with path.open(errors="replace") as f:
@@ -294,7 +294,7 @@ def _with_output_tail(run_dir: Path, result: Result) -> Result:
 def worker_main(
     config: dict, run_dir: str, log_path: str, turns: bool, connection=None, parent: int | None = None
 ) -> None:
-    """In the worker (spawned, or forked by runner.fork_server whose pid is `parent`): all output to job.log,
+    """In the worker (spawned, or forked by runner.launch.fork_server whose pid is `parent`): all output to job.log,
     measure, write result.json + tensors.h5."""
     log = open(log_path, "a", buffering=1)  # stays open for the worker's whole life
     os.dup2(log.fileno(), 1)
@@ -304,7 +304,7 @@ def worker_main(
     _name_process(f"runner-job-{Path(run_dir).name}")
     _interrupt_once()
     _die_with_launcher(parent if parent is not None else multiprocessing.parent_process().pid)
-    from runner.job import run_and_record
+    from runner.measure.job import run_and_record
 
     run_and_record(
         OmegaConf.create(config),
@@ -330,10 +330,9 @@ def _interrupt_once() -> None:
         if fired:
             return
         fired.append(signum)
-        name = signal.Signals(signum).name
         if signum == signal.SIGTERM:
             _exit_later(GRACE_S, 128 + signum)
-        raise KeyboardInterrupt(f"stopped by {name}" if signum != signal.SIGINT else "")
+        raise Stopped(SIGTERM) if signum == signal.SIGTERM else KeyboardInterrupt()
 
     signal.signal(signal.SIGINT, handler)
     signal.signal(signal.SIGTERM, handler)

@@ -4,7 +4,6 @@ ended before it could record itself."""
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -15,7 +14,7 @@ from runner.config import first_line
 
 def refuse(line: str) -> None:
     """No job submitted: say why in one line, record it on the sweep (sweep.json, parent run), exit 1."""
-    from runner import sweep
+    from runner.launch import sweep
 
     active = sweep.active()
     if active is not None:
@@ -55,9 +54,9 @@ def record_ended(task_cfg: DictConfig, run_dir: Path, reason: str, context: dict
     """Record a job the cluster ended as FAILED with the cluster's `reason` (and `context`: its job id), in
     result.json and in MLflow where tracked; a job that recorded itself keeps its record, with the reason
     put first. Recording the same reason twice changes nothing."""
-    from runner import sweep
-    from runner.job import record
-    from runner.result import Result
+    from runner.launch import sweep
+    from runner.measure.job import record
+    from runner.record.result import Result
 
     parent = sweep.parent_run_id(run_dir.parent)
     run_dir.mkdir(parents=True, exist_ok=True)  # a job that never started has no directory yet
@@ -78,13 +77,12 @@ def _update_tracked(task_cfg: DictConfig, run_dir: Path, parent: str | None) -> 
     """Log the amended record: a new run when the job never reached MLflow (no note, or the pending one a
     job writes before it starts), else its run corrected."""
     from runner import tracking
-    from runner.result import RESULT_FILE, Result
+    from runner.record.result import RESULT_FILE, Result
 
     if task_cfg.tracking.name != "mlflow":
         return
-    note_path = run_dir / tracking.TRACKING_FILE
-    note = json.loads(note_path.read_text()) if note_path.exists() else None
-    if not (note and note.get("run_id")):
+    note = tracking.read_note(run_dir)
+    if not note.get("run_id"):
         tracking.track(run_dir, task_cfg.tracking.uri, task_cfg.tracking.experiment, parent)
     else:
         mlflow = tracking.client(note["uri"])

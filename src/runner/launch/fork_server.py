@@ -6,10 +6,10 @@ the framework's pages shared between the jobs waiting for their turns. The serve
 framework runtime (thread pools, device contexts) exists when it forks. Every worker of a server has the
 server's memory layout: the server starts with address-space randomization off (timing.fixed_layout), so
 that layout is the one a fresh worker would have had; with fixed_layout=false each job is spawned afresh
-instead (runner.isolation), since only a fresh interpreter draws a layout of its own.
+instead (runner.launch.isolation), since only a fresh interpreter draws a layout of its own.
 
-The launcher keeps a `ForkedWorker` per worker, which answers what runner.isolation and runner.rounds ask of
-a multiprocessing.Process (pid, sentinel, join, exitcode, is_alive, kill); the server reaps its workers and
+The launcher keeps a `ForkedWorker` per worker, which answers what isolation and rounds ask of a
+multiprocessing.Process (pid, sentinel, join, exitcode, is_alive, kill); the server reaps its workers and
 reports how each ended.
 """
 
@@ -147,7 +147,7 @@ def _serve(module: str, worker_main: Callable, connection: Connection, launcher:
     os.dup2(devnull, 1)
     os.dup2(devnull, 2)
     try:
-        import runner.job  # noqa: F401 - what every worker runs
+        import runner.measure.job  # noqa: F401 - what every worker runs
         from runner.backends import load_backend
 
         load_backend(module)

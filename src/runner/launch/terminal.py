@@ -1,0 +1,51 @@
+"""What a person sees in the terminal about one run: what ran, its numbers in human units, its warnings,
+where its files are and how to open it in the MLflow UI."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from runner.config import choices
+from runner.record.result import Result
+from runner.record.table import COLUMNS
+
+
+def print_summary(cfg: DictConfig, run_dir: Path, result: Result) -> None:
+    """A few readable lines: what ran, how fast, how accurate, where the files are."""
+    c = choices(cfg)
+    device = result.environment.get("device", c["device"])
+    print(f"{c['backend']} | {c['model']} | {c['task']} | {c['mode']} | {device} | {c['dtype']}: {result.status}")
+    if result.error:
+        print(f"error: {result.error}", file=sys.stderr)
+    for column in COLUMNS:
+        cell = column.cell(result.metrics)
+        if cell:
+            print(f"  {column.label:<16}{cell}")
+    for warning in result.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    print(f"  results in {run_dir}")
+    for line in tracking_lines(run_dir):
+        print(line)
+
+
+def tracking_lines(run_dir: Path) -> list[str]:
+    """Where the run is in MLflow: its id and how to open it in the UI (from tracking.json)."""
+    from runner.tracking.note import read_note_or_empty
+
+    note = read_note_or_empty(run_dir)
+    if not note.get("run_id"):
+        return []
+    return [f"  MLflow run      {note['run_id']}", *ui_lines(note["uri"], f"#/runs/{note['run_id']}")]
+
+
+def ui_lines(uri: str, fragment: str) -> list[str]:
+    """How a person opens `fragment` of the MLflow UI for the store at `uri`."""
+    if uri.startswith(("http://", "https://")):
+        return [f"  open            {uri.rstrip('/')}/{fragment}"]
+    return [
+        f"  browse with     mlflow ui --backend-store-uri {uri}",
+        f"  then open       http://127.0.0.1:5000/{fragment}",
+    ]

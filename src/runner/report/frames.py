@@ -1,0 +1,245 @@
+"""Runs as a frame (rows: runs; columns as mlflow.search_runs gives them), each compared with the fastest
+run doing the same work in its setup, and the tables a person reads."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from runner import tracking
+from runner.record import naming, setups
+from runner.record.result import RESULT_FILE, Result, ResultUnreadable, read_sample_rounds, read_samples
+from runner.record.table import COLUMNS, PROSE, Column, present, rows
+from runner.record.table import markdown as table_markdown
+from runner.report.ratio import UNSTABLE_DISAGREE, instability, time_ratio
+
+PANEL_KEYS = ("params.model.name", "params.task.name", "params.batch_size")  # a size sweep shares one panel
+SETTING_PREFIXES = ("params.model.", "params.data.")  # the workload's own settings: model.n, data.image_size, ...
+# -- loading -------------------------------------------------------------------------------------
+
+
+def runs_from_dirs(run_dirs: Iterable[Path]) -> pd.DataFrame:
+    """One row per run directory that holds a result.json (an unreadable one is a FAILED row saying why)."""
+    rows = []
+    for run_dir in sorted(Path(d) for d in run_dirs):
+        if not Result.exists(run_dir):
+            continue
+        try:
+            result = Result.load(run_dir)
+        except ResultUnreadable as error:
+            result = Result(status="FAILED", error=str(error))
+        name = naming.run_name(result.config, *naming.job_context(run_dir)) if result.config else run_dir.name
+        row = {"run": name, "run_dir": str(run_dir), "status": result.status, "error": result.error}
+        row["warnings"] = result.warnings
+        row.update(setups.environment_columns(result.environment))
+        row.update({f"params.{k}": v for k, v in naming.run_params(result.config).items()})
+        row.update({f"metrics.{k}": v for k, v in result.metrics.items()})
+        rows.append(row)
+    return _finish_frame(pd.DataFrame(rows))
+
+
+def sweep_run_dirs(sweep_dir: Path) -> list[Path]:
+    """The job directories of a sweep (Hydra's numbered subdirectories), in job order."""
+    dirs = [p.parent for p in Path(sweep_dir).glob(f"*/{RESULT_FILE}")]
+    return sorted(dirs, key=lambda d: (not d.name.isdigit(), int(d.name) if d.name.isdigit() else 0, d.name))
+
+
+def runs_from_mlflow(uri: str, experiment: str, parent_run_id: str | None = None) -> pd.DataFrame:
+    """The runs of an experiment (only the children of parent_run_id when given; never parent runs)."""
+    return runs_from_mlflow_rows(tracking.search_runs(uri, experiment, parent_run_id))
+
+
+def runs_from_mlflow_rows(rows: list[dict]) -> pd.DataFrame:
+    """The frame of runs as tracking.search_runs / runs_of give them."""
+    return _finish_frame(pd.DataFrame(rows))
+
+
+def _finish_frame(frame: pd.DataFrame) -> pd.DataFrame:
+    if frame.empty:
+        return frame
+    for key in ("metrics.time_median_s", "metrics.time_iqr_s"):  # absent when no run was timed
+        if key not in frame:
+            frame[key] = np.nan
+    for key in ("params.batch_size", "params.seed", *(k for k in frame if str(k).startswith(SETTING_PREFIXES))):
+        if key in frame and _all_numbers(frame[key]):
+            frame[key] = pd.to_numeric(frame[key])
+    frame["size"], frame["size_name"] = _sizes(frame)
+    frame["setup"] = setups.setups(frame)
+    run_dirs = frame.get("run_dir", [None] * len(frame))
+    frame["samples_s"] = [read_samples(d) if d else None for d in run_dirs]
+    frame["sample_rounds"] = [read_sample_rounds(d) if d else None for d in run_dirs]
+    return frame
+
+
+def _all_numbers(column: pd.Series) -> bool:
+    """Whether every value given is a number (MLflow hands params back as strings: "1024")."""
+    given = column.dropna()
+    return not given.empty and pd.to_numeric(given, errors="coerce").notna().all() and given.map(type).ne(bool).all()
+
+
+def numeric_settings(frame: pd.DataFrame) -> list[str]:
+    """The numeric settings of the model or its inputs (params.model.n, params.model.hidden,
+    params.data.image_size, ...): runs that differ in one of them did different work."""
+    return [k for k in frame if str(k).startswith(SETTING_PREFIXES) and pd.api.types.is_numeric_dtype(frame[k])]
+
+
+def work_keys(frame: pd.DataFrame) -> list[str]:
+    """What two runs must share to be compared: model, task, batch size and the numeric settings of the model
+    and its inputs. Everything else is what a comparison is for: backend, mode, device, dtype, and named
+    alternatives (model.method of reshape, model.arch of torchvision)."""
+    return [k for k in PANEL_KEYS if k in frame] + numeric_settings(frame)
+
+
+def _sizes(frame: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
+    """Per run, its size and the setting that holds it, where exactly one numeric setting varies among the
+    runs of its model (a size sweep: model.size of sigmoid, model.n of matmul); NaN and None elsewhere."""
+    size, name = pd.Series(np.nan, index=frame.index), pd.Series(None, index=frame.index, dtype=object)
+    settings = numeric_settings(frame)
+    if "params.model.name" not in frame:
+        return size, name
+    for _, runs in frame.groupby(frame["params.model.name"].map(str)):
+        varying = [k for k in settings if runs[k].nunique() > 1]
+        if len(varying) == 1:
+            size[runs.index], name[runs.index] = runs[varying[0]], short_name(varying[0])
+    return size, name
+
+
+# -- comparing -----------------------------------------------------------------------------------
+
+
+NOT_LABELS = ("params.timing.", "params.tracking.")  # how long or where a run was recorded, not what it ran
+
+
+def varied_params(frame: pd.DataFrame) -> list[str]:
+    """The params.* columns whose value differs between runs that have the key: what the sweep varied
+    (timing budgets and tracking settings aside)."""
+    cols = [c for c in frame.columns if c.startswith("params.") and not c.startswith(NOT_LABELS)]
+    return [c for c in cols if frame[c].dropna().map(str).nunique() > 1]
+
+
+def short_name(column: str) -> str:
+    return column.removeprefix("params.").removeprefix("metrics.").removesuffix(".name")
+
+
+def labels(frame: pd.DataFrame, columns: list[str] | None = None) -> pd.Series:
+    """A readable label per run from the parameters that varied: 'backend=torch mode=eager'."""
+    columns = varied_params(frame) if columns is None else columns
+    if not columns:
+        return frame["run"].map(str)
+    return frame[columns].map(str).apply(lambda row: " ".join(f"{short_name(c)}={v}" for c, v in row.items()), axis=1)
+
+
+COMPARISON = ("time_ratio", "time_ratio_ci_low", "time_ratio_ci_high", "within_noise", "time_ratio_basis")
+
+
+def compare(frame: pd.DataFrame) -> pd.DataFrame:
+    """Add `time_ratio` (this run's time / the fastest's), its interval `time_ratio_ci_low`/`_high` (95% over
+    the group's comparisons: runner.report.ratio) and `within_noise` against the fastest finished run that did the
+    same work (work_keys). The fastest is the one with the lowest median. A run whose rounds disagree too
+    much for a verdict says `unstable: ...` instead."""
+    frame = frame.copy()
+    for key in COMPARISON:
+        frame[key] = None if key in ("within_noise", "time_ratio_basis") else np.nan
+    if frame.empty or "metrics.time_median_s" not in frame:
+        return frame
+    timed = frame[(frame["status"] == "FINISHED") & frame["metrics.time_median_s"].notna()]
+    keys = work_keys(frame) + (["setup"] if "setup" in frame else [])
+    for _, group in timed.groupby([timed[k].map(str) for k in keys], sort=False):
+        fastest = group["metrics.time_median_s"].idxmin()
+        unstable = {i: _instability(frame.loc[i]) for i in group.index}
+        for i in group.index:
+            if i == fastest:
+                frame.loc[i, COMPARISON] = [1.0, np.nan, np.nan, unstable[i] or "fastest", None]
+                continue
+            verdict = unstable[i] or ("cannot tell (the fastest job is unstable)" if unstable[fastest] else None)
+            frame.loc[i, COMPARISON] = _versus(frame.loc[i], frame.loc[fastest], len(group) - 1, verdict)
+    return frame
+
+
+def _versus(run: pd.Series, fastest: pd.Series, comparisons: int, unstable: str | None) -> list:
+    """time_ratio, its interval, within_noise and the basis of `run` against `fastest`; `unstable` says why
+    there is no verdict, where one of the two jobs' rounds disagree too much for one."""
+    by_medians = run["metrics.time_median_s"] / fastest["metrics.time_median_s"]
+    if run["samples_s"] is None or fastest["samples_s"] is None:  # e.g. MLflow runs made on another machine
+        return [by_medians, np.nan, np.nan, "cannot tell (no samples)", None]
+    samples = (run["samples_s"], run.get("sample_rounds"), fastest["samples_s"], fastest.get("sample_rounds"))
+    ratio = time_ratio(*samples, comparisons=comparisons)
+    disagree = max(ratio.value / by_medians, by_medians / ratio.value)
+    if not unstable and disagree > UNSTABLE_DISAGREE:
+        unstable = f"unstable: {ratio.value:.2f}x over its rounds, {by_medians:.2f}x by the medians"
+    return [ratio.value, ratio.low, ratio.high, unstable or ratio.within_noise(), ratio.basis()]
+
+
+def _instability(run: pd.Series) -> str | None:
+    return None if run["samples_s"] is None else instability(run["samples_s"], run.get("sample_rounds"))
+
+
+def table(frame: pd.DataFrame) -> pd.DataFrame:
+    """Raw numbers for runs.csv: run, status, what varied, the table's columns, error."""
+    frame = compare(frame)
+    records = _records(frame)
+    columns = present(COLUMNS, records)
+    out = pd.DataFrame({"run": frame["run"].to_numpy(), "status": frame["status"].to_numpy()})
+    for key in varied_params(frame):
+        out[short_name(key)] = frame[key].to_numpy()
+    keys = [c.key for c in columns if c.key not in PROSE]
+    keys += [k for k in COMPARISON if k not in keys]
+    for key in keys:
+        out[key] = [r.get(key) for r in records]
+    out["error"] = frame["error"].to_numpy() if "error" in frame else None
+    return out
+
+
+def human_table(frame: pd.DataFrame, columns: tuple[Column, ...] = COLUMNS) -> tuple[list[str], list[list[str]]]:
+    """Headers and formatted cells (human units): run, status, its setup where runs come from several (see
+    setup_notes), what varied, then the table's columns."""
+    frame = compare(frame)
+    records = _records(frame)
+    shown = present(columns, records)
+    varied = (["setup"] if frame.get("setup", pd.Series(dtype=int)).nunique() > 1 else []) + varied_params(frame)
+    headers = ["run", "status", *(short_name(k) for k in varied), *(c.label for c in shown)]
+    cells = [
+        [str(row["run"]), str(row["status"]), *(_param_cell(row[k]) for k in varied), *cells]
+        for (_, row), cells in zip(frame.iterrows(), rows(shown, records), strict=True)
+    ]
+    return headers, cells
+
+
+def _param_cell(value: object) -> str:
+    """A parameter as typed: blank where the run has no such key, 1000 rather than 1000.0."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def markdown(frame: pd.DataFrame) -> str:
+    """runs.md / summary.md: the human table as markdown, then one line per run that did not finish."""
+    text = table_markdown(*human_table(frame)) + "".join(f"\n{line}\n" for line in setup_notes(frame))
+    failed = frame[frame["status"] != "FINISHED"]
+    if not failed.empty:
+        text += "\n## Not finished\n\n" + "".join(
+            f"- {r['run']} ({r['status']}): {r['error']}\n" for _, r in failed.iterrows()
+        )
+    return text
+
+
+def setup_notes(frame: pd.DataFrame) -> list[str]:
+    """Where the runs come from several setups (machines or versions: runner.record.setups), how each differs."""
+    return setups.describe(frame, frame["setup"]) if "setup" in frame else []
+
+
+def _records(frame: pd.DataFrame) -> list[dict]:
+    """Per run, the values the table's columns read: metrics by their own names, and the comparison."""
+    records = []
+    for _, row in frame.iterrows():
+        record = {k.removeprefix("metrics."): v for k, v in row.items() if str(k).startswith("metrics.")}
+        record.update({k: row.get(k) for k in COMPARISON})
+        record["time_ratio_ci"] = (row.get("time_ratio_ci_low"), row.get("time_ratio_ci_high"))
+        records.append(record)
+    return records

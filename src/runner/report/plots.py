@@ -1,0 +1,235 @@
+"""The report's PNG plots: one panel per workload, labelled by what varied."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+import pandas as pd
+
+from runner.record.table import format_seconds
+from runner.report.frames import (
+    PANEL_KEYS,
+    SETTING_PREFIXES,
+    _param_cell,
+    numeric_settings,
+    short_name,
+    varied_params,
+    work_keys,
+)
+
+MAX_SIZE_TICKS = 8
+SPEEDUP_LOG_ABOVE = 10  # a speedup axis spanning more than this factor is drawn on a log scale
+SERIES_KEYS = ("params.backend.name", "params.mode.name", "params.device.name", "params.dtype")
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def workloads(frame: pd.DataFrame, keys: Iterable[str] | None = None) -> list[tuple[str, pd.DataFrame]]:
+    """The runs grouped by the work they did (work_keys unless other keys are given), each with a title
+    that names the settings which differ between the groups."""
+    keys = [k for k in (work_keys(frame) if keys is None else keys) if k in frame]
+    if not keys:
+        return [("all runs", frame)]
+    numeric = numeric_settings(frame)
+    varying = [k for k in keys if k in numeric and frame[k].dropna().nunique() > 1]
+    groups = frame.groupby([frame[k].map(str) for k in keys], sort=True)
+    return [(_workload_title(group.iloc[0], varying), group) for _, group in groups]
+
+
+def _workload_title(row: pd.Series, settings: list[str]) -> str:
+    title = f"{row.get('params.model.name', '?')} {row.get('params.task.name', '')}".strip()
+    if pd.notna(row.get("params.batch_size")):
+        title += f", batch {int(row['params.batch_size'])}"
+    for key in settings:
+        if pd.notna(row.get(key)):
+            title += f", {short_name(key)} {_param_cell(row[key])}"
+    return title
+
+
+def _timed(frame: pd.DataFrame) -> pd.DataFrame:
+    return frame[(frame["status"] == "FINISHED") & frame["metrics.time_median_s"].notna()]
+
+
+def _panel_labels(rows: pd.DataFrame) -> pd.Series:
+    """Per run, what varied among these comparable runs, wrapped to stay narrow; its name otherwise."""
+    import textwrap
+
+    columns = varied_params(rows) if len(rows) > 1 else []
+    if not columns:
+        return rows["run"].map(lambda name: textwrap.fill(str(name), 34))
+
+    def label(row: pd.Series) -> str:
+        return textwrap.fill(" ".join(f"{short_name(c)}={_param_cell(v)}" for c, v in row.items()), 34)
+
+    labelled = rows[columns].apply(label, axis=1)
+    same = labelled.duplicated(keep=False)  # e.g. a single run and a sweep's job with the same settings
+    return labelled.where(~same, labelled + "\n" + rows["run"].map(str))
+
+
+def _panels(plt, groups: list, rows_per_group: list[int]):
+    """One horizontal panel per workload, each as tall as its runs need."""
+    heights = [1.0 + 0.5 * n for n in rows_per_group]
+    fig, axes = plt.subplots(
+        len(groups), 1, figsize=(9, sum(heights) + 0.6), squeeze=False, gridspec_kw={"height_ratios": heights}
+    )
+    return fig, axes[:, 0]
+
+
+def plot_times(frame: pd.DataFrame, path: Path) -> Path | None:
+    """Time per call, one panel per workload: box plots of the raw samples (median and IQR otherwise)."""
+    if _timed(frame).empty:
+        return None
+    groups = workloads(_timed(frame), PANEL_KEYS)
+    plt = _pyplot()
+    fig, axes = _panels(plt, groups, [len(g) for _, g in groups])
+    for ax, (title, group) in zip(axes, groups, strict=True):
+        _time_panel(ax, group.sort_values("metrics.time_median_s"), title)
+    axes[-1].set_xlabel("time per call (box: median and IQR of the raw samples; log scale)")
+    fig.suptitle("Time per configuration, faster at the top of each panel")
+    return _save(fig, path)
+
+
+def _time_panel(ax, group: pd.DataFrame, title: str) -> None:
+    for pos, (_, row) in enumerate(group.iterrows()):
+        samples = row["samples_s"]
+        if samples is not None and len(samples):
+            ax.boxplot([samples], positions=[pos], orientation="horizontal", widths=0.6, showfliers=True)
+        else:
+            half = row.get("metrics.time_iqr_s", 0) / 2
+            ax.errorbar(row["metrics.time_median_s"], pos, xerr=half, fmt="o", capsize=4)
+    ax.set_yticks(range(len(group)), _panel_labels(group))
+    ax.set_ylim(len(group) - 0.5, -0.5)
+    _seconds_axis(ax.xaxis)
+    ax.set_title(title, loc="left", fontsize=10)
+    ax.grid(axis="x", which="both", alpha=0.3)
+
+
+def series_labels(frame: pd.DataFrame) -> pd.Series:
+    """One line per configuration in a size plot: backend / mode / device / dtype and named alternatives
+    (model.method, model.arch), those that differ among these runs."""
+    numeric = numeric_settings(frame)
+    named = [k for k in frame if str(k).startswith(SETTING_PREFIXES) and k not in numeric and k not in PANEL_KEYS]
+    keys = [k for k in (*SERIES_KEYS, *named) if k in frame and frame[k].map(str).nunique() > 1]
+    keys = keys or [k for k in SERIES_KEYS[:2] if k in frame]
+    return frame[keys].map(str).agg(" / ".join, axis=1)
+
+
+def _size_axis(ax, sizes: pd.Series) -> None:
+    """A log axis ticked at the sizes that were run (1, 32, 1,024, ...), not at powers of ten; matplotlib's
+    own ticks where there are too many sizes to label each."""
+    from matplotlib.ticker import NullFormatter
+
+    ax.set_xscale("log")
+    ticks = sorted(sizes.dropna().unique())
+    if len(ticks) > MAX_SIZE_TICKS:
+        return
+    ax.set_xticks(ticks, [f"{t:,.0f}" if float(t).is_integer() else f"{t:g}" for t in ticks])
+    ax.xaxis.set_minor_formatter(NullFormatter())
+
+
+def _size_groups(frame: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    """Size sweeps: runs of one model, task and batch size at two or more sizes."""
+    sized = _timed(frame)[_timed(frame)["size"].notna()]
+    groups = workloads(sized, PANEL_KEYS)
+    return [(title, g) for title, g in groups if g["size"].nunique() >= 2]
+
+
+def plot_time_vs_size(frame: pd.DataFrame, path: Path) -> Path | None:
+    """Seed 003's figure: time against size, log-log, one line per backend/mode, a panel per workload."""
+    groups = _size_groups(frame)
+    if not groups:
+        return None
+    plt = _pyplot()
+    fig, axes = plt.subplots(len(groups), 1, figsize=(8, 5 * len(groups)), squeeze=False)
+    for ax, (title, timed) in zip(axes[:, 0], groups, strict=True):
+        for name, series in timed.groupby(series_labels(timed)):
+            series = series.sort_values("size")
+            iqr = series.get("metrics.time_iqr_s", pd.Series(0, index=series.index)) / 2
+            ax.errorbar(series["size"], series["metrics.time_median_s"], yerr=iqr, marker="o", capsize=3, label=name)
+        _size_axis(ax, timed["size"])
+        _seconds_axis(ax.yaxis)
+        ax.set_xlabel(_size_label(timed))
+        ax.set_ylabel("time per call (median, IQR bars)")
+        ax.set_title(f"{title}: time against size", loc="left", fontsize=10)
+        ax.grid(which="both", alpha=0.3)
+        ax.legend()
+    return _save(fig, path)
+
+
+def plot_speedups(frame: pd.DataFrame, path: Path) -> Path | None:
+    """How many times faster each configuration is than the slowest one doing the same work, a panel
+    per workload (against size for size sweeps)."""
+    in_size_sweeps = {i for _, g in _size_groups(frame) for i in g.index}
+    timed = _timed(frame).drop(index=list(in_size_sweeps))
+    groups = [(t, g) for t, g in workloads(timed) if len(g) >= 2]
+    if not groups:
+        return None
+    plt = _pyplot()
+    fig, axes = _panels(plt, groups, [len(g) for _, g in groups])
+    for ax, (title, group) in zip(axes, groups, strict=True):
+        speedup = (group["metrics.time_median_s"].max() / group["metrics.time_median_s"]).sort_values()
+        bars = ax.barh(range(len(speedup)), speedup.to_numpy())
+        ax.bar_label(bars, labels=[f"{s:.3g}x" for s in speedup], padding=3)
+        ax.set_yticks(range(len(speedup)), _panel_labels(group.loc[speedup.index]))
+        ax.set_xlim(0, speedup.max() * 1.18)  # room for the last bar's label
+        ax.set_title(title, loc="left", fontsize=10)
+        ax.grid(axis="x", alpha=0.3)
+    axes[-1].set_xlabel("speedup over the slowest configuration of the panel (median time ratio)")
+    fig.suptitle("Speedups")
+    return _save(fig, path)
+
+
+def plot_speedup_vs_size(frame: pd.DataFrame, path: Path) -> Path | None:
+    """Size sweeps comparing two or more backends/modes: speedup over the slowest against size."""
+    groups = [(t, g) for t, g in _size_groups(frame) if series_labels(g).nunique() >= 2]
+    if not groups:
+        return None
+    plt = _pyplot()
+    fig, axes = plt.subplots(len(groups), 1, figsize=(8, 5 * len(groups)), squeeze=False)
+    for ax, (title, timed) in zip(axes[:, 0], groups, strict=True):
+        timed = timed.assign(series=series_labels(timed))
+        times = timed.pivot_table(index="size", columns="series", values="metrics.time_median_s", aggfunc="median")
+        baseline = times.iloc[-1].idxmax()  # the slowest configuration at the largest size
+        speedups = times.rdiv(times[baseline], axis=0)
+        for name in times.columns:
+            ax.plot(times.index, speedups[name], marker="o", label=name)
+        _size_axis(ax, timed["size"])
+        ax.set_xlabel(_size_label(timed))
+        spans_decades = speedups.max().max() / speedups.min().min() > SPEEDUP_LOG_ABOVE
+        if spans_decades:  # 870x and 1.9x on one linear axis: the small ones sit on the floor
+            ax.set_yscale("log")
+        ax.set_ylabel(f"speedup over {baseline}" + (" (log scale)" if spans_decades else ""))
+        ax.set_title(f"{title}: speedups against size", loc="left", fontsize=10)
+        ax.grid(which="both", alpha=0.3)
+        ax.legend()
+    return _save(fig, path)
+
+
+def _size_label(timed: pd.DataFrame) -> str:
+    return f"{timed['size_name'].iloc[0]} (log scale)"
+
+
+def _seconds_axis(axis) -> None:
+    """A log axis of seconds labelled '10 µs', '1 ms', ..."""
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    axis.axes.set_xscale("log") if axis is axis.axes.xaxis else axis.axes.set_yscale("log")
+    axis.set_major_formatter(FuncFormatter(lambda value, _: format_seconds(value)))
+    axis.set_minor_formatter(NullFormatter())
+
+
+def _save(fig, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110, bbox_inches="tight")  # long labels widen the image instead of being cut
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    return path

@@ -1,0 +1,56 @@
+"""MLflow: every call to it is in this package, which callers use through the names below.
+
+A run is complete in its directory (result.json, tensors.h5: runner.record.result) before MLflow is touched;
+MLflow is fed from the run directory alone, so a run that could not reach its tracking store when it ran is
+uploaded later, unchanged, by `runner sync RUN_DIR`. Nothing is lost and nothing is doubled: a pending
+tracking.json (note) is written before the job starts; each MLflow run carries the tag `runner.run_key`, and
+its id is noted as soon as it exists, so a later sync replaces a partial upload instead of adding a copy
+(upload). A new SQLite store is created by one process at a time, whole or not at all (store).
+
+- store: opening a store, its client, retries while SQLite is locked, experiments
+- note: tracking.json, where (and whether) a run reached MLflow
+- upload: logging a run directory, now (track) or later (sync)
+- sweeps: a sweep's parent run
+- search: reading runs back for reports and comparisons
+What identifies a run (its params and name) is runner.record.naming's, with or without MLflow.
+"""
+
+from runner.tracking.note import TRACKING_FILE, read_note, write_note, write_pending
+from runner.tracking.search import download_tensors, runs_of, search_runs
+from runner.tracking.store import (
+    check_reachable,
+    check_store_path,
+    client,
+    ensure_experiment,
+    open_store,
+    retry_on_lock,
+    store_lock,
+)
+from runner.tracking.sweeps import close_parent_run, create_parent_run
+from runner.tracking.upload import NO_RESULT, NOTE_LIMIT, fit_note, log_comparison, log_files, sync, track
+
+__all__ = [
+    "NOTE_LIMIT",
+    "NO_RESULT",
+    "TRACKING_FILE",
+    "check_reachable",
+    "check_store_path",
+    "client",
+    "close_parent_run",
+    "create_parent_run",
+    "download_tensors",
+    "ensure_experiment",
+    "fit_note",
+    "log_comparison",
+    "log_files",
+    "open_store",
+    "read_note",
+    "retry_on_lock",
+    "runs_of",
+    "search_runs",
+    "store_lock",
+    "sync",
+    "track",
+    "write_note",
+    "write_pending",
+]

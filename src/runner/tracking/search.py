@@ -1,0 +1,78 @@
+"""Reading runs back for reports and comparisons: an experiment's runs, a run or a sweep's jobs, samples."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from runner.config import first_line
+from runner.record.result import TENSORS_FILE
+from runner.tracking.store import client
+from runner.tracking.upload import GIT_TAGS
+
+
+def _recorded_environment(tags: dict[str, str]) -> dict[str, str]:
+    """A run's environment as its tags hold it: env.* and the git facts under MLflow's own tags."""
+    environment = {k.removeprefix("env."): v for k, v in tags.items() if k.startswith("env.")}
+    return environment | {key: tags[tag] for key, tag in GIT_TAGS.items() if tag in tags}
+
+
+def search_runs(uri: str, experiment: str, parent_run_id: str | None = None) -> list[dict]:
+    """The measurement runs of an experiment (only the children of parent_run_id when given), oldest
+    first, as {"run", "run_id", "run_dir", "status", "error", "parent_run_id", "params.*", "metrics.*",
+    "env.*" (runner.record.setups)}."""
+    mlflow = client(uri)
+    found = mlflow.get_experiment_by_name(experiment)
+    if found is None:
+        raise LookupError(f"no experiment named {experiment!r} at {uri}")
+    return _measurement_rows(mlflow, found.experiment_id, parent_run_id)
+
+
+def runs_of(uri: str, run_id: str) -> list[dict]:
+    """One run as search_runs gives it, or a sweep's jobs where run_id is the sweep's parent run."""
+    mlflow = client(uri)
+    try:
+        run = mlflow.get_run(run_id)
+    except Exception as error:
+        raise LookupError(f"no run {run_id} at {uri} ({first_line(error)})") from None
+    if "sweep_dir" in run.data.tags:
+        return _measurement_rows(mlflow, run.info.experiment_id, run_id)
+    return [_run_row(run)]
+
+
+def download_tensors(uri: str, run_id: str, directory: Path) -> str | None:
+    """Fetch a run's tensors.h5 artifact into `directory` (returned), or None where it has none."""
+    import mlflow.artifacts
+
+    directory.mkdir(parents=True, exist_ok=True)
+    try:
+        mlflow.artifacts.download_artifacts(
+            run_id=run_id, artifact_path=TENSORS_FILE, dst_path=str(directory), tracking_uri=uri
+        )
+    except Exception:  # noqa: BLE001 - a run logged without its files: compared by its medians alone
+        return None
+    return str(directory)
+
+
+def _measurement_rows(mlflow, experiment_id: str, parent_run_id: str | None) -> list[dict]:
+    query = f"tags.mlflow.parentRunId = '{parent_run_id}'" if parent_run_id else ""
+    runs = mlflow.search_runs([experiment_id], filter_string=query, max_results=50_000)
+    # a sweep's parent run is not a measurement
+    return [_run_row(r) for r in sorted(runs, key=lambda r: r.info.start_time) if "sweep_dir" not in r.data.tags]
+
+
+def _run_row(run) -> dict:
+    from runner.record.setups import environment_columns
+
+    tags = run.data.tags
+    row = {
+        "run": run.info.run_name or run.info.run_id[:8],
+        "run_id": run.info.run_id,
+        "run_dir": tags.get("run_dir"),
+        "status": run.info.status,
+        "error": tags.get("error"),
+        "parent_run_id": tags.get("mlflow.parentRunId"),
+    }
+    row.update({f"params.{k}": v for k, v in run.data.params.items()})
+    row.update({f"metrics.{k}": v for k, v in run.data.metrics.items()})
+    row.update(environment_columns(_recorded_environment(tags)))
+    return row

@@ -168,7 +168,7 @@ def test_report_over_the_mixed_experiment(experiment):
 
 
 def test_worker_output_echoed_without_framework_chatter(tmp_path, capsys):
-    from runner.launch.isolation import _LogForwarder
+    from runner.launch.job_log import LogForwarder
 
     log = tmp_path / "job.log"
     log.write_text(
@@ -181,7 +181,7 @@ def test_worker_output_echoed_without_framework_chatter(tmp_path, capsys):
         "Traceback (most recent call last):\n"
         "no newline at the end"
     )
-    forwarder = _LogForwarder(log)
+    forwarder = LogForwarder(log)
     forwarder.start()
     forwarder.stop()
     err = capsys.readouterr().err

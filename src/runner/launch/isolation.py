@@ -17,7 +17,6 @@ import contextlib
 import ctypes
 import multiprocessing
 import os
-import re
 import shutil
 import signal
 import sys
@@ -30,6 +29,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from runner import tracking
 from runner.launch.fork_server import ForkServer, ForkServerGone
+from runner.launch.job_log import LogForwarder
 from runner.launch.messages import MayTime, Ready, Turn, TurnDone
 from runner.measure.job import SIGTERM, Stopped
 from runner.measure.timing import Measurement
@@ -104,7 +104,7 @@ class Worker:
         self.log_path = run_dir / LOG_FILE
         self.log_path.touch()
         self.process = None
-        self.forwarder = _LogForwarder(self.log_path)
+        self.forwarder = LogForwarder(self.log_path)
 
     def start(self) -> None:
         config = OmegaConf.to_container(self.cfg, resolve=True, enum_to_str=True)
@@ -361,52 +361,3 @@ def _die_with_launcher(launcher: int) -> None:
         os.kill(os.getpid(), signal.SIGTERM)
 
     threading.Thread(target=watch, name="launcher-watchdog", daemon=True).start()
-
-
-class _LogForwarder:
-    """Copies what the worker writes to job.log onto this process's stderr while it runs."""
-
-    def __init__(self, path: Path, every_s: float = 0.1):
-        self.path, self.every_s = path, every_s
-        self.done = threading.Event()
-        self.pending = ""  # a line the worker has not finished writing
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def start(self) -> None:
-        self.thread.start()
-
-    def stop(self) -> None:
-        self.done.set()
-        self.thread.join()
-
-    def _run(self) -> None:
-        with self.path.open("rb") as f:
-            while not self.done.wait(self.every_s):
-                self._copy(f)
-            self._copy(f)
-
-    def _copy(self, f) -> None:
-        self.pending += f.read().decode(errors="replace")
-        lines = self.pending.splitlines(keepends=True)
-        self.pending = lines.pop() if lines and not lines[-1].endswith("\n") else ""
-        shown = [line for line in lines if not is_framework_noise(line)]
-        if self.done.is_set() and self.pending:  # the worker ended without a newline
-            shown.append(self.pending + "\n")
-            self.pending = ""
-        if shown:
-            sys.stderr.write("".join(shown))
-            sys.stderr.flush()
-
-
-# Start-up chatter of the frameworks' C++ runtimes (absl/TF logging): it stays in job.log, unechoed.
-FRAMEWORK_NOISE = re.compile(
-    r"^(?:[IW]\d{4} \d\d:\d\d:\d+\.\d+\s+\d+ \S+:\d+\]"  # absl INFO/WARNING lines
-    r"|E\d{4} \d\d:\d\d:\d+\.\d+\s+\d+ cuda_\w+\.cc:\d+\]"  # "failed call to cuInit" on a machine without GPU
-    r"|\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: [IW] "  # TF's older C++ log format
-    r"|WARNING: All log messages before absl::InitializeLog\(\) is called"
-    r"|To enable the following instructions: .* rebuild TensorFlow)"
-)
-
-
-def is_framework_noise(line: str) -> bool:
-    return bool(FRAMEWORK_NOISE.match(line))

@@ -17,7 +17,8 @@ import numpy as np
 
 from runner.config import ConfigError
 from runner.models import Workload
-from runner.models.vision import N_CLASSES, top5
+from runner.models.architectures import N_CLASSES
+from runner.models.vision import top5
 
 DEFAULT_IMAGE_SIZE = 224  # every torchvision classifier takes this size
 

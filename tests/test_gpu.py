@@ -64,7 +64,7 @@ def test_cuda_timing_waits_for_the_gpu(cli, tmp_path):
     assert np.isfinite(saved["metrics"]["time_iqr_s"])
 
 
-# -- issue 19: everyday API, parity, every mode, energy, OOM, load_s on cuda ----------------------------------
+# -- everyday API, parity, every mode, energy, OOM, load_s on cuda ----------------------------------
 
 
 @pytest.mark.parametrize("mode", ["eager", "function", "xla", "vectorized_map", "map_fn"])

@@ -1,4 +1,4 @@
-"""The lasting record (issue 12), read back as a person reads it: MLflow runs through the MLflow API,
+"""The lasting record, read back as a person reads it: MLflow runs through the MLflow API,
 tensors.h5's attributes, and the report's PNGs over a mixed experiment (two sweeps, a single run of
 the same model, a CycleGAN run)."""
 

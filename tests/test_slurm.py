@@ -419,7 +419,7 @@ def test_shipped_defaults_run_two_jobs_on_the_two_cpu_partition_with_at_most_one
     assert [line.split(" : ")[0] for line in logged] == ["#0", "#1"] and "backend=torch" in logged[1], output[-3000:]
 
 
-OVERSIZE = ["backend=numpy,torch", "hydra.launcher.cpus_per_task=8", "hydra.launcher.mem_gb=32"]  # issue 18's
+OVERSIZE = ["backend=numpy,torch", "hydra.launcher.cpus_per_task=8", "hydra.launcher.mem_gb=32"]
 
 
 @pytest.mark.slurm

@@ -35,8 +35,9 @@ def main(cfg: DictConfig) -> float | None:
     multirun = hydra_cfg.mode.name == "MULTIRUN"
     parent = sweep.parent_run_id(hydra_cfg.sweep.dir) if multirun else None
     environment.export_ray_job_id()
-    if rounds.wanted(cfg, multirun, hydra_cfg.launcher, hydra_cfg.sweeper):
-        outcome = rounds.set_up(cfg, run_dir, parent, on_done=print_summary)
+    active = sweep.active()
+    if active is not None and rounds.wanted(cfg, multirun, hydra_cfg.launcher, hydra_cfg.sweeper):
+        outcome = active.coordinator.set_up(cfg, run_dir, parent, on_done=print_summary)
         if outcome is None:
             return None  # set up: measured in interleaved rounds once every job is (sweep.finish)
     else:

@@ -30,7 +30,7 @@ from omegaconf import DictConfig
 
 from runner.launch import isolation, launchers
 from runner.launch.messages import Finished, Turn, TurnDone
-from runner.measure.job import Stopped
+from runner.measure.job import Stopped, stop_reason
 from runner.measure.timing import Measurement
 from runner.record.result import Result
 
@@ -54,10 +54,6 @@ class _Waiting:
     failed: str | None = None  # why its worker stopped answering
 
 
-_waiting: list[_Waiting] = []
-_next_round = 1  # rounds are numbered across the whole sweep: jobs measured apart share none
-
-
 def wanted(cfg: DictConfig, multirun: bool, launcher: DictConfig, sweeper: DictConfig) -> bool:
     """True where a job is measured in interleaved rounds: a sweep run one at a time by this process
     (launchers.one_at_a_time), in worker processes, with timing.rounds above 1."""
@@ -69,72 +65,73 @@ def wanted(cfg: DictConfig, multirun: bool, launcher: DictConfig, sweeper: DictC
     )
 
 
-def set_up(cfg: DictConfig, run_dir: Path, parent_run_id: str | None, on_done: Done) -> Result | None:
-    """Start the job's worker and wait until it is set up and warm. Returns None when it waits for its
-    turns (measured by `run`), or its record when it ended before (a refused config, a crash)."""
-    run_dir = Path(run_dir)
-    if _waiting and not _memory_for_another():
-        print(
-            f"note: less than {MEMORY_RESERVE / 2**30:.0f} GiB free: measuring the jobs set up so far", file=sys.stderr
-        )
-        run(on_done)
-    isolation.prepare(cfg, run_dir, parent_run_id)
-    worker = isolation.Worker(cfg, run_dir, turns=True)
-    worker.start()
-    try:
-        ready = _receive(worker)
-    except KeyboardInterrupt as interrupt:
-        from runner.measure.job import stop_reason
+class Coordinator:
+    """A sweep's interleaved rounds: the jobs set up and waiting for their turns, and the rounds already
+    handed out. The sweep owns one (runner.launch.sweep.Sweep.coordinator)."""
 
-        return isolation.complete(cfg, run_dir, parent_run_id, worker.stop(stop_reason(interrupt)))
-    if ready is None:  # it ended before it was ready
-        worker.process.join()
-        return isolation.complete(cfg, run_dir, parent_run_id, worker.recorded("FAILED", worker.exit_reason()))
-    rounds = ready.rounds
-    measurement = Measurement(first_call_s=ready.first_call_s, block_size=ready.block_size)
-    _waiting.append(_Waiting(cfg, run_dir, parent_run_id, worker, rounds, measurement))
-    fewer = (
-        f" (a block of calls is too long for {cfg.timing.rounds} in timing.max_time_s)"
-        if rounds < cfg.timing.rounds
-        else ""
-    )
-    print(f"  set up; waits for its {rounds} turns in the interleaved rounds{fewer}", file=sys.stderr)
-    return None
+    def __init__(self) -> None:
+        self.waiting: list[_Waiting] = []
+        self.next_round = 1  # rounds are numbered across the whole sweep: jobs measured apart share none
 
-
-def run(on_done: Done, interrupted: str | None = None, measured: Callable[[], None] = lambda: None) -> None:
-    """Hand out the turns of every waiting job, round after round; then let each worker record its job,
-    log it and call on_done(cfg, run_dir, result). With `interrupted` (what stopped the sweep), or on
-    Ctrl-C or SIGTERM meanwhile, the workers record what they measured and KeyboardInterrupt is raised."""
-    global _next_round
-    jobs = list(_waiting)
-    _waiting.clear()
-    if not jobs:
-        return
-    stopped_by = interrupted
-    if stopped_by is None:
+    def set_up(self, cfg: DictConfig, run_dir: Path, parent_run_id: str | None, on_done: Done) -> Result | None:
+        """Start the job's worker and wait until it is set up and warm. Returns None when it waits for its
+        turns (measured by `run`), or its record when it ended before (a refused config, a crash)."""
+        run_dir = Path(run_dir)
+        if self.waiting and not _memory_for_another(self.waiting):
+            print(
+                f"note: less than {MEMORY_RESERVE / 2**30:.0f} GiB free: measuring the jobs set up so far",
+                file=sys.stderr,
+            )
+            self.run(on_done)
+        isolation.prepare(cfg, run_dir, parent_run_id)
+        worker = isolation.Worker(cfg, run_dir, turns=True)
+        worker.start()
         try:
-            _rounds(jobs)
+            ready = _receive(worker)
         except KeyboardInterrupt as interrupt:
-            from runner.measure.job import stop_reason
+            return isolation.complete(cfg, run_dir, parent_run_id, worker.stop(stop_reason(interrupt)))
+        if ready is None:  # it ended before it was ready
+            worker.process.join()
+            return isolation.complete(cfg, run_dir, parent_run_id, worker.recorded("FAILED", worker.exit_reason()))
+        measurement = Measurement(first_call_s=ready.first_call_s, block_size=ready.block_size)
+        self.waiting.append(_Waiting(cfg, run_dir, parent_run_id, worker, ready.rounds, measurement))
+        fewer = (
+            f" (a block of calls is too long for {cfg.timing.rounds} in timing.max_time_s)"
+            if ready.rounds < cfg.timing.rounds
+            else ""
+        )
+        print(f"  set up; waits for its {ready.rounds} turns in the interleaved rounds{fewer}", file=sys.stderr)
+        return None
 
-            stopped_by = stop_reason(interrupt)
-    measured()  # nothing is timed any more
-    _next_round += max(job.rounds for job in jobs)
-    for job in jobs:
-        result = _finish(job, stopped_by)
-        on_done(job.cfg, job.run_dir, isolation.complete(job.cfg, job.run_dir, job.parent_run_id, result))
-    if stopped_by and interrupted is None:
-        raise Stopped(stopped_by)
+    def run(self, on_done: Done, interrupted: str | None = None, measured: Callable[[], None] = lambda: None) -> None:
+        """Hand out the turns of every waiting job, round after round; then let each worker record its job,
+        log it and call on_done(cfg, run_dir, result). With `interrupted` (what stopped the sweep), or on
+        Ctrl-C or SIGTERM meanwhile, the workers record what they measured and Stopped is raised."""
+        jobs, self.waiting = self.waiting, []
+        if not jobs:
+            return
+        stopped_by = interrupted
+        if stopped_by is None:
+            try:
+                _rounds(jobs, self.next_round)
+            except KeyboardInterrupt as interrupt:
+                stopped_by = stop_reason(interrupt)
+        measured()  # nothing is timed any more
+        self.next_round += max(job.rounds for job in jobs)
+        for job in jobs:
+            result = _finish(job, stopped_by)
+            on_done(job.cfg, job.run_dir, isolation.complete(job.cfg, job.run_dir, job.parent_run_id, result))
+        if stopped_by and interrupted is None:
+            raise Stopped(stopped_by)
 
 
-def _rounds(jobs: list[_Waiting]) -> None:
+def _rounds(jobs: list[_Waiting], first_round: int) -> None:
     total, start, shown = max(job.rounds for job in jobs), time.perf_counter(), float("-inf")
     for index in range(total):
         order = jobs if index % 2 == 0 else jobs[::-1]
         for job in order:
             if takes_part(index, job.rounds, total) and job.failed is None:
-                _turn(job, _next_round + index)
+                _turn(job, first_round + index)
         elapsed = time.perf_counter() - start
         if elapsed - shown >= PROGRESS_EVERY_S or index + 1 == total:
             shown = elapsed
@@ -200,13 +197,13 @@ def _finish(job: _Waiting, stopped_by: str | None) -> Result:
     return job.worker.recorded("FAILED", job.failed or job.worker.exit_reason(), job.measurement)
 
 
-def _memory_for_another() -> bool:
+def _memory_for_another(waiting: list[_Waiting]) -> bool:
     """Whether one more live worker fits: free memory above the reserve and 1.5x the largest waiting one
     (its own memory: a forked worker shares the framework's pages with its fork server and the others)."""
     import psutil
 
     largest = 0
-    for job in _waiting:
+    for job in waiting:
         try:
             largest = max(largest, psutil.Process(job.worker.process.pid).memory_full_info().uss)
         except psutil.Error:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +23,7 @@ from omegaconf import DictConfig
 
 from runner import tracking
 from runner.config import first_line
-from runner.launch import launchers
+from runner.launch import launchers, rounds
 from runner.record import naming
 from runner.record.sweep_note import SWEEP_FILE, read_note, write_note
 
@@ -35,6 +35,7 @@ class Sweep:
     sweep_dir: Path
     note: dict
     exit_code: int | None = None  # set once finished
+    coordinator: rounds.Coordinator = field(default_factory=rounds.Coordinator)  # its interleaved rounds
 
 
 _active: Sweep | None = None
@@ -126,13 +127,13 @@ def finish(interrupted: str | None = None) -> int | None:
     if sweep.exit_code is not None:
         return sweep.exit_code
     from runner import report
-    from runner.launch import rounds
     from runner.launch.terminal import print_summary
+    from runner.measure.job import stop_reason
 
     try:
-        rounds.run(print_summary, interrupted, measured=_import_report_meanwhile)
+        sweep.coordinator.run(print_summary, interrupted, measured=_import_report_meanwhile)
     except KeyboardInterrupt as stop:
-        interrupted = str(stop) or "interrupted by the user (Ctrl-C)"
+        interrupted = stop_reason(stop)
 
     frame = report.runs_from_dirs(report.sweep_run_dirs(sweep.sweep_dir))
     statuses = list(frame["status"]) if not frame.empty else []

@@ -149,3 +149,12 @@ def test_runner_compare_of_mlflow_sweeps_fetches_samples_the_machine_no_longer_h
     assert result.returncode == 0, result.stderr
     rows = [line for line in result.stdout.splitlines() if line.startswith("| numpy-sigmoid")]
     assert len(rows) == 2 and all(row.endswith("| no change (within noise) |") for row in rows), result.stdout
+
+
+def test_a_job_refused_before_it_ran_has_no_setup_and_splits_nothing():
+    frame = _frame(hostname=["a", "a", ""], cpu=["x", "x", ""], cpu_count=["x", "x", ""], python=["x", "x", ""])
+    for key in ("gpu_driver", "git_commit", "git_dirty"):
+        frame[f"env.{key}"] = ["x", "x", ""]
+    numbers = setups.setups(frame)
+    assert list(numbers[:2]) == [1, 1] and numbers.isna()[2]
+    assert setups.describe(frame, numbers) == []

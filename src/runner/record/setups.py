@@ -25,20 +25,23 @@ def environment_columns(environment: dict) -> dict[str, str]:
 
 
 def setups(frame: pd.DataFrame) -> pd.Series:
-    """Per run, the number of its setup (1, 2, ...: in order of first appearance). Runs share a setup when
+    """Per run, the number of its setup (1, 2, ...: in order of first appearance; NaN for a run that recorded
+    no environment, refused before it ran). Runs share a setup when
     their machine and versions agree and, where a framework appears in several versions, they used the
     same one: the runs of its second version form a setup of their own, with the other frameworks'
     runs of the first."""
     if frame.empty or not set(COLUMNS) <= set(frame):
         return pd.Series(1, index=frame.index)
-    base = frame[[f"env.{k}" for k in (*MACHINE, *VERSIONS)]].astype(str).agg("|".join, axis=1)
+    facts = frame[[f"env.{k}" for k in (*MACHINE, *VERSIONS)]].astype(str)
+    recorded = facts.ne("").any(axis=1)  # a job refused before it ran recorded no environment: no setup
+    base = facts.agg("|".join, axis=1)
     nth_version = pd.Series(0, index=frame.index)
     for _, runs in frame.groupby([base, frame["env.framework"]], sort=False):
         versions = list(dict.fromkeys(runs["env.framework_version"]))
         nth_version[runs.index] = runs["env.framework_version"].map(versions.index)
     key = base + "#" + nth_version.astype(str)
-    order = list(dict.fromkeys(key))
-    return key.map(lambda k: order.index(k) + 1)
+    order = list(dict.fromkeys(key[recorded]))
+    return key.map(lambda k: order.index(k) + 1 if k in order else None).where(recorded).astype(float)
 
 
 def describe(frame: pd.DataFrame, numbers: pd.Series) -> list[str]:
@@ -47,9 +50,9 @@ def describe(frame: pd.DataFrame, numbers: pd.Series) -> list[str]:
         return []
     first = frame[numbers == 1]
     lines = []
-    for number in sorted(numbers.unique())[1:]:
+    for number in sorted(numbers.dropna().unique())[1:]:
         runs = frame[numbers == number]
-        lines.append(f"setup {number}: {differences(first, runs, 'setup 1')}; ranked only within its own setup")
+        lines.append(f"setup {int(number)}: {differences(first, runs, 'setup 1')}; ranked only within its own setup")
     return lines
 
 

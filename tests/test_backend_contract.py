@@ -54,6 +54,31 @@ def test_backend_module_implements_what_its_yaml_declares(yaml_path, monkeypatch
     assert set(declared.modes) <= KNOWN["mode"] and set(declared.devices) <= KNOWN["device"]
 
 
+@pytest.mark.parametrize("yaml_path", BACKEND_YAMLS, ids=lambda p: p.stem)
+def test_backend_module_misspells_no_protocol_function(yaml_path, monkeypatch):
+    """A function spelled wrong (`sychronizer`) is never called: where the name is optional (an op family the
+    yaml does not declare) nothing else fails. A public function of a backend module close to a protocol
+    function the module does not define fails here."""
+    import difflib
+
+    monkeypatch.syspath_prepend(str(PLUGIN))
+    module = load_backend(OmegaConf.load(yaml_path).module)
+    owner = {}  # protocol function name -> the protocol that first names it
+    for protocol in (Backend, *OP_FAMILIES.values()):
+        for name in protocol_functions(protocol):
+            owner.setdefault(name, protocol.__name__)
+    undefined = [name for name in owner if not hasattr(module, name)]
+    own = [
+        name
+        for name, value in vars(module).items()
+        if inspect.isfunction(value) and not name.startswith("_") and value.__module__ == module.__name__
+    ]
+    short = module.__name__.rsplit(".", 1)[-1]
+    for name in (n for n in own if n not in owner):
+        close = difflib.get_close_matches(name, undefined, n=1, cutoff=0.8)
+        assert not close, f"{short}.{name}: did you mean {owner[close[0]]}.{close[0]}?"
+
+
 def test_protocols_list_the_functions_the_workloads_use():
     assert {"prepare", "asarray", "to_native_layout", "from_native_layout", "compile", "grad"} <= set(
         protocol_functions(Backend)

@@ -7,10 +7,38 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
+import yaml
 
 from runner.measure.job import run_and_record
 
-BACKENDS = sorted(path.stem for path in (Path(__file__).parents[1] / "conf" / "backend").glob("*.yaml"))
+CONF = Path(__file__).parents[1] / "conf"
+BACKENDS = sorted(path.stem for path in (CONF / "backend").glob("*.yaml"))
+MODES = {path.stem: bool(yaml.safe_load(path.read_text())["per_example"]) for path in (CONF / "mode").glob("*.yaml")}
+TASKS = sorted(path.stem for path in (CONF / "task").glob("*.yaml"))
+GAPS = yaml.safe_load((Path(__file__).parent / "backend_gaps.yaml").read_text())
+
+
+def allowed_modes(backend: str) -> list[str]:
+    return list(yaml.safe_load((CONF / "backend" / f"{backend}.yaml").read_text())["modes"])
+
+
+def every_mode() -> list[tuple[str, str, str]]:
+    """(backend, mode, task) for every mode each backend's yaml allows: the per-example modes with
+    task=gradients, the others with task=jacobian (what the two every-backend tests below run)."""
+    return [(b, m, "gradients" if MODES[m] else "jacobian") for b in BACKENDS for m in allowed_modes(b)]
+
+
+def gaps(kind: str) -> set[tuple[str, str, str]]:
+    return {(g["backend"], g["mode"], g["task"]) for g in GAPS.get(kind) or []}
+
+
+def every_backend(task: str) -> list:
+    """The (backend, mode) params for `task`, less backend_gaps.yaml's `cannot`; its `slow` marked slow."""
+    return [
+        pytest.param(b, m, id=f"{b}-{m}", marks=[pytest.mark.slow] if (b, m, t) in gaps("slow") else [])
+        for b, m, t in every_mode()
+        if t == task and (b, m, t) not in gaps("cannot")
+    ]
 
 
 def independent_mlp(f: h5py.File):
@@ -46,19 +74,7 @@ def test_float64_gradients_match_independent_computation(make_config, tmp_path, 
     assert outcome.metrics["max_abs_err_vs_reference"] < 1e-9
 
 
-@pytest.mark.parametrize(
-    ("backend", "mode"),
-    [
-        ("tensorflow", "vectorized_map"),
-        ("tensorflow", "map_fn"),
-        ("torch", "vectorized_map"),
-        ("torch", "map_fn"),
-        ("tnp", "vectorized_map"),
-        ("jax", "vectorized_map"),
-        ("jax", "map_fn"),
-        ("numpy", "map_fn"),
-    ],
-)
+@pytest.mark.parametrize(("backend", "mode"), every_backend("gradients"))
 def test_per_example_gradients_sum_to_batch_gradient(make_config, tmp_path, backend, mode):
     _, f = run(make_config, tmp_path, f"backend={backend}", f"mode={mode}", "task=gradients", "dtype=float64")
     with f:
@@ -70,17 +86,7 @@ def test_per_example_gradients_sum_to_batch_gradient(make_config, tmp_path, back
             assert not np.allclose(per_example[0], per_example[1])  # really per example
 
 
-@pytest.mark.parametrize(
-    ("backend", "mode"),
-    [
-        ("tensorflow", "eager"),
-        ("tensorflow", "function"),
-        ("torch", "eager"),
-        ("numpy", "eager"),
-        ("jax", "eager"),
-        ("jax", "function"),
-    ],
-)
+@pytest.mark.parametrize(("backend", "mode"), every_backend("jacobian"))
 def test_batch_jacobian_is_analytic(make_config, tmp_path, backend, mode):
     _, f = run(make_config, tmp_path, f"backend={backend}", f"mode={mode}", "task=jacobian", "dtype=float64")
     with f:
@@ -89,6 +95,25 @@ def test_batch_jacobian_is_analytic(make_config, tmp_path, backend, mode):
         expected = np.stack([w2 @ np.diag(mask.astype(float)) @ w1 for mask in active])
         assert f["outputs/jacobian"].shape == (8, 2, 32)
         np.testing.assert_allclose(f["outputs/jacobian"][()], expected, rtol=0, atol=1e-12)
+
+
+def test_backend_gaps_name_combinations_the_every_backend_tests_would_run():
+    """backend_gaps.yaml cannot rot: an entry for a renamed backend, a mode its yaml no longer allows or a
+    task the tests do not pair with that mode would silently exclude nothing."""
+    assert set(GAPS) == {"cannot", "slow"}, f"backend_gaps.yaml: sections {sorted(GAPS)}, expected cannot and slow"
+    seen = []
+    for kind in ("cannot", "slow"):
+        for entry in GAPS[kind] or []:
+            where = f"backend_gaps.yaml {kind}: {entry}"
+            assert set(entry) == {"backend", "mode", "task", "why"}, where
+            assert entry["backend"] in BACKENDS, f"{where}: no conf/backend/{entry['backend']}.yaml"
+            assert entry["mode"] in MODES, f"{where}: no conf/mode/{entry['mode']}.yaml"
+            assert entry["task"] in TASKS, f"{where}: no conf/task/{entry['task']}.yaml"
+            combination = (entry["backend"], entry["mode"], entry["task"])
+            assert combination in every_mode(), f"{where}: not a combination the every-backend tests run"
+            assert isinstance(entry["why"], str) and entry["why"].strip() and "\n" not in entry["why"], where
+            seen.append(combination)
+    assert len(seen) == len(set(seen)), f"backend_gaps.yaml names a combination twice: {sorted(seen)}"
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -67,3 +67,16 @@ def test_metrics_and_no_warning_on_a_quiet_reading():
     metrics = {"machine_other_runnable": 0.1, "machine_load_1m": 0.5, "machine_cpus": 2.0, "machine_steal_pct": 0.0}
     assert busy_warning(metrics) is None
     assert "12% CPU steal" in busy_warning({**metrics, "machine_steal_pct": 12.0})
+
+
+def test_each_sample_of_a_turn_gets_the_busiest_reading_taken_in_that_turn(tmp_path):
+    meter = MachineLoad(proc=tmp_path, every_s=0.0)
+    _fake_proc(tmp_path, running=2, steal=0, total=1000, own_states="R")
+    meter.start()
+    values = [meter.after_block(calls=1)]
+    _fake_proc(tmp_path, running=5, steal=0, total=1100, own_states="R")
+    values.append(meter.after_block(calls=1))
+    _fake_proc(tmp_path, running=1, steal=0, total=1200, own_states="R")
+    assert meter.end(values) == [4, 4]  # the second reading: 5 runnable, one of them this process
+    meter.start()  # a new turn starts afresh
+    assert meter.end([-1]) == [0]

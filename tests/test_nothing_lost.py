@@ -17,6 +17,7 @@ from runner import cli, tracking
 from runner.config import ConfigError
 from runner.launch import isolation, preflight, sweep
 from runner.measure.job import Stopped, non_finite_warnings, run_and_record, stop_reason
+from runner.measure.samples import Samples
 from runner.measure.timing import measure
 from runner.models.mlp import MLP
 from runner.models.op_workloads import Matmul, Sigmoid
@@ -167,7 +168,7 @@ def test_a_killed_job_counts_its_real_examples(tmp_path, monkeypatch):
     from runner.measure import timing
 
     def stopped(*args, **kwargs):
-        measurement = timing.Measurement(first_call_s=0.1, samples_s=[0.5, 0.5, 0.5])
+        measurement = timing.Measurement(first_call_s=0.1, samples=Samples({"samples_s": [0.5, 0.5, 0.5]}))
         raise timing.MeasurementInterrupted(measurement) from Stopped("terminated (SIGTERM)")
 
     monkeypatch.setattr(timing, "measure", stopped)

@@ -161,6 +161,85 @@ def test_environment_says_whether_freed_memory_was_kept(make_config, tmp_path):
         assert outcome.environment["malloc_keeps_freed_memory"] is keep
 
 
+def test_keys_copied_by_interpolation_are_recorded_and_are_no_params(make_config, tmp_path):
+    """model.image_size is written ${data.image_size}: result.json says so, and the copy is no param of its
+    own. tracking.uri's resolvers (${oc.env:...}) make values of their own, not copies."""
+    from runner.measure.job import record
+    from runner.record.naming import run_params
+    from runner.record.result import Result
+
+    record(make_config("model=resnet18", "tracking=mlflow"), tmp_path, Result(status="FAILED", error="not run"))
+    result = Result.load(tmp_path)
+    assert json.loads((tmp_path / "result.json").read_text())["copied_keys"] == {"model.image_size": "data.image_size"}
+    assert result.copied_keys == {"model.image_size": "data.image_size"}
+    params = run_params(result.config, result.copied_keys)
+    assert "model.image_size" not in params and params["data.image_size"] == str(result.config["data"]["image_size"])
+
+
+def test_a_literal_equal_to_another_key_is_a_param(make_config, tmp_path):
+    """Set by the user, model.image_size is a setting of its own even where it equals data.image_size."""
+    from runner.measure.job import record
+    from runner.record.naming import run_params
+    from runner.record.result import Result
+
+    cfg = make_config("model=resnet18", "data.image_size=64", "model.image_size=64")
+    record(cfg, tmp_path, Result(status="FAILED", error="not run"))
+    result = Result.load(tmp_path)
+    assert result.copied_keys == {}
+    assert run_params(result.config, result.copied_keys)["model.image_size"] == "64"
+
+
+def test_copies_survive_the_trip_to_a_worker_process(make_config):
+    """A worker gets the config resolved (Hydra's resolvers need Hydra), its copies still interpolations."""
+    from omegaconf import OmegaConf
+
+    from runner.record.naming import copied_keys, resolved_keeping_copies
+
+    cfg = make_config("model=keras", "tracking=mlflow")
+    worker_cfg = OmegaConf.create(resolved_keeping_copies(cfg))
+    assert (
+        copied_keys(worker_cfg)
+        == copied_keys(cfg)
+        == {
+            "model.backend_module": "backend.module",
+            "model.image_size": "data.image_size",
+            "model.dtype": "dtype",
+        }
+    )
+    assert OmegaConf.to_container(worker_cfg, resolve=True) == OmegaConf.to_container(cfg, resolve=True)
+
+
+def test_copied_keys_relative_subtrees_and_what_is_no_copy():
+    from omegaconf import OmegaConf
+
+    from runner.record.naming import copied_keys, run_params
+
+    cfg = OmegaConf.create(
+        {
+            "a": {"x": 1, "sibling": "${.x}", "up": "${..b}", "text": "b=${b}", "env": "${oc.env:HOME}"},
+            "b": 2,
+            "whole": "${a}",
+            "elsewhere": "${hydra.job.num}",  # not a key of the run's config: a value of its own
+        }
+    )
+    copies = copied_keys(cfg)
+    assert copies == {"a.sibling": "a.x", "a.up": "b", "whole": "a"}
+    params = run_params(OmegaConf.to_container(cfg, resolve=False), copies)
+    assert set(params) == {"a.x", "a.text", "a.env", "b", "elsewhere"}
+
+
+def test_a_result_json_recorded_before_copied_keys_loads(make_config, tmp_path):
+    from runner.measure.job import record
+    from runner.record.result import Result
+
+    record(make_config("model=resnet18"), tmp_path, Result(status="FAILED", error="not run"))
+    saved = json.loads((tmp_path / "result.json").read_text())
+    del saved["copied_keys"]
+    (tmp_path / "result.json").write_text(json.dumps(saved))
+    result = Result.load(tmp_path)
+    assert result.copied_keys == {} and result.config == saved["config"]
+
+
 def git_dirty() -> str:
     """What `git status` says of the checkout the tests run in, as MLflow's dirty tag spells it."""
     import subprocess

@@ -9,6 +9,7 @@ import time
 import numpy as np
 import pytest
 
+from runner.measure.samples import SampleEnd, Samples
 from runner.measure.timing import Measurement, MeasurementFailed, MeasurementInterrupted, affordable_rounds, measure
 
 FORWARD_PASS_FAULTS = """
@@ -29,7 +30,7 @@ print((resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / 10)
 
 
 def test_statistics_from_samples():
-    m = Measurement(first_call_s=1.0, samples_s=[1.0, 2.0, 3.0, 4.0, 100.0])
+    m = Measurement(first_call_s=1.0, samples=Samples({"samples_s": [1.0, 2.0, 3.0, 4.0, 100.0]}))
     stats = m.stats()
     assert stats["time_median_s"] == 3.0
     assert stats["time_iqr_s"] == pytest.approx(np.percentile(m.samples_s, 75) - np.percentile(m.samples_s, 25))
@@ -140,12 +141,12 @@ def test_kept_freed_memory_means_no_page_faults_per_call():
 
 def test_tail_percentiles_and_stdev():
     samples = [float(i) for i in range(1, 101)]
-    stats = Measurement(first_call_s=0.0, samples_s=samples).stats()
+    stats = Measurement(first_call_s=0.0, samples=Samples({"samples_s": samples})).stats()
     for name, q in (("p50", 50), ("p90", 90), ("p95", 95), ("p99", 99)):
         assert stats[f"time_{name}_s"] == pytest.approx(np.percentile(samples, q))
     assert stats["time_p99_s"] > stats["time_p95_s"] > stats["time_p90_s"] > stats["time_median_s"]
     assert stats["time_stdev_s"] == pytest.approx(np.std(samples, ddof=1))
-    assert Measurement(first_call_s=0.0, samples_s=[2.0]).stats()["time_stdev_s"] == 0.0
+    assert Measurement(first_call_s=0.0, samples=Samples({"samples_s": [2.0]})).stats()["time_stdev_s"] == 0.0
 
 
 def test_first_output_kept_before_the_next_call_and_energy_spans_the_samples():
@@ -196,8 +197,8 @@ class ScriptedTurns:
     def wait(self) -> int | None:
         return self.rounds.pop(0) if self.rounds else None
 
-    def done(self, samples_s: list[float], ends: list[float], others: list[int]) -> None:
-        self.turns.append((list(samples_s), list(ends)))
+    def done(self, samples: dict[str, list]) -> None:
+        self.turns.append((samples["samples_s"], samples.get("sample_end_unix_s")))
 
 
 # any spread satisfies (a loaded CI machine can spread three 0.2 ms sleeps by more than 100%)
@@ -206,12 +207,15 @@ FAST_TURNS = dict(warmup_s=0.0, min_warmup_calls=1, min_repeats=3, target_rel_iq
 
 def test_turns_sample_only_when_given_a_turn_and_label_each_sample_with_its_round():
     turns = ScriptedTurns([1, 2, 7])
-    m, _ = measure(lambda: time.sleep(0.0002), lambda: None, max_time_s=0.3, rounds=3, turns=turns, **FAST_TURNS)
+    ends = {"sample_end_unix_s": SampleEnd()}
+    step = lambda: time.sleep(0.0002)  # noqa: E731
+    m, _ = measure(step, lambda: None, max_time_s=0.3, rounds=3, turns=turns, series=ends, **FAST_TURNS)
     assert turns.ready_at == 0  # set up and warm, no sample yet
     assert [len(samples) for samples, _ in turns.turns] == [3, 3, 3]  # min_repeats per turn, spread met
-    assert m.sample_rounds == [1] * 3 + [2] * 3 + [7] * 3
+    assert m.samples.rounds == [1] * 3 + [2] * 3 + [7] * 3
     assert m.samples_s == [s for samples, _ in turns.turns for s in samples]  # the turns' samples, pooled
-    assert m.sample_ends == sorted(m.sample_ends) and len(m.sample_ends) == 9
+    ends = m.samples.columns["sample_end_unix_s"]
+    assert ends == sorted(ends) and len(ends) == 9
 
 
 def test_a_turn_lasts_at_most_the_sampling_budget_over_the_rounds():
@@ -223,6 +227,7 @@ def test_a_turn_lasts_at_most_the_sampling_budget_over_the_rounds():
         max_time_s=0.4,
         rounds=4,
         turns=turns,
+        series={"sample_end_unix_s": SampleEnd()},
         **{**FAST_TURNS, "target_rel_iqr": 0.0},  # the spread never satisfies: every turn runs to its cap
     )
     spans = [ends[-1] - ends[0] for _, ends in turns.turns]
@@ -247,7 +252,7 @@ def test_a_step_failing_in_a_later_turn_keeps_the_samples_of_the_earlier_ones():
 
     with pytest.raises(MeasurementFailed) as caught:
         measure(fn, lambda: None, max_time_s=0.3, rounds=4, turns=FailInRound3([1, 2, 3, 4]), **FAST_TURNS)
-    assert set(caught.value.measurement.sample_rounds) == {1, 2}
+    assert set(caught.value.measurement.samples.rounds) == {1, 2}
     assert "CUDA out of memory" in str(caught.value.__cause__)
 
 
@@ -286,9 +291,9 @@ def test_every_turn_starts_with_a_re_warm_of_a_block_unless_the_block_is_long():
             self.at_start = calls[0]
             return super().wait()
 
-        def done(self, samples_s, ends, others):
-            super().done(samples_s, ends, others)
-            self.extra.append(calls[0] - self.at_start - len(samples_s))
+        def done(self, samples):
+            super().done(samples)
+            self.extra.append(calls[0] - self.at_start - len(samples["samples_s"]))
 
     turns = Counting([1, 2, 3])
     turns.extra = []
@@ -299,7 +304,7 @@ def test_every_turn_starts_with_a_re_warm_of_a_block_unless_the_block_is_long():
 def test_noise_within_turns_leaves_out_the_drift_between_rounds():
     """Round 2 ran twice as slow (a busy phase): the pooled IQR shows it, the spread within turns does not."""
     steady = [1.0, 1.01, 0.99, 1.0, 1.02]
-    m = Measurement(first_call_s=0.0, samples_s=steady + [2 * s for s in steady], sample_rounds=[1] * 5 + [2] * 5)
+    m = Measurement(0.0, Samples({"samples_s": steady + [2 * s for s in steady], "sample_round": [1] * 5 + [2] * 5}))
     assert m.rel_iqr() > 0.5 and m.turn_rel_iqr() < 0.03
-    one_round = Measurement(first_call_s=0.0, samples_s=steady, sample_rounds=[1] * 5)
+    one_round = Measurement(0.0, Samples({"samples_s": steady}))
     assert one_round.turn_rel_iqr() == one_round.rel_iqr()

@@ -98,6 +98,13 @@ class TimingConfig:
     keep_freed_memory: bool = True  # glibc keeps freed memory: no history-dependent page faults per call
     fixed_layout: bool = True  # workers start without address-space randomization: every process the same layout
     rounds: int = 40  # a sweep measures its jobs in up to this many interleaved rounds (1: one after the other)
+    # a value beside every sample, name -> a runner.measure.samples.Series subclass (tensors.h5 timings/NAME)
+    series: dict[str, str] = field(
+        default_factory=lambda: {
+            "sample_end_unix_s": "runner.measure.samples.SampleEnd",
+            "sample_other_runnable": "runner.measure.machine_load.MachineLoad",
+        }
+    )
 
 
 @dataclass

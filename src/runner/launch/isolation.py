@@ -34,6 +34,7 @@ from runner.launch.messages import MayTime, Ready, Turn, TurnDone
 from runner.measure.job import SIGTERM, Stopped
 from runner.measure.timing import Measurement
 from runner.record.environment import ADDR_NO_RANDOMIZE
+from runner.record.naming import resolved_keeping_copies
 from runner.record.result import ERROR_LOG, IMAGES_DIR, LOG_FILE, RESULT_FILE, TENSORS_FILE, Result
 
 TAIL_LINES = 40
@@ -107,7 +108,7 @@ class Worker:
         self.forwarder = LogForwarder(self.log_path)
 
     def start(self) -> None:
-        config = OmegaConf.to_container(self.cfg, resolve=True, enum_to_str=True)
+        config = resolved_keeping_copies(self.cfg)  # the worker records which keys copy another
         args = (config, str(self.run_dir), str(self.log_path), self.turns)
         _open_store_meanwhile(self.cfg, self.connection)
         self.forwarder.start()
@@ -188,8 +189,8 @@ class PipeTurns:
             raise Stopped(SIGTERM) from None  # the launcher is gone: its death signal is on its way
         return message.round if isinstance(message, Turn) else None
 
-    def done(self, samples_s: list[float], ends: list[float], others: list[int]) -> None:
-        self.connection.send(TurnDone(samples_s, ends, others))
+    def done(self, samples: dict[str, list]) -> None:
+        self.connection.send(TurnDone(samples))
 
 
 def _open_store_meanwhile(cfg: DictConfig, connection) -> None:

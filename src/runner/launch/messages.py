@@ -28,11 +28,9 @@ class Turn:
 
 @dataclass(frozen=True)
 class TurnDone:
-    """Worker -> launcher: the samples of its turn, when each ended, and how busy the machine was."""
+    """Worker -> launcher: the samples of its turn (runner.measure.samples.Samples.since: column by column)."""
 
-    samples_s: list[float]
-    ends: list[float]  # Unix seconds
-    others: list[int]  # runnable threads of other processes (-1: not read)
+    samples: dict[str, list]
 
 
 @dataclass(frozen=True)

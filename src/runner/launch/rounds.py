@@ -157,7 +157,7 @@ def _turn(job: _Waiting, round_: int) -> None:
         job.failed = f"{job.worker.exit_reason()} in round {round_}"
         return
     _wait_until_quiet(job.worker.process.pid)
-    job.measurement.add_turn(round_, message.samples_s, message.ends, message.others)
+    job.measurement.samples.extend(message.samples)
 
 
 def _wait_until_quiet(pid: int) -> None:

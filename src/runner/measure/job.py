@@ -64,15 +64,16 @@ def _run_job(
     cfg: DictConfig, c: dict, before_timing: Callable[[], object], turns: Turns | None, progress: ProgressLine
 ) -> Result:
     job = _prepare(cfg, c, progress)
-    measurement, first_output, results, load, meter_note = _measure(job, before_timing, turns, progress)
+    measurement, first_output, results, series, meter_note = _measure(job, before_timing, turns, progress)
     progress.phase("checking against the float64 reference")
-    return _assemble(job, measurement, first_output, results, load, meter_note)
+    return _assemble(job, measurement, first_output, results, series, meter_note)
 
 
 def _prepare(cfg: DictConfig, c: dict, progress: ProgressLine) -> Prepared:
     from runner.backends import load_backend, numpy_backend
     from runner.measure import limits
     from runner.measure.data import load_inputs
+    from runner.measure.samples import build_series
     from runner.measure.tasks import build_task
     from runner.measure.timing import keep_freed_memory
     from runner.models import backend_for, build_workload, initial_weights
@@ -80,6 +81,7 @@ def _prepare(cfg: DictConfig, c: dict, progress: ProgressLine) -> Prepared:
     timing = OmegaConf.to_container(cfg.timing)
     malloc_keeps_freed = timing.pop("keep_freed_memory") and keep_freed_memory()
     timing.pop("fixed_layout")  # the worker's start (runner.launch.isolation) acted on it
+    timing["series"] = build_series(timing["series"])
     workload = build_workload(cfg.model)
     cost = limits.preflight(workload, cfg, c)  # refuses what cannot fit: before any allocation or framework import
     if cost:
@@ -130,12 +132,11 @@ def _prepare(cfg: DictConfig, c: dict, progress: ProgressLine) -> Prepared:
 
 
 def _measure(job: Prepared, before_timing: Callable[[], object], turns: Turns | None, progress: ProgressLine):
-    """Time the task; (measurement, first output, results, machine load, energy note)."""
-    from runner.measure import energy, machine_load
+    """Time the task; (measurement, first output, results, the per-sample series, energy note)."""
+    from runner.measure import energy
     from runner.measure.timing import measure
 
     meter, energy_note = energy.meter_for(job.device)
-    load = machine_load.MachineLoad.for_this_machine()
     progress.phase("waiting for the tracking store to open")
     before_timing()
     job.backend.reset_peak_memory(job.device)
@@ -148,20 +149,21 @@ def _measure(job: Prepared, before_timing: Callable[[], object], turns: Turns | 
             keep=lambda out: (out, job.task_run.results(out)),  # off the device before the next call reuses it
             energy=meter,
             turns=turns,
-            load=load,
         )
     except (MeasurementInterrupted, MeasurementFailed) as stopped:
         stopped.examples_per_call = job.examples_per_call  # the record's throughput counts real examples
-        stopped.machine_load = load.metrics() if load else {}
+        stopped.series_metrics = series_metrics(job.timing["series"])
         raise
-    return measurement, first_output, results, load, energy_note
+    return measurement, first_output, results, job.timing["series"], energy_note
 
 
-def _assemble(job: Prepared, measurement: Measurement, first_output, results: dict, load, energy_note: dict) -> Result:
+def _assemble(
+    job: Prepared, measurement: Measurement, first_output, results: dict, series: dict, energy_note: dict
+) -> Result:
     """The record: environment, metrics, tensors, attributes and warnings, each from its own collector."""
     result = Result(status="FINISHED")
     result.environment = _environment(job, energy_note)
-    result.metrics = _metrics(job, measurement, results, load, first_output)
+    result.metrics = _metrics(job, measurement, results, series, first_output)
     joules, energy_reason = _energy(job, measurement)
     result.metrics.update(joules)
     result.environment.update(energy_reason)
@@ -189,13 +191,13 @@ def _energy(job: Prepared, measurement: Measurement) -> tuple[dict, dict]:
     return energy.energy_metrics(measurement.energy_j, measurement.timed_calls(), job.examples_per_call)
 
 
-def _metrics(job: Prepared, measurement: Measurement, results: dict, load, first_output) -> dict:
+def _metrics(job: Prepared, measurement: Measurement, results: dict, series: dict, first_output) -> dict:
     from runner.measure.tasks import errors_vs_reference, reference_results
 
     c = job.choices
     metrics = timing_metrics(measurement, job.examples_per_call)
     metrics["load_s"] = job.load_s
-    metrics.update(load.metrics() if load else {})
+    metrics.update(series_metrics(series))
     metrics.update(memory_metrics(job.backend, job.device))
     if job.cfg.check_reference:
         per_example = bool(job.cfg.mode.per_example)
@@ -216,7 +218,7 @@ def _tensors(job: Prepared, measurement: Measurement, results: dict) -> dict:
         tensors.update({f"weights/{k}": v for k, v in job.params_held.items()})
     tensors.update(forward_outputs(job.backend, job.workload, job.state, job.inputs, results))
     tensors.update(results)
-    tensors.update(sample_tensors(measurement))
+    tensors.update(measurement.samples.tensors())
     return tensors
 
 
@@ -250,7 +252,7 @@ def _warnings(job: Prepared, measurement: Measurement, result: Result) -> list[s
         warnings.append(busy)
     spread = measurement.turn_rel_iqr()
     if spread > NOISY_REL_IQR:
-        where = "within its turns " if len(set(measurement.sample_rounds)) > 1 else ""
+        where = "within its turns " if len(set(measurement.samples.rounds)) > 1 else ""
         warnings.append(
             f"noisy measurement: {where}IQR is {spread:.0%} of the median; raise timing.max_time_s or quiet the machine"
         )
@@ -294,10 +296,10 @@ def stop_reason(interrupt: BaseException | None) -> str:
 
 def timing_metrics(measurement: Measurement, examples_per_call: int) -> dict:
     metrics = measurement.stats()
-    metrics["n_samples"] = len(measurement.samples_s)
+    metrics["n_samples"] = len(measurement.samples)
     metrics["calls_per_sample"] = measurement.block_size
-    if measurement.sample_rounds:
-        metrics["n_rounds"] = len(set(measurement.sample_rounds))
+    if len(measurement.samples):
+        metrics["n_rounds"] = len(set(measurement.samples.rounds))
     if "time_median_s" in metrics and metrics["time_median_s"] > 0:
         metrics["throughput_per_s"] = examples_per_call / metrics["time_median_s"]
     return metrics
@@ -340,30 +342,27 @@ def run_and_record(
     return result
 
 
-def sample_tensors(measurement: Measurement) -> dict[str, np.ndarray]:
-    """Every sample (seconds per call), the round it was taken in, when it ended (Unix seconds) and the
-    most runnable threads of other processes read during its turn (-1: not read)."""
-    return {
-        "timings/samples_s": np.asarray(measurement.samples_s),
-        "timings/sample_round": np.asarray(measurement.sample_rounds, dtype=np.int64),
-        "timings/sample_end_unix_s": np.asarray(measurement.sample_ends),
-        "timings/sample_other_runnable": np.asarray(measurement.sample_others, dtype=np.int64),
-    }
+def series_metrics(series: dict) -> dict[str, float]:
+    return {name: value for one in series.values() for name, value in one.metrics().items()}
 
 
 def stopped_while_timing(status: str, reason: str, measurement: Measurement, cfg: DictConfig, stopped=None) -> Result:
     """The record of a job stopped or failed while timing: the samples it took are kept. `stopped` (the
-    exception, where there is one) knows the examples per call and how busy the machine was."""
+    exception, where there is one) knows the examples per call and the per-sample series' metrics."""
     result = Result(status=status, error=reason)
     result.metrics = timing_metrics(measurement, getattr(stopped, "examples_per_call", cfg.batch_size))
-    result.metrics.update(getattr(stopped, "machine_load", {}))
-    result.tensors = sample_tensors(measurement)
+    result.metrics.update(getattr(stopped, "series_metrics", {}))
+    result.tensors = measurement.samples.tensors()
     return result
 
 
 def record(cfg: DictConfig, run_dir: Path, result: Result) -> None:
-    """Write the run directory: the resolved config goes into result.json, the choices into tensors.h5."""
+    """Write the run directory: the resolved config (and which of its keys copy another) goes into
+    result.json, the choices into tensors.h5."""
+    from runner.record.naming import copied_keys
+
     result.config = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
+    result.copied_keys = copied_keys(cfg)
     result.ended = result.ended or time.time()
     result.attrs = {**choices(cfg), **result.attrs}
     result.write(run_dir)

@@ -9,25 +9,42 @@ the hypervisor gave to other guests between the first and the last reading.
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
+
+from runner.measure.samples import Series
 
 PROC = Path("/proc")
 BUSY_OTHER_RUNNABLE = 0.5  # other runnable threads, on average: above this, the job shared its cores
 BUSY_STEAL_PCT = 5.0  # CPU time stolen by the hypervisor, percent
 
 
-class MachineLoad:
-    """Readings taken between timed blocks; `metrics()` sums them up."""
+class MachineLoad(Series):
+    """Readings taken between timed blocks, every `every_s`: each sample's value is the most runnable threads
+    of other processes read during its run of samples (-1: none read); `metrics()` sums the readings up."""
 
-    def __init__(self, proc: Path = PROC):
-        self.proc = proc
+    def __init__(self, proc: Path = PROC, every_s: float = 0.1):
+        self.proc, self.every_s = proc, every_s
         self.other_runnable: list[int] = []
         self.load_1m: list[float] = []
         self.cpu_times: list[tuple[int, int]] = []  # (steal, total) jiffies at each reading
+        self.run_readings: list[int | None] = []
+        self.last_read = 0.0
 
-    @classmethod
-    def for_this_machine(cls) -> MachineLoad | None:
-        return cls() if (PROC / "stat").is_file() else None
+    def start(self) -> None:
+        # No reading at the very start: the process whose turn just ended may still be winding down.
+        self.run_readings, self.last_read = [], time.perf_counter()
+
+    def after_block(self, calls: int) -> int:
+        if time.perf_counter() - self.last_read >= self.every_s:
+            self.run_readings.append(self.read())
+            self.last_read = time.perf_counter()
+        return -1
+
+    def end(self, values: list) -> list:
+        self.run_readings.append(self.read())
+        busiest = max((n for n in self.run_readings if n is not None), default=-1)
+        return [busiest] * len(values)
 
     def read(self) -> int | None:
         """One reading; returns the other processes' runnable threads (None where /proc has no count)."""

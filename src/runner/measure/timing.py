@@ -16,6 +16,7 @@ from typing import Protocol
 
 import numpy as np
 
+from runner.measure.samples import Samples, Series
 from runner.record.table import format_seconds
 
 SAMPLING = "sampling"
@@ -30,24 +31,16 @@ MMAP_THRESHOLD_MAX = 32 * 2**20  # glibc's ceiling for M_MMAP_THRESHOLD on 64-bi
 @dataclass
 class Measurement:
     first_call_s: float
-    samples_s: list[float] = field(default_factory=list)  # seconds per call, one per block
+    samples: Samples = field(default_factory=Samples)  # one per block: seconds per call, round, series
     block_size: int = 1
     warmup_calls: int = 0
     stopped_by: str = ""  # "spread", "time cap" or "interrupted"
     warmup_cut_short: bool = False  # max_time_s ended calibration or warm-up before warmup_s/min_warmup_calls
     energy_j: float | None = None  # over the timed phase (the samples), where a meter was given
-    sample_rounds: list[int] = field(default_factory=list)  # the round each sample was taken in (1, 2, ...)
-    sample_ends: list[float] = field(default_factory=list)  # when each sample ended (Unix seconds)
-    # other processes' runnable threads, the most read during the sample's turn (-1: not read)
-    sample_others: list[int] = field(default_factory=list)
 
-    def add_turn(self, round_: int, samples_s: list[float], ends: list[float], others: list[int]) -> None:
-        """The samples of one turn, with when each ended and how busy the machine was: the per-sample lists
-        grow together, here only."""
-        self.samples_s += samples_s
-        self.sample_rounds += [round_] * len(samples_s)
-        self.sample_ends += ends
-        self.sample_others += others
+    @property
+    def samples_s(self) -> list[float]:
+        return self.samples.seconds
 
     def stats(self) -> dict[str, float]:
         """Median, IQR, tail percentiles, mean, stdev and min of the samples (seconds per call, one per
@@ -78,8 +71,8 @@ class Measurement:
     def turn_rel_iqr(self) -> float:
         """IQR/median within a turn (the median over rounds with 4 samples or more): how noisy the samples
         were, without the drift between rounds, which the ratio's interval accounts for. One round: rel_iqr."""
-        rounds, samples = np.asarray(self.sample_rounds), np.asarray(self.samples_s)
-        if len(set(self.sample_rounds)) <= 1:
+        rounds, samples = np.asarray(self.samples.rounds), np.asarray(self.samples_s)
+        if len(set(self.samples.rounds)) <= 1:
             return self.rel_iqr()
         spreads = [rel_iqr(samples[rounds == r]) for r in np.unique(rounds) if (rounds == r).sum() >= 4]
         return float(np.median(spreads)) if spreads else self.rel_iqr()
@@ -102,14 +95,8 @@ class Turns(Protocol):
     def wait(self) -> int | None:
         """Block until this job's next turn; its round number, or None once the rounds are over."""
 
-    def done(self, samples_s: list[float], ends: list[float], others: list[int]) -> None:
-        """The turn is over; these samples were taken in it (Measurement's sample_* lists, this turn's part)."""
-
-
-class LoadMeter(Protocol):
-    def read(self) -> int | None:
-        """Take one reading of how busy the machine is (between timed blocks, never inside one): the
-        number of other processes' runnable threads, or None where it cannot be read."""
+    def done(self, samples: dict[str, list]) -> None:
+        """The turn is over; these samples were taken in it (Samples.since: column by column)."""
 
 
 class MeasurementInterrupted(KeyboardInterrupt):
@@ -143,7 +130,7 @@ def measure(
     energy: EnergyMeter | None = None,
     rounds: int = 1,
     turns: Turns | None = None,
-    load: LoadMeter | None = None,
+    series: dict[str, Series] | None = None,
 ) -> tuple[Measurement, object]:
     """Time `fn`; returns the measurement and keep(output of the first call).
 
@@ -156,7 +143,7 @@ def measure(
     With `turns`, sampling happens in `rounds` turns (fewer where a block is too long for that many:
     affordable_rounds) handed out by a coordinator, each a short re-warm and then samples; the turns share
     what calibration and warm-up left of max_time_s, as the single sampling phase does without `turns`.
-    `load` is read between blocks while sampling."""
+    Each of `series` adds a value to every sample (runner.measure.samples)."""
     _phase(progress, "first call (tracing, compilation)")
     sync()
     start = time.perf_counter()
@@ -173,7 +160,7 @@ def measure(
         measurement.block_size = block
         measurement.warmup_cut_short = not (calibrated and warmed)
         _phase(progress, SAMPLING)
-        sampling = _Sampling(fn, sync, measurement, min_repeats, target_rel_iqr, progress, energy, load)
+        sampling = _Sampling(fn, sync, measurement, min_repeats, target_rel_iqr, progress, energy, series or {})
         if turns is None:
             sampling.run(1, deadline)
         else:
@@ -205,9 +192,9 @@ def _take_turns(turns: Turns, sampling: _Sampling, rounds: int, turn_s: float, r
     while (round_ := turns.wait()) is not None:
         start = time.perf_counter()
         _warm_up(sampling.fn, sampling.sync, m.block_size, rewarm_s, 0, start + min(rewarm_s, turn_s))
-        taken = len(m.samples_s)
+        taken = len(m.samples)
         sampling.run(round_, start + turn_s)
-        turns.done(m.samples_s[taken:], m.sample_ends[taken:], m.sample_others[taken:])
+        turns.done(m.samples.since(taken))
 
 
 def _time_block(fn: Callable[[], object], sync: Callable[[], None], calls: int) -> float:
@@ -258,29 +245,26 @@ class _Sampling:
     target_rel_iqr: float
     progress: Callable[[Measurement, float], None] | None
     energy: EnergyMeter | None
-    load: LoadMeter | None
-    load_every_s: float = 0.1
+    series: dict[str, Series]
     energy_unread: bool = False  # a turn whose energy could not be read: no total
 
     def run(self, round_: int, deadline: float) -> None:
         m, block = self.measurement, self.measurement.block_size
-        # No reading at the very start: the process whose turn just ended may still be winding down.
-        taken, start, others = len(m.samples_s), time.perf_counter(), [-1]
-        last_load = start
+        taken, start = len(m.samples), time.perf_counter()
+        for series in self.series.values():
+            series.start()
         self.sync()
         if self.energy is not None:
             self.energy.start()
         while True:
-            if self.load is not None and time.perf_counter() - last_load >= self.load_every_s:
-                others.append(self.load.read())
-                last_load = time.perf_counter()
-            m.samples_s.append(_time_block(self.fn, self.sync, block) / block)
-            m.sample_rounds.append(round_)
-            m.sample_ends.append(time.time())
+            for series in self.series.values():
+                series.before_block()
+            seconds = _time_block(self.fn, self.sync, block) / block
+            m.samples.add(seconds, round_, {name: s.after_block(block) for name, s in self.series.items()})
             elapsed = time.perf_counter() - start
             if self.progress is not None:
                 self.progress(m, elapsed)
-            if len(m.samples_s) - taken >= self.min_repeats and rel_iqr(m.samples_s[taken:]) <= self.target_rel_iqr:
+            if len(m.samples) - taken >= self.min_repeats and rel_iqr(m.samples_s[taken:]) <= self.target_rel_iqr:
                 m.stopped_by = "spread"
                 break
             if time.perf_counter() >= deadline:
@@ -291,10 +275,8 @@ class _Sampling:
             joules = self.energy.stop()
             self.energy_unread |= joules is None
             m.energy_j = None if self.energy_unread else (m.energy_j or 0.0) + joules
-        if self.load is not None:
-            others.append(self.load.read())
-        busiest = max((n for n in others if n is not None), default=-1)
-        m.sample_others += [busiest] * (len(m.samples_s) - taken)
+        for name, series in self.series.items():
+            m.samples.revise(name, taken, series.end(m.samples.columns[name][taken:]))
 
 
 def rel_iqr(samples: list[float]) -> float:

@@ -3,9 +3,15 @@ swept keys and title. Used with and without MLflow (runner report reads run dire
 
 from __future__ import annotations
 
+import re
+from collections.abc import Collection
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from runner.config import is_capability
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
 
 
 def flatten(config: dict, prefix: str = "") -> dict[str, str]:
@@ -20,27 +26,62 @@ def flatten(config: dict, prefix: str = "") -> dict[str, str]:
     return flat
 
 
-def run_params(config: dict) -> dict[str, str]:
+def run_params(config: dict, copied: Collection[str]) -> dict[str, str]:
     """The run's parameters: the flattened config keys that apply to its model, data and mode.
 
     Left out: capability data (runner.config), where the run was logged (tracking.*), data settings the
-    chosen data or model does not read, and model settings that copy another key by interpolation
-    (model.image_size = ${data.image_size}, model.backend_module = ${backend.module}). The whole resolved
-    config stays in result.json and the Hydra artifacts."""
-    flat = flatten(config)
-    return {k: v for k, v in flat.items() if _applies(k, config) and not _copies_another_key(k, flat)}
+    chosen data or model does not read, and the keys that copy another (`copied`, as Result.copied_keys
+    records them: model.image_size = ${data.image_size}). The whole resolved config stays in result.json
+    and the Hydra artifacts."""
+    return {k: v for k, v in flatten(config).items() if _applies(k, config) and not _under(k, copied)}
 
 
-def _copies_another_key(key: str, flat: dict[str, str]) -> bool:
-    """model.X whose value is that of the key X names elsewhere (data.X, or X with "_" for "." as backend_module)."""
-    if not key.startswith("model."):
-        return False
-    name = key.removeprefix("model.")
-    return any(
-        other != key and not other.startswith("model.") and value == flat[key]
-        for other, value in flat.items()
-        if other == name.replace("_", ".") or other.rsplit(".", 1)[-1] == name
-    )
+def _under(key: str, keys: Collection[str]) -> bool:
+    """Whether `key` is one of `keys` or lies under one (a copied subtree copies each key in it)."""
+    return any(key == k or key.startswith(f"{k}.") for k in keys)
+
+
+PLAIN_INTERPOLATION = re.compile(r"\$\{(\.*)([\w-]+(?:\.[\w-]+)*)\}")  # ${data.image_size}, ${.x}; no resolver
+
+
+def copied_keys(cfg: DictConfig) -> dict[str, str]:
+    """Each flattened key whose value is written as exactly another key of the config (`${data.image_size}`)
+    -> that key. Read from the unresolved config: resolving erases the interpolation. A resolver
+    (`${now:...}`), text around an interpolation, or a key outside the run's config (`${hydra.job.num}`)
+    makes a value of its own, which stays a param."""
+    from omegaconf import OmegaConf
+
+    raw = flatten(OmegaConf.to_container(cfg, resolve=False))
+    copies = {}
+    for key, value in raw.items():
+        match = PLAIN_INTERPOLATION.fullmatch(value)
+        target = _absolute(key, *match.groups()) if match else None
+        if target and any(_under(other, (target,)) for other in raw):
+            copies[key] = target
+    return copies
+
+
+def resolved_keeping_copies(cfg: DictConfig) -> dict:
+    """The resolved config, each copied key still written as its interpolation: for a worker process, which
+    cannot resolve Hydra's resolvers itself yet must still record (copied_keys) which keys copy another."""
+    from omegaconf import OmegaConf
+
+    config = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
+    for key, target in copied_keys(cfg).items():
+        *parents, name = key.split(".")
+        node = config
+        for parent in parents:
+            node = node[parent]
+        node[name] = f"${{{target}}}"
+    return config
+
+
+def _absolute(key: str, dots: str, target: str) -> str:
+    """The key a relative interpolation names: `${.x}` a sibling of `key`, each further dot one level up."""
+    if not dots:
+        return target
+    parents = key.split(".")[:-1]
+    return ".".join([*parents[: max(len(parents) + 1 - len(dots), 0)], target])
 
 
 def _applies(key: str, config: dict) -> bool:

@@ -1,9 +1,11 @@
 """The one record of a run: `Result` alone reads and writes a run directory's result.json (and writes
 its tensors.h5 and images/). Worker, launcher, tracking, reports and scripts all go through it.
 
-result.json: {"format", "status", "config", "metrics", "environment"} and, where they apply, "error",
-"warnings", "predictions" (classifiers: per example the top-5 {"label", "probability"}) and
-"output_tail" (the last lines of a job that did not finish). `status` is MLflow's word.
+result.json: {"format", "status", "config", "copied_keys", "metrics", "environment"} and, where they apply,
+"error", "warnings", "predictions" (classifiers: per example the top-5 {"label", "probability"}) and
+"output_tail" (the last lines of a job that did not finish). `status` is MLflow's word. "copied_keys": the
+flattened config keys written as a copy of another ({"model.image_size": "data.image_size"}), which the
+resolved config no longer shows; a file recorded before the key existed reads as copying none.
 
 Both files carry `format` (result.json's key, tensors.h5's root attribute): FORMAT when written. A file of a
 later format than this code knows is refused with one line saying so; a file without one is of format 1,
@@ -50,6 +52,7 @@ class Result:
     output_tail: str | None = None
     started: float | None = None  # wall-clock epoch seconds of the job's start and end (the MLflow run spans them)
     ended: float | None = None
+    copied_keys: dict[str, str] = field(default_factory=dict)  # config key -> the key it copies
     # Kept in memory while the job runs, written beside result.json (tensors.h5, images/*.png):
     tensors: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
     attrs: dict[str, Any] = field(default_factory=dict, repr=False)  # root attributes of tensors.h5
@@ -62,6 +65,7 @@ class Result:
             "format": FORMAT,
             "status": self.status,
             "config": self.config,
+            "copied_keys": self.copied_keys,
             "metrics": self.metrics,
             "environment": self.environment,
         }
@@ -81,6 +85,7 @@ class Result:
         return cls(
             status=record["status"],
             config=record.get("config", {}),
+            copied_keys=record.get("copied_keys", {}),
             metrics=record.get("metrics", {}),
             environment=record.get("environment", {}),
             error=record.get("error"),

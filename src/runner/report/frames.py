@@ -36,7 +36,7 @@ def runs_from_dirs(run_dirs: Iterable[Path]) -> pd.DataFrame:
         row = {"run": name, "run_dir": str(run_dir), "status": result.status, "error": result.error}
         row["warnings"] = result.warnings
         row.update(setups.environment_columns(result.environment))
-        row.update({f"params.{k}": v for k, v in naming.run_params(result.config).items()})
+        row.update({f"params.{k}": v for k, v in naming.run_params(result.config, result.copied_keys).items()})
         row.update({f"metrics.{k}": v for k, v in result.metrics.items()})
         rows.append(row)
     return _finish_frame(pd.DataFrame(rows))

@@ -75,7 +75,7 @@ def _log_contents(mlflow, run_id: str, run_dir: Path, result: Result, ended_ms: 
     """Params, metrics (with the time_sample_s history), the dataset input and the files of a run."""
     from mlflow.entities import Param
 
-    params = [Param(k, v[:6000]) for k, v in run_params(result.config).items()]
+    params = [Param(k, v[:6000]) for k, v in run_params(result.config, result.copied_keys).items()]
     metrics = _metrics(result, read_samples(run_dir), read_timings(run_dir, "sample_end_unix_s"), ended_ms)
     for chunk in range(0, max(len(metrics), 1), 1000):  # log_batch takes at most 1000 metrics
         batch = {"params": params} if chunk == 0 else {}

@@ -1,0 +1,107 @@
+"""A job's timing samples as one record, and the series recorded beside them.
+
+Every sample is one timed block: its seconds per call (`samples_s`) and the round it was taken in
+(`sample_round`). A `Series` adds one more value to every sample: when it ended, how busy the machine
+was, or a user's own. A new series is a subclass of `Series` named under `timing.series` (the built-in
+ones are listed in runner.config's TimingConfig; `+timing.series.NAME=module.Class` adds one from the
+command line). Its values travel with the samples through a sweep's interleaved rounds and reach
+tensors.h5 as `timings/NAME` (seconds where NAME ends in `_s`).
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from runner.config import ConfigError
+
+SECONDS, ROUND = "samples_s", "sample_round"
+
+
+class Series:
+    """One value per timing sample, read between timed blocks, never inside one. Override what you need."""
+
+    def start(self) -> None:
+        """A run of samples (a turn of the interleaved rounds, or the whole sampling) begins."""
+
+    def before_block(self) -> None:
+        """Just before a timed block."""
+
+    def after_block(self, calls: int) -> float:
+        """Just after a timed block of `calls` calls: the value of its sample."""
+        return float("nan")
+
+    def end(self, values: list) -> list:
+        """The run of samples is over: its values, revised where the series knows better now."""
+        return values
+
+    def metrics(self) -> dict[str, float]:
+        """What the job's record sums up from the series (metrics beside time_median_s)."""
+        return {}
+
+
+class SampleEnd(Series):
+    """When each sample ended, in Unix seconds: MLflow's timestamps of the samples."""
+
+    def after_block(self, calls: int) -> float:
+        return time.time()
+
+
+def build_series(paths: dict[str, str]) -> dict[str, Series]:
+    """timing.series (name -> class path) -> one Series object per name."""
+    from hydra.utils import get_class
+
+    series = {}
+    for name, path in paths.items():
+        try:
+            cls = get_class(path)
+        except ImportError as error:
+            raise ConfigError(f"timing.series.{name}={path} cannot be imported ({error})") from None
+        if not (isinstance(cls, type) and issubclass(cls, Series)):
+            raise ConfigError(f"timing.series.{name}={path} must be a subclass of runner.measure.samples.Series")
+        series[name] = cls()
+    return series
+
+
+class Samples:
+    """Columns of equal length: seconds per call, the round, then one per series; a row per sample."""
+
+    def __init__(self, columns: dict[str, list] | None = None):
+        columns = {k: list(v) for k, v in (columns or {}).items()}
+        seconds = columns.pop(SECONDS, [])
+        rounds = columns.pop(ROUND, [1] * len(seconds))
+        self.columns: dict[str, list] = {SECONDS: seconds, ROUND: rounds, **columns}
+
+    def __len__(self) -> int:
+        return len(self.columns[SECONDS])
+
+    @property
+    def seconds(self) -> list[float]:
+        return self.columns[SECONDS]
+
+    @property
+    def rounds(self) -> list[int]:
+        return self.columns[ROUND]
+
+    def add(self, seconds: float, round_: int, values: dict[str, float]) -> None:
+        """One sample and its series' values."""
+        for name, value in {SECONDS: seconds, ROUND: round_, **values}.items():
+            self.columns.setdefault(name, []).append(value)
+
+    def since(self, start: int) -> dict[str, list]:
+        """The samples from the `start`-th on, column by column (a turn's, for the coordinator)."""
+        return {name: values[start:] for name, values in self.columns.items()}
+
+    def extend(self, columns: dict[str, list]) -> None:
+        """Append samples given column by column (what `since` gave in a worker)."""
+        for name, values in columns.items():
+            self.columns.setdefault(name, []).extend(values)
+
+    def revise(self, name: str, start: int, values: list) -> None:
+        """Replace a series' values from the `start`-th sample on."""
+        self.columns[name][start:] = values
+
+    def tensors(self) -> dict[str, np.ndarray]:
+        """tensors.h5 `timings/`: one dataset per column."""
+        return {f"timings/{name}": np.asarray(values) for name, values in self.columns.items()}

@@ -80,7 +80,7 @@ def test_backend_module_misspells_no_protocol_function(yaml_path, monkeypatch):
 
 
 def test_protocols_list_the_functions_the_workloads_use():
-    assert {"prepare", "asarray", "to_native_layout", "from_native_layout", "compile", "grad"} <= set(
+    assert {"prepare", "asarray", "to_native_layout", "from_native_layout", "compile_step", "grad"} <= set(
         protocol_functions(Backend)
     )
     assert {"conv2d", "batch_norm", "reflection_pad2d"} <= set(protocol_functions(OP_FAMILIES["conv"]))

@@ -267,7 +267,7 @@ def _killed_sweep(tmp_path: Path) -> tuple[Path, str]:
     sweep_dir = tmp_path / "sweep"
     sweep_dir.mkdir()
     note = {"sweep_dir": str(sweep_dir), "overrides": ["seed=0,1"], "launcher": "basic", "tracking": "mlflow"}
-    sweep.write_note(sweep_dir, {**note, "uri": uri, "experiment": "lost", "parent_run_id": None})
+    sweep.write_sweep_file(sweep_dir, {**note, "uri": uri, "experiment": "lost", "parent_run_id": None})
     run_dir, _ = _tracked_run(tmp_path, "sweep/0")
     (sweep_dir / "1").mkdir()
     tracking.write_pending(sweep_dir / "1", uri, "lost", None)

@@ -364,7 +364,7 @@ def _free_memory_masked(line: str | None) -> str | None:
 
 
 def _refusal(config: dict) -> str | None:
-    """The one line the combination rules or the memory preflight give for this config, or None when both accept it."""
+    """The one line the combination rules or the memory check give for this config, or None when both accept it."""
     from runner.config import choices
     from runner.measure import limits
     from runner.models import build_workload
@@ -372,7 +372,8 @@ def _refusal(config: dict) -> str | None:
     cfg = OmegaConf.create(config)
     try:
         check_combination(cfg)
-        limits.preflight(build_workload(cfg.model), cfg, choices(cfg))
+        c = choices(cfg)
+        limits.check_fits(build_workload(cfg.model), cfg, c, c["device"])
     except ConfigError as error:
         return str(error)
     return None

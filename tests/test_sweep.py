@@ -98,7 +98,7 @@ def test_parallel_joblib_jobs_lose_no_runs(tmp_path):
 
 
 def test_out_of_memory_is_a_failed_job_with_its_output_tail(tmp_path):
-    """n=10^7 is refused by the preflight estimate before any allocation; n=22000 passes it (its ~15 GB fit
+    """n=10^7 is refused by the memory estimate before any allocation; n=22000 passes it (its ~15 GB fit
     the machine) but not the 3.5 GB address-space limit set here, so numpy's MemoryError comes mid-job."""
     import resource
 

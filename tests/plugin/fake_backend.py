@@ -49,7 +49,7 @@ def compile_model(fn: Callable, mode: str, device: str) -> Callable:
     return fn
 
 
-def compile(fn: Callable, mode: str, device: str) -> Callable:
+def compile_step(fn: Callable, mode: str, device: str) -> Callable:
     return fn
 
 
@@ -57,16 +57,16 @@ def trainable(params: dict) -> dict:
     return params
 
 
-def grad(loss: Callable, manual: Callable | None) -> Callable:
-    return numpy_backend.grad(loss, manual)
+def grad(loss: Callable, numpy_backprop: Callable | None) -> Callable:
+    return numpy_backend.grad(loss, numpy_backprop)
 
 
-def per_example_grad(loss: Callable, mode: str, manual: Callable | None) -> Callable:
-    return numpy_backend.per_example_grad(loss, mode, manual)
+def per_example_grad(loss: Callable, mode: str, numpy_backprop: Callable | None) -> Callable:
+    return numpy_backend.per_example_grad(loss, mode, numpy_backprop)
 
 
-def batch_jacobian(forward: Callable, mode: str, manual: Callable | None) -> Callable:
-    return numpy_backend.batch_jacobian(forward, mode, manual)
+def batch_jacobian(forward: Callable, mode: str, numpy_backprop: Callable | None) -> Callable:
+    return numpy_backend.batch_jacobian(forward, mode, numpy_backprop)
 
 
 def reset_peak_memory(device: str) -> None:

@@ -6,8 +6,8 @@ the op families its yaml lists under `ops:` (`DenseOps`, `ConvOps`, `LayoutOps`,
 `runner.config.check_combination` reads.
 tests/test_backend_contract.py checks every backend module against these protocols.
 
-`manual` is a workload's explicit numpy backprop: numpy, which has no autodiff, uses it; the autodiff
-backends ignore it. Arrays are native to the backend unless a name says numpy.
+`numpy_backprop` is a workload's explicit float64 backprop (Workload.gradients, .jacobian): numpy, which
+has no autodiff, uses it; the autodiff backends ignore it. Arrays are native to the backend unless a name says numpy.
 """
 
 from __future__ import annotations
@@ -53,20 +53,20 @@ class Backend(Protocol):
         """The model (forward or loss) compiled for the mode where the framework's idiom compiles the model
         and differentiates it from outside (torch.compile); fn itself elsewhere."""
 
-    def compile(self, fn: Callable, mode: str, device: str) -> Callable:
+    def compile_step(self, fn: Callable, mode: str, device: str) -> Callable:
         """The whole step for the mode: eager / function / xla (TF: the tape inside tf.function); fn itself on
         torch, whose model compile_model compiled."""
 
     def trainable(self, params: dict) -> dict:
         """The weights as the framework trains them (torch: leaf tensors that require grad)."""
 
-    def grad(self, loss: Callable, manual: Callable | None) -> Callable:
+    def grad(self, loss: Callable, numpy_backprop: Callable | None) -> Callable:
         """d loss / d params: fn(params, x, labels) -> {name: array}."""
 
-    def per_example_grad(self, loss: Callable, mode: str, manual: Callable | None) -> Callable:
+    def per_example_grad(self, loss: Callable, mode: str, numpy_backprop: Callable | None) -> Callable:
         """The same with a leading batch axis, vectorized or looped as the mode says."""
 
-    def batch_jacobian(self, forward: Callable, mode: str, manual: Callable | None) -> Callable:
+    def batch_jacobian(self, forward: Callable, mode: str, numpy_backprop: Callable | None) -> Callable:
         """fn(params, x) -> (batch, outputs, inputs)."""
 
     def reset_peak_memory(self, device: str) -> None: ...

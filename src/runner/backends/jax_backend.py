@@ -76,7 +76,7 @@ def _no_sync() -> None:
     return None
 
 
-def compile(fn: Callable, mode: str, device: str) -> Callable:
+def compile_step(fn: Callable, mode: str, device: str) -> Callable:
     """eager: op by op; function: jax.jit; xla: compiled ahead of time (jit's lower().compile()) at the first
     call; the per-example modes run inside jax.jit, as JAX users write vmap and lax.map."""
     if mode == "xla":
@@ -134,11 +134,11 @@ def trainable(params: dict) -> dict:
     return params  # jax.grad differentiates a function of the weights: nothing to mark
 
 
-def grad(loss: Callable, manual: Callable | None) -> Callable:
+def grad(loss: Callable, numpy_backprop: Callable | None) -> Callable:
     return jax.grad(loss)
 
 
-def per_example_grad(loss: Callable, mode: str, manual: Callable | None) -> Callable:
+def per_example_grad(loss: Callable, mode: str, numpy_backprop: Callable | None) -> Callable:
     def single_loss(params: dict, x: jax.Array, label: jax.Array) -> jax.Array:
         return loss(params, x[None], label[None])
 
@@ -152,7 +152,7 @@ def per_example_grad(loss: Callable, mode: str, manual: Callable | None) -> Call
     return mapped
 
 
-def batch_jacobian(forward: Callable, mode: str, manual: Callable | None) -> Callable:
+def batch_jacobian(forward: Callable, mode: str, numpy_backprop: Callable | None) -> Callable:
     """d y_b / d x_b for every example: the jacobian of one example, vmapped over the batch. Compiled, jacrev
     (one backward pass per output, as JAX's docs advise for fewer outputs than inputs) is the faster; op by op,
     jacfwd, whose forward passes dispatch fewer Python-level ops (both measured in BENCHMARKS.md)."""

@@ -38,7 +38,7 @@ def _no_sync() -> None:
     return None
 
 
-def compile(fn: Callable, mode: str, device: str) -> Callable:
+def compile_step(fn: Callable, mode: str, device: str) -> Callable:
     return fn  # eager and map_fn, the modes conf/backend/numpy.yaml allows, run fn as it is
 
 
@@ -50,12 +50,12 @@ def trainable(params: dict) -> dict:
     return params
 
 
-def grad(loss: Callable, manual: Callable | None) -> Callable:
-    return _require(manual, "gradients")
+def grad(loss: Callable, numpy_backprop: Callable | None) -> Callable:
+    return _require(numpy_backprop, "gradients")
 
 
-def per_example_grad(loss: Callable, mode: str, manual: Callable | None) -> Callable:
-    single = _require(manual, "gradients")  # the batch gradient of a one-example slice
+def per_example_grad(loss: Callable, mode: str, numpy_backprop: Callable | None) -> Callable:
+    single = _require(numpy_backprop, "gradients")  # the batch gradient of a one-example slice
 
     def looped(params: dict, x: np.ndarray, labels: np.ndarray) -> dict:
         per_example = [single(params, x[i : i + 1], labels[i : i + 1]) for i in range(len(x))]
@@ -64,14 +64,14 @@ def per_example_grad(loss: Callable, mode: str, manual: Callable | None) -> Call
     return looped
 
 
-def batch_jacobian(forward: Callable, mode: str, manual: Callable | None) -> Callable:
-    return _require(manual, "jacobians")
+def batch_jacobian(forward: Callable, mode: str, numpy_backprop: Callable | None) -> Callable:
+    return _require(numpy_backprop, "jacobians")
 
 
-def _require(manual: Callable | None, what: str) -> Callable:
-    if manual is None:
+def _require(numpy_backprop: Callable | None, what: str) -> Callable:
+    if numpy_backprop is None:
         raise ConfigError(f"backend=numpy has no autodiff and this model has no explicit backprop for {what}")
-    return manual
+    return numpy_backprop
 
 
 def to_native_layout(array: np.ndarray) -> np.ndarray:

@@ -62,7 +62,7 @@ def _no_sync() -> None:
     return None
 
 
-def compile(fn: Callable, mode: str, device: str) -> Callable:
+def compile_step(fn: Callable, mode: str, device: str) -> Callable:
     if mode == "xla":
         fn = tf.function(fn, jit_compile=True)
     elif mode != "eager":  # function, and the per-example maps, which the TF-NumPy guide runs in tf.function
@@ -91,7 +91,7 @@ def _placed(fn: Callable, device: str) -> Callable:
     return on_device
 
 
-def grad(loss: Callable, manual: Callable | None) -> Callable:
+def grad(loss: Callable, numpy_backprop: Callable | None) -> Callable:
     def gradients(params: dict, x: tf.Tensor, labels: tf.Tensor) -> dict:
         with tf.GradientTape() as tape:
             tape.watch(list(params.values()))  # plain tensors, not tf.Variables: watch them
@@ -101,8 +101,8 @@ def grad(loss: Callable, manual: Callable | None) -> Callable:
     return gradients
 
 
-def per_example_grad(loss: Callable, mode: str, manual: Callable | None) -> Callable:
-    batch_grad = grad(loss, manual)
+def per_example_grad(loss: Callable, mode: str, numpy_backprop: Callable | None) -> Callable:
+    batch_grad = grad(loss, numpy_backprop)
 
     def per_example(params: dict, x: tf.Tensor, labels: tf.Tensor) -> dict:
         def single(example):
@@ -117,7 +117,7 @@ def per_example_grad(loss: Callable, mode: str, manual: Callable | None) -> Call
     return per_example
 
 
-def batch_jacobian(forward: Callable, mode: str, manual: Callable | None) -> Callable:
+def batch_jacobian(forward: Callable, mode: str, numpy_backprop: Callable | None) -> Callable:
     def jacobian(params: dict, x: tf.Tensor) -> tf.Tensor:
         with tf.GradientTape() as tape:
             tape.watch(x)

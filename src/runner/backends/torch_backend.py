@@ -74,7 +74,7 @@ def compile_model(fn: Callable, mode: str, device: str) -> Callable:
     return fn  # eager, and the per-example modes (vmap and the loop run eagerly)
 
 
-def compile(fn: Callable, mode: str, device: str) -> Callable:
+def compile_step(fn: Callable, mode: str, device: str) -> Callable:
     return fn  # the model inside fn is compiled already (compile_model)
 
 
@@ -83,21 +83,21 @@ def trainable(params: dict) -> dict:
     return {name: p.detach().requires_grad_() for name, p in params.items()}
 
 
-def grad(loss: Callable, manual: Callable | None) -> Callable:
+def grad(loss: Callable, numpy_backprop: Callable | None) -> Callable:
     def gradients(params: dict, x: torch.Tensor, labels: torch.Tensor) -> dict:
         return dict(zip(params, torch.autograd.grad(loss(params, x, labels), tuple(params.values())), strict=True))
 
     return gradients
 
 
-def per_example_grad(loss: Callable, mode: str, manual: Callable | None) -> Callable:
+def per_example_grad(loss: Callable, mode: str, numpy_backprop: Callable | None) -> Callable:
     if mode == "vectorized_map":  # the one place torch.func is the idiom
 
         def single_loss(params: dict, x: torch.Tensor, label: torch.Tensor) -> torch.Tensor:
             return loss(params, x.unsqueeze(0), label.unsqueeze(0))
 
         return torch.func.vmap(torch.func.grad(single_loss), in_dims=(None, 0, 0))
-    batch_grad = grad(loss, manual)
+    batch_grad = grad(loss, numpy_backprop)
 
     def looped(params: dict, x: torch.Tensor, labels: torch.Tensor) -> dict:
         per_example = [batch_grad(params, x[i : i + 1], labels[i : i + 1]) for i in range(x.shape[0])]
@@ -109,7 +109,7 @@ def per_example_grad(loss: Callable, mode: str, manual: Callable | None) -> Call
 LOOPED_JACOBIAN_MAX_OUTPUTS = 2  # measured: one backward per output is faster up to 2 outputs, vmap beyond
 
 
-def batch_jacobian(forward: Callable, mode: str, manual: Callable | None) -> Callable:
+def batch_jacobian(forward: Callable, mode: str, numpy_backprop: Callable | None) -> Callable:
     """d y_b / d x_b for every example b, from the batch-summed output: examples are independent, so
     d (sum_b y_b) / d x_b = d y_b / d x_b. One backward per output (what autograd.functional.jacobian
     does without vectorize) for a few outputs, batched backward (its vectorize=True) for more."""

@@ -81,7 +81,7 @@ def _update_tracked(task_cfg: DictConfig, run_dir: Path, parent: str | None) -> 
 
     if task_cfg.tracking.name != "mlflow":
         return
-    note = tracking.read_note(run_dir)
+    note = tracking.read_link(run_dir)
     if not note.get("run_id"):
         tracking.track(run_dir, task_cfg.tracking.uri, task_cfg.tracking.experiment, parent)
     else:

@@ -25,7 +25,7 @@ from runner import tracking
 from runner.config import first_line
 from runner.launch import launchers, rounds
 from runner.record import naming
-from runner.record.sweep_note import SWEEP_FILE, read_note, write_note
+from runner.record.sweep_file import SWEEP_FILE, read_sweep_file, write_sweep_file
 
 EXIT_INTERRUPTED = 130
 
@@ -89,7 +89,7 @@ def start(config: DictConfig) -> Sweep:
         except Exception as error:  # the store is down: jobs keep their results locally for `runner sync`
             note["error"] = first_line(error)
             print(f"warning: no parent run in MLflow at {note['uri']} ({note['error']})", file=sys.stderr)
-    write_note(sweep_dir, note)
+    write_sweep_file(sweep_dir, note)
     _active = Sweep(sweep_dir, note)
     return _active
 
@@ -111,7 +111,7 @@ def refuse_local_devices(params: DictConfig | None) -> None:
 
 def parent_run_id(sweep_dir: str | Path) -> str | None:
     """In a job: the id of its sweep's parent run, if the sweep has one."""
-    return read_note(Path(sweep_dir).resolve()).get("parent_run_id")
+    return read_sweep_file(Path(sweep_dir).resolve()).get("parent_run_id")
 
 
 def active() -> Sweep | None:
@@ -147,7 +147,7 @@ def finish(interrupted: str | None = None) -> int | None:
         reason = sweep.note.get("launch_error") or f"the sweep in {sweep.sweep_dir} recorded no job"
         print(f"error: {reason}", file=sys.stderr)
     sweep.note.update(status=status, ended=time.strftime("%Y-%m-%d %H:%M:%S"), n_jobs=len(statuses))
-    write_note(sweep.sweep_dir, sweep.note)
+    write_sweep_file(sweep.sweep_dir, sweep.note)
     if sweep.note.get("parent_run_id"):
         _close_parent(sweep, statuses, status, files)
     return sweep.exit_code
@@ -194,7 +194,7 @@ def _note_comparisons(compared) -> None:
     """Each job's MLflow run gains how it compares with the fastest job doing the same work: the metrics
     time_ratio, time_ratio_ci_low and time_ratio_ci_high, and a line in its description."""
     for _, row in compared[compared["time_ratio"].notna()].iterrows():
-        job_note = tracking.read_note(Path(row["run_dir"]))
+        job_note = tracking.read_link(Path(row["run_dir"]))
         if not job_note.get("run_id"):
             continue
         metrics = {k: float(row[k]) for k in ("time_ratio", "time_ratio_ci_low", "time_ratio_ci_high")}
@@ -230,7 +230,7 @@ def _close_parent(sweep: Sweep, statuses: list[str], status: str, files: list[Pa
             sweep.note["uri"], sweep.note["parent_run_id"], counts, files, status, _summary_table(sweep.sweep_dir)
         )
         sweep.note["parent_closed"] = True
-        write_note(sweep.sweep_dir, sweep.note)
+        write_sweep_file(sweep.sweep_dir, sweep.note)
     except Exception as error:
         print(
             f"warning: could not close the parent run {sweep.note['parent_run_id']} ({first_line(error)})",
@@ -278,7 +278,7 @@ def print_table(frame, sweep_dir: Path) -> None:
     for _, row in frame[frame["warnings"].map(bool)].iterrows() if "warnings" in frame else ():
         for warning in row["warnings"]:
             console.print(f"[yellow]warning[/] job {_job(row)}: {warning}", highlight=False)
-    note = read_note(sweep_dir)
+    note = read_sweep_file(sweep_dir)
     if note.get("parent_run_id"):
         from runner.launch.terminal import ui_lines
 
@@ -300,7 +300,7 @@ def sync_sweep(sweep_dir: Path, uri: str | None, sync_one) -> list[tuple[Path, s
     """Upload a sweep kept locally: its parent run (created now if the store was down), then its jobs."""
 
     sweep_dir = Path(sweep_dir)
-    note = read_note(sweep_dir)
+    note = read_sweep_file(sweep_dir)
     if note.get("tracking") != "mlflow":
         return [(sweep_dir, "error: this sweep ran with tracking=none: there is nothing to upload")]
     note["uri"] = uri or note.get("uri")
@@ -311,7 +311,7 @@ def sync_sweep(sweep_dir: Path, uri: str | None, sync_one) -> list[tuple[Path, s
         except Exception as error:
             return [(sweep_dir, f"error: could not create the parent run ({first_line(error)})")]
         note.pop("error", None)
-        write_note(sweep_dir, note)
+        write_sweep_file(sweep_dir, note)
         lines.append((sweep_dir, f"parent run {note['parent_run_id']} created"))
     run_dirs = job_dirs(sweep_dir)
     for run_dir in run_dirs:
@@ -351,8 +351,8 @@ def job_status(run_dir: Path) -> str:
 def _adopt(run_dir: Path, parent_id: str) -> None:
     """A job that ran while there was no parent run becomes a child of the one created at sync."""
     try:
-        job_note = tracking.read_note(run_dir)
+        job_note = tracking.read_link(run_dir)
     except ValueError:  # an unreadable note: its sync says so
         return
     if job_note and not job_note.get("synced") and not job_note.get("parent_run_id"):
-        tracking.write_note(run_dir, {**job_note, "parent_run_id": parent_id})
+        tracking.write_link(run_dir, {**job_note, "parent_run_id": parent_id})

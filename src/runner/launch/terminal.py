@@ -33,9 +33,9 @@ def print_summary(cfg: DictConfig, run_dir: Path, result: Result) -> None:
 
 def tracking_lines(run_dir: Path) -> list[str]:
     """Where the run is in MLflow: its id and how to open it in the UI (from tracking.json)."""
-    from runner.tracking.note import read_note_or_empty
+    from runner.tracking.link import read_link_or_empty
 
-    note = read_note_or_empty(run_dir)
+    note = read_link_or_empty(run_dir)
     if not note.get("run_id"):
         return []
     return [f"  MLflow run      {note['run_id']}", *ui_lines(note["uri"], f"#/runs/{note['run_id']}")]

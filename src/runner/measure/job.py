@@ -70,40 +70,25 @@ def _run_job(
 
 
 def _prepare(cfg: DictConfig, c: dict, progress: ProgressLine) -> Prepared:
-    from runner.backends import load_backend, numpy_backend
     from runner.measure import limits
     from runner.measure.data import load_inputs
     from runner.measure.samples import build_series
     from runner.measure.tasks import build_task
     from runner.measure.timing import keep_freed_memory
-    from runner.models import backend_for, build_workload, initial_weights
+    from runner.models import build_workload
 
     timing = OmegaConf.to_container(cfg.timing)
     malloc_keeps_freed = timing.pop("keep_freed_memory") and keep_freed_memory()
     timing.pop("fixed_layout")  # the worker's start (runner.launch.isolation) acted on it
     timing["series"] = build_series(timing["series"])
     workload = build_workload(cfg.model)
-    cost = limits.preflight(workload, cfg, c)  # refuses what cannot fit: before any allocation or framework import
+    backend, device, start_s = _start_backend(cfg, c, workload, progress)
+    cost = limits.check_fits(workload, cfg, c, device)  # refuses what cannot fit: before any allocation
     if cost:
         print(f"note: {cost}", file=sys.stderr, flush=True)
-    progress.phase(f"importing {c['backend']}")
-    backend = backend_for(workload, load_backend(cfg.backend.module))
     progress.phase("building the model and inputs")
-    load_start = time.perf_counter()  # load_s: device start-up, weights built and placed on the device
-    if cfg.threads is not None:
-        backend.set_threads(int(cfg.threads))
-    device = backend.prepare(c["device"], c["dtype"])
     rng = np.random.default_rng(cfg.seed)
-    params64 = initial_weights(cfg.model, workload, rng)
-    host = workload.host_params
-    state = {
-        k: numpy_backend.asarray(v, "cpu", c["dtype"])
-        if k in host
-        else backend.asarray(backend.to_native_layout(v), device, c["dtype"])
-        for k, v in params64.items()
-    }
-    backend.synchronizer(device)()
-    load_s = time.perf_counter() - load_start
+    state, weights_s = _place_weights(cfg, c, workload, backend, device, rng)
     inputs64 = load_inputs(cfg.data, workload, rng, cfg.batch_size)
     inputs = {k: backend.asarray(v, device, c["dtype"]) for k, v in inputs64.items()}
     params = {k: v for k, v in state.items() if workload.trainable(k)}
@@ -124,11 +109,43 @@ def _prepare(cfg: DictConfig, c: dict, progress: ProgressLine) -> Prepared:
         inputs_held={k: backend.to_numpy(v) for k, v in inputs.items()},
         examples_per_call=workload.examples_per_call(cfg.batch_size),
         task_run=task_run,
-        load_s=load_s,
+        load_s=start_s + weights_s,
         cost=cost,
         malloc_keeps_freed=malloc_keeps_freed,
         timing=timing,
     )
+
+
+def _start_backend(cfg: DictConfig, c: dict, workload, progress: ProgressLine) -> tuple[object, str, float]:
+    """The backend imported and configured: (backend, the device it resolved, seconds the device start-up took)."""
+    from runner.backends import load_backend
+    from runner.models import backend_for
+
+    progress.phase(f"importing {c['backend']}")
+    backend = backend_for(workload, load_backend(cfg.backend.module))
+    start = time.perf_counter()
+    if cfg.threads is not None:
+        backend.set_threads(int(cfg.threads))
+    device = backend.prepare(c["device"], c["dtype"])  # the one place device=auto is resolved
+    return backend, device, time.perf_counter() - start
+
+
+def _place_weights(cfg: DictConfig, c: dict, workload, backend, device: str, rng) -> tuple[dict, float]:
+    """Every weight as the backend holds it (host-side ones in numpy), and the seconds placing them took."""
+    from runner.backends import numpy_backend
+    from runner.models import initial_weights
+
+    start = time.perf_counter()
+    params64 = initial_weights(cfg.model, workload, rng)
+    host = workload.host_params
+    state = {
+        k: numpy_backend.asarray(v, "cpu", c["dtype"])
+        if k in host
+        else backend.asarray(backend.to_native_layout(v), device, c["dtype"])
+        for k, v in params64.items()
+    }
+    backend.synchronizer(device)()
+    return state, time.perf_counter() - start
 
 
 def _measure(job: Prepared, before_timing: Callable[[], object], turns: Turns | None, progress: ProgressLine):

@@ -14,7 +14,7 @@ import time
 import numpy as np
 from omegaconf import DictConfig
 
-from runner.config import ConfigError, nvidia_driver_present
+from runner.config import ConfigError
 
 FLOAT64_BYTES = 8
 SURELY_SLOWER_FLOPS = 1e9  # float64 FLOP/s that any machine this runs on beats
@@ -123,18 +123,14 @@ def format_duration(seconds: float) -> str:
 ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
 
 
-def preflight(workload, cfg: DictConfig, choices: dict[str, str]) -> str:
-    """Refuse (ConfigError) a job that cannot fit; return the cost note for one that will run long ('' if not).
-
-    Runs before the framework is imported: device=auto counts as cuda wherever an NVIDIA driver is loaded.
-    Workloads that do not describe their arrays (a user's own `_target_`) are not checked."""
+def check_fits(workload, cfg: DictConfig, choices: dict[str, str], device: str) -> str:
+    """Refuse (ConfigError) a job that cannot fit on `device` (as the backend resolved it); return the cost
+    note for one that will run long ('' if not). Runs before any array is allocated. Workloads that do not
+    describe their arrays (a user's own `_target_`) are not checked."""
     per_example = bool(cfg.mode.per_example)
     if workload.array_elements(cfg.batch_size, choices["task"], per_example) is None:
         return ""
     task, dtype = choices["task"], choices["dtype"]
-    device = choices["device"]
-    if device == "auto":
-        device = "cuda" if choices["backend"] != "numpy" and nvidia_driver_present() else "cpu"
     reference = bool(cfg.check_reference) and workload.numpy_reference
     needed = memory_needed(workload, cfg.batch_size, task, per_example, ITEMSIZE[dtype], device, reference)
     check_memory(_label(workload, cfg.batch_size, choices), *needed, device)

@@ -76,7 +76,7 @@ def _timed_call(backend: ModuleType, fn: Callable, mode: str, device: str, param
     The weights are bound before compiling, as a model holds its weights: tf.function then captures
     them instead of flattening a dict argument on every call (30-50 µs per call on the seed-003 MLP).
     """
-    return partial(backend.compile(partial(fn, params), mode, device), *args)
+    return partial(backend.compile_step(partial(fn, params), mode, device), *args)
 
 
 def _gradient_results(backend: ModuleType, per_example: bool, grads: dict) -> dict[str, np.ndarray]:

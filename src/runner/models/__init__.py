@@ -1,4 +1,5 @@
-"""Workloads: what is timed. A workload is a class named by `_target_` in conf/model/NAME.yaml.
+"""Workloads: what is timed. `model=NAME` on the command line picks conf/model/NAME.yaml, whose `_target_`
+names a `Workload` subclass: a network or an op workload (matmul, sigmoid), hence the name in code.
 
 Its constructor takes the model config's other keys (`name`, `supports`, `pretrained` and `weights`
 excepted), typed with annotations: `check_combination` checks the config against them. It is written
@@ -82,7 +83,7 @@ class Workload:
         return None
 
     def array_elements(self, batch_size: int, task: str, per_example: bool) -> dict[str, int] | None:
-        """{"weights", "inputs", "results"} element counts for the memory preflight (runner.measure.limits);
+        """{"weights", "inputs", "results"} element counts for the memory check (runner.measure.limits);
         None: not checked."""
         return None
 

@@ -134,9 +134,9 @@ def sweep_title(note: dict) -> str:
 
 def job_context(run_dir: Path) -> tuple[dict[str, str], str | None]:
     """For a sweep's job: its value of each swept key (from its .hydra/overrides.yaml) and its number."""
-    from runner.record.sweep_note import read_note
+    from runner.record.sweep_file import read_sweep_file
 
-    note, overrides_path = read_note(run_dir.parent), run_dir / ".hydra" / "overrides.yaml"
+    note, overrides_path = read_sweep_file(run_dir.parent), run_dir / ".hydra" / "overrides.yaml"
     if not note or not overrides_path.exists():
         return {}, None
     from omegaconf import OmegaConf

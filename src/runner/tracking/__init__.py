@@ -15,7 +15,7 @@ its id is noted as soon as it exists, so a later sync replaces a partial upload 
 What identifies a run (its params and name) is runner.record.naming's, with or without MLflow.
 """
 
-from runner.tracking.note import TRACKING_FILE, read_note, write_note, write_pending
+from runner.tracking.link import TRACKING_FILE, read_link, write_link, write_pending
 from runner.tracking.search import download_tensors, runs_of, search_runs
 from runner.tracking.store import (
     check_reachable,
@@ -44,13 +44,13 @@ __all__ = [
     "log_comparison",
     "log_files",
     "open_store",
-    "read_note",
+    "read_link",
     "retry_on_lock",
     "runs_of",
     "search_runs",
     "store_lock",
     "sync",
     "track",
-    "write_note",
+    "write_link",
     "write_pending",
 ]

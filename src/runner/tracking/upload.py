@@ -21,7 +21,7 @@ from runner.record.result import (
     read_samples,
     read_timings,
 )
-from runner.tracking.note import TRACKING_FILE, read_note, read_note_or_empty, run_key, write_note
+from runner.tracking.link import TRACKING_FILE, read_link, read_link_or_empty, run_key, write_link
 from runner.tracking.store import check_reachable, client, ensure_experiment, open_store, retry_on_lock
 
 RUN_KEY_TAG = "runner.run_key"  # the run directory + its start: one MLflow run per key
@@ -39,12 +39,12 @@ def log_to_mlflow(run_dir: Path, uri: str, experiment: str, parent_run_id: str |
     ended_ms = _ms(result.ended) or int(time.time() * 1000)
     started_ms = _ms(result.started) or ended_ms
     tags = run_tags(run_dir, result, parent_run_id)
-    note = read_note(run_dir)
+    note = read_link(run_dir)
     tags[RUN_KEY_TAG] = note.get("run_key") or run_key(run_dir)
     _remove_partial_uploads(mlflow, experiment_id, tags[RUN_KEY_TAG], note.get("run_id"))
     run = retry_on_lock(mlflow.create_run, experiment_id, start_time=started_ms, tags=tags)
     run_id = run.info.run_id
-    write_note(run_dir, {**note, "uri": uri, "experiment": experiment, "run_id": run_id, "synced": False})
+    write_link(run_dir, {**note, "uri": uri, "experiment": experiment, "run_id": run_id, "synced": False})
     try:
         _log_contents(mlflow, run_id, run_dir, result, ended_ms)
     except BaseException:
@@ -233,14 +233,14 @@ def track(run_dir: Path, uri: str, experiment: str, parent_run_id: str | None = 
         run_id = log_to_mlflow(run_dir, uri, experiment, parent_run_id)
     except Exception as error:  # the store is down, locked or unreachable: results stay on disk
         reason = first_line(error)
-        write_note(run_dir, {**read_note_or_empty(run_dir), **note, "synced": False, "error": reason})
+        write_link(run_dir, {**read_link_or_empty(run_dir), **note, "synced": False, "error": reason})
         print(
             f"warning: could not log to MLflow at {uri} ({reason}); results are kept in {run_dir} "
             f"-- upload them later with: runner sync {run_dir}",
             file=sys.stderr,
         )
         return None
-    write_note(run_dir, {**read_note(run_dir), **note, "run_id": run_id, "synced": True})
+    write_link(run_dir, {**read_link(run_dir), **note, "run_id": run_id, "synced": True})
     return run_id
 
 
@@ -248,7 +248,7 @@ def sync(run_dir: Path, uri: str | None = None) -> str | None:
     """Upload a run that could not reach its store when it ran (or whose processes were killed); returns
     the new run id, None when it is in MLflow already."""
     run_dir = Path(run_dir)
-    note = read_note(run_dir)
+    note = read_link(run_dir)
     if not note:
         raise FileNotFoundError(f"{run_dir} has no {TRACKING_FILE}: it was not a tracked run")
     if note.get("synced"):
@@ -258,7 +258,7 @@ def sync(run_dir: Path, uri: str | None = None) -> str | None:
     uri = uri or note["uri"]
     check_reachable(uri)
     run_id = log_to_mlflow(run_dir, uri, note["experiment"], note.get("parent_run_id"))
-    write_note(run_dir, {**read_note(run_dir), "run_id": run_id, "synced": True, "error": None, "uri": uri})
+    write_link(run_dir, {**read_link(run_dir), "run_id": run_id, "synced": True, "error": None, "uri": uri})
     return run_id
 
 

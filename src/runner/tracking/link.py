@@ -1,4 +1,5 @@
-"""tracking.json: where (and whether) a run reached MLflow, written before the job starts."""
+"""tracking.json, a run directory's link to its MLflow run: where (and whether) the run reached MLflow,
+written before the job starts."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ def run_key(run_dir: Path) -> str:
     return hashlib.sha1(text.encode(), usedforsecurity=False).hexdigest()
 
 
-def read_note(run_dir: Path) -> dict:
+def read_link(run_dir: Path) -> dict:
     path = Path(run_dir) / TRACKING_FILE
     try:
         return json.loads(path.read_text())
@@ -29,22 +30,22 @@ def read_note(run_dir: Path) -> dict:
         raise ConfigError(f"{path} cannot be read (not JSON): upload with runner sync --tracking-uri URI") from None
 
 
-def write_note(run_dir: Path, note: dict) -> None:
+def write_link(run_dir: Path, link: dict) -> None:
     """tracking.json, whole or not at all."""
     path = Path(run_dir) / TRACKING_FILE
     temporary = path.with_name(f".{TRACKING_FILE}.{os.getpid()}.tmp")
-    temporary.write_text(json.dumps(note, indent=2) + "\n")
+    temporary.write_text(json.dumps(link, indent=2) + "\n")
     os.replace(temporary, path)
 
 
 def write_pending(run_dir: Path, uri: str, experiment: str, parent_run_id: str | None) -> None:
     """Before the job starts: where it is to be logged, so that `runner sync` can upload it whatever happens."""
-    note = {"uri": uri, "experiment": experiment, "parent_run_id": parent_run_id, "run_key": run_key(run_dir)}
-    write_note(run_dir, {**note, "run_id": None, "synced": False})
+    link = {"uri": uri, "experiment": experiment, "parent_run_id": parent_run_id, "run_key": run_key(run_dir)}
+    write_link(run_dir, {**link, "run_id": None, "synced": False})
 
 
-def read_note_or_empty(run_dir: Path) -> dict:
+def read_link_or_empty(run_dir: Path) -> dict:
     try:
-        return read_note(run_dir)
+        return read_link(run_dir)
     except ConfigError:
         return {}

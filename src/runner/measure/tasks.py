@@ -74,7 +74,7 @@ def _timed_call(backend: ModuleType, fn: Callable, mode: str, device: str, param
     """fn compiled for `mode` with all its arguments bound: C-level partials, no extra Python frame.
 
     The weights are bound before compiling, as a model holds its weights: tf.function then captures
-    them instead of flattening a dict argument on every call (30-50 µs per call on the seed-003 MLP).
+    them instead of flattening a dict argument on every call (BENCHMARKS.md, what this suite found).
     """
     return partial(backend.compile_step(partial(fn, params), mode, device), *args)
 

@@ -22,7 +22,7 @@ from runner.record.table import format_seconds
 SAMPLING = "sampling"
 NOISY_REL_IQR = 0.1  # above this IQR/median the result is flagged as noisy
 # A turn starts with a re-warm (at least one block) unless its block is longer than this: the first block after
-# the pause of the other jobs' turns ran 23-61% slow (TensorFlow eager MLP, 5 ms blocks), about 1 ms.
+# the pause of the other jobs' turns runs slow (BENCHMARKS.md, A/A sweeps: a skipped re-warm).
 LONG_BLOCK_S = 0.05
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters (malloc.h)
 MMAP_THRESHOLD_MAX = 32 * 2**20  # glibc's ceiling for M_MMAP_THRESHOLD on 64-bit machines
@@ -290,8 +290,8 @@ def keep_freed_memory() -> bool:
     By default glibc trims the heap as soon as its top has 128 KiB free and serves large blocks with
     fresh mmaps, under a threshold that moves with what the process freed before. A workload that
     allocates its activations on every call then pays page faults on every call, or not, depending on
-    the process's history: torch resnet50 batch 8 on 2 CPU cores took 330 ms with ~50k page faults per
-    call, 235 ms with none. Fixed thresholds make every run time the steady state. Blocks above 32 MiB
+    the process's history (BENCHMARKS.md, what this suite found: torch resnet50 on 2 cores). Fixed
+    thresholds make every run time the steady state. Blocks above 32 MiB
     (glibc's ceiling) are still mmapped. Returns False where the C library has no mallopt (not glibc).
     """
     mallopt = getattr(ctypes.CDLL(None), "mallopt", None)

@@ -145,7 +145,7 @@ def half_width(sem: float, df: float, level: float, process_sd: float) -> float:
     """Half the two-sided interval at `level` of a difference of two jobs' log times whose rounds give this
     standard error with these degrees of freedom, beside each job's process drawing its own offset with a
     known spread `process_sd` (Student's t, degrees of freedom by Welch-Satterthwaite)."""
-    from scipy.special import stdtrit  # Student's t quantile; scipy.stats would add 0.4 s to every sweep's end
+    from scipy.special import stdtrit  # Student's t quantile; importing scipy.stats would slow every sweep's end
 
     total = sem**2 + 2 * process_sd**2
     df = math.inf if sem == 0 else total**2 / (sem**4 / df)

@@ -371,7 +371,7 @@ def table_row(r: dict) -> str:
 
 
 FINDINGS = (  # measured on 2026-11-23 with this script's pairing, 1 thread, on the shared 2-core VM
-    "What parity found and what changed (issue 19; the numbers are one measurement, 1 intra-op thread):",
+    "What parity found and what changed (the numbers are one measurement, 1 intra-op thread):",
     "",
     "- torch gradients were timed through `torch.func.grad`; a user writes `torch.autograd.grad` on leaf tensors. "
     "The runner now times that: MLP batch 32, the new step / `torch.func.grad` = 0.40 (338 vs 873 µs), and the first "

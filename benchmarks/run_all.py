@@ -41,7 +41,7 @@ PARITY_MISS = (
     "not in the harness: the runner's timed call under its timer times the same as the hand-written call under "
     "timeit in one process (TF eager 541 vs 535 us); what ran just before timing (composing the config, building "
     "inputs) moves a 0.6 ms eager TF step by 2-4% on this VM, and a 235 ms resnet50 median by about as much "
-    "between runs (issue 6 note)"
+    "between runs"
 )
 ROWS: list[tuple[str, str, str, str]] = []  # (row, measured, target, verdict + why)
 

@@ -1,4 +1,4 @@
-"""Issue 11: the record survives the death of any one process, a store's first use by several
+"""The record survives the death of any one process, a store's first use by several
 processes, an unwritable store and bad values; nothing hangs, nothing is uploaded twice."""
 
 from __future__ import annotations

@@ -64,8 +64,8 @@ def _report(args: argparse.Namespace) -> int:
         if not args.sweep_dir.is_dir():
             raise FileNotFoundError(f"{args.sweep_dir} is not a directory")
         frame = report.runs_from_dirs(report.sweep_run_dirs(args.sweep_dir))
-        note = sweep.read_sweep_file(args.sweep_dir)
-        parent, uri = parent or note.get("parent_run_id"), uri or note.get("uri")
+        info = sweep.read_sweep_file(args.sweep_dir)
+        parent, uri = parent or info.get("parent_run_id"), uri or info.get("uri")
     else:
         uri = uri or os.environ.get("MLFLOW_TRACKING_URI")
         if not uri:

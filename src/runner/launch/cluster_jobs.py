@@ -18,20 +18,20 @@ def refuse(line: str) -> None:
 
     active = sweep.active()
     if active is not None:
-        active.note["launch_error"] = line
-        _tag_parent(active.note, line)
+        active.info["launch_error"] = line
+        _tag_parent(active.info, line)
     else:
         print(f"error: {line}", file=sys.stderr)
     raise SystemExit(1)
 
 
-def _tag_parent(note: dict, line: str) -> None:
-    if not note.get("parent_run_id"):
+def _tag_parent(info: dict, line: str) -> None:
+    if not info.get("parent_run_id"):
         return
     from runner import tracking
 
     try:
-        tracking.retry_on_lock(tracking.client(note["uri"]).set_tag, note["parent_run_id"], "error", line)
+        tracking.retry_on_lock(tracking.client(info["uri"]).set_tag, info["parent_run_id"], "error", line)
     except Exception as error:  # sweep.json keeps the reason whatever the store does
         print(f"warning: could not tag the parent run ({first_line(error)})", file=sys.stderr)
 
@@ -74,18 +74,18 @@ def record_ended(task_cfg: DictConfig, run_dir: Path, reason: str, context: dict
 
 
 def _update_tracked(task_cfg: DictConfig, run_dir: Path, parent: str | None) -> None:
-    """Log the amended record: a new run when the job never reached MLflow (no note, or the pending one a
+    """Log the amended record: a new run when the job never reached MLflow (no link, or the pending one a
     job writes before it starts), else its run corrected."""
     from runner import tracking
     from runner.record.result import RESULT_FILE, Result
 
     if task_cfg.tracking.name != "mlflow":
         return
-    note = tracking.read_link(run_dir)
-    if not note.get("run_id"):
+    link = tracking.read_link(run_dir)
+    if not link.get("run_id"):
         tracking.track(run_dir, task_cfg.tracking.uri, task_cfg.tracking.experiment, parent)
     else:
-        mlflow = tracking.client(note["uri"])
-        tracking.retry_on_lock(mlflow.set_tag, note["run_id"], "error", Result.load(run_dir).error[:5000])
-        tracking.log_files(note["uri"], note["run_id"], [run_dir / RESULT_FILE])
-        tracking.retry_on_lock(mlflow.set_terminated, note["run_id"], "FAILED")
+        mlflow = tracking.client(link["uri"])
+        tracking.retry_on_lock(mlflow.set_tag, link["run_id"], "error", Result.load(run_dir).error[:5000])
+        tracking.log_files(link["uri"], link["run_id"], [run_dir / RESULT_FILE])
+        tracking.retry_on_lock(mlflow.set_terminated, link["run_id"], "FAILED")

@@ -33,7 +33,7 @@ EXIT_INTERRUPTED = 130
 @dataclass
 class Sweep:
     sweep_dir: Path
-    note: dict
+    info: dict
     exit_code: int | None = None  # set once finished
     coordinator: rounds.Coordinator = field(default_factory=rounds.Coordinator)  # its interleaved rounds
 
@@ -57,7 +57,7 @@ def start(config: DictConfig) -> Sweep:
     sweep_dir = Path(str(config.hydra.sweep.dir)).resolve()
     sweep_dir.mkdir(parents=True, exist_ok=True)
     overrides = [str(o) for o in config.hydra.overrides.task]
-    note = {
+    info = {
         "sweep_dir": str(sweep_dir),
         "overrides": overrides,
         "sweeper_params": {str(k): str(v) for k, v in (config.hydra.sweeper.get("params") or {}).items()},
@@ -75,22 +75,22 @@ def start(config: DictConfig) -> Sweep:
             "so their timings disturb each other; time what you publish with the basic launcher",
             file=sys.stderr,
         )
-    local_store = note["tracking"] == "mlflow" and str(note["uri"]).startswith(("sqlite:", "file:", "/"))
+    local_store = info["tracking"] == "mlflow" and str(info["uri"]).startswith(("sqlite:", "file:", "/"))
     if local_store and launchers.cluster_launcher(config.hydra.launcher):
         print(
-            f"warning: tracking.uri={note['uri']} is a file on this machine, and every node of the cluster writes "
+            f"warning: tracking.uri={info['uri']} is a file on this machine, and every node of the cluster writes "
             "to it: it must be on a file system they all share, where SQLite locks badly; set MLFLOW_TRACKING_URI "
             "to an `mlflow server` the nodes can reach",
             file=sys.stderr,
         )
-    if note["tracking"] == "mlflow":
+    if info["tracking"] == "mlflow":
         try:
-            note["parent_run_id"] = tracking.create_parent_run(note)
+            info["parent_run_id"] = tracking.create_parent_run(info)
         except Exception as error:  # the store is down: jobs keep their results locally for `runner sync`
-            note["error"] = first_line(error)
-            print(f"warning: no parent run in MLflow at {note['uri']} ({note['error']})", file=sys.stderr)
-    write_sweep_file(sweep_dir, note)
-    _active = Sweep(sweep_dir, note)
+            info["error"] = first_line(error)
+            print(f"warning: no parent run in MLflow at {info['uri']} ({info['error']})", file=sys.stderr)
+    write_sweep_file(sweep_dir, info)
+    _active = Sweep(sweep_dir, info)
     return _active
 
 
@@ -144,11 +144,11 @@ def finish(interrupted: str | None = None) -> int | None:
         print_table(frame, sweep.sweep_dir)
         files = _write_files(frame, sweep.sweep_dir)
     elif not interrupted:
-        reason = sweep.note.get("launch_error") or f"the sweep in {sweep.sweep_dir} recorded no job"
+        reason = sweep.info.get("launch_error") or f"the sweep in {sweep.sweep_dir} recorded no job"
         print(f"error: {reason}", file=sys.stderr)
-    sweep.note.update(status=status, ended=time.strftime("%Y-%m-%d %H:%M:%S"), n_jobs=len(statuses))
-    write_sweep_file(sweep.sweep_dir, sweep.note)
-    if sweep.note.get("parent_run_id"):
+    sweep.info.update(status=status, ended=time.strftime("%Y-%m-%d %H:%M:%S"), n_jobs=len(statuses))
+    write_sweep_file(sweep.sweep_dir, sweep.info)
+    if sweep.info.get("parent_run_id"):
         _close_parent(sweep, statuses, status, files)
     return sweep.exit_code
 
@@ -194,14 +194,14 @@ def _note_comparisons(compared) -> None:
     """Each job's MLflow run gains how it compares with the fastest job doing the same work: the metrics
     time_ratio, time_ratio_ci_low and time_ratio_ci_high, and a line in its description."""
     for _, row in compared[compared["time_ratio"].notna()].iterrows():
-        job_note = tracking.read_link(Path(row["run_dir"]))
-        if not job_note.get("run_id"):
+        link = tracking.read_link(Path(row["run_dir"]))
+        if not link.get("run_id"):
             continue
         metrics = {k: float(row[k]) for k in ("time_ratio", "time_ratio_ci_low", "time_ratio_ci_high")}
         try:
-            tracking.log_comparison(job_note["uri"], job_note["run_id"], metrics, comparison_line(row))
+            tracking.log_comparison(link["uri"], link["run_id"], metrics, comparison_line(row))
         except Exception as error:  # the record on disk is complete; the comparison is a nicety
-            print(f"warning: could not annotate run {job_note['run_id']} ({first_line(error)})", file=sys.stderr)
+            print(f"warning: could not annotate run {link['run_id']} ({first_line(error)})", file=sys.stderr)
 
 
 def comparison_line(row) -> str:
@@ -227,13 +227,13 @@ def _close_parent(sweep: Sweep, statuses: list[str], status: str, files: list[Pa
     files = [sweep.sweep_dir / SWEEP_FILE, sweep.sweep_dir / "multirun.yaml", *files]
     try:
         tracking.close_parent_run(
-            sweep.note["uri"], sweep.note["parent_run_id"], counts, files, status, _summary_table(sweep.sweep_dir)
+            sweep.info["uri"], sweep.info["parent_run_id"], counts, files, status, _summary_table(sweep.sweep_dir)
         )
-        sweep.note["parent_closed"] = True
-        write_sweep_file(sweep.sweep_dir, sweep.note)
+        sweep.info["parent_closed"] = True
+        write_sweep_file(sweep.sweep_dir, sweep.info)
     except Exception as error:
         print(
-            f"warning: could not close the parent run {sweep.note['parent_run_id']} ({first_line(error)})",
+            f"warning: could not close the parent run {sweep.info['parent_run_id']} ({first_line(error)})",
             file=sys.stderr,
         )
 
@@ -278,12 +278,12 @@ def print_table(frame, sweep_dir: Path) -> None:
     for _, row in frame[frame["warnings"].map(bool)].iterrows() if "warnings" in frame else ():
         for warning in row["warnings"]:
             console.print(f"[yellow]warning[/] job {_job(row)}: {warning}", highlight=False)
-    note = read_sweep_file(sweep_dir)
-    if note.get("parent_run_id"):
+    info = read_sweep_file(sweep_dir)
+    if info.get("parent_run_id"):
         from runner.launch.terminal import ui_lines
 
-        console.print(f"MLflow parent run {note['parent_run_id']} ({naming.sweep_title(note)})", highlight=False)
-        for line in ui_lines(note["uri"], f"#/runs/{note['parent_run_id']}"):
+        console.print(f"MLflow parent run {info['parent_run_id']} ({naming.sweep_title(info)})", highlight=False)
+        for line in ui_lines(info["uri"], f"#/runs/{info['parent_run_id']}"):
             console.print(line.strip(), highlight=False, soft_wrap=True)
 
 
@@ -300,30 +300,30 @@ def sync_sweep(sweep_dir: Path, uri: str | None, sync_one) -> list[tuple[Path, s
     """Upload a sweep kept locally: its parent run (created now if the store was down), then its jobs."""
 
     sweep_dir = Path(sweep_dir)
-    note = read_sweep_file(sweep_dir)
-    if note.get("tracking") != "mlflow":
+    info = read_sweep_file(sweep_dir)
+    if info.get("tracking") != "mlflow":
         return [(sweep_dir, "error: this sweep ran with tracking=none: there is nothing to upload")]
-    note["uri"] = uri or note.get("uri")
+    info["uri"] = uri or info.get("uri")
     lines: list[tuple[Path, str]] = []
-    if not note.get("parent_run_id"):
+    if not info.get("parent_run_id"):
         try:
-            note["parent_run_id"] = tracking.create_parent_run(note)
+            info["parent_run_id"] = tracking.create_parent_run(info)
         except Exception as error:
             return [(sweep_dir, f"error: could not create the parent run ({first_line(error)})")]
-        note.pop("error", None)
-        write_sweep_file(sweep_dir, note)
-        lines.append((sweep_dir, f"parent run {note['parent_run_id']} created"))
+        info.pop("error", None)
+        write_sweep_file(sweep_dir, info)
+        lines.append((sweep_dir, f"parent run {info['parent_run_id']} created"))
     run_dirs = job_dirs(sweep_dir)
     for run_dir in run_dirs:
-        _adopt(run_dir, note["parent_run_id"])
+        _adopt(run_dir, info["parent_run_id"])
         lines.append((run_dir, sync_one(run_dir, uri)))
     statuses = [job_status(d) for d in run_dirs]
     # A sweep that never reached `finish` was stopped (its launcher killed): never FINISHED.
-    status = note.get("status") or sweep_status(statuses, interrupted=True)
+    status = info.get("status") or sweep_status(statuses, interrupted=True)
     files = [p for p in [sweep_dir / "summary.md", *sorted((sweep_dir / "report").glob("*"))] if p.is_file()]
     uploaded = any(not line.startswith("already") for _, line in lines)
-    if uploaded or not note.get("parent_closed"):
-        _close_parent(Sweep(sweep_dir, note), statuses, status, files)
+    if uploaded or not info.get("parent_closed"):
+        _close_parent(Sweep(sweep_dir, info), statuses, status, files)
     return lines
 
 
@@ -351,8 +351,8 @@ def job_status(run_dir: Path) -> str:
 def _adopt(run_dir: Path, parent_id: str) -> None:
     """A job that ran while there was no parent run becomes a child of the one created at sync."""
     try:
-        job_note = tracking.read_link(run_dir)
-    except ValueError:  # an unreadable note: its sync says so
+        link = tracking.read_link(run_dir)
+    except ValueError:  # an unreadable tracking.json: its sync says so
         return
-    if job_note and not job_note.get("synced") and not job_note.get("parent_run_id"):
-        tracking.write_link(run_dir, {**job_note, "parent_run_id": parent_id})
+    if link and not link.get("synced") and not link.get("parent_run_id"):
+        tracking.write_link(run_dir, {**link, "parent_run_id": parent_id})

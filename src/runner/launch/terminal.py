@@ -35,10 +35,10 @@ def tracking_lines(run_dir: Path) -> list[str]:
     """Where the run is in MLflow: its id and how to open it in the UI (from tracking.json)."""
     from runner.tracking.link import read_link_or_empty
 
-    note = read_link_or_empty(run_dir)
-    if not note.get("run_id"):
+    link = read_link_or_empty(run_dir)
+    if not link.get("run_id"):
         return []
-    return [f"  MLflow run      {note['run_id']}", *ui_lines(note["uri"], f"#/runs/{note['run_id']}")]
+    return [f"  MLflow run      {link['run_id']}", *ui_lines(link["uri"], f"#/runs/{link['run_id']}")]
 
 
 def ui_lines(uri: str, fragment: str) -> list[str]:

@@ -126,23 +126,23 @@ def swept_keys(overrides: list[str], sweeper_params: dict | None = None) -> dict
     return swept
 
 
-def sweep_title(note: dict) -> str:
+def sweep_title(info: dict) -> str:
     """'sweep backend=numpy,torch × mode=eager,function': a parent run named by what it sweeps."""
-    swept = swept_keys(note.get("overrides", []), note.get("sweeper_params"))
-    return "sweep " + (" × ".join(f"{k}={v}" for k, v in swept.items()) or Path(note["sweep_dir"]).name)
+    swept = swept_keys(info.get("overrides", []), info.get("sweeper_params"))
+    return "sweep " + (" × ".join(f"{k}={v}" for k, v in swept.items()) or Path(info["sweep_dir"]).name)
 
 
 def job_context(run_dir: Path) -> tuple[dict[str, str], str | None]:
     """For a sweep's job: its value of each swept key (from its .hydra/overrides.yaml) and its number."""
     from runner.record.sweep_file import read_sweep_file
 
-    note, overrides_path = read_sweep_file(run_dir.parent), run_dir / ".hydra" / "overrides.yaml"
-    if not note or not overrides_path.exists():
+    info, overrides_path = read_sweep_file(run_dir.parent), run_dir / ".hydra" / "overrides.yaml"
+    if not info or not overrides_path.exists():
         return {}, None
     from omegaconf import OmegaConf
 
     job_values = dict(split_override(str(o)) for o in OmegaConf.load(overrides_path))
-    swept = swept_keys(note.get("overrides", []), note.get("sweeper_params"))
+    swept = swept_keys(info.get("overrides", []), info.get("sweeper_params"))
     return {k: job_values.get(k, "?") for k in swept}, run_dir.name
 
 

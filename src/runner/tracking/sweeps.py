@@ -10,32 +10,32 @@ from runner.tracking.store import check_reachable, client, ensure_experiment, op
 from runner.tracking.upload import fit_note, git_tags, log_files, user_name
 
 
-def create_parent_run(note: dict) -> str:
-    """The parent run of a sweep (`note` is its sweep.json), named by what it sweeps; its params are the
+def create_parent_run(info: dict) -> str:
+    """The parent run of a sweep (`info` is its sweep.json), named by what it sweeps; its params are the
     sweep's overrides."""
-    check_reachable(note["uri"])
-    open_store(note["uri"])
+    check_reachable(info["uri"])
+    open_store(info["uri"])
     from mlflow.entities import Param
 
-    mlflow = client(note["uri"])
-    experiment_id = ensure_experiment(mlflow, note["uri"], note["experiment"])
-    title = sweep_title(note)
-    overrides = " ".join(note["overrides"])
+    mlflow = client(info["uri"])
+    experiment_id = ensure_experiment(mlflow, info["uri"], info["experiment"])
+    title = sweep_title(info)
+    overrides = " ".join(info["overrides"])
     tags = {
         "mlflow.runName": title[:250],
         "mlflow.source.type": "LOCAL",
         "mlflow.source.name": "run.py",
         "mlflow.user": user_name(),
-        "mlflow.note.content": f"{title}  \nin {note['sweep_dir']}  \n`python run.py -m {overrides}`"[:5000],
-        "sweep_dir": note["sweep_dir"],
-        "launcher": note["launcher"],
+        "mlflow.note.content": f"{title}  \nin {info['sweep_dir']}  \n`python run.py -m {overrides}`"[:5000],
+        "sweep_dir": info["sweep_dir"],
+        "launcher": info["launcher"],
         "overrides": overrides[:5000],
     }
     from runner.record.environment import git_source
 
     tags.update(git_tags(git_source()))
     run = retry_on_lock(mlflow.create_run, experiment_id, tags=tags)
-    params = [Param(k, v) for k, v in dict(split_override(o) for o in note["overrides"]).items()]  # last wins
+    params = [Param(k, v) for k, v in dict(split_override(o) for o in info["overrides"]).items()]  # last wins
     if params:
         retry_on_lock(mlflow.log_batch, run.info.run_id, params=params)
     return run.info.run_id
@@ -53,8 +53,8 @@ def close_parent_run(
     try:
         retry_on_lock(mlflow.log_batch, run_id, metrics=[Metric(k, float(v), now, 0) for k, v in counts.items()])
         if description:
-            note = retry_on_lock(mlflow.get_run, run_id).data.tags.get("mlflow.note.content", "")
-            retry_on_lock(mlflow.set_tag, run_id, "mlflow.note.content", fit_note(f"{note}\n\n{description}"))
+            opening = retry_on_lock(mlflow.get_run, run_id).data.tags.get("mlflow.note.content", "")
+            retry_on_lock(mlflow.set_tag, run_id, "mlflow.note.content", fit_note(f"{opening}\n\n{description}"))
         log_files(uri, run_id, [p for p in files if p.parent.name != "report"])
         log_files(uri, run_id, [p for p in files if p.parent.name == "report"], "report")
     finally:  # ended whatever could not be logged: never left RUNNING (sync logs the files again)

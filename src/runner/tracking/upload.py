@@ -39,12 +39,12 @@ def log_to_mlflow(run_dir: Path, uri: str, experiment: str, parent_run_id: str |
     ended_ms = _ms(result.ended) or int(time.time() * 1000)
     started_ms = _ms(result.started) or ended_ms
     tags = run_tags(run_dir, result, parent_run_id)
-    note = read_link(run_dir)
-    tags[RUN_KEY_TAG] = note.get("run_key") or run_key(run_dir)
-    _remove_partial_uploads(mlflow, experiment_id, tags[RUN_KEY_TAG], note.get("run_id"))
+    link = read_link(run_dir)
+    tags[RUN_KEY_TAG] = link.get("run_key") or run_key(run_dir)
+    _remove_partial_uploads(mlflow, experiment_id, tags[RUN_KEY_TAG], link.get("run_id"))
     run = retry_on_lock(mlflow.create_run, experiment_id, start_time=started_ms, tags=tags)
     run_id = run.info.run_id
-    write_link(run_dir, {**note, "uri": uri, "experiment": experiment, "run_id": run_id, "synced": False})
+    write_link(run_dir, {**link, "uri": uri, "experiment": experiment, "run_id": run_id, "synced": False})
     try:
         _log_contents(mlflow, run_id, run_dir, result, ended_ms)
     except BaseException:
@@ -201,8 +201,8 @@ def dataset_input(run_dir: Path, result: Result):
 def append_to_note(uri: str, run_id: str, line: str) -> None:
     """Add a line to a run's description (a sweep adds how each job compares once all have run)."""
     mlflow = client(uri)
-    note = retry_on_lock(mlflow.get_run, run_id).data.tags.get("mlflow.note.content", "")
-    retry_on_lock(mlflow.set_tag, run_id, "mlflow.note.content", f"{note}  \n{line}"[:5000])
+    description = retry_on_lock(mlflow.get_run, run_id).data.tags.get("mlflow.note.content", "")
+    retry_on_lock(mlflow.set_tag, run_id, "mlflow.note.content", f"{description}  \n{line}"[:5000])
 
 
 def log_comparison(uri: str, run_id: str, metrics: dict[str, float], line: str) -> None:
@@ -226,21 +226,21 @@ def _log_run_files(mlflow, run_id: str, run_dir: Path) -> None:
 
 
 def track(run_dir: Path, uri: str, experiment: str, parent_run_id: str | None = None) -> str | None:
-    """Log run_dir to MLflow; on failure keep everything local, say so, and leave a note for sync."""
-    note = {"uri": uri, "experiment": experiment, "parent_run_id": parent_run_id}
+    """Log run_dir to MLflow; on failure keep everything local, say so, and leave a link for sync."""
+    link = {"uri": uri, "experiment": experiment, "parent_run_id": parent_run_id}
     try:
         check_reachable(uri)
         run_id = log_to_mlflow(run_dir, uri, experiment, parent_run_id)
     except Exception as error:  # the store is down, locked or unreachable: results stay on disk
         reason = first_line(error)
-        write_link(run_dir, {**read_link_or_empty(run_dir), **note, "synced": False, "error": reason})
+        write_link(run_dir, {**read_link_or_empty(run_dir), **link, "synced": False, "error": reason})
         print(
             f"warning: could not log to MLflow at {uri} ({reason}); results are kept in {run_dir} "
             f"-- upload them later with: runner sync {run_dir}",
             file=sys.stderr,
         )
         return None
-    write_link(run_dir, {**read_link(run_dir), **note, "run_id": run_id, "synced": True})
+    write_link(run_dir, {**read_link(run_dir), **link, "run_id": run_id, "synced": True})
     return run_id
 
 
@@ -248,16 +248,16 @@ def sync(run_dir: Path, uri: str | None = None) -> str | None:
     """Upload a run that could not reach its store when it ran (or whose processes were killed); returns
     the new run id, None when it is in MLflow already."""
     run_dir = Path(run_dir)
-    note = read_link(run_dir)
-    if not note:
+    link = read_link(run_dir)
+    if not link:
         raise FileNotFoundError(f"{run_dir} has no {TRACKING_FILE}: it was not a tracked run")
-    if note.get("synced"):
+    if link.get("synced"):
         return None
     if not Result.exists(run_dir):  # the worker and its launcher died before recording anything
         Result(status="KILLED", error=NO_RESULT).save(run_dir)
-    uri = uri or note["uri"]
+    uri = uri or link["uri"]
     check_reachable(uri)
-    run_id = log_to_mlflow(run_dir, uri, note["experiment"], note.get("parent_run_id"))
+    run_id = log_to_mlflow(run_dir, uri, link["experiment"], link.get("parent_run_id"))
     write_link(run_dir, {**read_link(run_dir), "run_id": run_id, "synced": True, "error": None, "uri": uri})
     return run_id
 

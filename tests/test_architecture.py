@@ -1,4 +1,5 @@
-"""The import graph of src/runner: no cycles, and heavy frameworks imported only by the modules that need them."""
+"""The shape of src/runner: no import cycles, layers in order, heavy frameworks imported only where chosen, modules
+and functions short enough to read."""
 
 from __future__ import annotations
 
@@ -84,3 +85,16 @@ def test_every_package_says_what_it_owns():
     for init in SOURCE.glob("*/__init__.py"):
         doc = ast.get_docstring(ast.parse(init.read_text()))
         assert doc and len(doc.splitlines()[0]) > 20, f"{init.relative_to(PROJECT_ROOT)} has no docstring"
+
+
+def test_modules_and_functions_stay_short_enough_to_read():
+    """A newcomer reads a module in one sitting and a function on one screen: at most 400 and 60 lines."""
+    too_long = []
+    for path in SOURCE.rglob("*.py"):
+        text = path.read_text()
+        if text.count("\n") > 400:
+            too_long.append(f"{path.relative_to(SOURCE)}: {text.count(chr(10))} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.end_lineno - node.lineno >= 60:
+                too_long.append(f"{path.relative_to(SOURCE)}:{node.name}: {node.end_lineno - node.lineno + 1} lines")
+    assert not too_long, too_long

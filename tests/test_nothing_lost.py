@@ -352,6 +352,28 @@ def _new_store_runs(tmp_path: Path, n: int) -> list[subprocess.Popen]:
     ]
 
 
+def test_a_dataset_another_run_inserted_meanwhile_is_linked_on_the_next_attempt(monkeypatch):
+    """Runs logging the same inputs at once race to insert their dataset; the loser's log_inputs fails on the
+    unique key (seen with 3 runs on a busy machine) and is retried, while other integrity errors are not."""
+    monkeypatch.setattr(tracking.store.time, "sleep", lambda seconds: None)
+    lost = "(sqlite3.IntegrityError) UNIQUE constraint failed: datasets.experiment_id, datasets.name, datasets.digest"
+    attempts = []
+
+    def log_inputs():
+        attempts.append(1)
+        if len(attempts) == 1:
+            raise RuntimeError(lost)
+        return "linked"
+
+    assert tracking.retry_on_lock(log_inputs) == "linked" and len(attempts) == 2
+
+    def create_run():
+        raise RuntimeError("(sqlite3.IntegrityError) UNIQUE constraint failed: runs.run_uuid")
+
+    with pytest.raises(RuntimeError, match="runs.run_uuid"):
+        tracking.retry_on_lock(create_run)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("trial", range(3))
 def test_runs_started_together_on_a_new_store_are_all_logged(tmp_path, trial):

@@ -156,15 +156,24 @@ def _artifact_location(uri: str, experiment: str) -> str | None:
 
 
 def retry_on_lock(call: Callable, *args, attempts: int = 8, **kwargs):
-    """Call an MLflow client method, retrying while a shared SQLite store is locked."""
+    """Call an MLflow client method, retrying while another process holds what it needs (_held_by_another)."""
     for attempt in range(attempts):
         try:
             return call(*args, **kwargs)
         except Exception as error:
-            if "locked" not in str(error).lower() or attempt == attempts - 1:
+            if not _held_by_another(error) or attempt == attempts - 1:
                 raise
             time.sleep(0.2 * 2**attempt)
     raise AssertionError("unreachable")
+
+
+def _held_by_another(error: Exception) -> bool:
+    """A shared SQLite store locked by another process, or a race on a dataset: runs logging the same inputs
+    at once each look the dataset up, miss it, and insert it, and all but one insert fail on its unique key
+    (rolled back whole). The next attempt finds the dataset and links it."""
+    text = str(error)
+    lost_dataset_race = "datasets" in text and ("UNIQUE constraint failed" in text or "duplicate key" in text)
+    return "locked" in text.lower() or lost_dataset_race
 
 
 def check_reachable(uri: str, timeout_s: float = 5.0) -> None:

@@ -25,6 +25,9 @@ def _error_lines(stderr: str) -> list[str]:
         (["seed=-1"], "seed=-1: must be an integer from 0 to 2**63 - 1"),
         (["-m", "backend=numpy,foo"], "backend=foo is not an option"),
         (["model=mlp", "model.pretrained=true"], "model=mlp has no setting model.pretrained"),  # seeded weights only
+        (["model._target_=no.such.Thing"], "model._target_=no.such.Thing cannot be imported (ModuleNotFoundError"),
+        (["+timing.series.x=no.such.Thing"], "timing.series.x=no.such.Thing cannot be imported (ModuleNotFoundError"),
+        (["+timing.series.samples_s=runner.measure.samples.SampleEnd"], "samples_s is the samples' own column"),
     ],
 )
 def test_bad_input_is_one_line_and_nonzero(cli, tmp_path, overrides, expected):

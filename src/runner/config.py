@@ -6,6 +6,7 @@ rejects choices that are individually valid but cannot run together. Neither imp
 
 from __future__ import annotations
 
+import importlib
 import math
 import os
 import re
@@ -98,13 +99,7 @@ class TimingConfig:
     keep_freed_memory: bool = True  # glibc keeps freed memory: no history-dependent page faults per call
     fixed_layout: bool = True  # workers start without address-space randomization: every process the same layout
     rounds: int = 40  # a sweep measures its jobs in up to this many interleaved rounds (1: one after the other)
-    # a value beside every sample, name -> a runner.measure.samples.Series subclass (tensors.h5 timings/NAME)
-    series: dict[str, str] = field(
-        default_factory=lambda: {
-            "sample_end_unix_s": "runner.measure.samples.SampleEnd",
-            "sample_other_runnable": "runner.measure.machine_load.MachineLoad",
-        }
-    )
+    series: dict[str, str] = field(default_factory=dict)  # a value beside every sample (conf/config.yaml)
 
 
 @dataclass
@@ -343,15 +338,10 @@ def check_model_arguments(model: DictConfig) -> None:
     import inspect
     import typing
 
-    from hydra.utils import get_class
-
     target = model.get("_target_")
     if not target:
         raise ConfigError(f"model={model.get('name')} names no class: set model._target_ to the workload's class")
-    try:
-        cls = get_class(target)
-    except Exception as error:
-        raise ConfigError(f"model._target_={target} cannot be imported ({first_line(error)})") from None
+    cls = class_named("model._target_", target)
     hints = typing.get_type_hints(cls.__init__)
     arguments = workload_arguments(model)
     for name, parameter in inspect.signature(cls).parameters.items():
@@ -360,6 +350,18 @@ def check_model_arguments(model: DictConfig) -> None:
         if name in arguments and not _fits(arguments[name], hints.get(name)):
             expected = getattr(hints[name], "__name__", str(hints[name]))
             raise ConfigError(f"model.{name}={arguments[name]!r} is not a valid {expected}")
+
+
+def class_named(key: str, path: str) -> type:
+    """The class a config value names (`package.module.Class`), or ConfigError in one line."""
+    module, _, name = str(path).rpartition(".")
+    try:
+        found = getattr(importlib.import_module(module), name) if module and name else None
+    except Exception as error:  # not found, or the module itself fails to import
+        raise ConfigError(f"{key}={path} cannot be imported ({type(error).__name__}: {first_line(error)})") from None
+    if not isinstance(found, type):
+        raise ConfigError(f"{key}={path} names no class (write it as package.module.Class)")
+    return found
 
 
 def workload_arguments(model: DictConfig) -> dict:

@@ -3,7 +3,7 @@
 Every sample is one timed block: its seconds per call (`samples_s`) and the round it was taken in
 (`sample_round`). A `Series` adds one more value to every sample: when it ended, how busy the machine
 was, or a user's own. A new series is a subclass of `Series` named under `timing.series` (the built-in
-ones are listed in runner.config's TimingConfig; `+timing.series.NAME=module.Class` adds one from the
+ones are listed in conf/config.yaml; `+timing.series.NAME=module.Class` adds one from the
 command line). Its values travel with the samples through a sweep's interleaved rounds and reach
 tensors.h5 as `timings/NAME` (seconds where NAME ends in `_s`).
 """
@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 
-from runner.config import ConfigError
+from runner.config import ConfigError, class_named
 
 SECONDS, ROUND = "samples_s", "sample_round"
 
@@ -50,15 +50,12 @@ class SampleEnd(Series):
 
 def build_series(paths: dict[str, str]) -> dict[str, Series]:
     """timing.series (name -> class path) -> one Series object per name."""
-    from hydra.utils import get_class
-
     series = {}
     for name, path in paths.items():
-        try:
-            cls = get_class(path)
-        except ImportError as error:
-            raise ConfigError(f"timing.series.{name}={path} cannot be imported ({error})") from None
-        if not (isinstance(cls, type) and issubclass(cls, Series)):
+        if name in (SECONDS, ROUND):
+            raise ConfigError(f"timing.series.{name}: {name} is the samples' own column; name the series otherwise")
+        cls = class_named(f"timing.series.{name}", path)
+        if not issubclass(cls, Series):
             raise ConfigError(f"timing.series.{name}={path} must be a subclass of runner.measure.samples.Series")
         series[name] = cls()
     return series

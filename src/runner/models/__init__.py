@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 from omegaconf import DictConfig
 
-from runner.config import ConfigError, workload_arguments
+from runner.config import ConfigError, class_named, workload_arguments
 
 Params = dict[str, np.ndarray]
 
@@ -98,9 +98,7 @@ class Workload:
 
 def build_workload(model_cfg: DictConfig) -> Workload:
     """The workload object that `model._target_` names, built from the rest of the model config."""
-    from hydra.utils import get_class
-
-    cls = get_class(model_cfg._target_)
+    cls = class_named("model._target_", model_cfg._target_)
     if not (isinstance(cls, type) and issubclass(cls, Workload)):
         raise ConfigError(f"model._target_={model_cfg._target_} must be a subclass of runner.models.Workload")
     return cls(**workload_arguments(model_cfg))

@@ -57,16 +57,16 @@ class Prepared:
     load_s: float
     cost: str | None  # the up-front cost note (runner.measure.limits)
     malloc_keeps_freed: bool
-    timing: dict  # timing.* for measure()
+    timing: dict  # timing.* for measure(), "series" built (runner.measure.samples)
 
 
 def _run_job(
     cfg: DictConfig, c: dict, before_timing: Callable[[], object], turns: Turns | None, progress: ProgressLine
 ) -> Result:
     job = _prepare(cfg, c, progress)
-    measurement, first_output, results, series, meter_note = _measure(job, before_timing, turns, progress)
+    measurement, first_output, results, meter_note = _measure(job, before_timing, turns, progress)
     progress.phase("checking against the float64 reference")
-    return _assemble(job, measurement, first_output, results, series, meter_note)
+    return _assemble(job, measurement, first_output, results, meter_note)
 
 
 def _prepare(cfg: DictConfig, c: dict, progress: ProgressLine) -> Prepared:
@@ -149,7 +149,7 @@ def _place_weights(cfg: DictConfig, c: dict, workload, backend, device: str, rng
 
 
 def _measure(job: Prepared, before_timing: Callable[[], object], turns: Turns | None, progress: ProgressLine):
-    """Time the task; (measurement, first output, results, the per-sample series, energy note)."""
+    """Time the task; (measurement, first output, results, energy note)."""
     from runner.measure import energy
     from runner.measure.timing import measure
 
@@ -171,16 +171,14 @@ def _measure(job: Prepared, before_timing: Callable[[], object], turns: Turns | 
         stopped.examples_per_call = job.examples_per_call  # the record's throughput counts real examples
         stopped.series_metrics = series_metrics(job.timing["series"])
         raise
-    return measurement, first_output, results, job.timing["series"], energy_note
+    return measurement, first_output, results, energy_note
 
 
-def _assemble(
-    job: Prepared, measurement: Measurement, first_output, results: dict, series: dict, energy_note: dict
-) -> Result:
+def _assemble(job: Prepared, measurement: Measurement, first_output, results: dict, energy_note: dict) -> Result:
     """The record: environment, metrics, tensors, attributes and warnings, each from its own collector."""
     result = Result(status="FINISHED")
     result.environment = _environment(job, energy_note)
-    result.metrics = _metrics(job, measurement, results, series, first_output)
+    result.metrics = _metrics(job, measurement, results, first_output)
     joules, energy_reason = _energy(job, measurement)
     result.metrics.update(joules)
     result.environment.update(energy_reason)
@@ -208,13 +206,13 @@ def _energy(job: Prepared, measurement: Measurement) -> tuple[dict, dict]:
     return energy.energy_metrics(measurement.energy_j, measurement.timed_calls(), job.examples_per_call)
 
 
-def _metrics(job: Prepared, measurement: Measurement, results: dict, series: dict, first_output) -> dict:
+def _metrics(job: Prepared, measurement: Measurement, results: dict, first_output) -> dict:
     from runner.measure.tasks import errors_vs_reference, reference_results
 
     c = job.choices
     metrics = timing_metrics(measurement, job.examples_per_call)
     metrics["load_s"] = job.load_s
-    metrics.update(series_metrics(series))
+    metrics.update(series_metrics(job.timing["series"]))
     metrics.update(memory_metrics(job.backend, job.device))
     if job.cfg.check_reference:
         per_example = bool(job.cfg.mode.per_example)

@@ -14,7 +14,7 @@ from runner import report
 from runner.record import setups
 from runner.record.environment import driver_version
 from runner.report import before_after
-from runner.report.ratio import time_ratio
+from runner.report.ratio import APART_SD, PROCESS_SD, time_ratio
 
 
 def _frame(**columns) -> pd.DataFrame:
@@ -77,9 +77,22 @@ def test_before_after_gives_the_ratio_its_interval_and_a_verdict(slowdown, expec
 
 def test_a_real_change_under_the_factor_is_no_change():
     rng = np.random.default_rng(2)
-    row = before_after.compare(_runs(rng, 1e-3), _runs(rng, 1.05e-3)).iloc[0]
-    assert row["low"] > 1.0 and row["verdict"] == "no change (under 1.10x)"
-    assert before_after.compare(_runs(rng, 1e-3), _runs(rng, 1.05e-3), factor=1.02).iloc[0]["verdict"] == "slower"
+    row = before_after.compare(_runs(rng, 1e-3), _runs(rng, 1.15e-3), factor=1.2).iloc[0]
+    assert row["low"] > 1.0 and row["verdict"] == "no change (under 1.20x)"
+    assert before_after.compare(_runs(rng, 1e-3), _runs(rng, 1.15e-3)).iloc[0]["verdict"] == "slower"
+
+
+def test_the_interval_of_runs_measured_apart_includes_the_machines_drift_between_sweeps():
+    """Rounds that agree to 0.1% say nothing of how far the whole machine moved between the two sweeps
+    (ratio.APART_SD): 6% apart is within that drift, and the interval is at least as wide as it."""
+    rng = np.random.default_rng(4)
+    tight = [pd.DataFrame(_runs(rng, s)) for s in (1e-3, 1.06e-3)]
+    for frame in tight:
+        frame.at[0, "samples_s"] = frame.at[0, "samples_s"] ** 0.05 * frame.at[0, "metrics.time_median_s"] ** 0.95
+    row = before_after.compare(*tight, factor=1.02).iloc[0]
+    drift_only = 1.95 * np.sqrt(2 * PROCESS_SD**2 + APART_SD**2)  # the normal quantile, a hair under t's
+    assert np.log(row["high"] / row["ratio"]) >= drift_only
+    assert row["verdict"] == "no change (within noise)"
 
 
 def test_the_unpaired_interval_holds_the_true_ratio_95_times_in_100():

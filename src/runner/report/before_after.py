@@ -85,13 +85,7 @@ def compare(before: pd.DataFrame, after: pd.DataFrame, factor: float = FACTOR) -
     pairs = match(before, after)
     rows = []
     for old, new in pairs:
-        ratio = (
-            time_ratio(
-                new["samples_s"], new["sample_rounds"], old["samples_s"], old["sample_rounds"], len(pairs), paired=False
-            )
-            if old["samples_s"] is not None and new["samples_s"] is not None
-            else None
-        )
+        ratio = _apart_ratio(new, old, len(pairs))
         unstable = next((why for why in map(_instability, (old, new)) if why), None)
         rows.append(
             {

@@ -1,7 +1,8 @@
 """Every `run.py` command the documentation prints runs, as printed, in a fresh process.
 
 Collected when the tests are collected, so a command added to the docs is tested without touching this file:
-- README.md: every line of a fenced code block that calls run.py (`$ ` prompts stripped);
+- README.md and the pages of the documentation site, docs/*.md: every line of a fenced code block that calls
+  run.py (`$ ` prompts stripped);
 - experiments/README.md: the same, and inline code spans that call run.py;
 - experiments/*.yaml: the comment header's commands; `...` there stands for `python run.py +experiment=NAME`.
 
@@ -121,8 +122,13 @@ def yaml_header_commands(path: Path) -> list[Command]:
     return commands
 
 
+def documentation_pages() -> list[Path]:
+    """README.md and the documentation site's pages (mkdocs.yml: docs/)."""
+    return [PROJECT_ROOT / "README.md", *sorted((PROJECT_ROOT / "docs").glob("*.md"))]
+
+
 def documented_commands() -> list[Command]:
-    commands = markdown_commands(PROJECT_ROOT / "README.md")
+    commands = [command for page in documentation_pages() for command in markdown_commands(page)]
     commands += markdown_commands(PROJECT_ROOT / "experiments/README.md", inline=True)
     for path in sorted((PROJECT_ROOT / "experiments").glob("*.yaml")):
         commands += yaml_header_commands(path)
@@ -307,7 +313,7 @@ def scratch(tmp_path_factory) -> Path:
 
 def test_the_docs_have_commands():
     sources = {command.source.split(":")[0] for command in COMMANDS}
-    assert {"README.md", "experiments/README.md"} <= sources
+    assert {"README.md", "experiments/README.md", "docs/running.md", "docs/sweeps.md"} <= sources
     assert len(COMMANDS) >= 20 and all(command.args or command.source.startswith("README") for command in COMMANDS)
 
 
@@ -393,26 +399,50 @@ def test_commands_are_expanded_and_classified():
     assert needs_gpu(parse("python run.py backend=torch device=cuda", "x:6"))
 
 
-def mlflow_commands() -> list[tuple[str, list[str]]]:
-    """`mlflow SUBCOMMAND --options` lines of the README's code blocks (they serve, so they are not run)."""
-    found, in_block = [], False
-    for number, line in enumerate((PROJECT_ROOT / "README.md").read_text().splitlines(), start=1):
-        in_block = in_block != line.lstrip().startswith("```")
-        tokens = _tokens(line.strip().removeprefix("$ ")) if in_block and "mlflow " in line else []
-        start = next((i for i, token in enumerate(tokens) if re.fullmatch(r"(.*/)?mlflow", token)), None)
-        if start is not None and start + 1 < len(tokens):
-            found.append((f"README.md:{number}", tokens[start + 1 :]))
-    return found
+CLI_WORD = re.compile(r"\b(mlflow|runner) ")  # commands that serve or read the user's store: checked, not run
 
 
-@pytest.mark.parametrize(("source", "args"), mlflow_commands())
-def test_documented_mlflow_command_has_those_options(source: str, args: list[str]):
-    """The subcommand exists and takes every option the README gives it (checked with --help)."""
-    mlflow = Path(sys.executable).with_name("mlflow")
-    result = subprocess.run([str(mlflow), args[0], "--help"], capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, f"{source}: mlflow {args[0]}: {result.stderr[-500:]}"
+def cli_commands() -> list[tuple[str, str, list[str]]]:
+    """`mlflow SUBCOMMAND --options` and `runner SUBCOMMAND --options` lines of the docs' code blocks, each once."""
+    found: dict[tuple[str, ...], tuple[str, str, list[str]]] = {}
+    for page in documentation_pages():
+        in_block = False
+        for number, line in enumerate(page.read_text().splitlines(), start=1):
+            in_block = in_block != line.lstrip().startswith("```")
+            try:
+                tokens = _tokens(line.strip().removeprefix("$ ")) if in_block and CLI_WORD.search(line) else []
+            except ValueError:  # not a shell line (an output, a yaml block)
+                continue
+            start = next((i for i, t in enumerate(tokens) if _is_cli(tokens, i)), None)
+            if start is not None and start + 1 < len(tokens):
+                tool, args = Path(tokens[start]).name, tokens[start + 1 :]
+                found.setdefault((tool, *args), (f"{page.relative_to(PROJECT_ROOT)}:{number}", tool, args))
+    return list(found.values())
+
+
+def _is_cli(tokens: list[str], i: int) -> bool:
+    """tokens[i] calls mlflow or runner: the word in a command's place (not in prose or a program's output)."""
+    in_place = i == 0 or tokens[i - 1] in SEPARATORS or re.fullmatch(r"[A-Z_]+=.*", tokens[i - 1]) is not None
+    return in_place and re.fullmatch(r"(.*/)?(mlflow|runner)", tokens[i]) is not None
+
+
+@pytest.mark.parametrize(("source", "tool", "args"), cli_commands())
+def test_documented_cli_command_has_those_options(source: str, tool: str, args: list[str]):
+    """The subcommand exists and takes every option the docs give it (checked with --help)."""
+    executable = Path(sys.executable).with_name(tool)
+    result = subprocess.run([str(executable), args[0], "--help"], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, f"{source}: {tool} {args[0]}: {result.stderr[-500:]}"
     for option in (arg.split("=")[0] for arg in args[1:] if arg.startswith("--")):
-        assert option in result.stdout, f"{source}: mlflow {args[0]} has no option {option}"
+        assert option in result.stdout, f"{source}: {tool} {args[0]} has no option {option}"
+
+
+def test_the_docs_print_the_cli_commands():
+    """The README's MLflow UI, report and comparison commands are among those checked."""
+    assert {(tool, args[0]) for _, tool, args in cli_commands()} >= {
+        ("mlflow", "ui"),
+        ("runner", "report"),
+        ("runner", "compare"),
+    }
 
 
 def test_commands_run_by_other_tests_are_still_documented():

@@ -4,6 +4,7 @@ runner report --tracking-uri URI --experiment NAME --out DIR [--parent RUN_ID]
 runner report --sweep-dir DIR --out DIR
 runner compare BEFORE AFTER [--tracking-uri URI] [--factor 1.1]
 runner sync RUN_DIR... [--tracking-uri URI]
+runner --version
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import os
 import sys
 from pathlib import Path
 
-from runner import tracking
+from runner import tracking, version
 from runner.config import ConfigError, first_line
 from runner.launch import sweep
 from runner.record.result import ResultUnreadable
@@ -30,6 +31,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="runner", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"tensor-runner {version()}")
     commands = parser.add_subparsers(required=True, metavar="COMMAND")
 
     report = commands.add_parser("report", help="CSV, markdown and PNG plots comparing runs")

@@ -10,6 +10,7 @@ import sys
 from functools import cache
 from pathlib import Path
 
+from runner import version
 from runner.config import PROJECT_ROOT
 
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "TF_NUM_INTRAOP_THREADS")
@@ -39,6 +40,7 @@ def collect(backend_env: dict) -> dict:
     import numpy as np
 
     env = {
+        "tensor_runner": version(),
         "python": platform.python_version(),
         "numpy": np.__version__,
         "platform": platform.platform(),

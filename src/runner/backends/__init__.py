@@ -1,8 +1,8 @@
 """Backends: one module per framework, each exposing the SAME functions, imported only when chosen.
 
 A backend is a module (named by `module:` in conf/backend/NAME.yaml) that implements `Backend` and
-the op families its yaml lists under `ops:` (`DenseOps`, `ConvOps`, `LayoutOps`, `TorchModuleOps`,
-`KerasOps`). Its yaml also declares the dtypes, devices and modes it can run, which
+the op families its yaml lists under `ops:` (`DenseOps`, `ConvOps`, `AttentionOps`, `LayoutOps`,
+`TorchModuleOps`, `KerasOps`). Its yaml also declares the dtypes, devices and modes it can run, which
 `runner.config.check_combination` reads.
 tests/test_backend_contract.py checks every backend module against these protocols.
 
@@ -125,6 +125,27 @@ class ConvOps(Protocol):
     def linear(self, x: Any, weight: Any, bias: Any = None) -> Any: ...
 
 
+class AttentionOps(Protocol):
+    """Op family `attention`: what the transformer is written with. Activations are (batch, seq, features);
+    each backend computes attention with its everyday API (docs/transformer.md)."""
+
+    def linear(self, x: Any, weight: Any, bias: Any = None) -> Any: ...
+
+    def layer_norm(self, x: Any, weight: Any, bias: Any, eps: float = 1e-5) -> Any:
+        """Over the last axis, as torch.nn.LayerNorm (biased variance)."""
+
+    def gelu(self, x: Any) -> Any:
+        """The exact (erf) GELU, torch's default."""
+
+    def self_attention(self, qkv: Any, heads: int, causal: bool) -> Any:
+        """(batch, seq, 3 * d) packed queries | keys | values -> (batch, seq, d): scaled dot-product attention
+        over `heads` heads (causal: each position attends to itself and those before it)."""
+
+    def attention_kernel(self, x: Any, heads: int, causal: bool, differentiated: bool) -> str:
+        """Which attention implementation runs for activations like `x` (a fused kernel where the framework
+        picks one), for the record."""
+
+
 class LayoutOps(Protocol):
     """Op family `layout`: conversions and reshapes, for the memory-layout workloads."""
 
@@ -150,6 +171,7 @@ class KerasOps(Protocol):
 OP_FAMILIES: dict[str, type] = {
     "dense": DenseOps,
     "conv": ConvOps,
+    "attention": AttentionOps,
     "layout": LayoutOps,
     "torch_module": TorchModuleOps,
     "keras": KerasOps,

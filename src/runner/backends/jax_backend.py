@@ -209,6 +209,48 @@ tanh = jnp.tanh
 KERAS_BACKEND = "jax"  # op family `keras` (model=keras)
 
 
+# -- transformer ops: jax.nn.dot_product_attention, layer norm as Flax writes it --------------------------
+
+
+def layer_norm(x, weight, bias, eps: float = 1e-5):
+    mean = jnp.mean(x, -1, keepdims=True)
+    return (x - mean) * jax.lax.rsqrt(jnp.var(x, -1, keepdims=True) + eps) * weight + bias
+
+
+def gelu(x):
+    return jax.nn.gelu(x, approximate=False)  # JAX's default is the tanh approximation: the exact one, as torch
+
+
+def self_attention(qkv, heads: int, causal: bool):
+    """jax.nn.dot_product_attention on (batch, seq, heads, head_dim), its own layout. It takes its softmax in
+    float32 whatever the dtype, so float64 runs the same computation written out (einsum + jax.nn.softmax)."""
+    *lead, seq, three_d = qkv.shape
+    d = three_d // 3
+    split = qkv.reshape(*lead, seq, 3, heads, d // heads)
+    q, k, v = split[..., 0, :, :], split[..., 1, :, :], split[..., 2, :, :]
+    if qkv.dtype == jnp.float64:
+        out = _attention_written_out(q, k, v, causal)
+    else:
+        out = jax.nn.dot_product_attention(q, k, v, is_causal=causal)
+    return out.reshape(*lead, seq, d)
+
+
+def _attention_written_out(q, k, v, causal: bool):
+    scores = jnp.einsum("...qhd,...khd->...hqk", q, k) / np.sqrt(q.shape[-1])
+    if causal:
+        seq = q.shape[-3]
+        scores = jnp.where(jnp.tri(seq, dtype=bool), scores, -jnp.inf)
+    return jnp.einsum("...hqk,...khd->...qhd", jax.nn.softmax(scores, axis=-1), v)
+
+
+def attention_kernel(x, heads: int, causal: bool, differentiated: bool) -> str:
+    """implementation=None: JAX's XLA path (einsum + softmax, fused by XLA's compiler); cuDNN's fused kernel
+    runs only when asked for by name."""
+    if x.dtype == jnp.float64:
+        return "einsum + jax.nn.softmax (jax.nn.dot_product_attention's softmax is float32)"
+    return "jax.nn.dot_product_attention: xla"
+
+
 # -- convnet ops: NHWC inside, torch (NCHW, OIHW) conventions at the edges ----------------------
 
 _NHWC = ("NHWC", "HWIO", "NHWC")

@@ -136,6 +136,37 @@ def sum(x: np.ndarray) -> np.ndarray:  # noqa: A001 - the ops namespace mirrors 
     return np.sum(x)
 
 
+# -- transformer ops: attention written out, as NumPy has no attention of its own ------------------
+
+
+def layer_norm(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, eps: float = 1e-5) -> np.ndarray:
+    mean = x.mean(-1, keepdims=True)
+    var = np.square(x - mean).mean(-1, keepdims=True)
+    return (x - mean) / np.sqrt(var + eps) * weight + bias
+
+
+def gelu(x: np.ndarray) -> np.ndarray:
+    from scipy.special import erf  # imported on first use: a numpy run of another model never pays for it
+
+    return 0.5 * x * (1 + erf(x * np.sqrt(0.5).astype(x.dtype)))
+
+
+def self_attention(qkv: np.ndarray, heads: int, causal: bool) -> np.ndarray:
+    *lead, seq, three_d = qkv.shape
+    d = three_d // 3
+    q, k, v = np.moveaxis(qkv.reshape(*lead, seq, 3, heads, d // heads), -3, 0).swapaxes(-2, -3)  # (..., h, s, dh)
+    scores = (q @ k.swapaxes(-1, -2)) * np.asarray(1 / np.sqrt(d // heads), qkv.dtype)
+    if causal:
+        scores = np.where(np.tri(seq, dtype=bool), scores, -np.inf)
+    weights = np.exp(scores - scores.max(-1, keepdims=True))
+    weights /= weights.sum(-1, keepdims=True)
+    return (weights @ v).swapaxes(-2, -3).reshape(*lead, seq, d)
+
+
+def attention_kernel(x: np.ndarray, heads: int, causal: bool, differentiated: bool) -> str:
+    return "numpy: matmul + softmax written out"
+
+
 # -- memory-layout ops (seeds 001 and 002) -------------------------------------------------------
 
 CONVERSIONS = {"asarray": np.asarray, "array": np.array}  # numpy -> numpy: no copy / a copy

@@ -170,6 +170,40 @@ sum = tf.reduce_sum  # noqa: A001 - the ops namespace mirrors the frameworks' na
 KERAS_BACKEND = "tensorflow"  # op family `keras` (model=keras)
 
 
+# -- transformer ops: the einsum + softmax attention TensorFlow users write (Keras's MultiHeadAttention's own) --
+
+
+def layer_norm(x, weight, bias, eps: float = 1e-5):
+    mean, var = tf.nn.moments(x, axes=[-1], keepdims=True)
+    return (x - mean) * tf.math.rsqrt(var + eps) * weight + bias
+
+
+def gelu(x):
+    """tf.nn.gelu(approximate=False)'s own formula, with its constant 1/sqrt(2) made in x's dtype: tf.nn.gelu casts
+    a float32 constant, so in float64 it is off by up to 5e-9 (docs/transformer.md)."""
+    return 0.5 * x * tf.math.erfc(-x * tf.constant(np.sqrt(0.5), x.dtype))
+
+
+def self_attention(qkv, heads: int, causal: bool):
+    """Keras MultiHeadAttention's computation: queries scaled, einsum to scores, softmax, einsum to values."""
+    seq, d = qkv.shape[-2], qkv.shape[-1] // 3
+    q, k, v = tf.unstack(tf.reshape(qkv, (-1, seq, 3, heads, d // heads)), axis=2)
+    scores = tf.einsum("bqhd,bkhd->bhqk", q * (1 / float(np.sqrt(d // heads))), k)
+    if causal:
+        scores += causal_mask(seq, scores.dtype)
+    out = tf.einsum("bhqk,bkhd->bqhd", tf.nn.softmax(scores, axis=-1), v)
+    return tf.reshape(out, (-1, seq, d))
+
+
+def causal_mask(seq: int, dtype) -> tf.Tensor:
+    """0 where a position may attend (itself and before), -inf after it: added to the scores."""
+    return tf.constant(np.triu(np.full((seq, seq), -np.inf), 1), dtype)
+
+
+def attention_kernel(x, heads: int, causal: bool, differentiated: bool) -> str:
+    return "tf.einsum + tf.nn.softmax (Keras MultiHeadAttention's computation)"
+
+
 # -- convnet ops: NHWC inside, torch (NCHW, OIHW) conventions at the edges ----------------------
 
 

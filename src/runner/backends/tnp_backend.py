@@ -66,5 +66,33 @@ def relu(x):
 
 matmul = tnp.matmul
 exp = tnp.exp
+
 square = tnp.square
 sum = tnp.sum  # noqa: A001 - the ops namespace mirrors the frameworks' names
+
+
+def layer_norm(x, weight, bias, eps: float = 1e-5):
+    mean = tnp.mean(x, -1, keepdims=True)
+    var = tnp.mean(tnp.square(x - mean), -1, keepdims=True)
+    return (x - mean) / tnp.sqrt(var + eps) * weight + bias
+
+
+def gelu(x):
+    return 0.5 * x * (1 + tf_backend.tf.math.erf(x * (0.5**0.5)))  # tnp has no erf: TensorFlow's, on the same tensor
+
+
+def self_attention(qkv, heads: int, causal: bool):
+    """Attention as NumPy code writes it, on tnp: matmuls and a softmax written out."""
+    seq, d = qkv.shape[-2], qkv.shape[-1] // 3
+    qkv = tnp.transpose(tnp.reshape(qkv, (-1, seq, 3, heads, d // heads)), (2, 0, 3, 1, 4))  # (3, b, h, s, dh)
+    q, k, v = qkv[0], qkv[1], qkv[2]
+    scores = tnp.matmul(q, tnp.swapaxes(k, -1, -2)) * (1 / (d // heads) ** 0.5)
+    if causal:
+        scores = scores + tf_backend.causal_mask(seq, scores.dtype)
+    weights = tnp.exp(scores - tnp.max(scores, -1, keepdims=True))
+    weights = weights / tnp.sum(weights, -1, keepdims=True)
+    return tnp.reshape(tnp.swapaxes(tnp.matmul(weights, v), 1, 2), (-1, seq, d))
+
+
+def attention_kernel(x, heads: int, causal: bool, differentiated: bool) -> str:
+    return "tnp: matmul + softmax written out"

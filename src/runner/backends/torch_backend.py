@@ -112,16 +112,22 @@ LOOPED_JACOBIAN_MAX_OUTPUTS = 2  # measured: one backward per output is faster u
 def batch_jacobian(forward: Callable, mode: str, numpy_backprop: Callable | None) -> Callable:
     """d y_b / d x_b for every example b, from the batch-summed output: examples are independent, so
     d (sum_b y_b) / d x_b = d y_b / d x_b. One backward per output (what autograd.functional.jacobian
-    does without vectorize) for a few outputs, batched backward (its vectorize=True) for more."""
+    does without vectorize) for a few outputs, batched backward (its vectorize=True) for more. A compiled
+    model's backward cannot always be batched (vmap refuses the in-place copy in the transformer's compiled
+    backward), so compiled modes take one backward per output."""
+    looped_up_to = LOOPED_JACOBIAN_MAX_OUTPUTS if mode not in ("function", "xla") else float("inf")
 
     def jacobian(params: dict, x: torch.Tensor) -> torch.Tensor:
         x = x.detach().requires_grad_()
-        y = forward(params, x).sum(0).reshape(-1)
-        if y.numel() <= LOOPED_JACOBIAN_MAX_OUTPUTS:
+        summed = forward(params, x).sum(0)
+        y = summed.reshape(-1)
+        if y.numel() <= looped_up_to:
             rows = [torch.autograd.grad(y[o], x, retain_graph=True)[0] for o in range(y.numel())]
-            return torch.stack(rows, dim=1)
-        eye = torch.eye(y.numel(), dtype=y.dtype, device=y.device)
-        return torch.autograd.grad(y, x, eye, is_grads_batched=True)[0].transpose(0, 1)
+            jac = torch.stack(rows, dim=1)
+        else:
+            eye = torch.eye(y.numel(), dtype=y.dtype, device=y.device)
+            jac = torch.autograd.grad(y, x, eye, is_grads_batched=True)[0].transpose(0, 1)
+        return jac.reshape(x.shape[0], *summed.shape, *x.shape[1:])  # (batch, *output, *input), as TF and JAX
 
     return jacobian
 
@@ -161,6 +167,36 @@ matmul = torch.matmul
 exp = torch.exp
 square = torch.square
 sum = torch.sum  # noqa: A001 - the ops namespace mirrors the frameworks' names
+
+
+# -- transformer ops: F.scaled_dot_product_attention, which picks a fused kernel where it can -----------
+
+
+def layer_norm(x, weight, bias, eps: float = 1e-5):
+    return F.layer_norm(x, x.shape[-1:], weight, bias, eps)
+
+
+def gelu(x):
+    return F.gelu(x)  # the exact (erf) GELU: torch's default and nn.TransformerEncoderLayer's "gelu"
+
+
+def self_attention(qkv: torch.Tensor, heads: int, causal: bool) -> torch.Tensor:
+    """As nn.MultiheadAttention does it: the packed projection split into (batch, heads, seq, head_dim)."""
+    d = qkv.shape[-1] // 3
+    q, k, v = qkv.unflatten(-1, (3, heads, d // heads)).movedim(-3, 0).transpose(-2, -3).unbind(0)
+    out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    return out.transpose(-2, -3).flatten(-2)
+
+
+def attention_kernel(x: torch.Tensor, heads: int, causal: bool, differentiated: bool) -> str:
+    """The kernel scaled_dot_product_attention dispatches to for these shapes, dtype and device (flash,
+    memory-efficient, cuDNN or the math fallback), as its own dispatcher chooses it."""
+    from torch.nn.attention import SDPBackend
+
+    *lead, seq, d = x.shape
+    q = torch.empty((*lead, heads, seq, d // heads), dtype=x.dtype, device=x.device, requires_grad=differentiated)
+    choice = SDPBackend(torch._fused_sdp_choice(q, q, q, is_causal=causal))
+    return f"scaled_dot_product_attention: {choice.name.lower()}"
 
 
 # -- convnet ops (NCHW, torch weight layouts) ----------------------------------------------------

@@ -197,6 +197,7 @@ def _environment(job: Prepared, energy_note: dict) -> dict:
     env = environment.collect(job.backend.environment(job.device))
     env["device"] = job.device
     env["malloc_keeps_freed_memory"] = job.malloc_keeps_freed
+    env.update(job.workload.describe(job.backend, job.state, job.inputs, job.choices["task"]))
     return {**env, **energy_note}
 
 

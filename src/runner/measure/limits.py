@@ -4,7 +4,8 @@ what a job that will outlast its time budget is going to cost.
 Workloads describe themselves: `array_elements(batch_size, task, per_example)` -> {"weights", "inputs",
 "results"} element counts, and (where known) `task_flops(batch_size, task)`. The estimate counts the
 arrays the job holds at once (the seeded float64 draws, the dtype copies on the device, the float64
-reference's copies and results); activations inside a call are not counted, so it is a lower bound.
+reference's copies and results); activations inside a call are counted only where the workload names them
+("activations": the transformer's, with attention's seq_len^2 term), so it is a lower bound.
 """
 
 from __future__ import annotations
@@ -28,8 +29,9 @@ def memory_needed(
     """(host bytes, device bytes, the float64 reference's share of host bytes) this job holds at once."""
     e = workload.array_elements(batch_size, task, per_example)
     held = e["weights"] + e["inputs"]
-    native = itemsize * (held + e["results"])
-    reference_bytes = FLOAT64_BYTES * (held + e["results"]) if reference else 0
+    made = e["results"] + e.get("activations", 0)  # what a call makes: its results, and what it keeps meanwhile
+    native = itemsize * (held + made)
+    reference_bytes = FLOAT64_BYTES * (held + made) if reference else 0
     draws = FLOAT64_BYTES * held  # the seeded float64 weights and inputs live through the run
     if device == "cuda":
         return draws + itemsize * held + reference_bytes, native, reference_bytes
@@ -139,4 +141,6 @@ def check_fits(workload, cfg: DictConfig, choices: dict[str, str], device: str) 
 
 def _label(workload, batch_size: int, choices: dict[str, str]) -> str:
     size = next((f"model.{key}={getattr(workload, key)}" for key in ("n", "size") if hasattr(workload, key)), None)
+    if hasattr(workload, "seq_len"):  # a sequence model: its length and the batch both set the size
+        size = f"model.seq_len={workload.seq_len} batch_size={batch_size}"
     return f"model={choices['model']} {size or f'batch_size={batch_size}'} dtype={choices['dtype']}"

@@ -79,12 +79,16 @@ class Workload:
     def extra_metrics(self, ops: Any, params: dict, inputs: dict, output: Any) -> dict[str, float]:
         return {}
 
+    def describe(self, ops: Any, params: dict, inputs: dict, task: str) -> dict[str, str]:
+        """What ran, in words, for result.json's environment (e.g. the attention kernel a framework picked)."""
+        return {}
+
     def flops_per_call(self) -> float | None:
         return None
 
     def array_elements(self, batch_size: int, task: str, per_example: bool) -> dict[str, int] | None:
-        """{"weights", "inputs", "results"} element counts for the memory check (runner.measure.limits);
-        None: not checked."""
+        """{"weights", "inputs", "results"} element counts for the memory check (runner.measure.limits), and
+        "activations" where a call holds many; None: not checked."""
         return None
 
     def task_flops(self, batch_size: int, task: str) -> float | None:

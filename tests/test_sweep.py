@@ -260,14 +260,16 @@ def test_a_locked_store_still_gets_the_run(make_config, tmp_path, hold_s):
     assert len(children) == 2
 
 
+PLUGIN = PROJECT_ROOT / "tests" / "plugin"
+
+
 @pytest.mark.parametrize("measured_in", ["task", "rounds"])
-def test_hydra_callbacks_see_the_median_where_the_task_measures_and_none_in_rounds(tmp_path, monkeypatch, measured_in):
-    """Hydra's callbacks and sweepers get what the task returns: the job's median seconds per call where the
-    job is measured in its task (here timing.rounds=1), NaN for a job that failed, and None with interleaved
-    rounds, which measure every job after its task has returned."""
+def test_hydra_callbacks_see_each_jobs_median_in_its_task_and_in_rounds(tmp_path, monkeypatch, measured_in):
+    """Hydra's callbacks get what each job returns, once per job: its median seconds per call, measured in its
+    task (timing.rounds=1) or in the interleaved rounds; NaN for a job that failed."""
     import math
 
-    monkeypatch.setenv("PYTHONPATH", str(PROJECT_ROOT / "tests" / "plugin"))
+    monkeypatch.setenv("PYTHONPATH", str(PLUGIN))
     probe = tmp_path / "returns.jsonl"
     result = sweep_cli(
         tmp_path,
@@ -278,24 +280,46 @@ def test_hydra_callbacks_see_the_median_where_the_task_measures_and_none_in_roun
         "mode=function,eager",  # numpy cannot compile: job 0 fails
     )
     assert result.returncode == 1, result.stderr[-3000:]
-    returned = {r["job"]: r["value"] for r in map(json.loads, probe.read_text().splitlines())}
+    returned = [json.loads(line) for line in probe.read_text().splitlines()]
+    assert sorted(r["job"] for r in returned) == [0, 1]  # each job ends once
+    returned = {r["job"]: r["value"] for r in returned}
     saved = results(tmp_path)
     assert math.isnan(returned[0]) and saved["0"]["status"] == "FAILED"  # refused before any measurement
-    if measured_in == "rounds":
-        assert returned[1] is None and saved["1"]["status"] == "FINISHED"
-    else:
-        assert returned[1] == saved["1"]["metrics"]["time_median_s"]
+    assert returned[1] == saved["1"]["metrics"]["time_median_s"] and saved["1"]["metrics"]["n_rounds"] == (
+        1 if measured_in == "task" else 2
+    )
 
 
-def test_an_optimizing_sweeper_gets_jobs_measured_in_their_tasks():
-    from omegaconf import OmegaConf
+def test_an_optimizing_sweeper_gets_every_jobs_median_from_the_rounds(tmp_path, monkeypatch):
+    """A sweeper that reads each batch's values before it picks the next (as Optuna's does) gets the
+    median of every job, measured in interleaved rounds within each batch."""
+    monkeypatch.setenv("PYTHONPATH", str(PLUGIN))
+    out = tmp_path / "sweeper.jsonl"
+    result = sweep_cli(
+        tmp_path,
+        f"hydra.searchpath=[file://{PLUGIN / 'conf'}]",
+        "hydra/sweeper=fastest",
+        f"hydra.sweeper.out={out}",
+        "timing.rounds=2",
+        "backend=numpy",
+        "batch_size=2,4,8",
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    got = [json.loads(line) for line in out.read_text().splitlines()]
+    saved = results(tmp_path)
+    assert [g["value"] for g in got] == [saved[str(j)]["metrics"]["time_median_s"] for j in range(3)]
+    assert all(saved[str(j)]["metrics"]["n_rounds"] == 2 for j in range(3))
 
-    from runner.config import compose
-    from runner.launch.launchers import BASIC_LAUNCHER, BASIC_SWEEPER
-    from runner.launch.rounds import wanted
 
-    cfg = compose([])
-    basic = OmegaConf.create({"_target_": BASIC_LAUNCHER})
-    assert wanted(cfg, True, basic, OmegaConf.create({"_target_": BASIC_SWEEPER}))
-    optuna = OmegaConf.create({"_target_": "hydra_plugins.hydra_optuna_sweeper.optuna_sweeper.OptunaSweeper"})
-    assert not wanted(cfg, True, basic, optuna)
+def test_a_launcher_added_from_outside_runs_and_records_every_job(tmp_path, monkeypatch):
+    """A launcher is two files (tests/plugin/hydra_plugins/reverse_launcher.py and its yaml): this one runs the
+    jobs last first; the sweep is one parent run with a child per job, as with the runner's own launchers."""
+    monkeypatch.setenv("PYTHONPATH", str(PLUGIN))
+    result = sweep_cli(
+        tmp_path, f"hydra.searchpath=[file://{PLUGIN / 'conf'}]", "hydra/launcher=reverse", "backend=numpy", "seed=0,1"
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    saved = results(tmp_path)
+    assert saved["1"]["started"] < saved["0"]["started"]
+    parents, children = mlflow_runs(tmp_path)
+    assert parents[0].info.status == "FINISHED" and len(children) == 2

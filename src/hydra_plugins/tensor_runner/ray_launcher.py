@@ -9,13 +9,14 @@ try:
     from hydra_plugins.hydra_ray_launcher._config import RayConf
 
     from runner.launch import ray_launch
+    from runner.launch.sweep import ClosesSweepWhenStopped
 except ImportError:
     ray_launch = None
 
 if ray_launch is not None:
     from hydra.core.config_store import ConfigStore
 
-    class RayLauncher(ray_launch.RayLauncher):
+    class RayLauncher(ClosesSweepWhenStopped, ray_launch.RayLauncher):
         """hydra-ray-launcher's launcher, GPUs per cuda job, dead tasks recorded; see runner.launch.ray_launch."""
 
     @dataclass

@@ -5,6 +5,8 @@ Everything but the ops and `prepare` is the tensorflow backend's: tnp arrays are
 
 from __future__ import annotations
 
+import functools
+
 from runner.backends import tensorflow_backend as tf_backend
 from runner.backends.tensorflow_backend import (  # noqa: F401 - re-exported: the backend function set
     DTYPES,
@@ -41,14 +43,14 @@ from runner.backends.tensorflow_backend import (  # noqa: F401 - re-exported: th
 
 tnp = tf_backend.tf.experimental.numpy  # imported through the tensorflow backend, which quiets TF's logs
 
-_numpy_behavior_enabled = False
+
+@functools.cache  # a process-wide switch in TF: flipped once
+def _enable_numpy_behavior() -> None:
+    tnp.experimental_enable_numpy_behavior(prefer_float32=True)
 
 
 def prepare(device: str, dtype: str) -> str:
-    global _numpy_behavior_enabled
-    if not _numpy_behavior_enabled:  # process-wide switch in TF: flip it once
-        tnp.experimental_enable_numpy_behavior(prefer_float32=True)
-        _numpy_behavior_enabled = True
+    _enable_numpy_behavior()
     return tf_backend.prepare(device, dtype)
 
 

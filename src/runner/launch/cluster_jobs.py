@@ -4,36 +4,17 @@ ended before it could record itself."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 from omegaconf import DictConfig, open_dict
 
-from runner.config import first_line
+from runner.launch import launchers
+from runner.record.result import Status
 
 
 def refuse(line: str) -> None:
-    """No job submitted: say why in one line, record it on the sweep (sweep.json, parent run), exit 1."""
-    from runner.launch import sweep
-
-    active = sweep.active()
-    if active is not None:
-        active.info["launch_error"] = line
-        _tag_parent(active.info, line)
-    else:
-        print(f"error: {line}", file=sys.stderr)
-    raise SystemExit(1)
-
-
-def _tag_parent(info: dict, line: str) -> None:
-    if not info.get("parent_run_id"):
-        return
-    from runner import tracking
-
-    try:
-        tracking.retry_on_lock(tracking.client(info["uri"]).set_tag, info["parent_run_id"], "error", line)
-    except Exception as error:  # sweep.json keeps the reason whatever the store does
-        print(f"warning: could not tag the parent run ({first_line(error)})", file=sys.stderr)
+    """No job submitted: the sweep is refused in one line, recorded on the sweep (sweep.json, parent run), exit 1."""
+    raise launchers.SweepRefused(line)
 
 
 def job_config(hydra_context, sweep_config: DictConfig, overrides: list[str], index: int) -> tuple[Path, DictConfig]:
@@ -61,13 +42,13 @@ def record_ended(task_cfg: DictConfig, run_dir: Path, reason: str, context: dict
     parent = sweep.parent_run_id(run_dir.parent)
     run_dir.mkdir(parents=True, exist_ok=True)  # a job that never started has no directory yet
     if not Result.exists(run_dir):
-        record(task_cfg, run_dir, Result(status="FAILED", error=reason, environment=context))
+        record(task_cfg, run_dir, Result(status=Status.FAILED, error=reason, environment=context))
         _update_tracked(task_cfg, run_dir, parent)
         return
     result = Result.load(run_dir)
     if (result.error or "").startswith(reason):
         return  # recorded already
-    result.status, result.error = "FAILED", f"{reason}; {result.error}" if result.error else reason
+    result.status, result.error = Status.FAILED, f"{reason}; {result.error}" if result.error else reason
     result.environment = {**context, **result.environment}
     result.save(run_dir)
     _update_tracked(task_cfg, run_dir, parent)
@@ -88,4 +69,4 @@ def _update_tracked(task_cfg: DictConfig, run_dir: Path, parent: str | None) -> 
         mlflow = tracking.client(link["uri"])
         tracking.retry_on_lock(mlflow.set_tag, link["run_id"], "error", Result.load(run_dir).error[:5000])
         tracking.log_files(link["uri"], link["run_id"], [run_dir / RESULT_FILE])
-        tracking.retry_on_lock(mlflow.set_terminated, link["run_id"], "FAILED")
+        tracking.retry_on_lock(mlflow.set_terminated, link["run_id"], Status.FAILED)

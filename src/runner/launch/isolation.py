@@ -31,11 +31,11 @@ from runner import tracking
 from runner.launch.fork_server import ForkServer, ForkServerGone
 from runner.launch.job_log import LogForwarder
 from runner.launch.messages import MayTime, Ready, Turn, TurnDone
-from runner.measure.job import SIGTERM, Stopped
+from runner.measure.job import SIGTERM, Stopped, StopReason
 from runner.measure.timing import Measurement
 from runner.record.environment import ADDR_NO_RANDOMIZE
 from runner.record.naming import resolved_keeping_copies
-from runner.record.result import ERROR_LOG, IMAGES_DIR, LOG_FILE, RESULT_FILE, TENSORS_FILE, Result
+from runner.record.result import ERROR_LOG, IMAGES_DIR, LOG_FILE, RESULT_FILE, TENSORS_FILE, Result, Status
 
 TAIL_LINES = 40
 GRACE_S = 30.0  # after Ctrl-C, how long the worker may take to record its samples
@@ -73,7 +73,7 @@ def prepare(cfg: DictConfig, run_dir: Path, parent_run_id: str | None) -> None:
 
 def complete(cfg: DictConfig, run_dir: Path, parent_run_id: str | None, result: Result) -> Result:
     """After the job: the tail of its output into a failed record, then the run into MLflow."""
-    if result.status != "FINISHED":
+    if result.status != Status.FINISHED:
         result = _with_output_tail(Path(run_dir), result)
     if cfg.tracking.name == "mlflow":
         tracking.track(Path(run_dir), cfg.tracking.uri, cfg.tracking.experiment, parent_run_id)
@@ -129,13 +129,12 @@ class Worker:
             from runner.measure.job import stop_reason
 
             return self.stop(stop_reason(interrupt))
-        return self.recorded("FAILED", _exit_reason(self.process.exitcode))
+        return self.recorded(Status.FAILED, _exit_reason(self.process.exitcode))
 
-    def stop(self, reason: str, measurement: Measurement | None = None) -> Result:
+    def stop(self, reason: StopReason, measurement: Measurement | None = None) -> Result:
         """Let the worker record what it measured (it got Ctrl-C too, or gets `reason`'s signal now), then end it."""
-        signum = signal.SIGTERM if "SIGTERM" in reason else signal.SIGINT
         if self.process.is_alive():  # a Ctrl-C at the terminal reached it too; a `kill` of ours did not
-            os.kill(self.process.pid, signum)
+            os.kill(self.process.pid, reason.signal)
         try:
             self.process.join(GRACE_S)
         except KeyboardInterrupt:  # a second Ctrl-C: stop now
@@ -143,7 +142,9 @@ class Worker:
         if self.process.is_alive():
             self.process.kill()
             self.process.join()
-        return self.recorded("KILLED", f"{reason} before the worker recorded it", measurement)
+        result = self.recorded(Status.KILLED, f"{reason} before the worker recorded it", measurement)
+        result.stopped_by = reason
+        return result
 
     def recorded(self, status: str, reason: str, measurement: Measurement | None = None) -> Result:
         """What the worker recorded, or (when it recorded nothing) a record written here with `reason` and

@@ -19,7 +19,7 @@ def parallel_launcher(launcher: DictConfig) -> str | None:
     """A description of how jobs share this machine, or None when they run one at a time."""
     target = str(launcher.get("_target_", ""))
     n_jobs = launcher.get("n_jobs")
-    if target.endswith("JoblibLauncher") and n_jobs != 1:
+    if target.endswith(("JoblibLauncher", "ParallelLauncher")) and n_jobs != 1:
         at_once = "one job per core" if n_jobs == -1 else f"up to {n_jobs} jobs"
         return f"the joblib launcher runs {at_once} at once on this machine"
     if target.endswith("submitit_launcher.LocalLauncher"):
@@ -30,3 +30,12 @@ def parallel_launcher(launcher: DictConfig) -> str | None:
 def cluster_launcher(launcher: DictConfig) -> bool:
     """Whether the jobs run on other machines (SLURM, Ray), which must reach the store and sweep directory."""
     return str(launcher.get("_target_", "")).endswith(("SlurmLauncher", "RayLauncher"))
+
+
+class SweepRefused(SystemExit):
+    """A launcher refuses the whole sweep before anything runs: exit 1, the reason in one line. The launcher
+    (runner.launch.sweep.ClosesSweepWhenStopped) records it on the sweep; uncaught, Python prints it."""
+
+    def __init__(self, line: str):
+        super().__init__(f"error: {line}")
+        self.line = line

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -78,7 +79,7 @@ class RayLauncher(UpstreamRayLauncher):
             cluster_jobs.record_ended(task_cfg, run_dir, reason, {})
             log.error(f"\t#{index} : {reason}")
             failed = JobReturn(overrides=overrides, working_dir=str(run_dir), status=JobStatus.COMPLETED)
-            failed.return_value = "FAILED"
+            failed.return_value = math.nan  # what run.py returns for a job that did not finish
             return failed
 
 

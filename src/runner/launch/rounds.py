@@ -28,18 +28,15 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from runner.launch import isolation, launchers
+from runner.launch import isolation
 from runner.launch.messages import Finished, Turn, TurnDone
-from runner.measure.job import Stopped, stop_reason
+from runner.measure.job import Stopped, StopReason, stop_reason
 from runner.measure.timing import Measurement
-from runner.record.result import Result
+from runner.record.result import Result, Status
 
 PROGRESS_EVERY_S = 2.0
 QUIET_WAIT_S = 0.05  # after its turn, a worker's threads (a spinning thread pool) may run this long at most
 MEMORY_RESERVE = 2 * 2**30  # bytes to keep free, beside 1.5x the largest waiting worker
-
-Done = Callable[[DictConfig, Path, Result], None]
-
 
 @dataclass
 class _Waiting:
@@ -54,26 +51,23 @@ class _Waiting:
     failed: str | None = None  # why its worker stopped answering
 
 
-def wanted(cfg: DictConfig, multirun: bool, launcher: DictConfig, sweeper: DictConfig) -> bool:
-    """True where a job is measured in interleaved rounds: a sweep run one at a time by this process
-    (launchers.one_at_a_time), in worker processes, with timing.rounds above 1."""
-    return (
-        multirun
-        and launchers.one_at_a_time(launcher, sweeper)
-        and str(cfg.isolation) == "process"
-        and int(cfg.timing.rounds) > 1
-    )
+def wanted(cfg: DictConfig) -> bool:
+    """True where a job of a sweep is measured in interleaved rounds: in a worker process, with timing.rounds
+    above 1. The launcher that runs the sweep on this machine (RoundsLauncher) asks."""
+    return str(cfg.isolation) == "process" and int(cfg.timing.rounds) > 1
 
 
 class Coordinator:
-    """A sweep's interleaved rounds: the jobs set up and waiting for their turns, and the rounds already
-    handed out. The sweep owns one (runner.launch.sweep.Sweep.coordinator)."""
+    """One launch's interleaved rounds: the jobs set up and waiting for their turns, the rounds already
+    handed out, and each measured job's record (`outcomes`, by run directory). The launcher that runs the
+    sweep (runner.launch.local_launcher.RoundsLauncher) owns one per launch."""
 
     def __init__(self) -> None:
         self.waiting: list[_Waiting] = []
-        self.next_round = 1  # rounds are numbered across the whole sweep: jobs measured apart share none
+        self.outcomes: dict[Path, Result] = {}
+        self.next_round = 1  # rounds are numbered across the whole launch: jobs measured apart share none
 
-    def set_up(self, cfg: DictConfig, run_dir: Path, parent_run_id: str | None, on_done: Done) -> Result | None:
+    def set_up(self, cfg: DictConfig, run_dir: Path, parent_run_id: str | None) -> Result | None:
         """Start the job's worker and wait until it is set up and warm. Returns None when it waits for its
         turns (measured by `run`), or its record when it ended before (a refused config, a crash)."""
         run_dir = Path(run_dir)
@@ -82,7 +76,7 @@ class Coordinator:
                 f"note: less than {MEMORY_RESERVE / 2**30:.0f} GiB free: measuring the jobs set up so far",
                 file=sys.stderr,
             )
-            self.run(on_done)
+            self.run()
         isolation.prepare(cfg, run_dir, parent_run_id)
         worker = isolation.Worker(cfg, run_dir, turns=True)
         worker.start()
@@ -92,7 +86,7 @@ class Coordinator:
             return isolation.complete(cfg, run_dir, parent_run_id, worker.stop(stop_reason(interrupt)))
         if ready is None:  # it ended before it was ready
             worker.process.join()
-            return isolation.complete(cfg, run_dir, parent_run_id, worker.recorded("FAILED", worker.exit_reason()))
+            return isolation.complete(cfg, run_dir, parent_run_id, worker.recorded(Status.FAILED, worker.exit_reason()))
         measurement = Measurement(first_call_s=ready.first_call_s, block_size=ready.block_size)
         self.waiting.append(_Waiting(cfg, run_dir, parent_run_id, worker, ready.rounds, measurement))
         fewer = (
@@ -103,26 +97,27 @@ class Coordinator:
         print(f"  set up; waits for its {ready.rounds} turns in the interleaved rounds{fewer}", file=sys.stderr)
         return None
 
-    def run(self, on_done: Done, interrupted: str | None = None, measured: Callable[[], None] = lambda: None) -> None:
-        """Hand out the turns of every waiting job, round after round; then let each worker record its job,
-        log it and call on_done(cfg, run_dir, result). With `interrupted` (what stopped the sweep), or on
-        Ctrl-C or SIGTERM meanwhile, the workers record what they measured and Stopped is raised."""
+    def run(self, measured: Callable[[], None] = lambda: None, stopped_by: StopReason | None = None) -> None:
+        """Hand out the turns of every waiting job, round after round; then let each worker record its job
+        and log it, into `outcomes`. On Ctrl-C or SIGTERM meanwhile, the workers record what they measured
+        and Stopped is raised; with `stopped_by` (the launch was stopped already), they record it at once.
+        `measured` is called once nothing is timed any more."""
         jobs, self.waiting = self.waiting, []
         if not jobs:
             return
-        stopped_by = interrupted
+        interrupted = None
         if stopped_by is None:
             try:
                 _rounds(jobs, self.next_round)
             except KeyboardInterrupt as interrupt:
-                stopped_by = stop_reason(interrupt)
-        measured()  # nothing is timed any more
+                interrupted = stop_reason(interrupt)
+        measured()
         self.next_round += max(job.rounds for job in jobs)
         for job in jobs:
-            result = _finish(job, stopped_by)
-            on_done(job.cfg, job.run_dir, isolation.complete(job.cfg, job.run_dir, job.parent_run_id, result))
-        if stopped_by and interrupted is None:
-            raise Stopped(stopped_by)
+            result = _finish(job, stopped_by or interrupted)
+            self.outcomes[job.run_dir] = isolation.complete(job.cfg, job.run_dir, job.parent_run_id, result)
+        if interrupted:
+            raise Stopped(interrupted)
 
 
 def _rounds(jobs: list[_Waiting], first_round: int) -> None:
@@ -181,7 +176,7 @@ def _receive(worker: isolation.Worker) -> object | None:
     return None
 
 
-def _finish(job: _Waiting, stopped_by: str | None) -> Result:
+def _finish(job: _Waiting, stopped_by: StopReason | None) -> Result:
     """Tell the worker the rounds are over (or stop it), wait for its record; a worker that died leaves
     a FAILED record with the samples it reported."""
     if stopped_by:
@@ -194,7 +189,7 @@ def _finish(job: _Waiting, stopped_by: str | None) -> Result:
         job.worker.process.join()
         if job.worker.process.exitcode:
             job.failed = job.worker.exit_reason()
-    return job.worker.recorded("FAILED", job.failed or job.worker.exit_reason(), job.measurement)
+    return job.worker.recorded(Status.FAILED, job.failed or job.worker.exit_reason(), job.measurement)
 
 
 def _memory_for_another(waiting: list[_Waiting]) -> bool:

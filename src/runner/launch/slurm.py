@@ -26,6 +26,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import os
 import signal
 import subprocess
@@ -177,7 +178,7 @@ class SlurmLauncher(SubmititSlurmLauncher):
         run_dir, task_cfg = cluster_jobs.job_config(self.hydra_context, self.config, overrides, index)
         record_slurm_end(task_cfg, run_dir, state)
         return returned or JobReturn(
-            overrides=overrides, working_dir=str(run_dir), status=JobStatus.COMPLETED, _return_value="FAILED"
+            overrides=overrides, working_dir=str(run_dir), status=JobStatus.COMPLETED, _return_value=math.nan
         )
 
 

@@ -3,10 +3,11 @@
 `SweepCallback` (listed under `hydra.callbacks` in conf/config.yaml) runs in the launching process:
 `on_multirun_start` creates the experiment once (so parallel jobs never race on a fresh SQLite store)
 and the parent run, and writes `sweep.json` in the sweep directory, where every job (in this process,
-a joblib worker or a SLURM node sharing the directory) reads the parent's id. Hydra skips
-`on_multirun_end` when a job raises, so run.py also calls `finish` after Hydra returns, whatever
-happened; `finish` runs once: it prints the summary table, writes summary/report files, logs them to
-the parent run, ends the parent with a truthful status and returns the sweep's exit code.
+a joblib worker or a SLURM node sharing the directory) reads the parent's id. `on_multirun_end` calls
+`finish`: it prints the summary table, writes summary/report files, logs them to the parent run, ends the
+parent with a truthful status, and exits with the sweep's code. Hydra skips `on_multirun_end` when the
+launch is stopped (Ctrl-C, SIGTERM, a refused submission): the launcher then calls `finish` itself
+(`ClosesSweepWhenStopped`). The sweep's state is its sweep.json; `finish` acts once (its status is written).
 """
 
 from __future__ import annotations
@@ -14,31 +15,30 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hydra.core.utils import JobReturn
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from runner import tracking
 from runner.config import first_line
-from runner.launch import launchers, rounds
+from runner.launch import launchers
 from runner.record import naming
+from runner.record.result import Status
 from runner.record.sweep_file import SWEEP_FILE, read_sweep_file, write_sweep_file
 
 EXIT_INTERRUPTED = 130
+EXIT_CODES = {Status.FINISHED: 0, Status.FAILED: 1, Status.KILLED: EXIT_INTERRUPTED}
 
 
 @dataclass
 class Sweep:
     sweep_dir: Path
-    info: dict
-    exit_code: int | None = None  # set once finished
-    coordinator: rounds.Coordinator = field(default_factory=rounds.Coordinator)  # its interleaved rounds
-
-
-_active: Sweep | None = None
+    info: dict  # sweep.json
 
 
 class SweepCallback(Callback):
@@ -46,12 +46,33 @@ class SweepCallback(Callback):
         start(config)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        finish()
+        code = finish(Path(str(config.hydra.sweep.dir)))
+        if code:
+            raise SystemExit(code)
+
+
+class ClosesSweepWhenStopped:
+    """A launcher mixin: where launching is stopped (Ctrl-C, SIGTERM, a refused submission), Hydra skips
+    on_multirun_end, so the launcher closes the sweep before the stop goes on."""
+
+    config: DictConfig
+
+    def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
+        try:
+            return super().launch(job_overrides, initial_job_idx)  # type: ignore[misc]
+        except KeyboardInterrupt as stop:
+            from runner.measure.job import stop_reason
+
+            finish(Path(str(self.config.hydra.sweep.dir)), interrupted=stop_reason(stop))
+            raise
+        except launchers.SweepRefused as refused:
+            record_launch_error(Path(str(self.config.hydra.sweep.dir)), refused.line)
+            finish(Path(str(self.config.hydra.sweep.dir)))
+            raise SystemExit(1) from None
 
 
 def start(config: DictConfig) -> Sweep:
     """Create the sweep directory, the parent run (when tracked) and sweep.json."""
-    global _active
     if launchers.cluster_launcher(config.hydra.launcher):
         refuse_local_devices(config.hydra.sweeper.get("params"))
     sweep_dir = Path(str(config.hydra.sweep.dir)).resolve()
@@ -90,8 +111,7 @@ def start(config: DictConfig) -> Sweep:
             info["error"] = first_line(error)
             print(f"warning: no parent run in MLflow at {info['uri']} ({info['error']})", file=sys.stderr)
     write_sweep_file(sweep_dir, info)
-    _active = Sweep(sweep_dir, info)
-    return _active
+    return Sweep(sweep_dir, info)
 
 
 def refuse_local_devices(params: DictConfig | None) -> None:
@@ -114,31 +134,17 @@ def parent_run_id(sweep_dir: str | Path) -> str | None:
     return read_sweep_file(Path(sweep_dir).resolve()).get("parent_run_id")
 
 
-def active() -> Sweep | None:
-    return _active
-
-
-def finish(interrupted: str | None = None) -> int | None:
-    """Measure the jobs waiting for their rounds, then summarise and close the active sweep once; returns
-    its exit code (None when none is active). `interrupted`: what stopped the sweep, if anything did."""
-    sweep = _active
-    if sweep is None:
-        return None
-    if sweep.exit_code is not None:
-        return sweep.exit_code
+def finish(sweep_dir: Path, interrupted: str | None = None) -> int:
+    """Summarise and close the sweep in `sweep_dir` once; returns its exit code. `interrupted`: what stopped
+    the sweep, if anything did."""
     from runner import report
-    from runner.launch.terminal import print_summary
-    from runner.measure.job import stop_reason
 
-    try:
-        sweep.coordinator.run(print_summary, interrupted, measured=_import_report_meanwhile)
-    except KeyboardInterrupt as stop:
-        interrupted = stop_reason(stop)
-
+    sweep = Sweep(Path(sweep_dir), read_sweep_file(sweep_dir))
+    if sweep.info.get("status"):  # closed already
+        return EXIT_CODES[sweep.info["status"]]
     frame = report.runs_from_dirs(report.sweep_run_dirs(sweep.sweep_dir))
     statuses = list(frame["status"]) if not frame.empty else []
     status = sweep_status(statuses, bool(interrupted))
-    sweep.exit_code = {"FINISHED": 0, "FAILED": 1, "KILLED": EXIT_INTERRUPTED}[status]
     files: list[Path] = []
     if not frame.empty:
         print_table(frame, sweep.sweep_dir)
@@ -150,10 +156,22 @@ def finish(interrupted: str | None = None) -> int | None:
     write_sweep_file(sweep.sweep_dir, sweep.info)
     if sweep.info.get("parent_run_id"):
         _close_parent(sweep, statuses, status, files)
-    return sweep.exit_code
+    return EXIT_CODES[status]
 
 
-def _import_report_meanwhile() -> None:
+def record_launch_error(sweep_dir: Path, line: str) -> None:
+    """A launcher refused the sweep: the reason goes into sweep.json (finish prints it) and onto the parent run."""
+    info = read_sweep_file(sweep_dir)
+    info["launch_error"] = line
+    write_sweep_file(sweep_dir, info)
+    if info.get("parent_run_id"):
+        try:
+            tracking.retry_on_lock(tracking.client(info["uri"]).set_tag, info["parent_run_id"], "error", line)
+        except Exception as error:  # sweep.json keeps the reason whatever the store does
+            print(f"warning: could not tag the parent run ({first_line(error)})", file=sys.stderr)
+
+
+def import_report_meanwhile() -> None:
     """Once nothing is timed any more, import what the summary and the report need (pandas, matplotlib,
     scipy's t quantile: most of a second) while the workers write their records."""
 
@@ -169,11 +187,11 @@ def _import_report_meanwhile() -> None:
 
 def sweep_status(statuses: list[str], interrupted: bool) -> str:
     """FINISHED only when every job finished; KILLED when the sweep was stopped; FAILED otherwise."""
-    if interrupted or "KILLED" in statuses:
-        return "KILLED"
-    if not statuses or any(s != "FINISHED" for s in statuses):
-        return "FAILED"
-    return "FINISHED"
+    if interrupted or Status.KILLED in statuses:
+        return Status.KILLED
+    if not statuses or any(s != Status.FINISHED for s in statuses):
+        return Status.FAILED
+    return Status.FINISHED
 
 
 def _write_files(frame, sweep_dir: Path) -> list[Path]:
@@ -220,9 +238,9 @@ def comparison_line(row) -> str:
 def _close_parent(sweep: Sweep, statuses: list[str], status: str, files: list[Path]) -> None:
     counts = {
         "n_jobs": len(statuses),
-        "n_finished": statuses.count("FINISHED"),
-        "n_failed": statuses.count("FAILED"),
-        "n_killed": statuses.count("KILLED"),
+        "n_finished": statuses.count(Status.FINISHED),
+        "n_failed": statuses.count(Status.FAILED),
+        "n_killed": statuses.count(Status.KILLED),
     }
     files = [sweep.sweep_dir / SWEEP_FILE, sweep.sweep_dir / "multirun.yaml", *files]
     try:
@@ -273,7 +291,7 @@ def print_table(frame, sweep_dir: Path) -> None:
     console.print(table)
     for line in report.setup_notes(frame):
         console.print(f"[yellow]{line}[/]", highlight=False)
-    for _, row in frame[frame["status"] != "FINISHED"].iterrows():
+    for _, row in frame[frame["status"] != Status.FINISHED].iterrows():
         console.print(f"[bold red]{row['status']}[/] job {_job(row)}: {row['error']}", highlight=False)
     for _, row in frame[frame["warnings"].map(bool)].iterrows() if "warnings" in frame else ():
         for warning in row["warnings"]:
@@ -293,7 +311,8 @@ def _job(row) -> str:
 
 
 def _status(status: str) -> str:
-    return {"FINISHED": "[green]FINISHED[/]", "FAILED": "[bold red]FAILED[/]"}.get(status, f"[yellow]{status}[/]")
+    colours = {Status.FINISHED: "green", Status.FAILED: "bold red"}
+    return f"[{colours.get(status, 'yellow')}]{status}[/]"
 
 
 def sync_sweep(sweep_dir: Path, uri: str | None, sync_one) -> list[tuple[Path, str]]:
@@ -341,11 +360,11 @@ def job_status(run_dir: Path) -> str:
     from runner.record.result import Result, ResultUnreadable
 
     if not Result.exists(run_dir):
-        return "KILLED"
+        return Status.KILLED
     try:
         return Result.load(run_dir).status
     except ResultUnreadable:
-        return "FAILED"
+        return Status.FAILED
 
 
 def _adopt(run_dir: Path, parent_id: str) -> None:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import resource
+import signal
 import sys
 import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +24,7 @@ from runner.measure.timing import (
     ProgressLine,
     Turns,
 )
-from runner.record.result import ERROR_LOG, Result
+from runner.record.result import ERROR_LOG, Result, Status
 
 WEIGHTS_RECORD_LIMIT = 2_000_000  # weights are written to tensors.h5 when they have fewer elements
 
@@ -176,7 +178,7 @@ def _measure(job: Prepared, before_timing: Callable[[], object], turns: Turns | 
 
 def _assemble(job: Prepared, measurement: Measurement, first_output, results: dict, energy_note: dict) -> Result:
     """The record: environment, metrics, tensors, attributes and warnings, each from its own collector."""
-    result = Result(status="FINISHED")
+    result = Result(status=Status.FINISHED)
     result.environment = _environment(job, energy_note)
     result.metrics = _metrics(job, measurement, results, first_output)
     joules, energy_reason = _energy(job, measurement)
@@ -287,22 +289,32 @@ def non_finite_warnings(tensors: dict[str, np.ndarray]) -> list[str]:
     return warnings
 
 
-CTRL_C = "interrupted by the user (Ctrl-C)"
-SIGTERM = "terminated (SIGTERM)"
+class StopReason(StrEnum):
+    """What stopped a job from outside it, as its record says it; `signal` is the one that stops a worker."""
+
+    CTRL_C = "interrupted by the user (Ctrl-C)"
+    SIGTERM = "terminated (SIGTERM)"  # scancel, kill, a closing session
+
+    @property
+    def signal(self) -> signal.Signals:
+        return signal.SIGINT if self is StopReason.CTRL_C else signal.SIGTERM
+
+
+CTRL_C, SIGTERM = StopReason.CTRL_C, StopReason.SIGTERM
 
 
 class Stopped(KeyboardInterrupt):
     """A stop whose reason is known (SIGTERM from scancel, kill or a closing session; a stopped sweep): it
-    unwinds like Ctrl-C and carries what the record says."""
+    unwinds like Ctrl-C and carries the reason."""
 
-    def __init__(self, reason: str):
+    def __init__(self, reason: StopReason | str):
         super().__init__(reason)
-        self.reason = reason
+        self.reason = StopReason(reason)
 
 
-def stop_reason(interrupt: BaseException | None) -> str:
-    """What stopped a job, for the record: the reason a `Stopped` carries (also as the cause of another
-    exception); a bare KeyboardInterrupt is Ctrl-C."""
+def stop_reason(interrupt: BaseException | None) -> StopReason:
+    """What stopped a job: the reason a `Stopped` carries (also as the cause of another exception); a bare
+    KeyboardInterrupt is Ctrl-C."""
     while interrupt is not None:
         if isinstance(interrupt, Stopped):
             return interrupt.reason
@@ -339,20 +351,22 @@ def run_and_record(
     try:
         result = run_job(cfg, before_timing, turns)
     except ConfigError as error:
-        result = Result(status="FAILED", error=str(error))
+        result = Result(status=Status.FAILED, error=str(error))
     except MeasurementInterrupted as interrupt:
         reason = f"{stop_reason(interrupt)} while timing"
-        result = stopped_while_timing("KILLED", reason, interrupt.measurement, cfg, interrupt)
+        result = stopped_while_timing(Status.KILLED, reason, interrupt.measurement, cfg, interrupt)
+        result.stopped_by = stop_reason(interrupt)
     except MeasurementFailed as failure:
         (run_dir / ERROR_LOG).write_text(traceback.format_exc())
         error = failure.__cause__
         reason = f"{type(error).__name__}: {first_line(error)} (while timing; the samples before it are kept)"
-        result = stopped_while_timing("FAILED", reason, failure.measurement, cfg, failure)
+        result = stopped_while_timing(Status.FAILED, reason, failure.measurement, cfg, failure)
     except KeyboardInterrupt as interrupt:
-        result = Result(status="KILLED", error=stop_reason(interrupt))
+        result = Result(status=Status.KILLED, error=stop_reason(interrupt))
+        result.stopped_by = stop_reason(interrupt)
     except Exception as error:  # a crash in the workload is a result to record, not to lose
         (run_dir / ERROR_LOG).write_text(traceback.format_exc())
-        result = Result(status="FAILED", error=f"{type(error).__name__}: {first_line(error)}")
+        result = Result(status=Status.FAILED, error=f"{type(error).__name__}: {first_line(error)}")
     result.started = started
     record(cfg, run_dir, result)
     return result

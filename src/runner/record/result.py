@@ -20,6 +20,7 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,17 @@ TENSORS_FILE = "tensors.h5"
 IMAGES_DIR = "images"
 LOG_FILE = "job.log"  # the worker's stdout and stderr
 ERROR_LOG = "error.log"  # the traceback of a job that failed
-STATUSES = ("FINISHED", "FAILED", "KILLED")
+
+
+class Status(StrEnum):
+    """How a job ended, in MLflow's words (a run's status there): what result.json records."""
+
+    FINISHED = "FINISHED"
+    FAILED = "FAILED"
+    KILLED = "KILLED"
+
+
+STATUSES = tuple(Status)
 FORMAT = 1  # of result.json and tensors.h5; raise it when a reader could misread the new layout
 
 
@@ -42,7 +53,7 @@ class ResultUnreadable(ValueError):
 
 @dataclass
 class Result:
-    status: str  # FINISHED, FAILED, KILLED
+    status: Status
     config: dict = field(default_factory=dict)  # the resolved run config
     metrics: dict = field(default_factory=dict)
     environment: dict = field(default_factory=dict)
@@ -57,6 +68,7 @@ class Result:
     tensors: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
     attrs: dict[str, Any] = field(default_factory=dict, repr=False)  # root attributes of tensors.h5
     images: np.ndarray | None = field(default=None, repr=False)  # NCHW in [-1, 1]
+    stopped_by: str | None = field(default=None, repr=False)  # what stopped it in this process (job.StopReason)
 
     # -- result.json ------------------------------------------------------------------------------
 
@@ -83,7 +95,7 @@ class Result:
     @classmethod
     def from_dict(cls, record: dict) -> Result:
         return cls(
-            status=record["status"],
+            status=Status(record["status"]),
             config=record.get("config", {}),
             copied_keys=record.get("copied_keys", {}),
             metrics=record.get("metrics", {}),

@@ -21,7 +21,7 @@ import pandas as pd
 
 from runner import report, tracking
 from runner.record import setups
-from runner.record.result import RESULT_FILE, TENSORS_FILE
+from runner.record.result import RESULT_FILE, TENSORS_FILE, Status
 from runner.report.ratio import APART_SD, PROCESS_SD, instability, round_medians, time_ratio
 
 FACTOR = 1.1  # asv compare's default
@@ -66,7 +66,7 @@ def _param_text(value: object) -> str:
 def _timed(frame: pd.DataFrame) -> pd.DataFrame:
     if frame.empty or "metrics.time_median_s" not in frame:
         return frame.iloc[0:0]
-    return frame[(frame["status"] == "FINISHED") & frame["metrics.time_median_s"].notna()]
+    return frame[(frame["status"] == Status.FINISHED) & frame["metrics.time_median_s"].notna()]
 
 
 def verdict(ratio, factor: float) -> str:

@@ -12,7 +12,7 @@ import pandas as pd
 
 from runner import tracking
 from runner.record import naming, setups
-from runner.record.result import RESULT_FILE, Result, ResultUnreadable, read_sample_rounds, read_samples
+from runner.record.result import RESULT_FILE, Result, ResultUnreadable, Status, read_sample_rounds, read_samples
 from runner.record.table import COLUMNS, PROSE, Column, present, rows
 from runner.record.table import markdown as table_markdown
 from runner.report.ratio import UNSTABLE_DISAGREE, instability, time_ratio
@@ -31,7 +31,7 @@ def runs_from_dirs(run_dirs: Iterable[Path]) -> pd.DataFrame:
         try:
             result = Result.load(run_dir)
         except ResultUnreadable as error:
-            result = Result(status="FAILED", error=str(error))
+            result = Result(status=Status.FAILED, error=str(error))
         name = naming.run_name(result.config, *naming.job_context(run_dir)) if result.config else run_dir.name
         row = {"run": name, "run_dir": str(run_dir), "status": result.status, "error": result.error}
         row["warnings"] = result.warnings
@@ -146,7 +146,7 @@ def compare(frame: pd.DataFrame) -> pd.DataFrame:
         frame[key] = None if key in ("within_noise", "time_ratio_basis") else np.nan
     if frame.empty or "metrics.time_median_s" not in frame:
         return frame
-    timed = frame[(frame["status"] == "FINISHED") & frame["metrics.time_median_s"].notna()]
+    timed = frame[(frame["status"] == Status.FINISHED) & frame["metrics.time_median_s"].notna()]
     keys = work_keys(frame) + (["setup"] if "setup" in frame else [])
     for _, group in timed.groupby([timed[k].map(str) for k in keys], sort=False):
         fastest = group["metrics.time_median_s"].idxmin()
@@ -221,7 +221,7 @@ def _param_cell(value: object) -> str:
 def markdown(frame: pd.DataFrame) -> str:
     """runs.md / summary.md: the human table as markdown, then one line per run that did not finish."""
     text = table_markdown(*human_table(frame)) + "".join(f"\n{line}\n" for line in setup_notes(frame))
-    failed = frame[frame["status"] != "FINISHED"]
+    failed = frame[frame["status"] != Status.FINISHED]
     if not failed.empty:
         text += "\n## Not finished\n\n" + "".join(
             f"- {r['run']} ({r['status']}): {r['error']}\n" for _, r in failed.iterrows()

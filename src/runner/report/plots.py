@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from runner.record.result import Status
 from runner.record.table import format_seconds
 from runner.report.frames import (
     PANEL_KEYS,
@@ -55,7 +56,7 @@ def _workload_title(row: pd.Series, settings: list[str]) -> str:
 
 
 def _timed(frame: pd.DataFrame) -> pd.DataFrame:
-    return frame[(frame["status"] == "FINISHED") & frame["metrics.time_median_s"].notna()]
+    return frame[(frame["status"] == Status.FINISHED) & frame["metrics.time_median_s"].notna()]
 
 
 def _panel_labels(rows: pd.DataFrame) -> pd.Series:

@@ -17,6 +17,7 @@ from runner.record.result import (
     RESULT_FILE,
     TENSORS_FILE,
     Result,
+    Status,
     read_inputs,
     read_samples,
     read_timings,
@@ -57,7 +58,7 @@ def log_to_mlflow(run_dir: Path, uri: str, experiment: str, parent_run_id: str |
 def _end_failed(mlflow, run_id: str) -> None:
     """A run whose upload broke off ends FAILED, never stays RUNNING; the next sync replaces it."""
     with contextlib.suppress(Exception):
-        mlflow.set_terminated(run_id, "FAILED")
+        mlflow.set_terminated(run_id, Status.FAILED)
 
 
 def _remove_partial_uploads(mlflow, experiment_id: str, key: str, noted_run_id: str | None) -> None:
@@ -254,7 +255,7 @@ def sync(run_dir: Path, uri: str | None = None) -> str | None:
     if link.get("synced"):
         return None
     if not Result.exists(run_dir):  # the worker and its launcher died before recording anything
-        Result(status="KILLED", error=NO_RESULT).save(run_dir)
+        Result(status=Status.KILLED, error=NO_RESULT).save(run_dir)
     uri = uri or link["uri"]
     check_reachable(uri)
     run_id = log_to_mlflow(run_dir, uri, link["experiment"], link.get("parent_run_id"))

@@ -1,0 +1,121 @@
+"""The launcher of a sweep on this machine (`hydra/launcher=rounds`, the default): its jobs one after the
+other, those that compare measured in interleaved rounds (runner.launch.rounds).
+
+For each job, in order: its config is composed as Hydra composes it; a job measured in rounds
+(rounds.wanted: a worker process, timing.rounds above 1) is set up in its worker and waits, any other job
+runs at once through Hydra's `run_job` with the task function (run.py's `main`). Once every job is set up,
+the rounds hand out the turns; then each waiting job goes through `run_job` too, with a task that returns
+what its worker recorded. So every job is one `run_job`: Hydra's callbacks see each job start and end once,
+with its real value, and sweepers (an optimizing one included) get every job's median, in rounds too.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.utils import JobReturn, configure_log, filter_overrides, run_job, setup_globals
+from hydra.plugins.launcher import Launcher
+from hydra.types import HydraContext, TaskFunction
+from omegaconf import DictConfig, OmegaConf, open_dict, read_write
+
+from runner.launch import rounds, sweep
+from runner.launch.job_return import job_return
+from runner.measure.job import SIGTERM, Stopped, stop_reason
+from runner.record.result import Result, Status
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Job:
+    number: int
+    config: DictConfig  # with its `hydra` node, as run_job takes it
+    task_cfg: DictConfig  # what the task function gets
+    run_dir: Path
+
+
+class RoundsLauncher(Launcher):
+    def __init__(self) -> None:
+        self.config: DictConfig | None = None
+        self.task_function: TaskFunction | None = None
+        self.hydra_context: HydraContext | None = None
+
+    def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
+        self.config, self.hydra_context, self.task_function = config, hydra_context, task_function
+
+    def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
+        setup_globals()
+        configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
+        sweep_dir = Path(str(self.config.hydra.sweep.dir))
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        parent = sweep.parent_run_id(sweep_dir)
+        coordinator = rounds.Coordinator()
+        returns: dict[int, JobReturn] = {}
+        waiting: list[_Job] = []
+        try:
+            for number, overrides in enumerate(job_overrides, initial_job_idx):
+                log.info(f"\t#{number} : {' '.join(filter_overrides(overrides))}")
+                job = self._job(list(overrides), number)
+                if not rounds.wanted(job.task_cfg):
+                    returns[number] = self._run(job, self.task_function)
+                    continue
+                _save_overrides(job)
+                ended = coordinator.set_up(job.task_cfg, job.run_dir, parent)
+                if ended is not None:
+                    coordinator.outcomes[job.run_dir] = ended
+                    if ended.status == Status.KILLED:  # Ctrl-C or SIGTERM while it was set up
+                        raise Stopped(ended.stopped_by or SIGTERM)
+                waiting.append(job)
+            coordinator.run(measured=sweep.import_report_meanwhile)
+        except KeyboardInterrupt as stop:
+            coordinator.run(stopped_by=stop_reason(stop))  # the jobs set up so far record what they have
+            raise
+        for job in waiting:
+            returns[job.number] = self._run(job, partial(_measured, coordinator.outcomes[job.run_dir]))
+        return [returns[number] for number in sorted(returns)]
+
+    def _job(self, overrides: list[str], number: int) -> _Job:
+        """The job's config as Hydra's basic launcher composes it, and what run_job would give its task."""
+        config = self.hydra_context.config_loader.load_sweep_config(self.config, overrides)
+        with open_dict(config):
+            config.hydra.job.id = number
+            config.hydra.job.num = number
+        HydraConfig.instance().set_config(config)  # the task's config resolves `${hydra:...}` against it
+        task_cfg = copy.deepcopy(config)
+        with read_write(task_cfg), open_dict(task_cfg):
+            del task_cfg["hydra"]
+        run_dir = Path(os.path.abspath(Path(str(config.hydra.sweep.dir)) / str(config.hydra.sweep.subdir)))
+        return _Job(number, config, task_cfg, run_dir)
+
+    def _run(self, job: _Job, task_function: TaskFunction) -> JobReturn:
+        ret = run_job(
+            hydra_context=self.hydra_context,
+            task_function=task_function,
+            config=job.config,
+            job_dir_key="hydra.sweep.dir",
+            job_subdir_key="hydra.sweep.subdir",
+        )
+        configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
+        return ret
+
+
+def _save_overrides(job: _Job) -> None:
+    """The job's .hydra/overrides.yaml, which run_job writes only when the job's task runs: MLflow names the
+    run by its swept values (runner.record.naming.job_context) when the rounds log it, before that."""
+    if job.config.hydra.output_subdir is None:
+        return
+    folder = job.run_dir / str(job.config.hydra.output_subdir)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "overrides.yaml").write_text(OmegaConf.to_yaml(job.config.hydra.overrides.task))
+
+
+def _measured(outcome: Result, cfg: DictConfig) -> float:
+    """The task of a job measured in the rounds: what its worker recorded, as run.py's task returns it."""
+    return job_return(cfg, Path(HydraConfig.get().runtime.output_dir), outcome, multirun=True)

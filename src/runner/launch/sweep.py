@@ -224,15 +224,17 @@ def _note_comparisons(compared) -> None:
 
 def comparison_line(row) -> str:
     """'1.31x the time of the fastest comparable job (95% interval 1.27-1.35x: a real difference)'."""
-    verdict = row["within_noise"]
-    if verdict == "fastest":
+    from runner.report.ratio import Verdict, describe
+
+    verdict = row["verdict"]
+    if verdict == Verdict.FASTEST:
         return "the fastest comparable job of the sweep"
     line = f"{row['time_ratio']:.2f}x the time of the fastest comparable job of the sweep"
-    if verdict in ("yes", "no"):
-        meaning = "within noise" if verdict == "yes" else "a real difference"
+    if verdict in (Verdict.WITHIN_NOISE, Verdict.DIFFERENT):
+        meaning = "within noise" if verdict == Verdict.WITHIN_NOISE else "a real difference"
         interval = f"{row['time_ratio_ci_low']:.2f}-{row['time_ratio_ci_high']:.2f}x"
         return f"{line} (95% interval {interval} over {row['time_ratio_basis']}: {meaning})"
-    return f"{line} ({verdict})"
+    return f"{line} ({describe(verdict, row['verdict_reason'])})"
 
 
 def _close_parent(sweep: Sweep, statuses: list[str], status: str, files: list[Path]) -> None:

@@ -120,7 +120,7 @@ def typical_time(run: pd.Series) -> float:
 
 def _instability(run: pd.Series) -> str | None:
     why = instability(run["samples_s"], run["sample_rounds"]) if run["samples_s"] is not None else None
-    return f"cannot tell ({why})" if why else None
+    return f"cannot tell (unstable: {why})" if why else None
 
 
 def run(before_source: str, after_source: str, uri: str | None, factor: float = FACTOR) -> list[str]:

@@ -15,7 +15,7 @@ from runner.record import naming, setups
 from runner.record.result import RESULT_FILE, Result, ResultUnreadable, Status, read_sample_rounds, read_samples
 from runner.record.table import COLUMNS, PROSE, Column, present, rows
 from runner.record.table import markdown as table_markdown
-from runner.report.ratio import UNSTABLE_DISAGREE, instability, time_ratio
+from runner.report.ratio import UNSTABLE_DISAGREE, Verdict, describe, instability, time_ratio
 
 PANEL_KEYS = ("params.model.name", "params.task.name", "params.batch_size")  # a size sweep shares one panel
 SETTING_PREFIXES = ("params.model.", "params.data.")  # the workload's own settings: model.n, data.image_size, ...
@@ -133,17 +133,19 @@ def labels(frame: pd.DataFrame, columns: list[str] | None = None) -> pd.Series:
     return frame[columns].map(str).apply(lambda row: " ".join(f"{short_name(c)}={v}" for c, v in row.items()), axis=1)
 
 
-COMPARISON = ("time_ratio", "time_ratio_ci_low", "time_ratio_ci_high", "within_noise", "time_ratio_basis")
+COMPARISON = ("time_ratio", "time_ratio_ci_low", "time_ratio_ci_high", "verdict", "verdict_reason", "time_ratio_basis")
+PROSE_KEYS = ("verdict", "verdict_reason", "within_noise", "time_ratio_basis")
 
 
 def compare(frame: pd.DataFrame) -> pd.DataFrame:
     """Add `time_ratio` (this run's time / the fastest's), its interval `time_ratio_ci_low`/`_high` (95% over
-    the group's comparisons: runner.report.ratio) and `within_noise` against the fastest finished run that did the
-    same work (work_keys). The fastest is the one with the lowest median. A run whose rounds disagree too
-    much for a verdict says `unstable: ...` instead."""
+    the group's comparisons: runner.report.ratio), the `verdict` against the fastest finished run that did
+    the same work (work_keys) with its `verdict_reason`, and `within_noise`, the two as the table prints
+    them. The fastest is the one with the lowest median. A run whose rounds disagree too much for a verdict
+    is UNSTABLE, with why."""
     frame = frame.copy()
-    for key in COMPARISON:
-        frame[key] = None if key in ("within_noise", "time_ratio_basis") else np.nan
+    for key in (*COMPARISON, "within_noise"):
+        frame[key] = None if key in PROSE_KEYS else np.nan
     if frame.empty or "metrics.time_median_s" not in frame:
         return frame
     timed = frame[(frame["status"] == Status.FINISHED) & frame["metrics.time_median_s"].notna()]
@@ -153,25 +155,29 @@ def compare(frame: pd.DataFrame) -> pd.DataFrame:
         unstable = {i: _instability(frame.loc[i]) for i in group.index}
         for i in group.index:
             if i == fastest:
-                frame.loc[i, COMPARISON] = [1.0, np.nan, np.nan, unstable[i] or "fastest", None]
-                continue
-            verdict = unstable[i] or ("cannot tell (the fastest job is unstable)" if unstable[fastest] else None)
-            frame.loc[i, COMPARISON] = _versus(frame.loc[i], frame.loc[fastest], len(group) - 1, verdict)
+                verdict = (Verdict.UNSTABLE, unstable[i]) if unstable[i] else (Verdict.FASTEST, None)
+                frame.loc[i, COMPARISON] = [1.0, np.nan, np.nan, *verdict, None]
+            else:
+                no_verdict = (Verdict.UNSTABLE, unstable[i]) if unstable[i] else None
+                if no_verdict is None and unstable[fastest]:
+                    no_verdict = (Verdict.CANNOT_TELL, "the fastest job is unstable")
+                frame.loc[i, COMPARISON] = _versus(frame.loc[i], frame.loc[fastest], len(group) - 1, no_verdict)
+            frame.loc[i, "within_noise"] = describe(frame.loc[i, "verdict"], frame.loc[i, "verdict_reason"])
     return frame
 
 
-def _versus(run: pd.Series, fastest: pd.Series, comparisons: int, unstable: str | None) -> list:
-    """time_ratio, its interval, within_noise and the basis of `run` against `fastest`; `unstable` says why
-    there is no verdict, where one of the two jobs' rounds disagree too much for one."""
+def _versus(run: pd.Series, fastest: pd.Series, comparisons: int, no_verdict: tuple | None) -> list:
+    """time_ratio, its interval, the verdict with its reason, and the basis of `run` against `fastest`;
+    `no_verdict` (a verdict and its reason) where one of the two jobs' rounds disagree too much for one."""
     by_medians = run["metrics.time_median_s"] / fastest["metrics.time_median_s"]
     if run["samples_s"] is None or fastest["samples_s"] is None:  # e.g. MLflow runs made on another machine
-        return [by_medians, np.nan, np.nan, "cannot tell (no samples)", None]
+        return [by_medians, np.nan, np.nan, Verdict.CANNOT_TELL, "no samples", None]
     samples = (run["samples_s"], run.get("sample_rounds"), fastest["samples_s"], fastest.get("sample_rounds"))
     ratio = time_ratio(*samples, comparisons=comparisons)
     disagree = max(ratio.value / by_medians, by_medians / ratio.value)
-    if not unstable and disagree > UNSTABLE_DISAGREE:
-        unstable = f"unstable: {ratio.value:.2f}x over its rounds, {by_medians:.2f}x by the medians"
-    return [ratio.value, ratio.low, ratio.high, unstable or ratio.within_noise(), ratio.basis()]
+    if not no_verdict and disagree > UNSTABLE_DISAGREE:
+        no_verdict = (Verdict.UNSTABLE, f"{ratio.value:.2f}x over its rounds, {by_medians:.2f}x by the medians")
+    return [ratio.value, ratio.low, ratio.high, *(no_verdict or ratio.verdict()), ratio.basis()]
 
 
 def _instability(run: pd.Series) -> str | None:

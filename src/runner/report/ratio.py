@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from enum import StrEnum
 
 import numpy as np
 
@@ -60,6 +61,23 @@ PROCESS_SD = 0.012
 APART_SD = 0.03
 UNSTABLE_SPREAD = 3.0  # p90/p10 of a job's per-round medians
 UNSTABLE_DISAGREE = 1.25  # the ratio over rounds against the ratio of the medians
+
+
+class Verdict(StrEnum):
+    """What a comparison with the fastest comparable job says; the table prints it with its reason."""
+
+    FASTEST = "fastest"
+    WITHIN_NOISE = "yes"  # the interval holds 1
+    DIFFERENT = "no"  # it does not
+    CANNOT_TELL = "cannot tell"  # no interval: too few rounds, no samples, an unstable fastest job
+    UNSTABLE = "unstable"  # this job's rounds disagree too much for a verdict
+
+
+def describe(verdict: Verdict, reason: str | None) -> str:
+    """The verdict as the table's `within noise` cell: 'yes', 'cannot tell (1 round)', 'unstable: ...'."""
+    if not reason:
+        return str(verdict)
+    return f"{verdict}: {reason}" if verdict == Verdict.UNSTABLE else f"{verdict} ({reason})"
 
 
 @dataclass(frozen=True)
@@ -78,11 +96,15 @@ class Ratio:
         shared = f", 1 of {self.comparisons} comparisons" if self.comparisons > 1 else ""
         return f"{self.rounds} round{'s' if self.rounds != 1 else ''}{unpaired}{shared}"
 
-    def within_noise(self) -> str:
-        """'yes' when the interval holds 1, 'no' when it does not, else why it cannot tell."""
+    def verdict(self) -> tuple[Verdict, str | None]:
+        """WITHIN_NOISE when the interval holds 1, DIFFERENT when it does not, else CANNOT_TELL and why."""
         if math.isnan(self.low):
-            return f"cannot tell ({self.rounds} round{'s' if self.rounds != 1 else ''})"
-        return "yes" if self.low <= 1.0 <= self.high else "no"
+            return Verdict.CANNOT_TELL, f"{self.rounds} round{'s' if self.rounds != 1 else ''}"
+        return (Verdict.WITHIN_NOISE if self.low <= 1.0 <= self.high else Verdict.DIFFERENT), None
+
+    def within_noise(self) -> str:
+        """The verdict as the table prints it: 'yes', 'no', or 'cannot tell (1 round)'."""
+        return describe(*self.verdict())
 
 
 def round_medians(samples_s: np.ndarray, rounds: np.ndarray | None) -> dict[int, float]:
@@ -162,7 +184,7 @@ def instability(samples_s: np.ndarray, rounds: np.ndarray | None) -> str | None:
     p10, p90 = np.percentile(values, [10, 90])
     if p90 / p10 <= UNSTABLE_SPREAD:
         return None
-    return f"unstable: its per-round medians spread {p90 / p10:.0f}x (p90/p10); {change_point(medians)}"
+    return f"its per-round medians spread {p90 / p10:.0f}x (p90/p10); {change_point(medians)}"
 
 
 def change_point(medians: dict[int, float]) -> str:

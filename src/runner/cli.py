@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from runner import tracking, version
-from runner.config import ConfigError, first_line
+from runner.config import ConfigError
 from runner.launch import sweep
 from runner.record.result import ResultUnreadable
 
@@ -96,28 +96,17 @@ def _compare(args: argparse.Namespace) -> int:
 def _sync(args: argparse.Namespace) -> int:
     failures = 0
     for path in args.run_dirs:
-        for run_dir, line in sync_path(path, args.tracking_uri):
-            failures += line.startswith("error")
-            print(f"{run_dir}: {line}")
+        for synced in sync_path(path, args.tracking_uri):
+            failures += synced.state == tracking.SyncState.FAILED
+            print(synced.line())
     return 1 if failures else 0
 
 
-def sync_path(path: Path, uri: str | None) -> list[tuple[Path, str]]:
+def sync_path(path: Path, uri: str | None) -> list[tracking.Synced]:
     """Sync one run directory, or every job of a sweep directory (creating its parent run if missing)."""
     if (path / tracking.TRACKING_FILE).exists():
-        return [(path, _sync_one(path, uri))]
+        return [tracking.sync_one(path, uri)]
     if (path / sweep.SWEEP_FILE).exists():
-        return sweep.sync_sweep(path, uri, _sync_one)
-    return [(path, f"error: neither {tracking.TRACKING_FILE} nor {sweep.SWEEP_FILE} here (not a tracked run)")]
-
-
-def _sync_one(run_dir: Path, uri: str | None) -> str:
-    try:
-        run_id = tracking.sync(run_dir, uri)
-    except Exception as error:
-        return f"error: {first_line(error)}"
-    return "already in MLflow" if run_id is None else f"uploaded as run {run_id}"
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+        return sweep.sync_sweep(path, uri)
+    detail = f"neither {tracking.TRACKING_FILE} nor {sweep.SWEEP_FILE} here (not a tracked run)"
+    return [tracking.Synced(path, tracking.SyncState.FAILED, detail)]

@@ -317,35 +317,36 @@ def _status(status: str) -> str:
     return f"[{colours.get(status, 'yellow')}]{status}[/]"
 
 
-def sync_sweep(sweep_dir: Path, uri: str | None, sync_one) -> list[tuple[Path, str]]:
+def sync_sweep(sweep_dir: Path, uri: str | None) -> list[tracking.Synced]:
     """Upload a sweep kept locally: its parent run (created now if the store was down), then its jobs."""
-
     sweep_dir = Path(sweep_dir)
     info = read_sweep_file(sweep_dir)
     if info.get("tracking") != "mlflow":
-        return [(sweep_dir, "error: this sweep ran with tracking=none: there is nothing to upload")]
+        detail = "this sweep ran with tracking=none: there is nothing to upload"
+        return [tracking.Synced(sweep_dir, tracking.SyncState.FAILED, detail)]
     info["uri"] = uri or info.get("uri")
-    lines: list[tuple[Path, str]] = []
+    done: list[tracking.Synced] = []
     if not info.get("parent_run_id"):
         try:
             info["parent_run_id"] = tracking.create_parent_run(info)
         except Exception as error:
-            return [(sweep_dir, f"error: could not create the parent run ({first_line(error)})")]
+            detail = f"could not create the parent run ({first_line(error)})"
+            return [tracking.Synced(sweep_dir, tracking.SyncState.FAILED, detail)]
         info.pop("error", None)
         write_sweep_file(sweep_dir, info)
-        lines.append((sweep_dir, f"parent run {info['parent_run_id']} created"))
+        done.append(tracking.Synced(sweep_dir, tracking.SyncState.CREATED, info["parent_run_id"]))
     run_dirs = job_dirs(sweep_dir)
     for run_dir in run_dirs:
         _adopt(run_dir, info["parent_run_id"])
-        lines.append((run_dir, sync_one(run_dir, uri)))
+        done.append(tracking.sync_one(run_dir, uri))
     statuses = [job_status(d) for d in run_dirs]
     # A sweep that never reached `finish` was stopped (its launcher killed): never FINISHED.
     status = info.get("status") or sweep_status(statuses, interrupted=True)
     files = [p for p in [sweep_dir / "summary.md", *sorted((sweep_dir / "report").glob("*"))] if p.is_file()]
-    uploaded = any(not line.startswith("already") for _, line in lines)
-    if uploaded or not info.get("parent_closed"):
+    changed = any(synced.state != tracking.SyncState.ALREADY for synced in done)
+    if changed or not info.get("parent_closed"):
         _close_parent(Sweep(sweep_dir, info), statuses, status, files)
-    return lines
+    return done
 
 
 def job_dirs(sweep_dir: Path) -> list[Path]:

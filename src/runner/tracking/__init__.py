@@ -27,7 +27,18 @@ from runner.tracking.store import (
     store_lock,
 )
 from runner.tracking.sweeps import close_parent_run, create_parent_run
-from runner.tracking.upload import NO_RESULT, NOTE_LIMIT, fit_note, log_comparison, log_files, sync, track
+from runner.tracking.upload import (
+    NO_RESULT,
+    NOTE_LIMIT,
+    Synced,
+    SyncState,
+    fit_note,
+    log_comparison,
+    log_files,
+    sync,
+    sync_one,
+    track,
+)
 
 __all__ = [
     "NOTE_LIMIT",
@@ -50,6 +61,9 @@ __all__ = [
     "search_runs",
     "store_lock",
     "sync",
+    "sync_one",
+    "Synced",
+    "SyncState",
     "track",
     "write_link",
     "write_pending",

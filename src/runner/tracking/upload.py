@@ -7,6 +7,8 @@ import contextlib
 import sys
 import time
 import warnings
+from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 
 from runner.config import first_line
@@ -243,6 +245,40 @@ def track(run_dir: Path, uri: str, experiment: str, parent_run_id: str | None = 
         return None
     write_link(run_dir, {**read_link(run_dir), **link, "run_id": run_id, "synced": True})
     return run_id
+
+
+class SyncState(StrEnum):
+    UPLOADED = "uploaded"
+    ALREADY = "already in MLflow"
+    CREATED = "created"  # a sweep's parent run, made at sync
+    FAILED = "error"
+
+
+@dataclass(frozen=True)
+class Synced:
+    """What `runner sync` did with one directory: its state, and the line a person reads."""
+
+    path: Path
+    state: SyncState
+    detail: str = ""  # the run id, or what went wrong
+
+    def line(self) -> str:
+        text = {
+            SyncState.UPLOADED: f"uploaded as run {self.detail}",
+            SyncState.ALREADY: str(SyncState.ALREADY),
+            SyncState.CREATED: f"parent run {self.detail} created",
+            SyncState.FAILED: f"error: {self.detail}",
+        }[self.state]
+        return f"{self.path}: {text}"
+
+
+def sync_one(run_dir: Path, uri: str | None) -> Synced:
+    """`sync`, whatever happens: an error is a FAILED Synced, not an exception."""
+    try:
+        run_id = sync(run_dir, uri)
+    except Exception as error:
+        return Synced(run_dir, SyncState.FAILED, first_line(error))
+    return Synced(run_dir, SyncState.ALREADY) if run_id is None else Synced(run_dir, SyncState.UPLOADED, run_id)
 
 
 def sync(run_dir: Path, uri: str | None = None) -> str | None:

@@ -28,6 +28,8 @@ from collections.abc import Callable
 from multiprocessing import reduction
 from multiprocessing.connection import Connection, wait
 
+from runner.launch.messages import Ended, Fork, Forked
+
 FORK_TIMEOUT_S = 60.0  # a server that does not answer a fork request in this long is taken for dead
 
 
@@ -111,7 +113,7 @@ class ForkServer:
         context = {"environ": dict(os.environ), "path": list(sys.path), "cwd": os.getcwd()}
         with self._lock:
             try:
-                self.connection.send(("fork", target_args, context))
+                self.connection.send(Fork(target_args, context))
                 reduction.send_handle(self.connection, connection.fileno(), self.process.pid)
                 return self._forked.get(timeout=FORK_TIMEOUT_S)
             except (OSError, queue.Empty) as error:
@@ -125,12 +127,12 @@ class ForkServer:
                 message = self.connection.recv()
             except (EOFError, OSError):
                 break
-            if message[0] == "forked":
-                worker = self._workers[message[1]] = ForkedWorker(message[1])
+            if isinstance(message, Forked):
+                worker = self._workers[message.pid] = ForkedWorker(message.pid)
                 self._forked.put(worker)
-            elif message[0] == "ended" and message[1] in self._workers:
+            elif isinstance(message, Ended) and message.pid in self._workers:
                 with contextlib.suppress(OSError):  # nothing may stop this thread: joins wait on it
-                    self._workers.pop(message[1]).ended(message[2])
+                    self._workers.pop(message.pid).ended(message.exitcode)
         self.alive = False
         for worker in self._workers.values():  # their parent-death signal stops them: see job.log
             worker.ended(None)
@@ -159,18 +161,18 @@ def _serve(module: str, worker_main: Callable, connection: Connection, launcher:
         try:
             ready = wait([connection, *workers])  # asleep until a request or a worker's end: no timer wakes it
             if connection in ready:
-                _, target_args, context = connection.recv()
+                request: Fork = connection.recv()
                 handle = reduction.recv_handle(connection)
                 pid = os.fork()
                 if pid == 0:
                     connection.close()
-                    _run_worker(worker_main, target_args, context, Connection(handle), me)
+                    _run_worker(worker_main, request.target_args, request.context, Connection(handle), me)
                 os.close(handle)
                 workers[os.pidfd_open(pid)] = pid
-                connection.send(("forked", pid))
+                connection.send(Forked(pid))
             for pidfd in [r for r in ready if r is not connection]:
                 _, status = os.waitpid(workers[pidfd], 0)
-                connection.send(("ended", workers.pop(pidfd), os.waitstatus_to_exitcode(status)))
+                connection.send(Ended(workers.pop(pidfd), os.waitstatus_to_exitcode(status)))
                 os.close(pidfd)
         except (EOFError, OSError):  # the launcher is gone: the workers' parent-death signal follows this exit
             os._exit(0)

@@ -1,4 +1,5 @@
-"""What the launcher and a job's worker say to each other over the job's pipe: one type per message."""
+"""What the launcher says over its pipes, one type per message: to a job's worker (MayTime ... Finished), and
+to its backend's fork server (Fork, Forked, Ended)."""
 
 from __future__ import annotations
 
@@ -36,3 +37,27 @@ class TurnDone:
 @dataclass(frozen=True)
 class Finished:
     """Launcher -> worker: the rounds are over; record the job."""
+
+
+@dataclass(frozen=True)
+class Fork:
+    """Launcher -> fork server: fork a worker running the worker main with these arguments, in the launcher's
+    environment, path and directory (`context`); the job's pipe follows as a handle."""
+
+    target_args: tuple
+    context: dict
+
+
+@dataclass(frozen=True)
+class Forked:
+    """Fork server -> launcher: the worker it forked."""
+
+    pid: int
+
+
+@dataclass(frozen=True)
+class Ended:
+    """Fork server -> launcher: a worker ended, with this exit code (negative: killed by that signal)."""
+
+    pid: int
+    exitcode: int

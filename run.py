@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "src"))  # works before
 
 from runner.launch import isolation, preflight, sweep  # noqa: E402  (registers the structured configs and resolvers)
 from runner.launch.job_return import job_return  # noqa: E402
-from runner.measure.job import SIGTERM, Stopped  # noqa: E402
+from runner.measure.stop import SIGTERM, Stopped  # noqa: E402
 from runner.record import environment  # noqa: E402
 
 

@@ -58,10 +58,19 @@ def test_heavy_frameworks_are_imported_only_where_chosen():
         assert not heavy, f"{path.relative_to(PROJECT_ROOT)} imports {sorted(heavy)} at module level"
 
 
-# Lower layers never import higher ones: a run's config, then what runs it (backends, models), what it leaves
-# behind (record), how it is measured (measure), MLflow (tracking), comparisons (report), launching (launch),
-# and the `runner` command on top.
-LAYERS = ("config", ("backends", "models"), "record", "measure", "tracking", "report", "launch", ("cli", "__main__"))
+# Lower layers never import higher ones: a run's config and its typed spec, then what runs it (backends, models),
+# what it leaves behind (record), how it is measured (measure), MLflow (tracking), comparisons (report),
+# launching (launch), and the `runner` command on top.
+LAYERS = (
+    ("config", "spec"),
+    ("backends", "models"),
+    "record",
+    "measure",
+    "tracking",
+    "report",
+    "launch",
+    ("cli", "__main__"),
+)
 
 
 def _layer(module: str) -> int:

@@ -16,8 +16,9 @@ from helpers import FAST_TIMING, PROJECT_ROOT, _env, clients, compose_config, ru
 from runner import cli, tracking
 from runner.config import ConfigError
 from runner.launch import isolation, preflight, sweep
-from runner.measure.job import Stopped, non_finite_warnings, run_and_record, stop_reason
+from runner.measure.job import non_finite_warnings, run_and_record
 from runner.measure.samples import Samples
+from runner.measure.stop import Stopped, stop_reason
 from runner.measure.timing import measure
 from runner.models.mlp import MLP
 from runner.models.op_workloads import Matmul, Sigmoid

@@ -38,6 +38,7 @@ from omegaconf import OmegaConf
 from photos import scene
 
 from runner.config import PROJECT_ROOT, ConfigError, check_combination, nvidia_driver_present
+from runner.spec import JobSpec
 
 CAPS = ("timing.warmup_s=0", "timing.min_warmup_calls=0", "timing.min_repeats=1", "timing.max_time_s=0.001")
 FAST_JOBS = 4  # sweeps up to this many jobs run in the default test path
@@ -378,8 +379,7 @@ def _refusal(config: dict) -> str | None:
     cfg = OmegaConf.create(config)
     try:
         check_combination(cfg)
-        c = choices(cfg)
-        limits.check_fits(build_workload(cfg.model), cfg, c, c["device"])
+        limits.check_fits(build_workload(cfg.model), JobSpec.of(cfg), choices(cfg)["device"])
     except ConfigError as error:
         return str(error)
     return None

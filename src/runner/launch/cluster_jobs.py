@@ -37,12 +37,13 @@ def record_ended(task_cfg: DictConfig, run_dir: Path, reason: str, context: dict
     put first. Recording the same reason twice changes nothing."""
     from runner.launch import sweep
     from runner.measure.job import record
+    from runner.record.naming import job_spec
     from runner.record.result import Result
 
     parent = sweep.parent_run_id(run_dir.parent)
     run_dir.mkdir(parents=True, exist_ok=True)  # a job that never started has no directory yet
     if not Result.exists(run_dir):
-        record(task_cfg, run_dir, Result(status=Status.FAILED, error=reason, environment=context))
+        record(job_spec(task_cfg), run_dir, Result(status=Status.FAILED, error=reason, environment=context))
         _update_tracked(task_cfg, run_dir, parent)
         return
     result = Result.load(run_dir)

@@ -31,10 +31,10 @@ from runner import tracking
 from runner.launch.fork_server import ForkServer, ForkServerGone
 from runner.launch.job_log import LogForwarder
 from runner.launch.messages import MayTime, Ready, Turn, TurnDone
-from runner.measure.job import SIGTERM, Stopped, StopReason
+from runner.measure.stop import SIGTERM, Stopped, StopReason
 from runner.measure.timing import Measurement
 from runner.record.environment import ADDR_NO_RANDOMIZE
-from runner.record.naming import resolved_keeping_copies
+from runner.record.naming import job_spec, resolved_keeping_copies
 from runner.record.result import ERROR_LOG, IMAGES_DIR, LOG_FILE, RESULT_FILE, TENSORS_FILE, Result, Status
 
 TAIL_LINES = 40
@@ -126,7 +126,7 @@ class Worker:
         try:
             self.process.join()
         except KeyboardInterrupt as interrupt:
-            from runner.measure.job import stop_reason
+            from runner.measure.stop import stop_reason
 
             return self.stop(stop_reason(interrupt))
         return self.recorded(Status.FAILED, _exit_reason(self.process.exitcode))
@@ -155,11 +155,13 @@ class Worker:
             return Result.load(self.run_dir)
         from runner.measure.job import record, stopped_while_timing
 
+        spec = job_spec(self.cfg)
         if measurement is not None and measurement.samples_s:
-            result = stopped_while_timing(status, f"{reason} (the samples it reported are kept)", measurement, self.cfg)
+            kept = f"{reason} (the samples it reported are kept)"
+            result = stopped_while_timing(status, kept, measurement, spec.batch_size)
         else:
             result = Result(status=status, error=reason)
-        record(self.cfg, self.run_dir, result)
+        record(spec, self.run_dir, result)
         return result
 
     def exit_reason(self) -> str:

@@ -9,7 +9,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from runner.launch.terminal import print_summary
-from runner.measure.job import SIGTERM, Stopped
+from runner.measure.stop import SIGTERM, Stopped
 from runner.record.result import Result, Status
 
 

@@ -27,7 +27,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from runner.launch import rounds, sweep
 from runner.launch.job_return import job_return
-from runner.measure.job import SIGTERM, Stopped, stop_reason
+from runner.measure.stop import SIGTERM, Stopped, stop_reason
 from runner.record.result import Result, Status
 
 log = logging.getLogger(__name__)

@@ -30,7 +30,7 @@ from omegaconf import DictConfig
 
 from runner.launch import isolation
 from runner.launch.messages import Finished, Turn, TurnDone
-from runner.measure.job import Stopped, StopReason, stop_reason
+from runner.measure.stop import Stopped, StopReason, stop_reason
 from runner.measure.timing import Measurement
 from runner.record.result import Result, Status
 

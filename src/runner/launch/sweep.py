@@ -61,7 +61,7 @@ class ClosesSweepWhenStopped:
         try:
             return super().launch(job_overrides, initial_job_idx)  # type: ignore[misc]
         except KeyboardInterrupt as stop:
-            from runner.measure.job import stop_reason
+            from runner.measure.stop import stop_reason
 
             finish(Path(str(self.config.hydra.sweep.dir)), interrupted=stop_reason(stop))
             raise

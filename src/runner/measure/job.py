@@ -3,19 +3,18 @@
 from __future__ import annotations
 
 import resource
-import signal
 import sys
 import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
-from enum import StrEnum
 from pathlib import Path
 
 import numpy as np
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from runner.config import ConfigError, check_combination, choices, first_line
+from runner.config import ConfigError, check_combination, first_line
+from runner.measure.stop import stop_reason
 from runner.measure.timing import (
     NOISY_REL_IQR,
     Measurement,
@@ -24,28 +23,28 @@ from runner.measure.timing import (
     ProgressLine,
     Turns,
 )
+from runner.record.naming import job_spec
 from runner.record.result import ERROR_LOG, Result, Status
+from runner.spec import JobSpec
 
 WEIGHTS_RECORD_LIMIT = 2_000_000  # weights are written to tensors.h5 when they have fewer elements
 
 
-def run_job(cfg: DictConfig, before_timing: Callable[[], object] = lambda: None, turns: Turns | None = None) -> Result:
-    """Run the configured measurement. Raises ConfigError for combinations that cannot run.
+def run_job(spec: JobSpec, before_timing: Callable[[], object] = lambda: None, turns: Turns | None = None) -> Result:
+    """Run the job's measurement (its combination checked already: runner.config.check_combination).
 
     `before_timing` is called once everything is set up, just before the first timed call; `turns`,
     where given, hands out the sampling in interleaved rounds (runner.launch.rounds)."""
-    check_combination(cfg)  # before any framework import
-    c = choices(cfg)
-    label = f"{c['backend']} {c['model']} {c['task']} {c['mode']}"
-    with ProgressLine(label, max_time_s=float(cfg.timing.max_time_s)) as progress:
-        return _run_job(cfg, c, before_timing, turns, progress)
+    label = f"{spec.backend} {spec.model} {spec.task} {spec.mode}"
+    with ProgressLine(label, max_time_s=float(spec.timing["max_time_s"])) as progress:
+        return _run_job(spec, before_timing, turns, progress)
 
 
 @dataclass
 class Prepared:
     """A job set up for timing: its workload on its backend, weights and inputs placed, the task built."""
 
-    cfg: DictConfig
+    spec: JobSpec
     choices: dict
     workload: object
     backend: object
@@ -63,15 +62,15 @@ class Prepared:
 
 
 def _run_job(
-    cfg: DictConfig, c: dict, before_timing: Callable[[], object], turns: Turns | None, progress: ProgressLine
+    spec: JobSpec, before_timing: Callable[[], object], turns: Turns | None, progress: ProgressLine
 ) -> Result:
-    job = _prepare(cfg, c, progress)
+    job = _prepare(spec, progress)
     measurement, first_output, results, meter_note = _measure(job, before_timing, turns, progress)
     progress.phase("checking against the float64 reference")
     return _assemble(job, measurement, first_output, results, meter_note)
 
 
-def _prepare(cfg: DictConfig, c: dict, progress: ProgressLine) -> Prepared:
+def _prepare(spec: JobSpec, progress: ProgressLine) -> Prepared:
     from runner.measure import limits
     from runner.measure.data import load_inputs
     from runner.measure.samples import build_series
@@ -79,27 +78,27 @@ def _prepare(cfg: DictConfig, c: dict, progress: ProgressLine) -> Prepared:
     from runner.measure.timing import keep_freed_memory
     from runner.models import build_workload
 
-    timing = OmegaConf.to_container(cfg.timing)
+    c = spec.choices()
+    timing = dict(spec.timing)
     malloc_keeps_freed = timing.pop("keep_freed_memory") and keep_freed_memory()
     timing.pop("fixed_layout")  # the worker's start (runner.launch.isolation) acted on it
     timing["series"] = build_series(timing["series"])
-    workload = build_workload(cfg.model)
-    backend, device, start_s = _start_backend(cfg, c, workload, progress)
-    cost = limits.check_fits(workload, cfg, c, device)  # refuses what cannot fit: before any allocation
+    workload = build_workload(spec.model_settings)
+    backend, device, start_s = _start_backend(spec, workload, progress)
+    cost = limits.check_fits(workload, spec, device)  # refuses what cannot fit: before any allocation
     if cost:
         print(f"note: {cost}", file=sys.stderr, flush=True)
     progress.phase("building the model and inputs")
-    rng = np.random.default_rng(cfg.seed)
-    state, weights_s = _place_weights(cfg, c, workload, backend, device, rng)
-    inputs64 = load_inputs(cfg.data, workload, rng, cfg.batch_size)
+    rng = np.random.default_rng(spec.seed)
+    state, weights_s = _place_weights(spec, workload, backend, device, rng)
+    inputs64 = load_inputs(spec.data_settings, workload, rng, spec.batch_size)
     inputs = {k: backend.asarray(v, device, c["dtype"]) for k, v in inputs64.items()}
     params = {k: v for k, v in state.items() if workload.trainable(k)}
     constants = {k: v for k, v in state.items() if not workload.trainable(k)}  # e.g. batch-norm running statistics
     progress.phase("building the task (tracing where the mode compiles)")
-    per_example = bool(cfg.mode.per_example)
-    task_run = build_task(backend, workload, c["task"], c["mode"], device, params, inputs, constants, per_example)
+    task_run = build_task(backend, workload, c["task"], c["mode"], device, params, inputs, constants, spec.per_example)
     return Prepared(
-        cfg=cfg,
+        spec=spec,
         choices=c,
         workload=workload,
         backend=backend,
@@ -109,7 +108,7 @@ def _prepare(cfg: DictConfig, c: dict, progress: ProgressLine) -> Prepared:
         # what the backend really holds (rounded to dtype): the reference starts from the same values
         params_held={k: backend.from_native_layout(backend.to_numpy(v)) for k, v in state.items()},
         inputs_held={k: backend.to_numpy(v) for k, v in inputs.items()},
-        examples_per_call=workload.examples_per_call(cfg.batch_size),
+        examples_per_call=workload.examples_per_call(spec.batch_size),
         task_run=task_run,
         load_s=start_s + weights_s,
         cost=cost,
@@ -118,32 +117,32 @@ def _prepare(cfg: DictConfig, c: dict, progress: ProgressLine) -> Prepared:
     )
 
 
-def _start_backend(cfg: DictConfig, c: dict, workload, progress: ProgressLine) -> tuple[object, str, float]:
+def _start_backend(spec: JobSpec, workload, progress: ProgressLine) -> tuple[object, str, float]:
     """The backend imported and configured: (backend, the device it resolved, seconds the device start-up took)."""
     from runner.backends import load_backend
     from runner.models import backend_for
 
-    progress.phase(f"importing {c['backend']}")
-    backend = backend_for(workload, load_backend(cfg.backend.module))
+    progress.phase(f"importing {spec.backend}")
+    backend = backend_for(workload, load_backend(spec.backend_module))
     start = time.perf_counter()
-    if cfg.threads is not None:
-        backend.set_threads(int(cfg.threads))
-    device = backend.prepare(c["device"], c["dtype"])  # the one place device=auto is resolved
+    if spec.threads is not None:
+        backend.set_threads(spec.threads)
+    device = backend.prepare(spec.device, spec.dtype)  # the one place device=auto is resolved
     return backend, device, time.perf_counter() - start
 
 
-def _place_weights(cfg: DictConfig, c: dict, workload, backend, device: str, rng) -> tuple[dict, float]:
+def _place_weights(spec: JobSpec, workload, backend, device: str, rng) -> tuple[dict, float]:
     """Every weight as the backend holds it (host-side ones in numpy), and the seconds placing them took."""
     from runner.backends import numpy_backend
     from runner.models import initial_weights
 
     start = time.perf_counter()
-    params64 = initial_weights(cfg.model, workload, rng)
+    params64 = initial_weights(spec.model_settings, workload, rng)
     host = workload.host_params
     state = {
-        k: numpy_backend.asarray(v, "cpu", c["dtype"])
+        k: numpy_backend.asarray(v, "cpu", spec.dtype)
         if k in host
-        else backend.asarray(backend.to_native_layout(v), device, c["dtype"])
+        else backend.asarray(backend.to_native_layout(v), device, spec.dtype)
         for k, v in params64.items()
     }
     backend.synchronizer(device)()
@@ -217,9 +216,8 @@ def _metrics(job: Prepared, measurement: Measurement, results: dict, first_outpu
     metrics["load_s"] = job.load_s
     metrics.update(series_metrics(job.timing["series"]))
     metrics.update(memory_metrics(job.backend, job.device))
-    if job.cfg.check_reference:
-        per_example = bool(job.cfg.mode.per_example)
-        reference = reference_results(job.workload, c["task"], per_example, job.params_held, job.inputs_held)
+    if job.spec.check_reference:
+        reference = reference_results(job.workload, c["task"], job.spec.per_example, job.params_held, job.inputs_held)
         metrics.update(errors_vs_reference(results, reference))
     flops = job.workload.flops_per_call()
     if flops and "time_median_s" in metrics:
@@ -245,8 +243,8 @@ def _attributes(job: Prepared, measurement: Measurement) -> dict:
         **job.choices,
         "device": job.device,
         "calls_per_sample": measurement.block_size,
-        "batch_size": int(job.cfg.batch_size),
-        "seed": int(job.cfg.seed),
+        "batch_size": job.spec.batch_size,
+        "seed": job.spec.seed,
         "stopped_by": measurement.stopped_by,
     }
     if measurement.warmup_cut_short:
@@ -260,7 +258,7 @@ def _warnings(job: Prepared, measurement: Measurement, result: Result) -> list[s
     warnings = non_finite_warnings(result.tensors)
     if measurement.warmup_cut_short:
         warnings.append(
-            f"warm-up cut short by timing.max_time_s={job.cfg.timing.max_time_s} after {measurement.warmup_calls} "
+            f"warm-up cut short by timing.max_time_s={job.spec.timing['max_time_s']} after {measurement.warmup_calls} "
             "calls: the samples may include warm-up effects"
         )
     if job.cost:
@@ -289,39 +287,6 @@ def non_finite_warnings(tensors: dict[str, np.ndarray]) -> list[str]:
     return warnings
 
 
-class StopReason(StrEnum):
-    """What stopped a job from outside it, as its record says it; `signal` is the one that stops a worker."""
-
-    CTRL_C = "interrupted by the user (Ctrl-C)"
-    SIGTERM = "terminated (SIGTERM)"  # scancel, kill, a closing session
-
-    @property
-    def signal(self) -> signal.Signals:
-        return signal.SIGINT if self is StopReason.CTRL_C else signal.SIGTERM
-
-
-CTRL_C, SIGTERM = StopReason.CTRL_C, StopReason.SIGTERM
-
-
-class Stopped(KeyboardInterrupt):
-    """A stop whose reason is known (SIGTERM from scancel, kill or a closing session; a stopped sweep): it
-    unwinds like Ctrl-C and carries the reason."""
-
-    def __init__(self, reason: StopReason | str):
-        super().__init__(reason)
-        self.reason = StopReason(reason)
-
-
-def stop_reason(interrupt: BaseException | None) -> StopReason:
-    """What stopped a job: the reason a `Stopped` carries (also as the cause of another exception); a bare
-    KeyboardInterrupt is Ctrl-C."""
-    while interrupt is not None:
-        if isinstance(interrupt, Stopped):
-            return interrupt.reason
-        interrupt = interrupt.__cause__ or interrupt.__context__
-    return CTRL_C
-
-
 def timing_metrics(measurement: Measurement, examples_per_call: int) -> dict:
     metrics = measurement.stats()
     metrics["n_samples"] = len(measurement.samples)
@@ -344,23 +309,26 @@ def memory_metrics(backend, device: str) -> dict:
 def run_and_record(
     cfg: DictConfig, run_dir: Path, before_timing: Callable[[], object] = lambda: None, turns: Turns | None = None
 ) -> Result:
-    """Run a job in this process and write its run directory (result.json, tensors.h5), whatever its status."""
+    """Run a job in this process and write its run directory (result.json, tensors.h5), whatever its status.
+    The config is read once, into the job's spec; the combination rules refuse it here, recorded FAILED."""
     started = time.time()  # MLflow is fed later, from the files: the run's span is recorded here
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
+    spec = job_spec(cfg)
     try:
-        result = run_job(cfg, before_timing, turns)
+        check_combination(cfg)  # before any framework import
+        result = run_job(spec, before_timing, turns)
     except ConfigError as error:
         result = Result(status=Status.FAILED, error=str(error))
     except MeasurementInterrupted as interrupt:
         reason = f"{stop_reason(interrupt)} while timing"
-        result = stopped_while_timing(Status.KILLED, reason, interrupt.measurement, cfg, interrupt)
+        result = stopped_while_timing(Status.KILLED, reason, interrupt.measurement, spec.batch_size, interrupt)
         result.stopped_by = stop_reason(interrupt)
     except MeasurementFailed as failure:
         (run_dir / ERROR_LOG).write_text(traceback.format_exc())
         error = failure.__cause__
         reason = f"{type(error).__name__}: {first_line(error)} (while timing; the samples before it are kept)"
-        result = stopped_while_timing(Status.FAILED, reason, failure.measurement, cfg, failure)
+        result = stopped_while_timing(Status.FAILED, reason, failure.measurement, spec.batch_size, failure)
     except KeyboardInterrupt as interrupt:
         result = Result(status=Status.KILLED, error=stop_reason(interrupt))
         result.stopped_by = stop_reason(interrupt)
@@ -368,7 +336,7 @@ def run_and_record(
         (run_dir / ERROR_LOG).write_text(traceback.format_exc())
         result = Result(status=Status.FAILED, error=f"{type(error).__name__}: {first_line(error)}")
     result.started = started
-    record(cfg, run_dir, result)
+    record(spec, run_dir, result)
     return result
 
 
@@ -376,23 +344,29 @@ def series_metrics(series: dict) -> dict[str, float]:
     return {name: value for one in series.values() for name, value in one.metrics().items()}
 
 
-def stopped_while_timing(status: str, reason: str, measurement: Measurement, cfg: DictConfig, stopped=None) -> Result:
+def stopped_while_timing(
+    status: Status,
+    reason: str,
+    measurement: Measurement,
+    batch_size: int,
+    stopped: MeasurementInterrupted | MeasurementFailed | None = None,
+) -> Result:
     """The record of a job stopped or failed while timing: the samples it took are kept. `stopped` (the
-    exception, where there is one) knows the examples per call and the per-sample series' metrics."""
+    exception, where there is one) knows the examples per call (else the batch's) and the per-sample series'
+    metrics."""
     result = Result(status=status, error=reason)
-    result.metrics = timing_metrics(measurement, getattr(stopped, "examples_per_call", cfg.batch_size))
-    result.metrics.update(getattr(stopped, "series_metrics", {}))
+    examples = stopped.examples_per_call if stopped and stopped.examples_per_call else batch_size
+    result.metrics = timing_metrics(measurement, examples)
+    result.metrics.update(stopped.series_metrics if stopped else {})
     result.tensors = measurement.samples.tensors()
     return result
 
 
-def record(cfg: DictConfig, run_dir: Path, result: Result) -> None:
+def record(spec: JobSpec, run_dir: Path, result: Result) -> None:
     """Write the run directory: the resolved config (and which of its keys copy another) goes into
     result.json, the choices into tensors.h5."""
-    from runner.record.naming import copied_keys
-
-    result.config = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
-    result.copied_keys = copied_keys(cfg)
+    result.config = spec.config
+    result.copied_keys = spec.copied_keys
     result.ended = result.ended or time.time()
-    result.attrs = {**choices(cfg), **result.attrs}
+    result.attrs = {**spec.choices(), **result.attrs}
     result.write(run_dir)

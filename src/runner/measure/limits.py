@@ -13,9 +13,9 @@ from __future__ import annotations
 import time
 
 import numpy as np
-from omegaconf import DictConfig
 
 from runner.config import ConfigError
+from runner.spec import JobSpec
 
 FLOAT64_BYTES = 8
 SURELY_SLOWER_FLOPS = 1e9  # float64 FLOP/s that any machine this runs on beats
@@ -38,22 +38,24 @@ def memory_needed(
     return draws + native + reference_bytes, 0, reference_bytes
 
 
-def check_memory(label: str, host: int, device_bytes: int, reference_bytes: int, device: str) -> None:
-    """Raise ConfigError (one line: the estimate and what is free) when the job cannot fit."""
+def check_memory(
+    label: str, host: int, device_bytes: int, reference_bytes: int, device: str, what: str = "inputs, weights, results"
+) -> None:
+    """Raise ConfigError (one line: the estimate, `what` it counts, and what is free) when the job cannot fit."""
     import psutil
 
     free_host = psutil.virtual_memory().available
     hint = " (or set check_reference=false)" if reference_bytes and host - reference_bytes <= free_host else ""
     if host > free_host:
         raise ConfigError(
-            f"{label} needs about {format_bytes(host)} of host memory (inputs, weights, results"
+            f"{label} needs about {format_bytes(host)} of host memory ({what}"
             f"{', float64 reference' if reference_bytes else ''}) but {format_bytes(free_host)} is free: "
             f"lower the size{hint}"
         )
     free_device = free_device_bytes() if device == "cuda" else None
     if free_device is not None and device_bytes > free_device:
         raise ConfigError(
-            f"{label} needs about {format_bytes(device_bytes)} of GPU memory (inputs, weights, results) "
+            f"{label} needs about {format_bytes(device_bytes)} of GPU memory ({what}) "
             f"but {format_bytes(free_device)} is free on the GPU: lower the size"
         )
 
@@ -125,22 +127,17 @@ def format_duration(seconds: float) -> str:
 ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
 
 
-def check_fits(workload, cfg: DictConfig, choices: dict[str, str], device: str) -> str:
+def check_fits(workload, spec: JobSpec, device: str) -> str:
     """Refuse (ConfigError) a job that cannot fit on `device` (as the backend resolved it); return the cost
     note for one that will run long ('' if not). Runs before any array is allocated. Workloads that do not
     describe their arrays (a user's own `_target_`) are not checked."""
-    per_example = bool(cfg.mode.per_example)
-    if workload.array_elements(cfg.batch_size, choices["task"], per_example) is None:
+    elements = workload.array_elements(spec.batch_size, spec.task, spec.per_example)
+    if elements is None:
         return ""
-    task, dtype = choices["task"], choices["dtype"]
-    reference = bool(cfg.check_reference) and workload.numpy_reference
-    needed = memory_needed(workload, cfg.batch_size, task, per_example, ITEMSIZE[dtype], device, reference)
-    check_memory(_label(workload, cfg.batch_size, choices), *needed, device)
-    return cost_note(workload, cfg.batch_size, task, dtype, device, reference, dict(cfg.timing))
-
-
-def _label(workload, batch_size: int, choices: dict[str, str]) -> str:
-    size = next((f"model.{key}={getattr(workload, key)}" for key in ("n", "size") if hasattr(workload, key)), None)
-    if hasattr(workload, "seq_len"):  # a sequence model: its length and the batch both set the size
-        size = f"model.seq_len={workload.seq_len} batch_size={batch_size}"
-    return f"model={choices['model']} {size or f'batch_size={batch_size}'} dtype={choices['dtype']}"
+    reference = spec.check_reference and workload.numpy_reference
+    itemsize = ITEMSIZE[spec.dtype]
+    needed = memory_needed(workload, spec.batch_size, spec.task, spec.per_example, itemsize, device, reference)
+    what = "inputs, weights, results" + (", activations" if elements.get("activations") else "")
+    label = f"model={spec.model} {workload.size_setting(spec.batch_size)} dtype={spec.dtype}"
+    check_memory(label, *needed, device, what)
+    return cost_note(workload, spec.batch_size, spec.task, spec.dtype, device, reference, spec.timing)

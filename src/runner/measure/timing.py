@@ -105,6 +105,8 @@ class MeasurementInterrupted(KeyboardInterrupt):
     def __init__(self, measurement: Measurement):
         super().__init__("interrupted while timing")
         self.measurement = measurement
+        self.examples_per_call: int | None = None  # the job fills these in (runner.measure.job)
+        self.series_metrics: dict[str, float] = {}
 
 
 class MeasurementFailed(Exception):
@@ -114,6 +116,8 @@ class MeasurementFailed(Exception):
     def __init__(self, measurement: Measurement):
         super().__init__("failed while timing")
         self.measurement = measurement
+        self.examples_per_call: int | None = None  # the job fills these in (runner.measure.job)
+        self.series_metrics: dict[str, float] = {}
 
 
 def measure(

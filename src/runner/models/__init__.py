@@ -95,6 +95,10 @@ class Workload:
         """FLOPs of one call: the up-front cost note for calls that outlast the time budget."""
         return None
 
+    def size_setting(self, batch_size: int) -> str:
+        """The settings that set this workload's size, as a refusal names them: 'model.n=4096'."""
+        return f"batch_size={batch_size}"
+
     def interpret(self, y: np.ndarray) -> dict:
         """What a person reads of the outputs: {"predictions": per example top-5} or {"images": NCHW}."""
         return {}

@@ -40,6 +40,9 @@ class Matmul(Workload):
     def forward(self, ops, params: dict, x):
         return ops.matmul(x, x)
 
+    def size_setting(self, batch_size: int) -> str:
+        return f"model.n={self.n}"
+
 
 class Sigmoid(Workload):
     """1 / (1 + exp(-y)) on a vector of `size` elements, written as the TF-NumPy guide writes it."""
@@ -50,6 +53,9 @@ class Sigmoid(Workload):
     def __init__(self, size: int):
         require_positive(size=size)
         self.size = size
+
+    def size_setting(self, batch_size: int) -> str:
+        return f"model.size={self.size}"
 
     def init_params(self, rng: np.random.Generator) -> dict[str, np.ndarray]:
         return {}

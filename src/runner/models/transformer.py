@@ -103,6 +103,9 @@ class Transformer(Workload):
             "labels": rng.standard_normal((batch_size, self.seq_len, self.out_features)),
         }
 
+    def size_setting(self, batch_size: int) -> str:
+        return f"model.seq_len={self.seq_len} batch_size={batch_size}"  # both set the size
+
     def examples_per_call(self, batch_size: int) -> int:
         return batch_size
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from runner.config import is_capability
+from runner.spec import JobSpec
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
@@ -59,6 +60,11 @@ def copied_keys(cfg: DictConfig) -> dict[str, str]:
         if target and any(_under(other, (target,)) for other in raw):
             copies[key] = target
     return copies
+
+
+def job_spec(cfg: DictConfig) -> JobSpec:
+    """The job's spec, with the keys that copy another (read before resolving erases them)."""
+    return JobSpec.of(cfg, copied_keys(cfg))
 
 
 def resolved_keeping_copies(cfg: DictConfig) -> dict:

@@ -1,0 +1,66 @@
+"""One job, typed: its choices and the settings that run and record it, read once from the composed config.
+
+Everything that runs a job and writes its record (runner.measure, runner.record) reads a `JobSpec`, not the
+config; the model's and the data's own settings stay config nodes, since a workload of the user's own is
+built from whatever its node holds. Building a spec checks nothing: the combination rules
+(runner.config.check_combination) run in the job, so that a refused job is still recorded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from runner.config import choices
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    backend: str
+    device: str  # as chosen: "auto" is resolved by the backend (the record says which device ran)
+    model: str
+    mode: str
+    task: str
+    dtype: str
+    backend_module: str  # the module implementing the backend (conf/backend/NAME.yaml `module:`)
+    per_example: bool  # the mode computes one result per example (conf/mode/NAME.yaml)
+    batch_size: int
+    seed: int
+    threads: int | None
+    check_reference: bool
+    timing: dict[str, Any]  # timing.*, plain values
+    model_settings: DictConfig = field(repr=False)  # the model's node: what its workload is built from
+    data_settings: DictConfig = field(repr=False)
+    config: dict = field(repr=False)  # the resolved config, as result.json records it
+    copied_keys: dict[str, str] = field(default_factory=dict)  # config key -> the key it copies
+
+    @classmethod
+    def of(cls, cfg: DictConfig, copied_keys: dict[str, str] | None = None) -> JobSpec:
+        c = choices(cfg)
+        return cls(
+            **c,
+            backend_module=str(cfg.backend.module),
+            per_example=bool(cfg.mode.per_example),
+            batch_size=int(cfg.batch_size),
+            seed=int(cfg.seed),
+            threads=None if cfg.threads is None else int(cfg.threads),
+            check_reference=bool(cfg.check_reference),
+            timing=OmegaConf.to_container(cfg.timing, resolve=True),
+            model_settings=cfg.model,
+            data_settings=cfg.data,
+            config=OmegaConf.to_container(cfg, resolve=True, enum_to_str=True),
+            copied_keys=copied_keys or {},
+        )
+
+    def choices(self) -> dict[str, str]:
+        """The choice of each axis as plain strings, as tensors.h5's attributes and the run's name use them."""
+        return {
+            "backend": self.backend,
+            "device": self.device,
+            "model": self.model,
+            "mode": self.mode,
+            "task": self.task,
+            "dtype": self.dtype,
+        }

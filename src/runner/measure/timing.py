@@ -129,7 +129,7 @@ def measure(
     max_time_s: float = 5.0,
     target_rel_iqr: float = 0.03,
     min_block_s: float = 0.002,
-    progress: Callable[[Measurement, float], None] | None = None,
+    progress: ProgressLine | None = None,
     keep: Callable[[object], object] = lambda output: output,
     energy: EnergyMeter | None = None,
     rounds: int = 1,
@@ -247,7 +247,7 @@ class _Sampling:
     measurement: Measurement
     min_repeats: int
     target_rel_iqr: float
-    progress: Callable[[Measurement, float], None] | None
+    progress: ProgressLine | None
     energy: EnergyMeter | None
     series: dict[str, Series]
     energy_unread: bool = False  # a turn whose energy could not be read: no total
@@ -376,7 +376,6 @@ class ProgressLine:
             self.status = None
 
 
-def _phase(progress: object, name: str) -> None:
-    """Tell a ProgressLine (not a plain callback) which phase the measurement is in."""
-    if hasattr(progress, "phase"):
+def _phase(progress: ProgressLine | None, name: str) -> None:
+    if progress is not None:
         progress.phase(name)

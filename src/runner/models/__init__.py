@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -137,20 +138,11 @@ def initial_weights(model_cfg: DictConfig, workload: Workload, rng: np.random.Ge
 def backend_for(workload: Workload, backend: Any) -> Any:
     """The backend as the runner uses it for this workload: with `own_layout`, weights and gradients keep
     the workload's layout (no to/from_native_layout), everything else is the backend's."""
-    return _OwnLayout(backend) if workload.own_layout else backend
+    if not workload.own_layout:
+        return backend
+    return SimpleNamespace(**{**vars(backend), "to_native_layout": _same, "from_native_layout": _same})
 
 
-class _OwnLayout:
-    def __init__(self, backend: Any):
-        self._backend = backend
+def _same(array: np.ndarray, per_example: bool = False) -> np.ndarray:
+    return array
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._backend, name)
-
-    @staticmethod
-    def to_native_layout(array: np.ndarray) -> np.ndarray:
-        return array
-
-    @staticmethod
-    def from_native_layout(array: np.ndarray, per_example: bool = False) -> np.ndarray:
-        return array

@@ -76,7 +76,7 @@ def _prepare(spec: JobSpec, progress: ProgressLine) -> Prepared:
     from runner.measure.samples import build_series
     from runner.measure.tasks import build_task
     from runner.measure.timing import keep_freed_memory
-    from runner.models import build_workload
+    from runner.models import build_workload, check_known_wrong
 
     c = spec.choices()
     timing = dict(spec.timing)
@@ -84,6 +84,7 @@ def _prepare(spec: JobSpec, progress: ProgressLine) -> Prepared:
     timing.pop("fixed_layout")  # the worker's start (runner.launch.isolation) acted on it
     timing["series"] = build_series(timing["series"])
     workload = build_workload(spec.model_settings)
+    check_known_wrong(spec.model_settings, c)  # before the framework is imported
     backend, device, start_s = _start_backend(spec, workload, progress)
     cost = limits.check_fits(workload, spec, device)  # refuses what cannot fit: before any allocation
     if cost:

@@ -16,7 +16,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
-from omegaconf import DictConfig
+from omegaconf import DictConfig, ListConfig
 
 from runner.config import ConfigError, class_named, workload_arguments
 
@@ -113,6 +113,20 @@ def build_workload(model_cfg: DictConfig) -> Workload:
     return cls(**workload_arguments(model_cfg))
 
 
+def check_known_wrong(model_cfg: DictConfig, choices: dict[str, str]) -> None:
+    """Refuse (ConfigError, one line) a combination the model's yaml lists under `supports.known_wrong`: one that
+    runs but computes wrong numbers, refused with the reason. Each entry names axis values (a value or a list) and
+    `why`; it matches when every named axis matches."""
+    for entry in (model_cfg.get("supports") or {}).get("known_wrong") or []:
+        axes = {axis: value for axis, value in entry.items() if axis != "why"}
+        if all(
+            choices[axis] in (value if isinstance(value, ListConfig | list) else [value])
+            for axis, value in axes.items()
+        ):
+            setting = " ".join(f"{axis}={choices[axis]}" for axis in axes)
+            raise ConfigError(f"model={choices['model']} with {setting} is refused: {entry['why']}")
+
+
 def initial_weights(model_cfg: DictConfig, workload: Workload, rng: np.random.Generator) -> Params:
     """Seeded weights, or the file named by model.weights / torchvision's file when model.pretrained."""
     from runner.models.weights import match_spec, read_checkpoint
@@ -145,4 +159,3 @@ def backend_for(workload: Workload, backend: Any) -> Any:
 
 def _same(array: np.ndarray, per_example: bool = False) -> np.ndarray:
     return array
-

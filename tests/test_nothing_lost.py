@@ -49,6 +49,8 @@ REFUSED = {
     "tracking.uri=mysql+pymysql://u@localhost/db": "the mysql+pymysql store needs the Python module pymysql",
     "hydra.run.dir=/proc/runner-x": "hydra.run.dir=/proc/runner-x: cannot create folders in /proc",
     "hydra.run.dir=/etc/hostname/x": "hydra.run.dir=/etc/hostname/x: /etc/hostname is not a folder",
+    "tracking.name=x": "tracking.name=x: tracking.name says which tracking was chosen, it is not a setting",
+    "model.name=resnet18": "model.name=resnet18: model.name says which model was chosen",
 }
 
 
@@ -58,6 +60,16 @@ def test_bad_values_are_refused_with_one_line(override):
         preflight.check_argv([override])
     assert REFUSED[override] in str(refused.value)
     assert "\n" not in str(refused.value)
+
+
+def test_a_data_setting_the_run_does_not_read_is_named_in_one_warning(capsys):
+    preflight.check_argv(["data.image_size=0", "data.path=photos", "batch_size=2"])  # the MLP, random inputs
+    warnings = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning")]
+    assert warnings == [
+        "warning: this run does not read data.image_size=0, data.path=photos: its model and data have no use for it"
+    ]
+    preflight.check_argv(["model=resnet18", "backend=torch", "data.image_size=64"])
+    assert "warning" not in capsys.readouterr().err
 
 
 def test_bad_values_in_a_sweep_are_refused_too():

@@ -34,6 +34,7 @@ def check_argv(argv: list[str], config_dir: Path = CONFIG_DIR) -> None:
     parsed = _parse(overrides)
     parsed = _parse(overrides + _experiment_sweeps(parsed, config_dir))
     _check_launcher_installed(parsed)
+    _refuse_choice_names(parsed)
     base = [o.input_line for o in parsed if not _is_hydra(o.key_or_group) or o.key_or_group in HYDRA_KEYS_CHECKED]
     for _index, override in enumerate(parsed):
         if _is_hydra(override.key_or_group) or not override.is_sweep_override():
@@ -43,6 +44,7 @@ def check_argv(argv: list[str], config_dir: Path = CONFIG_DIR) -> None:
             variant[base.index(override.input_line)] = f"{_prefix(override)}{override.key_or_group}={value}"
             _compose(_singles(variant, parsed), config_dir)
     cfg = _compose(_singles(base, parsed), config_dir, return_hydra_config=True)
+    _warn_unread(parsed, cfg)
     key = "sweep" if any(arg in MULTIRUN_FLAGS for arg in argv) else "run"
     check_writable(f"hydra.{key}.dir", str(cfg.hydra[key].dir))
 
@@ -90,6 +92,37 @@ def _check_launcher_installed(parsed: list) -> None:
             plugin, extra = LAUNCHER_EXTRAS[name]
             if importlib.util.find_spec(plugin) is None:
                 raise BadInput(f"hydra/launcher={name} needs the {extra} extra: pip install -e '.[{extra}]'")
+
+
+def _refuse_choice_names(parsed: list) -> None:
+    """`tracking.name=x` would rename the chosen group, not choose another: only the group's own override does."""
+    from runner.config import GROUPS
+
+    for override in parsed:
+        group, _, key = override.key_or_group.partition(".")
+        if group in GROUPS and key == "name":
+            raise BadInput(
+                f"{override.input_line}: {group}.name says which {group} was chosen, it is not a setting; "
+                f"choose with {group}=NAME (python run.py --help lists them)"
+            )
+
+
+def _warn_unread(parsed: list, cfg) -> None:
+    """One warning naming the data settings typed on the command line that the chosen run does not read
+    (runner.record.naming.applies: `data.image_size` on the MLP, `data.path` with random inputs)."""
+    from omegaconf import OmegaConf
+
+    from runner.record.naming import applies
+
+    config = OmegaConf.to_container(cfg, resolve=False)
+    unread = [
+        o.input_line for o in parsed if o.key_or_group.startswith("data.") and not applies(o.key_or_group, config)
+    ]
+    if unread:
+        print(
+            f"warning: this run does not read {', '.join(unread)}: its model and data have no use for it",
+            file=sys.stderr,
+        )
 
 
 def _singles(lines: list[str], parsed) -> list[str]:

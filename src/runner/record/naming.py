@@ -34,7 +34,7 @@ def run_params(config: dict, copied: Collection[str]) -> dict[str, str]:
     chosen data or model does not read, and the keys that copy another (`copied`, as Result.copied_keys
     records them: model.image_size = ${data.image_size}). The whole resolved config stays in result.json
     and the Hydra artifacts."""
-    return {k: v for k, v in flatten(config).items() if _applies(k, config) and not _under(k, copied)}
+    return {k: v for k, v in flatten(config).items() if applies(k, config) and not _under(k, copied)}
 
 
 def _under(key: str, keys: Collection[str]) -> bool:
@@ -90,7 +90,8 @@ def _absolute(key: str, dots: str, target: str) -> str:
     return ".".join([*parents[: max(len(parents) + 1 - len(dots), 0)], target])
 
 
-def _applies(key: str, config: dict) -> bool:
+def applies(key: str, config: dict) -> bool:
+    """Whether a flattened config key is a setting this run reads (else it is not one of its params)."""
     if is_capability(key) or key.startswith("tracking."):
         return False
     data, model = config.get("data") or {}, config.get("model") or {}

@@ -145,6 +145,18 @@ def test_runner_compare_prints_after_over_before_with_interval_and_verdict(two_v
     assert all("| 1.00x |" in row and row.endswith("| no change (within noise) |") for row in rows)  # the same data
 
 
+def test_two_identical_sweeps_run_one_after_the_other_are_called_neither_slower_nor_faster(tmp_path):
+    """A/A apart: the same sweep twice in a row, compared as `runner compare` compares releases."""
+    work = ["backend=numpy", "model=matmul", "model.n=96", "task=inference", "threads=1", "seed=0,1"]
+    for side in ("a", "b"):
+        result = run_cli("-m", "tracking=none", f"hydra.sweep.dir={tmp_path}/{side}", "timing.max_time_s=1", *work)
+        assert result.returncode == 0, result.stderr[-3000:]
+    result = runner_cli("compare", str(tmp_path / "a"), str(tmp_path / "b"))
+    assert result.returncode == 0, result.stderr
+    rows = [line for line in result.stdout.splitlines() if line.startswith("| numpy-matmul")]
+    assert len(rows) == 2 and not any(word in row for row in rows for word in ("| slower |", "| faster |")), rows
+
+
 def test_runner_compare_bad_input_is_one_line(tmp_path):
     result = runner_cli("compare", str(tmp_path), "nonexistent-run-id")
     assert result.returncode == 1

@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from runner import report, tracking
+from runner.measure.machine_load import BUSY_OTHER_RUNNABLE
 from runner.record import setups
 from runner.record.result import RESULT_FILE, TENSORS_FILE, Status
 from runner.report.ratio import APART_SD, PROCESS_SD, instability, round_medians, time_ratio
@@ -95,7 +96,8 @@ def compare(before: pd.DataFrame, after: pd.DataFrame, factor: float = FACTOR) -
                 "ratio": ratio.value if ratio else typical_time(new) / typical_time(old),
                 "low": ratio.low if ratio else math.nan,
                 "high": ratio.high if ratio else math.nan,
-                "verdict": unstable or (verdict(ratio, factor) if ratio else "cannot tell (no samples)"),
+                "verdict": unstable
+                or _unless_busy(verdict(ratio, factor) if ratio else "cannot tell (no samples)", old, new),
             }
         )
     return pd.DataFrame(rows, columns=["run", "before", "after", "ratio", "low", "high", "verdict"])
@@ -121,6 +123,16 @@ def typical_time(run: pd.Series) -> float:
 def _instability(run: pd.Series) -> str | None:
     why = instability(run["samples_s"], run["sample_rounds"]) if run["samples_s"] is not None else None
     return f"cannot tell (unstable: {why})" if why else None
+
+
+def _unless_busy(called: str, old: pd.Series, new: pd.Series) -> str:
+    """No change called where either side ran on a busy machine: runs measured apart then differ by what else
+    ran (the same single-threaded matmul took 2x as long beside a process burning a core, BENCHMARKS.md), which
+    no interval over their rounds can see."""
+    others = max(run.get("metrics.machine_other_runnable") or 0.0 for run in (old, new))
+    if called not in ("slower", "faster") or others <= BUSY_OTHER_RUNNABLE:
+        return called
+    return f"cannot tell (looks {called}, but the machine was busy: {others:.1f} other runnable threads on average)"
 
 
 def run(before_source: str, after_source: str, uri: str | None, factor: float = FACTOR) -> list[str]:

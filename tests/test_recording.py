@@ -164,11 +164,12 @@ def test_environment_says_whether_freed_memory_was_kept(make_config, tmp_path):
 def test_keys_copied_by_interpolation_are_recorded_and_are_no_params(make_config, tmp_path):
     """model.image_size is written ${data.image_size}: result.json says so, and the copy is no param of its
     own. tracking.uri's resolvers (${oc.env:...}) make values of their own, not copies."""
-    from runner.measure.job import record
-    from runner.record.naming import run_params
+    from runner.record.job_record import write
+    from runner.record.naming import job_spec, run_params
     from runner.record.result import Result
 
-    record(make_config("model=resnet18", "tracking=mlflow"), tmp_path, Result(status="FAILED", error="not run"))
+    spec = job_spec(make_config("model=resnet18", "tracking=mlflow"))
+    write(spec, tmp_path, Result(status="FAILED", error="not run"))
     result = Result.load(tmp_path)
     assert json.loads((tmp_path / "result.json").read_text())["copied_keys"] == {"model.image_size": "data.image_size"}
     assert result.copied_keys == {"model.image_size": "data.image_size"}
@@ -178,12 +179,12 @@ def test_keys_copied_by_interpolation_are_recorded_and_are_no_params(make_config
 
 def test_a_literal_equal_to_another_key_is_a_param(make_config, tmp_path):
     """Set by the user, model.image_size is a setting of its own even where it equals data.image_size."""
-    from runner.measure.job import record
-    from runner.record.naming import run_params
+    from runner.record.job_record import write
+    from runner.record.naming import job_spec, run_params
     from runner.record.result import Result
 
     cfg = make_config("model=resnet18", "data.image_size=64", "model.image_size=64")
-    record(cfg, tmp_path, Result(status="FAILED", error="not run"))
+    write(job_spec(cfg), tmp_path, Result(status="FAILED", error="not run"))
     result = Result.load(tmp_path)
     assert result.copied_keys == {}
     assert run_params(result.config, result.copied_keys)["model.image_size"] == "64"
@@ -229,10 +230,11 @@ def test_copied_keys_relative_subtrees_and_what_is_no_copy():
 
 
 def test_a_result_json_recorded_before_copied_keys_loads(make_config, tmp_path):
-    from runner.measure.job import record
+    from runner.record.job_record import write
+    from runner.record.naming import job_spec
     from runner.record.result import Result
 
-    record(make_config("model=resnet18"), tmp_path, Result(status="FAILED", error="not run"))
+    write(job_spec(make_config("model=resnet18")), tmp_path, Result(status="FAILED", error="not run"))
     saved = json.loads((tmp_path / "result.json").read_text())
     del saved["copied_keys"]
     (tmp_path / "result.json").write_text(json.dumps(saved))

@@ -62,13 +62,14 @@ def test_runs_at_different_sizes_are_not_compared_but_named_alternatives_are():
 def test_params_of_run_directories_leave_out_only_recorded_copies(make_config, tmp_path):
     """A copy (model.image_size: ${data.image_size}) is no param; a literal equal to data.image_size is; a
     result.json recorded before copied_keys existed still makes a row."""
-    from runner.measure.job import record
+    from runner.record.job_record import write
+    from runner.record.naming import job_spec
     from runner.record.result import Result
 
     for name, overrides in {"copy": [], "literal": ["model.image_size=64"], "older": []}.items():
         cfg = make_config("model=resnet18", "data.image_size=64", *overrides)
         (tmp_path / name).mkdir()
-        record(cfg, tmp_path / name, Result(status="FAILED", error="not run"))
+        write(job_spec(cfg), tmp_path / name, Result(status="FAILED", error="not run"))
     older = json.loads((tmp_path / "older" / "result.json").read_text())
     del older["copied_keys"]
     (tmp_path / "older" / "result.json").write_text(json.dumps(older))

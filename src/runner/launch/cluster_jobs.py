@@ -32,27 +32,14 @@ def job_config(hydra_context, sweep_config: DictConfig, overrides: list[str], in
 
 
 def record_ended(task_cfg: DictConfig, run_dir: Path, reason: str, context: dict[str, str]) -> None:
-    """Record a job the cluster ended as FAILED with the cluster's `reason` (and `context`: its job id), in
-    result.json and in MLflow where tracked; a job that recorded itself keeps its record, with the reason
-    put first. Recording the same reason twice changes nothing."""
+    """Record a job the cluster ended (runner.record.job_record.ended_by_cluster), in result.json and in
+    MLflow where tracked."""
     from runner.launch import sweep
-    from runner.measure.job import record
+    from runner.record import job_record
     from runner.record.naming import job_spec
-    from runner.record.result import Result
 
-    parent = sweep.parent_run_id(run_dir.parent)
-    run_dir.mkdir(parents=True, exist_ok=True)  # a job that never started has no directory yet
-    if not Result.exists(run_dir):
-        record(job_spec(task_cfg), run_dir, Result(status=Status.FAILED, error=reason, environment=context))
-        _update_tracked(task_cfg, run_dir, parent)
-        return
-    result = Result.load(run_dir)
-    if (result.error or "").startswith(reason):
-        return  # recorded already
-    result.status, result.error = Status.FAILED, f"{reason}; {result.error}" if result.error else reason
-    result.environment = {**context, **result.environment}
-    result.save(run_dir)
-    _update_tracked(task_cfg, run_dir, parent)
+    if job_record.ended_by_cluster(job_spec(task_cfg), run_dir, reason, context):
+        _update_tracked(task_cfg, run_dir, sweep.parent_run_id(run_dir.parent))
 
 
 def _update_tracked(task_cfg: DictConfig, run_dir: Path, parent: str | None) -> None:

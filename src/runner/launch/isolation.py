@@ -22,7 +22,6 @@ import signal
 import sys
 import threading
 import time
-from collections import deque
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -33,11 +32,11 @@ from runner.launch.job_log import LogForwarder
 from runner.launch.messages import MayTime, Ready, Turn, TurnDone
 from runner.measure.stop import SIGTERM, Stopped, StopReason
 from runner.measure.timing import Measurement
+from runner.record import job_record
 from runner.record.environment import ADDR_NO_RANDOMIZE
 from runner.record.naming import job_spec, resolved_keeping_copies
 from runner.record.result import ERROR_LOG, IMAGES_DIR, LOG_FILE, RESULT_FILE, TENSORS_FILE, Result, Status
 
-TAIL_LINES = 40
 GRACE_S = 30.0  # after Ctrl-C, how long the worker may take to record its samples
 STORE_WAIT_S = 120.0  # the longest a worker waits for its parent to open the MLflow store before timing
 WATCHDOG_S = 1.0  # how often the worker checks that its launcher is alive
@@ -74,7 +73,7 @@ def prepare(cfg: DictConfig, run_dir: Path, parent_run_id: str | None) -> None:
 def complete(cfg: DictConfig, run_dir: Path, parent_run_id: str | None, result: Result) -> Result:
     """After the job: the tail of its output into a failed record, then the run into MLflow."""
     if result.status != Status.FINISHED:
-        result = _with_output_tail(Path(run_dir), result)
+        result = job_record.add_output_tail(Path(run_dir), result)
     if cfg.tracking.name == "mlflow":
         tracking.track(Path(run_dir), cfg.tracking.uri, cfg.tracking.experiment, parent_run_id)
     return result
@@ -153,7 +152,7 @@ class Worker:
         self._release()
         if Result.exists(self.run_dir):
             return Result.load(self.run_dir)
-        from runner.measure.job import record, stopped_while_timing
+        from runner.measure.job import stopped_while_timing
 
         spec = job_spec(self.cfg)
         if measurement is not None and measurement.samples_s:
@@ -161,7 +160,7 @@ class Worker:
             result = stopped_while_timing(status, kept, measurement, spec.batch_size)
         else:
             result = Result(status=status, error=reason)
-        record(spec, self.run_dir, result)
+        job_record.write(spec, self.run_dir, result)
         return result
 
     def exit_reason(self) -> str:
@@ -281,18 +280,6 @@ def _exit_reason(exitcode: int | None) -> str:
         hint = " (out of memory? the kernel's OOM killer sends SIGKILL)" if name == "SIGKILL" else ""
         return f"the worker process was killed by signal {name}{hint}"
     return f"the worker process exited with code {exitcode} before recording a result"
-
-
-def _with_output_tail(run_dir: Path, result: Result) -> Result:
-    """Put the last lines of the job's output (or its traceback) into result.json."""
-    for name in (LOG_FILE, ERROR_LOG):
-        path = run_dir / name
-        if path.exists() and path.stat().st_size:
-            with path.open(errors="replace") as f:
-                result.output_tail = "".join(deque(f, maxlen=TAIL_LINES))
-            result.save(run_dir)
-            break
-    return result
 
 
 def worker_main(

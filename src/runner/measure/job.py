@@ -23,6 +23,7 @@ from runner.measure.timing import (
     ProgressLine,
     Turns,
 )
+from runner.record import job_record
 from runner.record.naming import job_spec
 from runner.record.result import ERROR_LOG, Result, Status
 from runner.spec import JobSpec
@@ -337,7 +338,7 @@ def run_and_record(
         (run_dir / ERROR_LOG).write_text(traceback.format_exc())
         result = Result(status=Status.FAILED, error=f"{type(error).__name__}: {first_line(error)}")
     result.started = started
-    record(spec, run_dir, result)
+    job_record.write(spec, run_dir, result)
     return result
 
 
@@ -361,13 +362,3 @@ def stopped_while_timing(
     result.metrics.update(stopped.series_metrics if stopped else {})
     result.tensors = measurement.samples.tensors()
     return result
-
-
-def record(spec: JobSpec, run_dir: Path, result: Result) -> None:
-    """Write the run directory: the resolved config (and which of its keys copy another) goes into
-    result.json, the choices into tensors.h5."""
-    result.config = spec.config
-    result.copied_keys = spec.copied_keys
-    result.ended = result.ended or time.time()
-    result.attrs = {**spec.choices(), **result.attrs}
-    result.write(run_dir)

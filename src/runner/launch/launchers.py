@@ -33,9 +33,9 @@ def cluster_launcher(launcher: DictConfig) -> bool:
 
 
 class SweepRefused(SystemExit):
-    """A launcher refuses the whole sweep before anything runs: exit 1, the reason in one line. The launcher
-    (runner.launch.sweep.ClosesSweepWhenStopped) records it on the sweep; uncaught, Python prints it."""
+    """A launcher refuses the whole sweep before anything runs: exit 1, the reason in one line, which the
+    launcher (runner.launch.sweep.ClosesSweepWhenStopped) records on the sweep and its end prints."""
 
     def __init__(self, line: str):
-        super().__init__(f"error: {line}")
+        super().__init__(1)
         self.line = line

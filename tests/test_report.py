@@ -117,7 +117,8 @@ def test_report_from_mlflow_writes_tables_and_plots(size_sweep, tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     rows = pd.read_csv(tmp_path / "runs.csv")
     assert len(rows) == 4 and set(rows["status"]) == {"FINISHED"}  # the parent run is not a row
-    assert {"model.size", "dtype", "time_median_s", "time_ratio", "verdict", "verdict_reason"} <= set(rows.columns)
+    assert {"model.size", "dtype", "time_median_s", "time_ratio", "within_noise"} <= set(rows.columns)
+    assert {"verdict", "verdict_reason"} <= set(rows.columns)
     assert set(rows["verdict"].dropna()) <= {"fastest", "yes", "no", "cannot tell", "unstable"}  # values, not prose
     assert {"time_ratio_ci_low", "time_ratio_ci_high", "n_rounds", "machine_load_1m"} <= set(rows.columns)
     lines = (tmp_path / "runs.md").read_text().splitlines()

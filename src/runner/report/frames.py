@@ -134,6 +134,7 @@ def labels(frame: pd.DataFrame, columns: list[str] | None = None) -> pd.Series:
 
 
 COMPARISON = ("time_ratio", "time_ratio_ci_low", "time_ratio_ci_high", "verdict", "verdict_reason", "time_ratio_basis")
+COMPARED = (*COMPARISON, "within_noise")  # and the verdict with its reason as the table prints it
 PROSE_KEYS = ("verdict", "verdict_reason", "within_noise", "time_ratio_basis")
 
 
@@ -144,7 +145,7 @@ def compare(frame: pd.DataFrame) -> pd.DataFrame:
     them. The fastest is the one with the lowest median. A run whose rounds disagree too much for a verdict
     is UNSTABLE, with why."""
     frame = frame.copy()
-    for key in (*COMPARISON, "within_noise"):
+    for key in COMPARED:
         frame[key] = None if key in PROSE_KEYS else np.nan
     if frame.empty or "metrics.time_median_s" not in frame:
         return frame
@@ -193,7 +194,7 @@ def table(frame: pd.DataFrame) -> pd.DataFrame:
     for key in varied_params(frame):
         out[short_name(key)] = frame[key].to_numpy()
     keys = [c.key for c in columns if c.key not in PROSE]
-    keys += [k for k in COMPARISON if k not in keys]
+    keys += [k for k in COMPARED if k not in keys]
     for key in keys:
         out[key] = [r.get(key) for r in records]
     out["error"] = frame["error"].to_numpy() if "error" in frame else None
@@ -245,7 +246,7 @@ def _records(frame: pd.DataFrame) -> list[dict]:
     records = []
     for _, row in frame.iterrows():
         record = {k.removeprefix("metrics."): v for k, v in row.items() if str(k).startswith("metrics.")}
-        record.update({k: row.get(k) for k in COMPARISON})
+        record.update({k: row.get(k) for k in COMPARED})
         record["time_ratio_ci"] = (row.get("time_ratio_ci_low"), row.get("time_ratio_ci_high"))
         records.append(record)
     return records

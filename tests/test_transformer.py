@@ -170,6 +170,13 @@ def test_float32_agrees_with_the_reference(tmp_path, backend, task):
             assert f["gradients/layers.1.self_attn.in_proj_weight"].shape == (48, 16)  # torch's layout everywhere
 
 
+@pytest.mark.parametrize("backend", [b for b in BACKENDS if b != "numpy"])
+def test_float32_per_example_gradients_agree_with_the_reference(tmp_path, backend):
+    """vectorized_map in float32: TensorFlow's broadcasting batch matmul crashed the process here (now tensordot)."""
+    outcome = run(tmp_path, f"backend={backend}", "task=gradients", "mode=vectorized_map")
+    assert outcome.metrics["max_rel_err_vs_reference"] < 1e-4
+
+
 def test_torch_records_the_kernel_scaled_dot_product_attention_picked(tmp_path):
     outcome = run(tmp_path, "backend=torch", "task=inference")
     assert outcome.environment["attention_kernel"].startswith("scaled_dot_product_attention: ")

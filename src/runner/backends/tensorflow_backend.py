@@ -157,7 +157,10 @@ def environment(device: str) -> dict:
 
 
 def linear(x: tf.Tensor, weight: tf.Tensor, bias: tf.Tensor | None = None) -> tf.Tensor:
-    y = tf.matmul(x, weight)  # weight held as (in, out): see to_native_layout
+    """weight held as (in, out): see to_native_layout. Inputs of rank > 2 (the transformer's (batch, seq, features))
+    go through tf.tensordot, as Keras's Dense takes them: tf.matmul's broadcasting batch matmul crashes the process
+    (SIGSEGV, or glibc's munmap_chunk abort) under tf.vectorized_map in float32."""
+    y = tf.matmul(x, weight) if x.shape.rank == 2 else tf.tensordot(x, weight, 1)
     return y if bias is None else y + bias
 
 

@@ -58,7 +58,9 @@ def prepare(device: str, dtype: str) -> str:
 
 
 def linear(x, weight, bias=None):
-    y = tnp.matmul(x, weight)  # weight held as (in, out), as the TF-NumPy guide writes it
+    # weight held as (in, out), as the TF-NumPy guide writes it; rank > 2 through tensordot, as the tensorflow
+    # backend does (its broadcasting matmul crashes under tf.vectorized_map in float32)
+    y = tnp.matmul(x, weight) if x.ndim == 2 else tnp.tensordot(x, weight, 1)
     return y if bias is None else y + bias
 
 

@@ -311,9 +311,10 @@ def paired_blocks(ours, theirs, sync, budget: float) -> tuple[list[float], list[
 
 def measure_row(backend: str, device: str, row: str, idiom: str, call, budget: float) -> dict:
     from runner.measure.job import run_job
+    from runner.spec import JobSpec
 
     cfg = compose_row(backend, device, row, budget)
-    job = run_job(cfg).metrics  # the runner's own number for the row, as a user gets it
+    job = run_job(JobSpec.of(cfg)).metrics  # the runner's own number for the row, as a user gets it
     step, sync = runner_step(cfg)
     ours, theirs = paired_blocks(step, call, sync, PAIRED_BUDGETS * budget)
     ratios = sorted(x / y for x, y in zip(ours, theirs, strict=True))
@@ -405,14 +406,14 @@ FINDINGS = (  # measured on 2026-11-23 with this script's pairing, 1 thread, on 
     "hence 1 thread and 0.5 ms paired blocks. The `run_job` column is the runner's own 2 ms-block median at the "
     "time and moves with the machine's load; the paired columns are the comparison.",
     "- Transformer rows (2 pre-norm layers, d_model 256, 4 heads, seq_len 128, batch 8, float32; measured on "
-    "2026-11-25 on a 2-core AMD EPYC VM, load average 1.6-2.0, by `parity.py --threads 1 --backends "
+    "2026-11-25 on a 2-core AMD EPYC VM, load average 1.0-1.2, by `parity.py --threads 1 --backends "
     "torch,tensorflow --rows transformer_inference,transformer_gradients`, apart from the rows above): the runner's"
     " torch path (`F.scaled_dot_product_attention`, flash kernel on the CPU) against "
     "`nn.TransformerEncoder(nn.TransformerEncoderLayer(norm_first=True, batch_first=True))` loaded with the same "
-    "weights is 0.965 of its time in inference (the module's fused fast path under `inference_mode`) and 0.962 in "
+    "weights is 0.977 of its time in inference (the module's fused fast path under `inference_mode`) and 0.963 in "
     "gradients; its outputs agree within 1e-5 (float32) and 1e-12 (float64, tests/test_transformer.py). On "
-    "TensorFlow the runner's einsum + `tf.nn.softmax` attention is 0.71 of the same blocks written with Keras 3's "
-    "`MultiHeadAttention`, `LayerNormalization` and `Dense` in inference and 0.92 in gradients (the same "
+    "TensorFlow the runner's einsum + `tf.nn.softmax` attention is 0.80 of the same blocks written with Keras 3's "
+    "`MultiHeadAttention`, `LayerNormalization` and `Dense` in inference and 0.87 in gradients (the same "
     "computation, plus Keras's layer calls and three separate `EinsumDense` projections): the runner keeps the "
     "einsum form, which is also what `MultiHeadAttention` computes inside.",
 )

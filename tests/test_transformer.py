@@ -104,7 +104,8 @@ def nn_transformer(model: Transformer, params: dict, dtype):
     def forward(x):
         return head(encoder(x, mask=mask, is_causal=model.causal))
 
-    return forward, [*encoder.parameters(), *head.parameters()], [*encoder.state_dict(), "head.weight", "head.bias"]
+    state_dict = {**encoder.state_dict(), **{f"head.{k}": v for k, v in head.state_dict().items()}}
+    return forward, [*encoder.parameters(), *head.parameters()], state_dict
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -116,8 +117,9 @@ def test_torch_path_is_nn_transformer_encoder(causal, dtype, atol):
 
     model = small(causal=causal)
     params, inputs = seeded(model)
-    module, module_params, names = nn_transformer(model, params, getattr(torch, dtype))
-    assert sorted(names) == sorted(model.spec)  # one naming: the state dict's
+    module, module_params, state_dict = nn_transformer(model, params, getattr(torch, dtype))
+    assert sorted(state_dict) == sorted(model.spec)  # one naming: the state dict's
+    names = list(state_dict)
     weights = {k: torch.from_numpy(v).to(getattr(torch, dtype)) for k, v in params.items()}
     x = torch.from_numpy(inputs["x"]).to(getattr(torch, dtype))
     with torch.inference_mode():  # the module's fast path where it takes it
@@ -241,3 +243,19 @@ def test_jax_float32_jacobians_are_refused_with_the_reason(tmp_path):
     outcome = run_and_record(cfg, tmp_path)
     assert outcome.status == "FAILED" and "\n" not in outcome.error
     assert outcome.error.startswith("model=transformer with backend=jax task=jacobian dtype=float32 is refused: JAX")
+
+
+def test_a_state_dict_of_torchs_modules_loads_as_model_weights(tmp_path):
+    """model.weights=FILE: nn.TransformerEncoder's own state dict (and the head's) is the model's weights file."""
+    import torch
+
+    model = small()
+    params, inputs = seeded(model)
+    module, _, state_dict = nn_transformer(model, params, torch.float64)
+    torch.save(state_dict, tmp_path / "encoder.pth")
+    outcome = run(tmp_path, "backend=numpy", "task=inference", "dtype=float64", f"model.weights={tmp_path}/encoder.pth")
+    with h5py.File(tmp_path / "tensors.h5", "r") as f:
+        x = torch.from_numpy(f["inputs/x"][()])
+        with torch.no_grad():
+            np.testing.assert_allclose(f["outputs/y"][()], module(x).numpy(), rtol=0, atol=1e-12)
+    assert outcome.metrics["max_abs_err_vs_reference"] == 0

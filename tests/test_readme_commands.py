@@ -14,8 +14,8 @@ FINISHED, except jobs the combination rules refuse (the docs show such a sweep),
 docs print after `; echo $?`, else 0 when every job finished and 1 when one was refused.
 
 cuda commands skip without an NVIDIA driver, SLURM and Ray launcher commands without a cluster.
-Sweeps of more than FAST_JOBS jobs run with `-m slow`; commands on full-size vision models with `-m heavy`
-(CI runs them after the default set).
+Sweeps of more than FAST_JOBS jobs run with `-m slow`; commands on full-size vision models and the
+BERT-base and GPT-2-small sized transformers with `-m heavy` (CI runs them after the default set).
 """
 
 from __future__ import annotations
@@ -194,6 +194,11 @@ def full_size_vision(command: Command) -> bool:
     return bool(models_named(command)) and "data.image_size" not in _overrides(command)
 
 
+def preset_transformer(command: Command) -> bool:
+    """Whether the command builds a BERT-base or GPT-2-small sized transformer: over 100 million weights."""
+    return bool(re.search(r"\bmodel=transformer_(bert_base|gpt2_small)\b", " ".join(command.args)))
+
+
 @functools.cache
 def _slurm_answers(partition: str) -> bool:
     if shutil.which("sinfo") is None:
@@ -231,7 +236,7 @@ def _param(command: Command):
         marks.append(pytest.mark.skip(reason=needs_cluster(command)))
     if n_jobs(command) > FAST_JOBS:
         marks.append(pytest.mark.slow)
-    elif full_size_vision(command):
+    elif full_size_vision(command) or preset_transformer(command):
         marks.append(pytest.mark.heavy)
     return pytest.param(command, marks=marks, id=f"{command.source} {' '.join(command.args)}"[:150])
 
@@ -374,11 +379,12 @@ def _refusal(config: dict) -> str | None:
     """The one line the combination rules or the memory check give for this config, or None when both accept it."""
     from runner.config import choices
     from runner.measure import limits
-    from runner.models import build_workload
+    from runner.models import build_workload, check_known_wrong
 
     cfg = OmegaConf.create(config)
     try:
         check_combination(cfg)
+        check_known_wrong(cfg.model, choices(cfg))
         limits.check_fits(build_workload(cfg.model), JobSpec.of(cfg), choices(cfg)["device"])
     except ConfigError as error:
         return str(error)

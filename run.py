@@ -35,7 +35,7 @@ def main(cfg: DictConfig) -> float:
     multirun = hydra_cfg.mode.name == "MULTIRUN"
     parent = sweep.parent_run_id(hydra_cfg.sweep.dir) if multirun else None
     environment.export_ray_job_id()
-    return job_return(cfg, run_dir, isolation.execute(cfg, run_dir, parent), multirun)
+    return job_return(run_dir, isolation.execute(cfg, run_dir, parent), multirun)
 
 
 def cli() -> None:

@@ -143,7 +143,7 @@ def test_nan_inputs_warn_in_the_result_and_the_summary(tmp_path, monkeypatch, ca
     result = run_and_record(cfg, tmp_path)
     assert result.status == "FINISHED"
     assert "outputs/y holds 2 NaN or infinite values of 64" in result.warnings
-    print_summary(cfg, tmp_path, result)
+    print_summary(tmp_path, result)
     assert "warning: outputs/y holds 2 NaN or infinite values of 64" in capsys.readouterr().err
 
 

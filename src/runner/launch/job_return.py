@@ -6,18 +6,16 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from omegaconf import DictConfig
-
 from runner.launch.terminal import print_summary
 from runner.measure.stop import SIGTERM, Stopped
 from runner.record.result import Result, Status
 
 
-def job_return(cfg: DictConfig, run_dir: Path, outcome: Result, multirun: bool) -> float:
+def job_return(run_dir: Path, outcome: Result, multirun: bool) -> float:
     """The job's median seconds per call; NaN where it did not finish (an optimizing sweeper takes NaN for a
     failed trial, and the sweep goes on). A job stopped by Ctrl-C or SIGTERM stops the sweep too; a single
     run that failed exits 1."""
-    print_summary(cfg, run_dir, outcome)
+    print_summary(run_dir, outcome)
     if outcome.status == Status.KILLED:
         raise Stopped(outcome.stopped_by or SIGTERM)  # without one: a signal sent to its worker alone
     if outcome.status != Status.FINISHED and not multirun:

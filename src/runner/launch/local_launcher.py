@@ -118,4 +118,4 @@ def _save_overrides(job: _Job) -> None:
 
 def _measured(outcome: Result, cfg: DictConfig) -> float:
     """The task of a job measured in the rounds: what its worker recorded, as run.py's task returns it."""
-    return job_return(cfg, Path(HydraConfig.get().runtime.output_dir), outcome, multirun=True)
+    return job_return(Path(HydraConfig.get().runtime.output_dir), outcome, multirun=True)

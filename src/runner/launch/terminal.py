@@ -6,16 +6,14 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from omegaconf import DictConfig
-
-from runner.config import choices
+from runner.record.naming import choice
 from runner.record.result import Result
 from runner.record.table import COLUMNS
 
 
-def print_summary(cfg: DictConfig, run_dir: Path, result: Result) -> None:
-    """A few readable lines: what ran, how fast, how accurate, where the files are."""
-    c = choices(cfg)
+def print_summary(run_dir: Path, result: Result) -> None:
+    """A few readable lines: what ran (from the record's config), how fast, how accurate, where the files are."""
+    c = {key: choice(result.config, key) for key in ("backend", "model", "task", "mode", "device", "dtype")}
     device = result.environment.get("device", c["device"])
     print(f"{c['backend']} | {c['model']} | {c['task']} | {c['mode']} | {device} | {c['dtype']}: {result.status}")
     if result.error:

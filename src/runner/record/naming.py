@@ -112,7 +112,7 @@ def run_name(config: dict, swept: dict[str, str] | None = None, job: str | None 
     """'numpy-mlp-gradients-eager-cpu-float32', then the job's value of every swept key the groups do
     not already name ('size=1000') and a sweep job's number ('#3'): unique within a sweep, and apart
     from single runs."""
-    name = "-".join(str(_choice(config, key)) for key in NAME_GROUPS)
+    name = "-".join(str(choice(config, key)) for key in NAME_GROUPS)
     extra = [f"{_short(k)}={v}" for k, v in (swept or {}).items() if k not in NAME_GROUPS]
     return " ".join([name, *extra, *([f"#{job}"] if job is not None else [])])
 
@@ -153,7 +153,8 @@ def job_context(run_dir: Path) -> tuple[dict[str, str], str | None]:
     return {k: job_values.get(k, "?") for k in swept}, run_dir.name
 
 
-def _choice(config: dict, key: str):
+def choice(config: dict, key: str):
+    """A group's chosen name (or a plain key's value) in a resolved config."""
     value = config.get(key)
     return value.get("name") if isinstance(value, dict) else value
 

@@ -145,6 +145,7 @@ def test_runner_compare_prints_after_over_before_with_interval_and_verdict(two_v
     assert all("| 1.00x |" in row and row.endswith("| no change (within noise) |") for row in rows)  # the same data
 
 
+@pytest.mark.slow  # a machine can drift beyond APART_SD between two sweeps (BENCHMARKS.md, A/A apart)
 def test_two_identical_sweeps_run_one_after_the_other_are_called_neither_slower_nor_faster(tmp_path):
     """A/A apart: the same sweep twice in a row, compared as `runner compare` compares releases."""
     work = ["backend=numpy", "model=matmul", "model.n=96", "task=inference", "threads=1", "seed=0,1"]

@@ -58,18 +58,18 @@ def test_heavy_frameworks_are_imported_only_where_chosen():
         assert not heavy, f"{path.relative_to(PROJECT_ROOT)} imports {sorted(heavy)} at module level"
 
 
-# Lower layers never import higher ones: a run's config and its typed spec, then what runs it (backends, models),
-# what it leaves behind (record), how it is measured (measure), MLflow (tracking), comparisons (report),
-# launching (launch), and the `runner` command on top.
+# Lower layers never import higher ones: where configs and outputs are, a run's config and its typed spec, then
+# what runs it (backends, models), what it leaves behind (record), how it is measured (measure), MLflow (tracking),
+# comparisons (report), launching (launch), and on top the Hydra app (run.py, tensor-runner) and the `runner` command.
 LAYERS = (
-    ("config", "spec"),
+    ("locations", "config", "spec"),
     ("backends", "models"),
     "record",
     "measure",
     "tracking",
     "report",
     "launch",
-    ("cli", "__main__"),
+    ("app", "cli", "__main__"),
 )
 
 

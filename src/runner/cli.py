@@ -1,5 +1,6 @@
-"""`runner` (also `python -m runner`): report on runs, upload runs that could not reach their store.
+"""`runner` (also `python -m runner`): run experiments, report on runs, upload runs that could not reach their store.
 
+runner run [OVERRIDES]   the same as `python run.py [OVERRIDES]` and `tensor-runner [OVERRIDES]` (runner.app)
 runner report --tracking-uri URI --experiment NAME --out DIR [--parent RUN_ID]
 runner report --sweep-dir DIR --out DIR
 runner compare BEFORE AFTER [--tracking-uri URI] [--factor 1.1]
@@ -21,6 +22,12 @@ from runner.record.result import ResultUnreadable
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["run"]:  # Hydra's own command line follows: its overrides, -m, --help, --cfg ...
+        from runner.app import cli
+
+        cli(argv[1:])
+        return 0
     args = _parser().parse_args(argv)
     try:
         return args.command(args)
@@ -33,6 +40,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="runner", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"tensor-runner {version()}")
     commands = parser.add_subparsers(required=True, metavar="COMMAND")
+    commands.add_parser("run", help="run an experiment: runner run [OVERRIDES] (python run.py's, see run --help)")
 
     report = commands.add_parser("report", help="CSV, markdown and PNG plots comparing runs")
     source = report.add_mutually_exclusive_group(required=True)

@@ -18,8 +18,7 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
-CONFIG_DIR = PROJECT_ROOT / "conf"
+from runner.locations import CONFIG_DIR, PROJECT_ROOT, output_root  # noqa: F401  (PROJECT_ROOT: for tests, tools)
 
 
 class ConfigError(ValueError):
@@ -126,7 +125,7 @@ class RunConfig:
 def register_configs() -> None:
     ConfigStore.instance().store(name="base_config", node=RunConfig)
     if not OmegaConf.has_resolver("runner.root"):
-        OmegaConf.register_new_resolver("runner.root", lambda: str(PROJECT_ROOT))
+        OmegaConf.register_new_resolver("runner.root", lambda: str(output_root()))
     if not OmegaConf.has_resolver("runner.devices"):  # sweep values: the devices this machine has
         OmegaConf.register_new_resolver("runner.devices", lambda: "cpu,cuda" if nvidia_driver_present() else "cpu")
 
@@ -327,7 +326,7 @@ def _check_model(model: DictConfig, backend: DictConfig, c: dict[str, str]) -> N
 def backend_capabilities() -> dict[str, list[str]]:
     """{backend name: its op families}, from conf/backend/*.yaml."""
     found = {}
-    for path in sorted((PROJECT_ROOT / "conf" / "backend").glob("*.yaml")):
+    for path in sorted((CONFIG_DIR / "backend").glob("*.yaml")):
         declared = OmegaConf.load(path)
         found[str(declared.name)] = list(declared.get("ops", []))
     return found

@@ -11,7 +11,7 @@ from functools import cache
 from pathlib import Path
 
 from runner import version
-from runner.config import PROJECT_ROOT
+from runner.locations import FROM_CHECKOUT, PROJECT_ROOT
 
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "TF_NUM_INTRAOP_THREADS")
 # Where a scheduler placed the job: environment variable -> key in `environment` (and MLflow tag env.KEY).
@@ -116,8 +116,9 @@ def driver_version(banner: str) -> str:
 @cache
 def git_source() -> dict[str, str]:
     """The runner's commit, branch and whether tracked files differ from it ("true"/"false"): a benchmark of
-    uncommitted code must not pass for HEAD's. Empty outside a git checkout."""
-    commit = _git("rev-parse", "HEAD")
+    uncommitted code must not pass for HEAD's. Empty outside a git checkout, and for an installed wheel (whose
+    version is recorded as tensor_runner): the git repository around its environment is not the runner's."""
+    commit = _git("rev-parse", "HEAD") if FROM_CHECKOUT else None
     if commit is None:
         return {}
     branch = _git("rev-parse", "--abbrev-ref", "HEAD")

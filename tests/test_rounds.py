@@ -92,19 +92,20 @@ def test_a_job_with_fewer_turns_spreads_them_over_the_rounds():
 
 
 def _start(tmp: Path, *overrides: str) -> tuple[subprocess.Popen, list[str]]:
-    """A sweep in its own process group; its stderr lines are collected as they come."""
+    """A sweep in its own process group; its output lines (stdout and stderr: where the progress lines go is
+    hydra/hydra_logging's choice) are collected as they come."""
     env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT / "src")}
     args = [f"tracking.uri=sqlite:///{tmp}/mlflow.db", "tracking.experiment=sweeps", f"hydra.sweep.dir={tmp}/sweep"]
     proc = subprocess.Popen(
         [sys.executable, str(PROJECT_ROOT / "run.py"), "-m", *args, *FAST_TIMING, *overrides],
         env=env,
         stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
         text=True,
         start_new_session=True,
     )
     lines: list[str] = []
-    threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True).start()
+    threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True).start()
     return proc, lines
 
 

@@ -30,6 +30,7 @@ from runner import tracking
 from runner.launch.fork_server import ForkServer, ForkServerGone
 from runner.launch.job_log import LogForwarder
 from runner.launch.messages import MayTime, Ready, Turn, TurnDone
+from runner.launch.sweep_lines import in_sweep
 from runner.measure.stop import SIGTERM, Stopped, StopReason
 from runner.measure.timing import Measurement
 from runner.record import job_record
@@ -104,7 +105,7 @@ class Worker:
         self.log_path = run_dir / LOG_FILE
         self.log_path.touch()
         self.process = None
-        self.forwarder = LogForwarder(self.log_path)
+        self.forwarder = LogForwarder(self.log_path, quiet=in_sweep())
 
     def start(self) -> None:
         config = resolved_keeping_copies(self.cfg)  # the worker records which keys copy another

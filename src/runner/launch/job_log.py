@@ -1,19 +1,25 @@
 """A job's log (job.log) as the launcher shows it: the worker's output copied to the terminal while it
-runs, the frameworks' start-up chatter left in the file."""
+runs, the frameworks' start-up chatter left in the file. In a sweep the worker's lines are debug messages
+of this module's logger (`hydra.verbose=runner.launch.job_log` shows them): the sweep says one line per job,
+and job.log keeps everything."""
 
 from __future__ import annotations
 
+import logging
 import re
 import sys
 import threading
 from pathlib import Path
 
+log = logging.getLogger(__name__)
+
 
 class LogForwarder:
-    """Copies what the worker writes to job.log onto this process's stderr while it runs."""
+    """Copies what the worker writes to job.log onto this process's stderr while it runs; with `quiet` (a
+    sweep's job) into this module's logger at debug level instead."""
 
-    def __init__(self, path: Path, every_s: float = 0.1):
-        self.path, self.every_s = path, every_s
+    def __init__(self, path: Path, every_s: float = 0.1, quiet: bool = False):
+        self.path, self.every_s, self.quiet = path, every_s, quiet
         self.done = threading.Event()
         self.pending = ""  # a line the worker has not finished writing
         self.thread = threading.Thread(target=self._run, daemon=True)
@@ -39,7 +45,10 @@ class LogForwarder:
         if self.done.is_set() and self.pending:  # the worker ended without a newline
             shown.append(self.pending + "\n")
             self.pending = ""
-        if shown:
+        if shown and self.quiet:
+            for line in shown:
+                log.debug(f"{self.path.parent.name}: {line.rstrip()}")
+        elif shown:
             sys.stderr.write("".join(shown))
             sys.stderr.flush()
 

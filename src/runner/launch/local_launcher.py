@@ -27,6 +27,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from runner.launch import rounds, sweep
 from runner.launch.job_return import job_return
+from runner.launch.sweep_lines import Every, set_jobs_in_launch, time_left
 from runner.measure.stop import SIGTERM, Stopped, stop_reason
 from runner.record.result import Result, Status
 
@@ -59,20 +60,18 @@ class RoundsLauncher(Launcher):
         coordinator = rounds.Coordinator()
         returns: dict[int, JobReturn] = {}
         waiting: list[_Job] = []
+        set_jobs_in_launch(initial_job_idx + len(job_overrides))
+        progress = Every(log)
         try:
             for number, overrides in enumerate(job_overrides, initial_job_idx):
-                log.info(f"\t#{number} : {' '.join(filter_overrides(overrides))}")
+                log.debug(f"\t#{number} : {' '.join(filter_overrides(overrides))}")  # Hydra's line, per job
                 job = self._job(list(overrides), number)
                 if not rounds.wanted(job.task_cfg):
                     returns[number] = self._run(job, self.task_function)
                     continue
-                _save_overrides(job)
-                ended = coordinator.set_up(job.task_cfg, job.run_dir, parent)
-                if ended is not None:
-                    coordinator.outcomes[job.run_dir] = ended
-                    if ended.status == Status.KILLED:  # Ctrl-C or SIGTERM while it was set up
-                        raise Stopped(ended.stopped_by or SIGTERM)
+                self._set_up(job, coordinator, parent)
                 waiting.append(job)
+                _say_set_up(progress, len(waiting), len(job_overrides))
             coordinator.run(measured=sweep.import_report_meanwhile)
         except KeyboardInterrupt as stop:
             coordinator.run(stopped_by=stop_reason(stop))  # the jobs set up so far record what they have
@@ -80,6 +79,15 @@ class RoundsLauncher(Launcher):
         for job in waiting:
             returns[job.number] = self._run(job, partial(_measured, coordinator.outcomes[job.run_dir]))
         return [returns[number] for number in sorted(returns)]
+
+    def _set_up(self, job: _Job, coordinator: rounds.Coordinator, parent: str | None) -> None:
+        """Set the job up in its worker, to wait for its turns; a job that ended meanwhile keeps its record."""
+        _save_overrides(job)
+        ended = coordinator.set_up(job.task_cfg, job.run_dir, parent)
+        if ended is not None:
+            coordinator.outcomes[job.run_dir] = ended
+            if ended.status == Status.KILLED:  # Ctrl-C or SIGTERM while it was set up
+                raise Stopped(ended.stopped_by or SIGTERM)
 
     def _job(self, overrides: list[str], number: int) -> _Job:
         """The job's config as Hydra's basic launcher composes it, and what run_job would give its task."""
@@ -104,6 +112,13 @@ class RoundsLauncher(Launcher):
         )
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
         return ret
+
+
+def _say_set_up(progress: Every, done: int, total: int) -> None:
+    """A line every few seconds while the jobs are set up for the rounds (none when that is quick)."""
+    elapsed = progress.elapsed()
+    left = time_left(elapsed, done, total)
+    progress.say(f"{done} of {total} jobs set up for the rounds, {elapsed:.1f} s so far{left}")
 
 
 def _save_overrides(job: _Job) -> None:

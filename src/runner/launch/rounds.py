@@ -19,7 +19,7 @@ jobs', and runner.report.ratio compares the two groups unpaired).
 
 from __future__ import annotations
 
-import sys
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -30,13 +30,16 @@ from omegaconf import DictConfig
 
 from runner.launch import isolation
 from runner.launch.messages import Finished, Turn, TurnDone
+from runner.launch.sweep_lines import Every, time_left
 from runner.measure.stop import Stopped, StopReason, stop_reason
 from runner.measure.timing import Measurement
 from runner.record.result import Result, Status
 
-PROGRESS_EVERY_S = 2.0
 QUIET_WAIT_S = 0.05  # after its turn, a worker's threads (a spinning thread pool) may run this long at most
 MEMORY_RESERVE = 2 * 2**30  # bytes to keep free, beside 1.5x the largest waiting worker
+
+log = logging.getLogger(__name__)
+
 
 @dataclass
 class _Waiting:
@@ -72,10 +75,7 @@ class Coordinator:
         turns (measured by `run`), or its record when it ended before (a refused config, a crash)."""
         run_dir = Path(run_dir)
         if self.waiting and not _memory_for_another(self.waiting):
-            print(
-                f"note: less than {MEMORY_RESERVE / 2**30:.0f} GiB free: measuring the jobs set up so far",
-                file=sys.stderr,
-            )
+            log.info(f"less than {MEMORY_RESERVE / 2**30:.0f} GiB free: measuring the jobs set up so far")
             self.run()
         isolation.prepare(cfg, run_dir, parent_run_id)
         worker = isolation.Worker(cfg, run_dir, turns=True)
@@ -94,7 +94,7 @@ class Coordinator:
             if ready.rounds < cfg.timing.rounds
             else ""
         )
-        print(f"  set up; waits for its {ready.rounds} turns in the interleaved rounds{fewer}", file=sys.stderr)
+        log.debug(f"#{run_dir.name}: set up; waits for its {ready.rounds} turns in the interleaved rounds{fewer}")
         return None
 
     def run(self, measured: Callable[[], None] = lambda: None, stopped_by: StopReason | None = None) -> None:
@@ -121,16 +121,23 @@ class Coordinator:
 
 
 def _rounds(jobs: list[_Waiting], first_round: int) -> None:
-    total, start, shown = max(job.rounds for job in jobs), time.perf_counter(), float("-inf")
+    """Every round's turns; a progress line after the first round, every few seconds and after the last,
+    with the time left at the pace of the rounds so far."""
+    total, progress = max(job.rounds for job in jobs), Every(log)
+    turns, taken = sum(job.rounds for job in jobs), 0  # the time left goes by turns: rounds differ in length
     for index in range(total):
         order = jobs if index % 2 == 0 else jobs[::-1]
         for job in order:
-            if takes_part(index, job.rounds, total) and job.failed is None:
-                _turn(job, first_round + index)
-        elapsed = time.perf_counter() - start
-        if elapsed - shown >= PROGRESS_EVERY_S or index + 1 == total:
-            shown = elapsed
-            print(f"  round {index + 1} of {total} done: {len(jobs)} jobs, {elapsed:.1f} s so far", file=sys.stderr)
+            if takes_part(index, job.rounds, total):
+                taken += 1
+                if job.failed is None:
+                    _turn(job, first_round + index)
+        elapsed = progress.elapsed()
+        progress.say(
+            f"round {index + 1} of {total} done: {len(jobs)} jobs, {elapsed:.1f} s so far"
+            f"{time_left(elapsed, taken, turns)}",
+            always=index == 0 or index + 1 == total,
+        )
 
 
 def takes_part(index: int, turns: int, total: int) -> bool:

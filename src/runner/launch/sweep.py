@@ -12,6 +12,7 @@ launch is stopped (Ctrl-C, SIGTERM, a refused submission): the launcher then cal
 
 from __future__ import annotations
 
+import logging
 import sys
 import threading
 import time
@@ -27,9 +28,12 @@ from omegaconf import DictConfig
 from runner import tracking
 from runner.config import first_line
 from runner.launch import launchers
+from runner.launch.sweep_lines import grouped_warnings
 from runner.record import naming
 from runner.record.result import Status
 from runner.record.sweep_file import SWEEP_FILE, read_sweep_file, write_sweep_file
+
+log = logging.getLogger(__name__)
 
 EXIT_INTERRUPTED = 130
 EXIT_CODES = {Status.FINISHED: 0, Status.FAILED: 1, Status.KILLED: EXIT_INTERRUPTED}
@@ -91,25 +95,23 @@ def start(config: DictConfig) -> Sweep:
     }
     parallel = launchers.parallel_launcher(config.hydra.launcher)
     if parallel:
-        print(
-            f"warning: {parallel}: jobs that run at the same time share cores, caches and memory bandwidth, "
-            "so their timings disturb each other; time what you publish with the basic launcher",
-            file=sys.stderr,
+        log.warning(
+            f"{parallel}: jobs that run at the same time share cores, caches and memory bandwidth, "
+            "so their timings disturb each other; time what you publish with the basic launcher"
         )
     local_store = info["tracking"] == "mlflow" and str(info["uri"]).startswith(("sqlite:", "file:", "/"))
     if local_store and launchers.cluster_launcher(config.hydra.launcher):
-        print(
-            f"warning: tracking.uri={info['uri']} is a file on this machine, and every node of the cluster writes "
+        log.warning(
+            f"tracking.uri={info['uri']} is a file on this machine, and every node of the cluster writes "
             "to it: it must be on a file system they all share, where SQLite locks badly; set MLFLOW_TRACKING_URI "
-            "to an `mlflow server` the nodes can reach",
-            file=sys.stderr,
+            "to an `mlflow server` the nodes can reach"
         )
     if info["tracking"] == "mlflow":
         try:
             info["parent_run_id"] = tracking.create_parent_run(info)
         except Exception as error:  # the store is down: jobs keep their results locally for `runner sync`
             info["error"] = first_line(error)
-            print(f"warning: no parent run in MLflow at {info['uri']} ({info['error']})", file=sys.stderr)
+            log.warning(f"no parent run in MLflow at {info['uri']} ({info['error']})")
     write_sweep_file(sweep_dir, info)
     return Sweep(sweep_dir, info)
 
@@ -168,7 +170,7 @@ def record_launch_error(sweep_dir: Path, line: str) -> None:
         try:
             tracking.retry_on_lock(tracking.client(info["uri"]).set_tag, info["parent_run_id"], "error", line)
         except Exception as error:  # sweep.json keeps the reason whatever the store does
-            print(f"warning: could not tag the parent run ({first_line(error)})", file=sys.stderr)
+            log.warning(f"could not tag the parent run ({first_line(error)})")
 
 
 def import_report_meanwhile() -> None:
@@ -201,7 +203,7 @@ def _write_files(frame, sweep_dir: Path) -> list[Path]:
     try:
         files = report.write_report(frame, sweep_dir / "report")
     except Exception as error:  # a plot that cannot be drawn must not hide the results
-        print(f"warning: could not write the sweep's report ({first_line(error)})", file=sys.stderr)
+        log.warning(f"could not write the sweep's report ({first_line(error)})")
     summary = sweep_dir / "summary.md"
     summary.write_text(f"# Sweep summary\n\n{report.markdown(frame)}")
     _note_comparisons(report.compare(frame))
@@ -219,7 +221,7 @@ def _note_comparisons(compared) -> None:
         try:
             tracking.log_comparison(link["uri"], link["run_id"], metrics, comparison_line(row))
         except Exception as error:  # the record on disk is complete; the comparison is a nicety
-            print(f"warning: could not annotate run {link['run_id']} ({first_line(error)})", file=sys.stderr)
+            log.warning(f"could not annotate run {link['run_id']} ({first_line(error)})")
 
 
 def comparison_line(row) -> str:
@@ -252,10 +254,7 @@ def _close_parent(sweep: Sweep, statuses: list[str], status: str, files: list[Pa
         sweep.info["parent_closed"] = True
         write_sweep_file(sweep.sweep_dir, sweep.info)
     except Exception as error:
-        print(
-            f"warning: could not close the parent run {sweep.info['parent_run_id']} ({first_line(error)})",
-            file=sys.stderr,
-        )
+        log.warning(f"could not close the parent run {sweep.info['parent_run_id']} ({first_line(error)})")
 
 
 def _summary_table(sweep_dir: Path) -> str:
@@ -295,9 +294,21 @@ def print_table(frame, sweep_dir: Path) -> None:
         console.print(f"[yellow]{line}[/]", highlight=False)
     for _, row in frame[frame["status"] != Status.FINISHED].iterrows():
         console.print(f"[bold red]{row['status']}[/] job {_job(row)}: {row['error']}", highlight=False)
-    for _, row in frame[frame["warnings"].map(bool)].iterrows() if "warnings" in frame else ():
-        for warning in row["warnings"]:
-            console.print(f"[yellow]warning[/] job {_job(row)}: {warning}", highlight=False)
+    _log_warnings(frame)
+    _print_link(console, sweep_dir)
+
+
+def _log_warnings(frame) -> None:
+    """The jobs' warnings, each once with the jobs it concerns (runner.launch.sweep_lines.grouped_warnings)."""
+    if "warnings" not in frame:
+        return
+    rows = frame[frame["warnings"].map(bool)]
+    for line in grouped_warnings((_job(row), list(row["warnings"])) for _, row in rows.iterrows()):
+        log.warning(line)
+
+
+def _print_link(console, sweep_dir: Path) -> None:
+    """The parent run and how to open it in the MLflow UI."""
     info = read_sweep_file(sweep_dir)
     if info.get("parent_run_id"):
         from runner.launch.terminal import ui_lines

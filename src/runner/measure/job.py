@@ -62,9 +62,7 @@ class Prepared:
     timing: dict  # timing.* for measure(), "series" built (runner.measure.samples)
 
 
-def _run_job(
-    spec: JobSpec, before_timing: Callable[[], object], turns: Turns | None, progress: ProgressLine
-) -> Result:
+def _run_job(spec: JobSpec, before_timing: Callable[[], object], turns: Turns | None, progress: ProgressLine) -> Result:
     job = _prepare(spec, progress)
     measurement, first_output, results, meter_note = _measure(job, before_timing, turns, progress)
     progress.phase("checking against the float64 reference")

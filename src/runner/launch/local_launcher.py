@@ -27,7 +27,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from runner.launch import rounds, sweep
 from runner.launch.job_return import job_return
-from runner.launch.sweep_lines import Every, set_jobs_in_launch, time_left
+from runner.launch.sweep_lines import Every, time_left
 from runner.measure.stop import SIGTERM, Stopped, stop_reason
 from runner.record.result import Result, Status
 
@@ -60,7 +60,7 @@ class RoundsLauncher(Launcher):
         coordinator = rounds.Coordinator()
         returns: dict[int, JobReturn] = {}
         waiting: list[_Job] = []
-        set_jobs_in_launch(initial_job_idx + len(job_overrides))
+        sweep.note_jobs_launched(sweep_dir, initial_job_idx + len(job_overrides))
         progress = Every(log)
         try:
             for number, overrides in enumerate(job_overrides, initial_job_idx):

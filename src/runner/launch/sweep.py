@@ -161,6 +161,13 @@ def finish(sweep_dir: Path, interrupted: str | None = None) -> int:
     return EXIT_CODES[status]
 
 
+def note_jobs_launched(sweep_dir: Path, count: int) -> None:
+    """How many jobs the sweep has launched so far (sweep.json), so each job's line can say `[k/N]`."""
+    info = read_sweep_file(sweep_dir)
+    if info:
+        write_sweep_file(sweep_dir, {**info, "jobs_launched": count})
+
+
 def record_launch_error(sweep_dir: Path, line: str) -> None:
     """A launcher refused the sweep: the reason goes into sweep.json (finish prints it) and onto the parent run."""
     info = read_sweep_file(sweep_dir)

@@ -19,13 +19,6 @@ from runner.record.result import Result, Status
 PROGRESS_EVERY_S = 5.0  # at most one progress line this often
 NUMBER = re.compile(r"\d+(?:\.\d+)?")
 
-_launch = {"jobs": 0}  # how many jobs the running launch has, where its launcher says (RoundsLauncher)
-
-
-def set_jobs_in_launch(count: int) -> None:
-    """The launcher says how many jobs it launches, so each job's line can say `[k/N]`."""
-    _launch["jobs"] = count
-
 
 def in_sweep() -> bool:
     """Whether this process runs a multirun (Hydra's mode), where a job's output is kept to one line."""
@@ -39,11 +32,13 @@ def in_sweep() -> bool:
 def job_line(run_dir: Path, result: Result) -> str:
     """'[3/16] numpy-mlp-gradients-eager-cpu-float32 seed=2 #2: FINISHED, median 18.2 µs, 2 warnings'."""
     from runner.record.naming import job_context, run_name
+    from runner.record.sweep_file import read_sweep_file
     from runner.record.table import format_seconds
 
     swept, number = job_context(Path(run_dir))
     name = run_name(result.config, swept, number or Path(run_dir).name) if result.config else Path(run_dir).name
-    head = f"[{int(number) + 1}/{_launch['jobs']}] " if number and number.isdigit() and _launch["jobs"] else ""
+    launched = read_sweep_file(Path(run_dir).parent).get("jobs_launched")  # where the launcher says (RoundsLauncher)
+    head = f"[{int(number) + 1}/{launched}] " if number and number.isdigit() and launched else ""
     if result.status == Status.FINISHED:
         tail = f"FINISHED, median {format_seconds(result.metrics.get('time_median_s', float('nan')))}"
     else:

@@ -5,6 +5,7 @@ all run. Its configs are the checkout's conf/ from a source checkout, else those
 from __future__ import annotations
 
 import gc
+import importlib.util
 import signal
 import sys
 from pathlib import Path
@@ -37,6 +38,7 @@ def cli(argv: list[str] | None = None, config_path: str = CONFIG_PATH) -> None:
     pkg://PACKAGE); a sweep exits with its status (runner.launch.sweep.finish), a stopped run or sweep with 130."""
     if argv is not None:
         sys.argv = [sys.argv[0], *argv]  # Hydra reads its overrides and flags from sys.argv
+    _plugins_listable()
     preflight.main()
     signal.signal(signal.SIGTERM, _stop)  # scancel, kill, a closing session: like Ctrl-C, record and stop
     app = hydra.main(version_base="1.3", config_path=config_path, config_name="config")(main)
@@ -48,6 +50,20 @@ def cli(argv: list[str] | None = None, config_path: str = CONFIG_PATH) -> None:
         # Exit without the garbage collector's passes over every module loaded (MLflow alone loads ~2,000),
         # most of the interpreter's teardown time. Files and the MLflow store are closed already; atexit still runs.
         gc.freeze()
+
+
+def _plugins_listable() -> None:
+    """Hydra finds its plugins (this package's launchers, whose configs `hydra/launcher=rounds` needs) by listing
+    the folders on `hydra_plugins.__path__`. An editable install maps `hydra_plugins.tensor_runner` through an
+    import hook that can import it but not list it: put the folder that holds it on that path."""
+    import hydra_plugins
+
+    spec = importlib.util.find_spec("hydra_plugins.tensor_runner")
+    if spec is None or not spec.submodule_search_locations:
+        return
+    folder = str(Path(next(iter(spec.submodule_search_locations))).parent)
+    if folder not in list(hydra_plugins.__path__):
+        hydra_plugins.__path__.append(folder)
 
 
 def _stop(signum: int, frame: object) -> None:

@@ -27,6 +27,8 @@ import traceback
 from collections.abc import Callable
 from multiprocessing import reduction
 from multiprocessing.connection import Connection, wait
+from multiprocessing.process import BaseProcess
+from typing import Protocol
 
 from runner.launch.messages import Ended, Fork, Forked
 
@@ -37,6 +39,21 @@ class ForkServerGone(RuntimeError):
     """The server died (the OOM killer, a crash in an import): the job is started the spawned way."""
 
 
+class WorkerProcess(Protocol):
+    """A job's worker as the launcher sees it: a spawned multiprocessing.Process or a ForkedWorker."""
+
+    @property
+    def pid(self) -> int | None: ...
+    @property
+    def exitcode(self) -> int | None: ...
+    @property
+    def sentinel(self) -> int: ...
+    def join(self, timeout: float | None = None) -> None: ...
+    def is_alive(self) -> bool: ...
+    def kill(self) -> None: ...
+    def close(self) -> None: ...
+
+
 class ForkedWorker:
     """A worker forked by a server, as the launcher sees it. Its sentinel becomes readable once the server
     has reported its end."""
@@ -45,8 +62,15 @@ class ForkedWorker:
         self.pid = pid
         self.exitcode: int | None = None
         self._ended = threading.Event()
+        self._read_end: int | None
         self._read_end, self._write_end = os.pipe()
-        self.sentinel = self._read_end
+
+    @property
+    def sentinel(self) -> int:
+        """Readable once the worker has ended; ValueError once closed, as multiprocessing's Process."""
+        if self._read_end is None:
+            raise ValueError(f"worker {self.pid} is closed")
+        return self._read_end
 
     def ended(self, exitcode: int | None) -> None:
         self.exitcode = exitcode
@@ -60,7 +84,7 @@ class ForkedWorker:
             raise ValueError(f"worker {self.pid} is still running")
         if self._read_end is not None:
             os.close(self._read_end)
-            self._read_end = self.sentinel = None
+            self._read_end = None
 
     def join(self, timeout: float | None = None) -> None:
         self._ended.wait(timeout)
@@ -82,7 +106,7 @@ class ForkServer:
     _running: dict[str, ForkServer] = {}
 
     @classmethod
-    def for_backend(cls, module: str, worker_main: Callable, start: Callable[[multiprocessing.Process], None]):
+    def for_backend(cls, module: str, worker_main: Callable, start: Callable[[BaseProcess], None]) -> ForkServer:
         """The running server for `module`, started (by `start`, which may set the memory layout) if none is;
         its workers run `worker_main(*args, connection=..., parent=...)`."""
         server = cls._running.get(module)
@@ -90,7 +114,7 @@ class ForkServer:
             server = cls._running[module] = cls(module, worker_main, start)
         return server
 
-    def __init__(self, module: str, worker_main: Callable, start: Callable[[multiprocessing.Process], None]):
+    def __init__(self, module: str, worker_main: Callable, start: Callable[[BaseProcess], None]):
         context = multiprocessing.get_context("spawn")
         self.connection, server_end = context.Pipe()
         self.process = context.Process(
@@ -170,7 +194,7 @@ def _serve(module: str, worker_main: Callable, connection: Connection, launcher:
                 os.close(handle)
                 workers[os.pidfd_open(pid)] = pid
                 connection.send(Forked(pid))
-            for pidfd in [r for r in ready if r is not connection]:
+            for pidfd in [r for r in ready if isinstance(r, int)]:  # the pidfds; the connection is not one
                 _, status = os.waitpid(workers[pidfd], 0)
                 connection.send(Ended(workers.pop(pidfd), os.waitstatus_to_exitcode(status)))
                 os.close(pidfd)

@@ -22,12 +22,14 @@ import signal
 import sys
 import threading
 import time
+from io import TextIOWrapper
 from pathlib import Path
+from typing import cast
 
 from omegaconf import DictConfig, OmegaConf
 
 from runner import tracking
-from runner.launch.fork_server import ForkServer, ForkServerGone
+from runner.launch.fork_server import ForkServer, ForkServerGone, WorkerProcess
 from runner.launch.job_log import LogForwarder
 from runner.launch.messages import MayTime, Ready, Turn, TurnDone
 from runner.launch.sweep_lines import in_sweep
@@ -104,7 +106,7 @@ class Worker:
         self.connection, self._worker_end = multiprocessing.Pipe()
         self.log_path = run_dir / LOG_FILE
         self.log_path.touch()
-        self.process = None
+        self.process: WorkerProcess  # by start()
         self.forwarder = LogForwarder(self.log_path, quiet=in_sweep())
 
     def start(self) -> None:
@@ -112,13 +114,14 @@ class Worker:
         args = (config, str(self.run_dir), str(self.log_path), self.turns)
         _open_store_meanwhile(self.cfg, self.connection)
         self.forwarder.start()
-        self.process = None
+        process: WorkerProcess | None = None
         if self.cfg.timing.fixed_layout:
             with contextlib.suppress(ForkServerGone):
                 server = ForkServer.for_backend(self.cfg.backend.module, worker_main, _start_fixed)
-                self.process = server.fork(args, self._worker_end)
-        if self.process is None:
-            self.process = _spawn(args, self._worker_end, fixed=bool(self.cfg.timing.fixed_layout))
+                process = server.fork(args, self._worker_end)
+        if process is None:
+            process = _spawn(args, self._worker_end, fixed=bool(self.cfg.timing.fixed_layout))
+        self.process = process
         self._worker_end.close()
 
     def join(self) -> Result:
@@ -134,7 +137,7 @@ class Worker:
     def stop(self, reason: StopReason, measurement: Measurement | None = None) -> Result:
         """Let the worker record what it measured (it got Ctrl-C too, or gets `reason`'s signal now), then end it."""
         if self.process.is_alive():  # a Ctrl-C at the terminal reached it too; a `kill` of ours did not
-            os.kill(self.process.pid, reason.signal)
+            os.kill(self.pid, reason.signal)
         try:
             self.process.join(GRACE_S)
         except KeyboardInterrupt:  # a second Ctrl-C: stop now
@@ -146,7 +149,7 @@ class Worker:
         result.stopped_by = reason
         return result
 
-    def recorded(self, status: str, reason: str, measurement: Measurement | None = None) -> Result:
+    def recorded(self, status: Status, reason: str, measurement: Measurement | None = None) -> Result:
         """What the worker recorded, or (when it recorded nothing) a record written here with `reason` and
         the samples it reported (`measurement`)."""
         self.forwarder.stop()
@@ -166,6 +169,13 @@ class Worker:
 
     def exit_reason(self) -> str:
         return _exit_reason(self.process.exitcode)
+
+    @property
+    def pid(self) -> int:
+        """The worker's process id, which it has from start() on."""
+        pid = self.process.pid
+        assert pid is not None, "the worker has not started"
+        return pid
 
     def _release(self) -> None:
         """The pipe and the process's handles, once it has ended: a long sweep must not run out of files."""
@@ -291,11 +301,16 @@ def worker_main(
     log = open(log_path, "a", buffering=1)  # stays open for the worker's whole life
     os.dup2(log.fileno(), 1)
     os.dup2(log.fileno(), 2)
-    sys.stdout.reconfigure(line_buffering=True)
-    sys.stderr.reconfigure(line_buffering=True)
+    # A fresh interpreter's streams, or the fork server's: Python's own TextIOWrapper either way.
+    cast(TextIOWrapper, sys.stdout).reconfigure(line_buffering=True)
+    cast(TextIOWrapper, sys.stderr).reconfigure(line_buffering=True)
     _name_process(f"runner-job-{Path(run_dir).name}")
     _interrupt_once()
-    _die_with_launcher(parent if parent is not None else multiprocessing.parent_process().pid)
+    if parent is None:  # spawned: the launcher is its parent
+        launcher = multiprocessing.parent_process()
+        assert launcher is not None and launcher.pid is not None, "a spawned worker knows its parent"
+        parent = launcher.pid
+    _die_with_launcher(parent)
     from runner.measure.job import run_and_record
 
     run_and_record(
@@ -316,7 +331,7 @@ def _interrupt_once() -> None:
     """The first SIGINT or SIGTERM interrupts the measurement (run_and_record records it KILLED, with
     the signal's name); later ones must not break the recording. If the recording itself hangs with
     no launcher left to kill the worker, it exits after GRACE_S: `runner sync` records it KILLED."""
-    fired = []
+    fired: list[int] = []
 
     def handler(signum, frame):
         if fired:

@@ -64,6 +64,7 @@ def test_heavy_frameworks_are_imported_only_where_chosen():
 LAYERS = (
     ("locations", "config", "spec"),
     ("backends", "models"),
+    "tasks",
     "record",
     "measure",
     "tracking",

@@ -68,11 +68,6 @@ class ModeConfig:
 
 
 @dataclass
-class TaskConfig:
-    name: str = MISSING  # inference, gradients, jacobian
-
-
-@dataclass
 class DataConfig:
     name: DataSource = MISSING
     path: str | None = None  # image file or folder, TFRecord file, HDF5 file
@@ -110,7 +105,8 @@ class RunConfig:
     # class's signature by check_combination.
     model: Any = MISSING
     mode: ModeConfig = MISSING
-    task: TaskConfig = MISSING
+    task: Any = MISSING  # a task: `_target_` (its runner.tasks.Task class), `name` and its constructor's arguments
+    optimizer: Any = MISSING  # task=train_step's (conf/optimizer/NAME.yaml), read through the task's ${optimizer}
     data: DataConfig = MISSING
     tracking: TrackingConfig = MISSING
     timing: TimingConfig = field(default_factory=TimingConfig)
@@ -281,10 +277,8 @@ def check_combination(cfg: DictConfig) -> None:
     if cfg.threads is not None and cfg.threads < 1:
         raise ConfigError(f"threads={cfg.threads}: must be a positive integer, or null for the framework's default")
     _check_backend(cfg.backend, c)
-    if cfg.mode.per_example and c["task"] != "gradients":
-        raise ConfigError(
-            f"mode={c['mode']} computes per-example gradients and needs task=gradients, not task={c['task']}"
-        )
+    if cfg.mode.per_example and not class_named("task._target_", cfg.task.get("_target_")).per_example_modes:
+        raise ConfigError(f"mode={c['mode']} computes per-example gradients: task={c['task']} has none")
     _check_model(cfg.model, cfg.backend, c)
     if c["device"] == "cuda" and not nvidia_driver_present():
         raise ConfigError("device=cuda but this machine has no NVIDIA GPU driver (use device=cpu or auto)")

@@ -32,6 +32,7 @@ class JobSpec:
     check_reference: bool
     timing: dict[str, Any]  # timing.*, plain values
     model_settings: DictConfig = field(repr=False)  # the model's node: what its workload is built from
+    task_settings: DictConfig = field(repr=False)  # the task's node: what its Task is built from (runner.tasks)
     data_settings: DictConfig = field(repr=False)
     config: dict = field(repr=False)  # the resolved config, as result.json records it
     copied_keys: dict[str, str] = field(default_factory=dict)  # config key -> the key it copies
@@ -49,6 +50,7 @@ class JobSpec:
             check_reference=bool(cfg.check_reference),
             timing=OmegaConf.to_container(cfg.timing, resolve=True),
             model_settings=cfg.model,
+            task_settings=cfg.task,
             data_settings=cfg.data,
             config=OmegaConf.to_container(cfg, resolve=True, enum_to_str=True),
             copied_keys=copied_keys or {},

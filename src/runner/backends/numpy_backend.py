@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from runner.backends.optimizers import Optimizer, written_out_step
 from runner.config import ConfigError
 
 DTYPES = {"float16": np.float16, "float32": np.float32, "float64": np.float64}
@@ -72,6 +73,13 @@ def _require(numpy_backprop: Callable | None, what: str) -> Callable:
     if numpy_backprop is None:
         raise ConfigError(f"backend=numpy has no autodiff and this model has no explicit backprop for {what}")
     return numpy_backprop
+
+
+def train_step(
+    loss: Callable, params: dict, optimizer: Optimizer, mode: str, device: str, numpy_backprop: Callable | None
+) -> tuple[Callable, Callable[[], dict]]:
+    """The workload's explicit backprop and the optimizer's update written out (runner.backends.optimizers)."""
+    return written_out_step(_require(numpy_backprop, "a training step"), params, optimizer, np.sqrt, lambda fn: fn)
 
 
 def to_native_layout(array: np.ndarray) -> np.ndarray:

@@ -11,6 +11,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from runner.backends.optimizers import Optimizer
 from runner.config import ConfigError
 
 DTYPES = {
@@ -88,6 +89,41 @@ def grad(loss: Callable, numpy_backprop: Callable | None) -> Callable:
         return dict(zip(params, torch.autograd.grad(loss(params, x, labels), tuple(params.values())), strict=True))
 
     return gradients
+
+
+# How the compiled modes compile task=train_step, for the record: dynamo compiles the step's forward and the
+# optimizer's update as graphs of their own and runs loss.backward() between them, through AOTAutograd's
+# compiled backward.
+TRAIN_STEP_COMPILED = {
+    mode: f"torch.compile({options}) of the whole step; graph break at loss.backward()"
+    for mode, options in (("function", ""), ("xla", 'mode="max-autotune"'))
+}
+
+
+def train_step(
+    loss: Callable, params: dict, optimizer: Optimizer, mode: str, device: str, numpy_backprop: Callable | None
+) -> tuple[Callable, Callable[[], dict]]:
+    """torch.optim's step as its users write it: zero_grad(set_to_none=True), loss.backward(), step(); the
+    compiled modes torch.compile the whole step (TRAIN_STEP_COMPILED)."""
+    weights = {name: p.detach().clone().requires_grad_() for name, p in params.items()}
+    if optimizer.name == "sgd":
+        torch_optimizer = torch.optim.SGD(weights.values(), lr=optimizer.lr, momentum=optimizer.momentum)
+    else:
+        betas = (optimizer.beta1, optimizer.beta2)
+        torch_optimizer = torch.optim.Adam(weights.values(), lr=optimizer.lr, betas=betas, eps=optimizer.eps)
+
+    def step(x: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        torch_optimizer.zero_grad(set_to_none=True)
+        value = loss(weights, x, labels)
+        value.backward()
+        torch_optimizer.step()
+        return value.detach()
+
+    if mode == "function":
+        step = torch.compile(step)
+    elif mode == "xla":  # fullgraph=True would refuse the break at backward()
+        step = torch.compile(step, mode="max-autotune")
+    return step, lambda: weights
 
 
 def per_example_grad(loss: Callable, mode: str, numpy_backprop: Callable | None) -> Callable:

@@ -108,19 +108,20 @@ def _refuse_choice_names(parsed: list) -> None:
 
 
 def _warn_unread(parsed: list, cfg) -> None:
-    """One warning naming the data settings typed on the command line that the chosen run does not read
-    (runner.record.naming.applies: `data.image_size` on the MLP, `data.path` with random inputs)."""
+    """One warning naming the data and optimizer settings typed on the command line that the chosen run does not
+    read (runner.record.naming.applies: `data.image_size` on the MLP, `data.path` with random inputs, an
+    optimizer for a task that trains nothing)."""
     from omegaconf import OmegaConf
 
     from runner.record.naming import applies
 
     config = OmegaConf.to_container(cfg, resolve=False)
     unread = [
-        o.input_line for o in parsed if o.key_or_group.startswith("data.") and not applies(o.key_or_group, config)
+        o.input_line for o in parsed if o.key_or_group.startswith(("data.", "optimizer")) and not applies(o.key_or_group, config)
     ]
     if unread:
         print(
-            f"warning: this run does not read {', '.join(unread)}: its model and data have no use for it",
+            f"warning: this run does not read {', '.join(unread)}: its task, model and data have no use for it",
             file=sys.stderr,
         )
 

@@ -27,6 +27,7 @@ from runner.record import job_record
 from runner.record.naming import job_spec
 from runner.record.result import ERROR_LOG, Result, Status
 from runner.spec import JobSpec
+from runner.tasks import Setup, Task, TaskRun, build_task
 
 WEIGHTS_RECORD_LIMIT = 2_000_000  # weights are written to tensors.h5 when they have fewer elements
 
@@ -55,7 +56,9 @@ class Prepared:
     params_held: dict  # weights and inputs as held, back in numpy: the reference starts from them
     inputs_held: dict
     examples_per_call: int
-    task_run: object
+    task: Task
+    setup: Setup  # what the task was built from
+    task_run: TaskRun
     load_s: float
     cost: str | None  # the up-front cost note (runner.measure.limits)
     malloc_keeps_freed: bool
@@ -73,7 +76,6 @@ def _prepare(spec: JobSpec, progress: ProgressLine) -> Prepared:
     from runner.measure import limits
     from runner.measure.data import load_inputs
     from runner.measure.samples import build_series
-    from runner.measure.tasks import build_task
     from runner.measure.timing import keep_freed_memory
     from runner.models import build_workload, check_known_wrong
 
@@ -83,9 +85,10 @@ def _prepare(spec: JobSpec, progress: ProgressLine) -> Prepared:
     timing.pop("fixed_layout")  # the worker's start (runner.launch.isolation) acted on it
     timing["series"] = build_series(timing["series"])
     workload = build_workload(spec.model_settings)
+    task = build_task(spec.task_settings)
     check_known_wrong(spec.model_settings, c)  # before the framework is imported
     backend, device, start_s = _start_backend(spec, workload, progress)
-    cost = limits.check_fits(workload, spec, device)  # refuses what cannot fit: before any allocation
+    cost = limits.check_fits(workload, spec, device, task.sized_like)  # refuses what cannot fit: before any allocation
     if cost:
         print(f"note: {cost}", file=sys.stderr, flush=True)
     progress.phase("building the model and inputs")
@@ -96,7 +99,8 @@ def _prepare(spec: JobSpec, progress: ProgressLine) -> Prepared:
     params = {k: v for k, v in state.items() if workload.trainable(k)}
     constants = {k: v for k, v in state.items() if not workload.trainable(k)}  # e.g. batch-norm running statistics
     progress.phase("building the task (tracing where the mode compiles)")
-    task_run = build_task(backend, workload, c["task"], c["mode"], device, params, inputs, constants, spec.per_example)
+    setup = Setup(backend, workload, c["mode"], device, params, inputs, constants, spec.per_example)
+    task_run = task.build(setup)
     return Prepared(
         spec=spec,
         choices=c,
@@ -109,6 +113,8 @@ def _prepare(spec: JobSpec, progress: ProgressLine) -> Prepared:
         params_held={k: backend.from_native_layout(backend.to_numpy(v)) for k, v in state.items()},
         inputs_held={k: backend.to_numpy(v) for k, v in inputs.items()},
         examples_per_call=workload.examples_per_call(spec.batch_size),
+        task=task,
+        setup=setup,
         task_run=task_run,
         load_s=start_s + weights_s,
         cost=cost,
@@ -199,6 +205,7 @@ def _environment(job: Prepared, energy_note: dict) -> dict:
     env["device"] = job.device
     env["malloc_keeps_freed_memory"] = job.malloc_keeps_freed
     env.update(job.workload.describe(job.backend, job.state, job.inputs, job.choices["task"]))
+    env.update(job.task.describe(job.backend, job.choices["mode"]))
     return {**env, **energy_note}
 
 
@@ -209,15 +216,14 @@ def _energy(job: Prepared, measurement: Measurement) -> tuple[dict, dict]:
 
 
 def _metrics(job: Prepared, measurement: Measurement, results: dict, first_output) -> dict:
-    from runner.measure.tasks import errors_vs_reference, reference_results
+    from runner.tasks import errors_vs_reference
 
-    c = job.choices
     metrics = timing_metrics(measurement, job.examples_per_call)
     metrics["load_s"] = job.load_s
     metrics.update(series_metrics(job.timing["series"]))
     metrics.update(memory_metrics(job.backend, job.device))
-    if job.spec.check_reference:
-        reference = reference_results(job.workload, c["task"], job.spec.per_example, job.params_held, job.inputs_held)
+    if job.spec.check_reference and job.workload.numpy_reference:
+        reference = job.task.reference(job.setup, job.params_held, job.inputs_held)
         metrics.update(errors_vs_reference(results, reference))
     flops = job.workload.flops_per_call()
     if flops and "time_median_s" in metrics:
@@ -227,7 +233,7 @@ def _metrics(job: Prepared, measurement: Measurement, results: dict, first_outpu
 
 
 def _tensors(job: Prepared, measurement: Measurement, results: dict) -> dict:
-    from runner.measure.tasks import forward_outputs
+    from runner.tasks import forward_outputs
 
     tensors = {f"inputs/{k}": v for k, v in job.inputs_held.items()}
     if sum(v.size for v in job.params_held.values()) <= WEIGHTS_RECORD_LIMIT:
@@ -255,7 +261,7 @@ def _attributes(job: Prepared, measurement: Measurement) -> dict:
 def _warnings(job: Prepared, measurement: Measurement, result: Result) -> list[str]:
     from runner.measure import machine_load
 
-    warnings = non_finite_warnings(result.tensors)
+    warnings = non_finite_warnings(result.tensors) + job.task_run.warnings()
     if measurement.warmup_cut_short:
         warnings.append(
             f"warm-up cut short by timing.max_time_s={job.spec.timing['max_time_s']} after {measurement.warmup_calls} "
@@ -280,7 +286,7 @@ def non_finite_warnings(tensors: dict[str, np.ndarray]) -> list[str]:
     warnings = []
     for name, array in tensors.items():
         array = np.asarray(array)
-        if name.startswith(("outputs/", "gradients/")) and array.dtype.kind in "fc":
+        if name.startswith(("outputs/", "gradients/", "trained/")) and array.dtype.kind in "fc":
             bad = int(array.size - np.count_nonzero(np.isfinite(array)))
             if bad:
                 warnings.append(f"{name} holds {bad} NaN or infinite values of {array.size}")

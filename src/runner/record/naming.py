@@ -101,6 +101,8 @@ def applies(key: str, config: dict) -> bool:
         return data.get("name") != "random"
     if key == "data.dataset":
         return data.get("name") == "hdf5"
+    if key.split(".")[0] == "optimizer":
+        return "optimizer" in (config.get("task") or {})  # the task reads it (task=train_step's ${optimizer})
     return True
 
 
@@ -109,12 +111,15 @@ SWEEP_SYNTAX = (",", "range(", "choice(", "interval(", "glob(")
 
 
 def run_name(config: dict, swept: dict[str, str] | None = None, job: str | None = None) -> str:
-    """'numpy-mlp-gradients-eager-cpu-float32', then the job's value of every swept key the groups do
-    not already name ('size=1000') and a sweep job's number ('#3'): unique within a sweep, and apart
+    """'numpy-mlp-gradients-eager-cpu-float32' for a single run. A sweep's job names what the sweep varies
+    first, then the rest and its number: 'jax · seed=0 · mlp-gradients-eager-cpu-float32 #4' (a swept group
+    by its choice alone), so a list that cuts names still tells jobs apart; unique within a sweep, and apart
     from single runs."""
-    name = "-".join(str(choice(config, key)) for key in NAME_GROUPS)
-    extra = [f"{_short(k)}={v}" for k, v in (swept or {}).items() if k not in NAME_GROUPS]
-    return " ".join([name, *extra, *([f"#{job}"] if job is not None else [])])
+    swept = swept or {}
+    varied = [str(choice(config, k)) if k in NAME_GROUPS else f"{_short(k)}={v}" for k, v in swept.items()]
+    rest = "-".join(str(choice(config, key)) for key in NAME_GROUPS if key not in swept)
+    name = " · ".join([*varied, rest] if rest else varied)
+    return " ".join([name, *([f"#{job}"] if job is not None else [])])
 
 
 def _short(key: str) -> str:

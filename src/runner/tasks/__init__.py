@@ -1,0 +1,134 @@
+"""Tasks: what a job computes and times on its workload, each a class named by `conf/task/NAME.yaml`'s `_target_`.
+
+A task builds the timed call from a backend's primitives, computes its float64 numpy reference, and yields
+results keyed by their tensors.h5 path ("outputs/y", "gradients/dense.weight", "trained/dense.weight"), so
+recording and comparison never need to know which task ran. The built-in ones are in `runner.tasks.builtin`
+and `runner.tasks.train_step`; a task of your own is a subclass of `Task` and its yaml (docs/models.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from types import ModuleType
+from typing import Any, ClassVar
+
+import numpy as np
+from omegaconf import DictConfig, OmegaConf
+
+from runner.config import ConfigError, class_named
+
+TASK_META_KEYS = ("_target_", "name")  # not constructor arguments
+
+
+@dataclass
+class TaskRun:
+    step: Callable[[], object]  # the call that is timed
+    results: Callable[[object], dict[str, np.ndarray]]  # the first call's output -> {h5 path: numpy array}
+    warnings: Callable[[], list[str]] = list  # read after timing: what makes these timings not what they claim
+
+
+@dataclass
+class Setup:
+    """What a task is built from: the workload on its backend, weights and inputs placed on the device."""
+
+    backend: ModuleType
+    workload: Any
+    mode: str
+    device: str
+    params: dict  # the trained weights
+    inputs: dict  # "x", and "labels" where the workload has a loss
+    constants: dict  # weights that enter the model but are not trained (batch-norm statistics)
+    per_example: bool  # the mode computes one result per example (conf/mode/NAME.yaml)
+
+    def model(self) -> tuple[Callable, Callable]:
+        """forward(params, x) and loss(params, x, labels) on this backend, constants folded in."""
+        backend, workload, constants = self.backend, self.workload, self.constants
+        if not constants:  # partial adds no Python frame: microsecond workloads time what timeit times
+            loss = workload.loss  # op workloads have none
+            return partial(workload.forward, backend), loss and partial(loss, backend)
+
+        def forward(params: dict, x):
+            return workload.forward(backend, {**params, **constants}, x)
+
+        def loss(params: dict, x, labels):
+            return workload.loss(backend, {**params, **constants}, x, labels)
+
+        return forward, loss
+
+
+class Task:
+    """A task: its timed call (`build`), its float64 reference (`reference`), what it may be combined with."""
+
+    per_example_modes: ClassVar[bool] = False  # may run in a per-example mode (mode=vectorized_map, map_fn)
+    sized_like: ClassVar[str] = "inference"  # the built-in task whose memory and FLOPs a workload states for this one
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def build(self, setup: Setup) -> TaskRun:
+        raise NotImplementedError
+
+    def reference(self, setup: Setup, params: dict, inputs: dict) -> dict[str, np.ndarray]:
+        """The results computed in float64 numpy from the same weights (every one, constants too) and inputs, as
+        the backend holds them, back in numpy; {} where there is none."""
+        return {}
+
+    def describe(self, backend: ModuleType, mode: str) -> dict[str, str]:
+        """What ran, in words, for result.json's environment (e.g. how the training step was compiled)."""
+        return {}
+
+
+def build_task(task_cfg: DictConfig) -> Task:
+    """The task object that `task._target_` names, built from the rest of the task's node."""
+    cls = class_named("task._target_", task_cfg.get("_target_") or "")
+    if not (isinstance(cls, type) and issubclass(cls, Task)):
+        raise ConfigError(f"task._target_={task_cfg._target_} must be a subclass of runner.tasks.Task")
+    arguments = {k: v for k, v in OmegaConf.to_container(task_cfg, resolve=True).items() if k not in TASK_META_KEYS}
+    try:
+        return cls(name=str(task_cfg.name), **arguments)
+    except TypeError as error:
+        raise ConfigError(f"task={task_cfg.name}: {error}") from None
+
+
+def timed_call(backend: ModuleType, fn: Callable, mode: str, device: str, params: dict, *args) -> Callable[[], object]:
+    """fn compiled for `mode` with all its arguments bound: C-level partials, no extra Python frame.
+
+    The weights are bound before compiling, as a model holds its weights: tf.function then captures
+    them instead of flattening a dict argument on every call (BENCHMARKS.md, what this suite found).
+    """
+    return partial(backend.compile_step(partial(fn, params), mode, device), *args)
+
+
+def forward_outputs(
+    backend: ModuleType, workload, params: dict, inputs: dict, known: dict | None = None
+) -> dict[str, np.ndarray]:
+    """Untimed eager forward pass (and loss, where there are labels), for the record; skipped where the
+    timed call's own output is `known` already (one more 40 s call for a 20000^2 matmul)."""
+    known = known or {}
+    if "outputs/y" in known and "labels" not in inputs:
+        return {}
+    results = {"outputs/y": backend.to_numpy(workload.forward(backend, params, inputs["x"]))}
+    if "labels" in inputs:
+        loss = workload.loss(backend, params, inputs["x"], inputs["labels"])
+        results["outputs/loss"] = np.asarray(backend.to_numpy(loss))
+    return results
+
+
+def float64(arrays: dict) -> dict[str, np.ndarray]:
+    return {k: np.asarray(v, np.float64) for k, v in arrays.items()}
+
+
+def errors_vs_reference(results: dict[str, np.ndarray], reference: dict[str, np.ndarray]) -> dict[str, float]:
+    """Largest absolute error over all compared tensors, and the largest error relative to each
+    tensor's own largest reference magnitude (a max-norm relative error, stable near zeros)."""
+    shared = [k for k in reference if k in results]
+    if not shared:
+        return {}
+    for k in shared:
+        if results[k].shape != reference[k].shape:
+            raise ValueError(f"{k} has shape {results[k].shape}, the reference {reference[k].shape}")
+    abs_errs = {k: float(np.max(np.abs(results[k].astype(np.float64) - reference[k]), initial=0.0)) for k in shared}
+    rel_errs = [abs_errs[k] / max(float(np.max(np.abs(reference[k]), initial=0.0)), 1e-300) for k in shared]
+    return {"max_abs_err_vs_reference": max(abs_errs.values()), "max_rel_err_vs_reference": max(rel_errs)}

@@ -1,0 +1,73 @@
+"""The three tasks every workload with a loss runs: inference, gradients (also per example), jacobian."""
+
+from __future__ import annotations
+
+from functools import partial
+from types import ModuleType
+import numpy as np
+
+from runner.tasks import Setup, Task, TaskRun, float64, timed_call
+
+
+class Inference(Task):
+    """One forward pass: outputs/y."""
+
+    def build(self, setup: Setup) -> TaskRun:
+        b = setup.backend
+        forward, _ = setup.model()
+        step = timed_call(b, b.compile_model(forward, setup.mode, setup.device), setup.mode, setup.device,
+                          setup.params, setup.inputs["x"])  # fmt: skip
+        return TaskRun(step, lambda out: {"outputs/y": b.to_numpy(out)})
+
+    def reference(self, setup: Setup, params: dict, inputs: dict) -> dict[str, np.ndarray]:
+        from runner.backends import numpy_backend
+
+        return {"outputs/y": setup.workload.forward(numpy_backend, float64(params), float64(inputs)["x"])}
+
+
+class Gradients(Task):
+    """d loss / d weights: gradients/NAME, with a leading batch axis in a per-example mode."""
+
+    per_example_modes = True
+    sized_like = "gradients"
+
+    def build(self, setup: Setup) -> TaskRun:
+        b, mode = setup.backend, setup.mode
+        _, loss = setup.model()
+        loss = b.compile_model(loss, mode, setup.device)
+        if setup.per_example:
+            fn = b.per_example_grad(loss, mode, setup.workload.gradients)
+        else:
+            fn = b.grad(loss, setup.workload.gradients)
+        step = timed_call(b, fn, mode, setup.device, b.trainable(setup.params), setup.inputs["x"], setup.inputs["labels"])
+        return TaskRun(step, partial(_gradient_results, b, setup.per_example))
+
+    def reference(self, setup: Setup, params: dict, inputs: dict) -> dict[str, np.ndarray]:
+        workload = setup.workload
+        method = workload.per_example_gradients if setup.per_example else workload.gradients
+        if method is None:
+            return {}
+        inputs = float64(inputs)
+        return {f"gradients/{k}": v for k, v in method(float64(params), inputs["x"], inputs["labels"]).items()}
+
+
+def _gradient_results(backend: ModuleType, per_example: bool, grads: dict) -> dict[str, np.ndarray]:
+    return {
+        f"gradients/{name}": backend.from_native_layout(backend.to_numpy(g), per_example) for name, g in grads.items()
+    }
+
+
+class Jacobian(Task):
+    """d outputs / d inputs per example: outputs/jacobian, (batch, outputs, inputs)."""
+
+    def build(self, setup: Setup) -> TaskRun:
+        b, mode = setup.backend, setup.mode
+        forward, _ = setup.model()
+        fn = b.batch_jacobian(b.compile_model(forward, mode, setup.device), mode, setup.workload.jacobian)
+        step = timed_call(b, fn, mode, setup.device, setup.params, setup.inputs["x"])
+        return TaskRun(step, lambda out: {"outputs/jacobian": b.to_numpy(out)})
+
+    def reference(self, setup: Setup, params: dict, inputs: dict) -> dict[str, np.ndarray]:
+        if setup.workload.jacobian is None:
+            return {}
+        return {"outputs/jacobian": setup.workload.jacobian(float64(params), float64(inputs)["x"])}

@@ -1,0 +1,77 @@
+"""task=train_step: forward, loss, backward and the optimizer's update, the weights and the optimizer's state
+carried from call to call; each backend writes the step as its users do (`Backend.train_step`).
+
+Each timed call is one real step and nothing is reset between samples. The first call (tracing, compiling,
+building the optimizer's state) is the record's first_call_s. Right after it, before any other timed call,
+the step runs `checked_steps - 1` more times and the weights are read: trained/NAME in tensors.h5, checked
+against the same steps in float64 NumPy from the same weights and batch (runner.backends.optimizers).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+from runner.backends.optimizers import Optimizer
+from runner.config import ConfigError
+from runner.tasks import Setup, Task, TaskRun, float64
+
+
+class TrainStep(Task):
+    sized_like = "gradients"
+
+    def __init__(self, name: str, optimizer: dict, checked_steps: int = 10):
+        super().__init__(name)
+        self.optimizer = Optimizer.of(optimizer)
+        if checked_steps < 1:
+            raise ConfigError(f"task.checked_steps={checked_steps}: must be a positive integer")
+        self.checked_steps = checked_steps
+
+    def build(self, setup: Setup) -> TaskRun:
+        b = setup.backend
+        _, loss = setup.model()
+        step, weights = b.train_step(loss, setup.params, self.optimizer, setup.mode, setup.device,
+                                     setup.workload.gradients)  # fmt: skip
+        timed = partial(step, setup.inputs["x"], setup.inputs["labels"])
+
+        def trained(first_output: object) -> dict[str, np.ndarray]:
+            for _ in range(self.checked_steps - 1):
+                timed()
+            # a copy: torch on the CPU hands out a view of the live weights
+            return {f"trained/{k}": np.array(b.from_native_layout(b.to_numpy(v))) for k, v in weights().items()}
+
+        return TaskRun(timed, trained, partial(_diverged, b, weights))
+
+    def reference(self, setup: Setup, held: dict, inputs: dict) -> dict[str, np.ndarray]:
+        backprop = setup.workload.gradients
+        if backprop is None:
+            return {}
+        params = float64({k: v for k, v in held.items() if k in setup.params})
+        constants, inputs = float64({k: v for k, v in held.items() if k not in setup.params}), float64(inputs)
+        convention = getattr(setup.backend, "OPTIMIZER_CONVENTION", "torch")
+        state = self.optimizer.init(params)
+        for _ in range(self.checked_steps):
+            grads = backprop({**params, **constants}, inputs["x"], inputs["labels"])
+            params, state = self.optimizer.update(params, grads, state, np.sqrt, convention)
+        return {f"trained/{k}": v for k, v in params.items()}
+
+    def describe(self, backend: ModuleType, mode: str) -> dict[str, str]:
+        convention = getattr(backend, "OPTIMIZER_CONVENTION", "torch")
+        return {"optimizer_convention": convention, **_how_compiled(backend, mode)}
+
+
+def _diverged(backend: ModuleType, weights: Callable[[], dict]) -> list[str]:
+    """Training that diverged while timed computes on NaN and inf, at speeds of their own: say so."""
+    bad = [k for k, v in weights().items() if not np.isfinite(backend.to_numpy(v)).all()]
+    if not bad:
+        return []
+    return [f"the training diverged while timed: {', '.join(bad)} hold NaN or inf (lower optimizer.lr)"]
+
+
+def _how_compiled(backend: Any, mode: str) -> dict[str, str]:
+    note = getattr(backend, "TRAIN_STEP_COMPILED", {}).get(mode)
+    return {"train_step_compiled": note} if note else {}

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from runner.launch import isolation, preflight, sweep  # registers the structured configs and resolvers
@@ -27,7 +28,7 @@ def main(cfg: DictConfig) -> float:
     the launcher (runner.launch.local_launcher) runs the jobs that compare in interleaved rounds instead."""
     hydra_cfg = HydraConfig.get()
     run_dir = Path(hydra_cfg.runtime.output_dir)
-    multirun = hydra_cfg.mode.name == "MULTIRUN"
+    multirun = hydra_cfg.mode == RunMode.MULTIRUN
     parent = sweep.parent_run_id(hydra_cfg.sweep.dir) if multirun else None
     environment.export_ray_job_id()
     return job_return(run_dir, isolation.execute(cfg, run_dir, parent), multirun)

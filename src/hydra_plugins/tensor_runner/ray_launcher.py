@@ -10,10 +10,12 @@ try:
 
     from runner.launch import ray_launch
     from runner.launch.sweep import ClosesSweepWhenStopped
-except ImportError:
-    ray_launch = None
 
-if ray_launch is not None:
+    RAY = True
+except ImportError:
+    RAY = False
+
+if RAY:
     from hydra.core.config_store import ConfigStore
 
     class RayLauncher(ClosesSweepWhenStopped, ray_launch.RayLauncher):

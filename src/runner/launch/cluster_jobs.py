@@ -55,6 +55,7 @@ def _update_tracked(task_cfg: DictConfig, run_dir: Path, parent: str | None) -> 
         tracking.track(run_dir, task_cfg.tracking.uri, task_cfg.tracking.experiment, parent)
     else:
         mlflow = tracking.client(link["uri"])
-        tracking.retry_on_lock(mlflow.set_tag, link["run_id"], "error", Result.load(run_dir).error[:5000])
+        error = Result.load(run_dir).error or ""  # ended_by_cluster wrote one
+        tracking.retry_on_lock(mlflow.set_tag, link["run_id"], "error", error[:5000])
         tracking.log_files(link["uri"], link["run_id"], [run_dir / RESULT_FILE])
         tracking.retry_on_lock(mlflow.set_terminated, link["run_id"], Status.FAILED)

@@ -43,10 +43,10 @@ class _Job:
 
 
 class RoundsLauncher(Launcher):
-    def __init__(self) -> None:
-        self.config: DictConfig | None = None
-        self.task_function: TaskFunction | None = None
-        self.hydra_context: HydraContext | None = None
+    # What setup() is given: Hydra calls it before launch().
+    config: DictConfig
+    task_function: TaskFunction
+    hydra_context: HydraContext
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
         self.config, self.hydra_context, self.task_function = config, hydra_context, task_function

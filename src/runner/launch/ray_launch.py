@@ -15,7 +15,7 @@ import logging
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from hydra.core.utils import JobReturn, JobStatus
 from hydra_plugins.hydra_ray_launcher.ray_launcher import RayLauncher as UpstreamRayLauncher
@@ -53,8 +53,8 @@ class RayLauncher(UpstreamRayLauncher):
         for index, overrides, config, remote in zip(indices, job_overrides, configs, options, strict=True):
             log.info(f"\t#{index} : {' '.join(filter_overrides(overrides))}")
             state = Singleton.get_state()
-            options = OmegaConf.create(remote)
-            refs.append(launch_job_on_ray(self.hydra_context, options, config, self.task_function, state))
+            ray_options = OmegaConf.create(remote)
+            refs.append(launch_job_on_ray(self.hydra_context, ray_options, config, self.task_function, state))
         return [self._collect(*job) for job in zip(refs, map(list, job_overrides), indices, strict=True)]
 
     def _job_sweep_config(self, overrides: list[str], index: int) -> DictConfig:
@@ -86,7 +86,7 @@ class RayLauncher(UpstreamRayLauncher):
 def remote_options(remote: DictConfig, device: str, gpus_per_cuda_job: float, cluster_gpus: float) -> dict:
     """The Ray task options of one job: the launcher's `remote`, plus GPUs for a cuda job. A cuda job on a
     cluster without a GPU could only wait: refused."""
-    options = OmegaConf.to_container(remote, resolve=True) if remote else {}
+    options = cast(dict[str, Any], OmegaConf.to_container(remote, resolve=True)) if remote else {}  # a DictConfig's
     if device == "cuda" and not cluster_gpus:
         cluster_jobs.refuse("device=cuda but the Ray cluster has no GPU (`ray status` lists its resources)")
     if device == "cuda":

@@ -50,7 +50,7 @@ def read_partition(name: str | None) -> Partition:
         ["sinfo", "-h", "-N", "-o", "%P|%a|%N|%c|%m|%G|%l"], capture_output=True, text=True, timeout=30
     )
     if out.returncode != 0:
-        raise LaunchRefused(f"sinfo failed: {(out.stderr.strip().splitlines() or [out.returncode])[0]}")
+        raise LaunchRefused(f"sinfo failed: {(out.stderr.strip().splitlines() or [str(out.returncode)])[0]}")
     return parse_sinfo(out.stdout, name)
 
 

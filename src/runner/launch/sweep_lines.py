@@ -23,10 +23,11 @@ NUMBER = re.compile(r"\d+(?:\.\d+)?")
 def in_sweep() -> bool:
     """Whether this process runs a multirun (Hydra's mode), where a job's output is kept to one line."""
     from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
 
     if not HydraConfig.initialized():
         return False
-    return str(HydraConfig.get().mode.name) == "MULTIRUN"
+    return HydraConfig.get().mode == RunMode.MULTIRUN
 
 
 def job_line(run_dir: Path, result: Result) -> str:
@@ -76,7 +77,7 @@ def jobs_text(jobs: list[str]) -> str:
     """'job 3', 'jobs 0, 1, 3', 'jobs 0-15': numbered jobs in order, consecutive ones as a range."""
     numbers = sorted({int(j) for j in jobs if j.isdigit()})
     others = sorted({j for j in jobs if not j.isdigit()})
-    parts: list[str] = []
+    parts: list[tuple[int, int]] = []  # (first, last) of each run of consecutive jobs
     for n in numbers:
         if parts and parts[-1][1] == n - 1:
             parts[-1] = (parts[-1][0], n)

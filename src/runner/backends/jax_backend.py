@@ -23,6 +23,7 @@ from runner.backends.channels_last import (  # noqa: F401 - re-exported: the bac
     from_native_layout,
     to_native_layout,
 )
+from runner.backends.optimizers import Optimizer
 from runner.config import ConfigError
 
 DTYPES = {"float16": jnp.float16, "float32": jnp.float32, "float64": jnp.float64, "bfloat16": jnp.bfloat16}
@@ -136,6 +137,37 @@ def trainable(params: dict) -> dict:
 
 def grad(loss: Callable, numpy_backprop: Callable | None) -> Callable:
     return jax.grad(loss)
+
+
+def train_step(
+    loss: Callable, params: dict, optimizer: Optimizer, mode: str, device: str, numpy_backprop: Callable | None
+) -> tuple[Callable, Callable[[], dict]]:
+    """optax's optimizer in a pure update of (weights, optimizer state), as JAX code writes a training step: jax.jit
+    donating the old weights and state (xla: compiled ahead of time at the first call); op by op in eager."""
+    import optax
+
+    if optimizer.name == "sgd":
+        transform = optax.sgd(optimizer.lr, momentum=optimizer.momentum or None)
+    else:
+        transform = optax.adam(optimizer.lr, b1=optimizer.beta1, b2=optimizer.beta2, eps=optimizer.eps)
+
+    def update(params: dict, state, x: jax.Array, labels: jax.Array):
+        value, grads = jax.value_and_grad(loss)(params, x, labels)
+        updates, state = transform.update(grads, state, params)
+        return optax.apply_updates(params, updates), state, value
+
+    weights = jax.tree.map(jnp.copy, params)  # donated at every step: the job's own arrays stay whole
+    held = {"params": weights, "state": transform.init(weights), "update": update}
+    if mode != "eager":
+        held["update"] = jax.jit(update, donate_argnums=(0, 1))
+
+    def step(x: jax.Array, labels: jax.Array) -> jax.Array:
+        if mode == "xla" and isinstance(held["update"], jax.stages.Wrapped):  # the first call compiles
+            held["update"] = held["update"].lower(held["params"], held["state"], x, labels).compile()
+        held["params"], held["state"], value = held["update"](held["params"], held["state"], x, labels)
+        return jax.block_until_ready((held["params"], value))[1]
+
+    return step, lambda: held["params"]
 
 
 def per_example_grad(loss: Callable, mode: str, numpy_backprop: Callable | None) -> Callable:

@@ -88,7 +88,7 @@ def _prepare(spec: JobSpec, progress: ProgressLine) -> Prepared:
     task = build_task(spec.task_settings)
     check_known_wrong(spec.model_settings, c)  # before the framework is imported
     backend, device, start_s = _start_backend(spec, workload, progress)
-    cost = limits.check_fits(workload, spec, device, task.sized_like)  # refuses what cannot fit: before any allocation
+    cost = limits.check_fits(workload, spec, device, task.like)  # refuses what cannot fit: before any allocation
     if cost:
         print(f"note: {cost}", file=sys.stderr, flush=True)
     progress.phase("building the model and inputs")

@@ -127,12 +127,12 @@ def format_duration(seconds: float) -> str:
 ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
 
 
-def check_fits(workload, spec: JobSpec, device: str, sized_like: str | None = None) -> str:
+def check_fits(workload, spec: JobSpec, device: str, like: str | None = None) -> str:
     """Refuse (ConfigError) a job that cannot fit on `device` (as the backend resolved it); return the cost
     note for one that will run long ('' if not). Runs before any array is allocated. Workloads that do not
     describe their arrays (a user's own `_target_`) are not checked; they state their sizes for the built-in
-    tasks, which a task names as `sized_like` (runner.tasks.Task)."""
-    task = sized_like or spec.task
+    tasks, the one a task runs `like` (runner.tasks.Task)."""
+    task = like or spec.task
     elements = workload.array_elements(spec.batch_size, task, spec.per_example)
     if elements is None:
         return ""

@@ -29,7 +29,7 @@ class Gradients(Task):
     """d loss / d weights: gradients/NAME, with a leading batch axis in a per-example mode."""
 
     per_example_modes = True
-    sized_like = "gradients"
+    like = "gradients"
 
     def build(self, setup: Setup) -> TaskRun:
         b, mode = setup.backend, setup.mode
@@ -59,6 +59,8 @@ def _gradient_results(backend: ModuleType, per_example: bool, grads: dict) -> di
 
 class Jacobian(Task):
     """d outputs / d inputs per example: outputs/jacobian, (batch, outputs, inputs)."""
+
+    like = "jacobian"
 
     def build(self, setup: Setup) -> TaskRun:
         b, mode = setup.backend, setup.mode

@@ -22,7 +22,7 @@ from runner.tasks import Setup, Task, TaskRun, float64
 
 
 class TrainStep(Task):
-    sized_like = "gradients"
+    like = "gradients"
 
     def __init__(self, name: str, optimizer: dict, checked_steps: int = 10):
         super().__init__(name)
@@ -32,10 +32,14 @@ class TrainStep(Task):
         self.checked_steps = checked_steps
 
     def build(self, setup: Setup) -> TaskRun:
-        b = setup.backend
-        _, loss = setup.model()
-        step, weights = b.train_step(loss, setup.params, self.optimizer, setup.mode, setup.device,
-                                     setup.workload.gradients)  # fmt: skip
+        b, scale = setup.backend, _per_label(setup.inputs["labels"])
+        _, total = setup.model()
+
+        def loss(params: dict, x, labels):
+            return total(params, x, labels) * scale
+
+        backprop = setup.workload.gradients and partial(_scaled, setup.workload.gradients, scale)
+        step, weights = b.train_step(loss, setup.params, self.optimizer, setup.mode, setup.device, backprop)
         timed = partial(step, setup.inputs["x"], setup.inputs["labels"])
 
         def trained(first_output: object) -> dict[str, np.ndarray]:
@@ -53,7 +57,7 @@ class TrainStep(Task):
         params = float64({k: v for k, v in held.items() if k in setup.params})
         constants, inputs = float64({k: v for k, v in held.items() if k not in setup.params}), float64(inputs)
         convention = getattr(setup.backend, "OPTIMIZER_CONVENTION", "torch")
-        state = self.optimizer.init(params)
+        state, backprop = self.optimizer.init(params), partial(_scaled, backprop, _per_label(inputs["labels"]))
         for _ in range(self.checked_steps):
             grads = backprop({**params, **constants}, inputs["x"], inputs["labels"])
             params, state = self.optimizer.update(params, grads, state, np.sqrt, convention)
@@ -62,6 +66,16 @@ class TrainStep(Task):
     def describe(self, backend: ModuleType, mode: str) -> dict[str, str]:
         convention = getattr(backend, "OPTIMIZER_CONVENTION", "torch")
         return {"optimizer_convention": convention, **_how_compiled(backend, mode)}
+
+
+def _per_label(labels: Any) -> float:
+    """The step minimizes the workload's loss per label element (a mean squared error, not the sum the gradients
+    task differentiates), as trainers do: one learning rate then serves every batch and model size."""
+    return 1.0 / int(np.prod(labels.shape))
+
+
+def _scaled(backprop: Callable, scale: float, params: dict, x: Any, labels: Any) -> dict:
+    return {k: g * scale for k, g in backprop(params, x, labels).items()}
 
 
 def _diverged(backend: ModuleType, weights: Callable[[], dict]) -> list[str]:

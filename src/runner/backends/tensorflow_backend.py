@@ -10,6 +10,7 @@ from runner.backends.channels_last import (  # noqa: F401 - re-exported: the bac
     from_native_layout,
     to_native_layout,
 )
+from runner.backends.optimizers import Optimizer
 from runner.config import ConfigError, nvidia_driver_present
 
 # Before the import: silence C++ start-up chatter (and, without a GPU driver, the cuInit error).
@@ -125,6 +126,58 @@ def batch_jacobian(forward: Callable, mode: str, numpy_backprop: Callable | None
         return tape.batch_jacobian(y, x)
 
     return jacobian
+
+
+# task=train_step: Keras's optimizers, so the float64 reference follows Keras's formulas (runner.backends.optimizers)
+OPTIMIZER_CONVENTION = "keras"
+TRAIN_STEP_COMPILED = {
+    "function": "tf.function of the whole step (tape and apply_gradients)",
+    "xla": "tf.function(jit_compile=True) of the whole step (tape and apply_gradients)",
+}
+
+
+def train_step(
+    loss: Callable, params: dict, optimizer: Optimizer, mode: str, device: str, numpy_backprop: Callable | None
+) -> tuple[Callable, Callable[[], dict]]:
+    """A custom training step as TensorFlow users write it: tf.Variable weights, the tape's gradients applied by a
+    keras.optimizers optimizer; inside tf.function for mode=function, jit_compile for xla (compile_step)."""
+    with tf.device(_tf_device(device)):
+        weights = {name: tf.Variable(p) for name, p in params.items()}
+        variables = list(weights.values())
+        keras_optimizer = _keras_optimizer(optimizer, variables[0].dtype)
+        keras_optimizer.build(variables)  # its slots on the device, before tf.function traces the step
+
+    def step(x: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:
+        with tf.GradientTape() as tape:
+            value = loss(weights, x, labels)
+        keras_optimizer.apply_gradients(zip(tape.gradient(value, variables), variables, strict=True))
+        return value
+
+    return compile_step(step, mode, device), lambda: weights
+
+
+def _keras_optimizer(optimizer: Optimizer, dtype: tf.DType):
+    """keras.optimizers.SGD or Adam, kept float64-exact for float64 weights. Keras makes the learning rate a
+    variable of its floatx (float32 unless set): built with floatx set to the weights' dtype. Keras casts momentum
+    and the betas with tf.cast of a Python float, which goes through a float32 tensor (0.9 -> 0.8999999762):
+    float64 numbers (a float subclass, which Keras's checks accept) are cast exactly."""
+    import keras
+
+    if keras.backend.backend() != "tensorflow":
+        raise ConfigError(
+            f"Keras runs on {keras.backend.backend()} in this process: backend=tensorflow task=train_step needs "
+            "it on tensorflow (run in a fresh process: isolation=process)"
+        )
+    floatx = keras.config.floatx()
+    keras.config.set_floatx(dtype.name)
+    exact = np.float64 if dtype == tf.float64 else float  # float32: Python floats, no float64 arithmetic
+    try:
+        if optimizer.name == "sgd":
+            return keras.optimizers.SGD(learning_rate=optimizer.lr, momentum=exact(optimizer.momentum))
+        betas = {"beta_1": exact(optimizer.beta1), "beta_2": exact(optimizer.beta2)}
+        return keras.optimizers.Adam(learning_rate=optimizer.lr, epsilon=optimizer.eps, **betas)
+    finally:
+        keras.config.set_floatx(floatx)
 
 
 def reset_peak_memory(device: str) -> None:

@@ -6,8 +6,10 @@ Everything but the ops and `prepare` is the tensorflow backend's: tnp arrays are
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 
 from runner.backends import tensorflow_backend as tf_backend
+from runner.backends.optimizers import Optimizer, written_out_step
 from runner.backends.tensorflow_backend import (  # noqa: F401 - re-exported: the backend function set
     DTYPES,
     adaptive_avg_pool2d,
@@ -52,6 +54,22 @@ def _enable_numpy_behavior() -> None:
 def prepare(device: str, dtype: str) -> str:
     _enable_numpy_behavior()
     return tf_backend.prepare(device, dtype)
+
+
+TRAIN_STEP_COMPILED = {
+    "function": "tf.function of the whole step (tape and written-out update)",
+    "xla": "tf.function(jit_compile=True) of the whole step (tape and written-out update)",
+}
+
+
+def train_step(
+    loss: Callable, params: dict, optimizer: Optimizer, mode: str, device: str, numpy_backprop: Callable | None
+) -> tuple[Callable, Callable[[], dict]]:
+    """The explicit backprop and the update written out, as the TF-NumPy guide trains its model: the tape's
+    gradients (grad) and the optimizer's arithmetic on tnp arrays, the whole update in tf.function (jit_compile
+    for xla) in the compiled modes. Adam's step count is an array, so the compiled update traces once."""
+    compile_update = lambda fn: compile_step(fn, mode, device)  # noqa: E731
+    return written_out_step(grad(loss, numpy_backprop), params, optimizer, tnp.sqrt, compile_update)
 
 
 # -- ops: written with tnp, as the TF-NumPy guide writes its model ----------------------------------------

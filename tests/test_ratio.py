@@ -99,17 +99,17 @@ def test_round_medians():
     assert round_medians(np.array([1.0, 3.0, 2.0, 10.0]), np.array([1, 1, 1, 2])) == {1: 2.0, 2: 10.0}
 
 
-def test_a_neighbour_in_some_rounds_widens_the_interval_and_every_round_counts():
-    """A neighbour slows A more than B in 7 of 20 rounds: the ratio is the mean over all rounds (the machine
-    as it was), and the interval is wide enough to say the rounds disagree."""
+def test_a_neighbour_in_a_minority_of_rounds_does_not_move_the_ratio():
+    """A neighbour slows A more than B in 7 of 20 rounds (A shared its core for those whole turns): those rounds'
+    log ratios lie beyond 3 robust sds of the others and are pulled in to that bound (ratio.tamed), so the ratio is
+    near the work's and the interval stays narrow. Over all rounds as measured, it was 2.0 * 1.5 ** (7 / 20) = 2.3."""
     rng = np.random.default_rng(5)
     rounds = np.repeat(np.arange(1, 21), 5)
     busy_round = np.repeat(np.arange(20) % 3 == 0, 5)
     b, a_alone = np.exp(rng.normal(0, 0.01, 100)), 2.0 * np.exp(rng.normal(0, 0.01, 100))
     ratio = time_ratio(a_alone * np.where(busy_round, 1.5, 1.0), rounds, b, rounds, process_sd=0)
-    assert ratio.value == pytest.approx(2.0 * 1.5 ** (7 / 20), rel=0.01) and ratio.basis() == "20 rounds"
-    alone = time_ratio(a_alone, rounds, b, rounds, process_sd=0)
-    assert alone.high / alone.low < 1.02 and ratio.high / ratio.low > 1.1
+    assert ratio.value == pytest.approx(2.0, rel=0.03) and ratio.basis() == "20 rounds"  # pulled in, not dropped
+    assert ratio.high / ratio.low < 1.06
 
 
 def identical_sweep(rng: np.random.Generator, jobs: int, n_rounds: int = 40, n_samples: int = 3) -> pd.DataFrame:
@@ -199,11 +199,12 @@ def test_a_job_that_changed_character_gets_no_verdict_and_says_where():
     assert verdict.startswith("unstable") and "rounds 1-11" in verdict
 
 
-def test_a_ratio_that_contradicts_its_medians_gets_no_verdict():
-    """Half the rounds 1.0 against 1.0, half 3.0 against 1.0: the rounds say 1.73x, the medians 1.0-3.0x."""
+def test_rounds_that_split_in_two_give_a_wide_interval_not_a_verdict_on_either_half():
+    """Half the rounds 1.0 against 1.0, half 3.0 against 1.0: no half is an outlier of the other; the ratio is
+    between the two (1.73x) and its interval too wide to resolve a 50% difference."""
     rounds = np.repeat(np.arange(1, 9), 5)
     b = np.ones(40)
     a = np.where(rounds % 2 == 0, 3.0, 1.0) * np.exp(np.random.default_rng(3).normal(0, 0.01, 40))
-    a_median = float(np.median(a[:21]))  # as pooled samples give it: 1.0 or 3.0, whichever half is larger
-    compared = report.compare(two_jobs(a, b, rounds, medians=[a_median, 1.0]))
-    assert compared["within_noise"][0].startswith("unstable")
+    compared = report.compare(two_jobs(a, b, rounds, medians=[float(np.median(a)), 1.0]))
+    assert compared["verdict"][0] == "unstable" or compared["time_ratio_resolution"][0] > 0.5
+    assert time_ratio(a, rounds, b, rounds).resolution > 0.5

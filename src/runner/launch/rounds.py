@@ -20,13 +20,15 @@ jobs', and runner.report.ratio compares the two groups unpaired).
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import wait
 from pathlib import Path
 
-from omegaconf import DictConfig
+import numpy as np
+from omegaconf import DictConfig, OmegaConf
 
 from runner.launch import isolation
 from runner.launch.messages import Finished, Turn, TurnDone
@@ -34,7 +36,9 @@ from runner.launch.sweep_lines import Every, time_left
 from runner.measure.stop import Stopped, StopReason, stop_reason
 from runner.measure.timing import Measurement
 from runner.record.result import Result, Status
+from runner.report.ratio import versus_fastest
 
+MIN_ROUNDS_TO_STOP = 8  # runner.report.ratio.MIN_BATCHES: an interval from fewer may look narrow by chance
 QUIET_WAIT_S = 0.05  # after its turn, a worker's threads (a spinning thread pool) may run this long at most
 MEMORY_RESERVE = 2 * 2**30  # bytes to keep free, beside 1.5x the largest waiting worker
 
@@ -121,10 +125,13 @@ class Coordinator:
 
 
 def _rounds(jobs: list[_Waiting], first_round: int) -> None:
-    """Every round's turns; a progress line after the first round, every few seconds and after the last,
-    with the time left at the pace of the rounds so far."""
+    """Every round's turns, until every comparison resolves timing.resolve (from MIN_ROUNDS_TO_STOP rounds on) or
+    the rounds are over; a progress line after the first round, every few seconds and after the last, with the
+    time left at the pace of the rounds so far."""
     total, progress = max(job.rounds for job in jobs), Every(log)
     turns, taken = sum(job.rounds for job in jobs), 0  # the time left goes by turns: rounds differ in length
+    resolve = float(jobs[0].cfg.timing.get("resolve", 0.0))
+    widest = math.nan
     for index in range(total):
         order = jobs if index % 2 == 0 else jobs[::-1]
         for job in order:
@@ -133,11 +140,65 @@ def _rounds(jobs: list[_Waiting], first_round: int) -> None:
                 if job.failed is None:
                     _turn(job, first_round + index)
         elapsed = progress.elapsed()
+        if resolve and index + 1 >= MIN_ROUNDS_TO_STOP and index + 1 < total:
+            widest = widest_resolution(jobs)
+            if widest <= resolve:
+                log.info(
+                    f"every comparison resolves {widest:.1%} (timing.resolve={resolve:g}) after {index + 1} of "
+                    f"{total} rounds: done"
+                )
+                return
         progress.say(
             f"round {index + 1} of {total} done: {len(jobs)} jobs, {elapsed:.1f} s so far"
             f"{time_left(elapsed, taken, turns)}",
             always=index == 0 or index + 1 == total,
         )
+    widest = widest_resolution(jobs)
+    if resolve and widest > resolve:
+        log.warning(
+            f"out of budget: a comparison resolves only {widest:.1%} after {total} rounds (timing.resolve={resolve:g});"
+            " a longer timing.max_time_s narrows it (the table's resolution column has each)"
+        )
+
+
+def widest_resolution(jobs: list[_Waiting]) -> float:
+    """The widest resolution among the comparisons the sweep's table will make (each job against the fastest
+    doing the same work, runner.report.ratio.versus_fastest); NaN where nothing is compared, inf where a
+    comparison has no interval yet."""
+    groups: dict[str, list[_Waiting]] = {}
+    for job in jobs:
+        if job.failed is None and len(job.measurement.samples):
+            groups.setdefault(work(job.cfg), []).append(job)
+    widest = math.nan
+    for group in (g for g in groups.values() if len(g) > 1):
+        samples = [(np.asarray(j.measurement.samples.seconds), np.asarray(j.measurement.samples.rounds)) for j in group]
+        for ratio in versus_fastest(samples, [configuration(j.cfg) for j in group]):
+            if ratio is not None:
+                value = math.inf if math.isnan(ratio.resolution) else ratio.resolution
+                widest = value if math.isnan(widest) else max(widest, value)
+    return widest
+
+
+def work(cfg: DictConfig) -> str:
+    """What two jobs must share to be compared, as runner.report.frames.work_keys has it: the model and task, the
+    batch size, and the numeric settings of the model and its inputs."""
+
+    def numbers(group: DictConfig | None) -> list:
+        values = OmegaConf.to_container(group, resolve=True) if isinstance(group, DictConfig) else {}
+        return sorted((k, v) for k, v in values.items() if isinstance(v, int | float) and not isinstance(v, bool))
+
+    return repr((str(cfg.model.name), str(cfg.task.name), int(cfg.batch_size), numbers(cfg.model), numbers(cfg.data)))
+
+
+def configuration(cfg: DictConfig) -> str:
+    """A job's configuration, its seed and timing aside: jobs that share it are replicates (ratio.process_spread)."""
+    aside = ("seed", "timing", "tracking", "hydra")
+    return repr(
+        [
+            (k, OmegaConf.to_container(v, resolve=True) if isinstance(v, DictConfig) else v)
+            for k, v in sorted((k, cfg[k]) for k in cfg if k not in aside)
+        ]
+    )
 
 
 def takes_part(index: int, turns: int, total: int) -> bool:

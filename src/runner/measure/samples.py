@@ -19,6 +19,22 @@ from runner.config import ConfigError, class_named
 SECONDS, ROUND = "samples_s", "sample_round"
 
 
+def turn_typical(seconds: list[float] | np.ndarray, rounds: list[int] | np.ndarray | None) -> dict[int, float]:
+    """Each round's typical time per call: the fastest sample of the job's turn in it (all samples are round 1
+    where rounds were not recorded). A sample is slow when the job lost its core for part of the block (another
+    process ran); never faster than the work. The fastest sample of a turn is the work itself, where the turn
+    held one block that kept its core: BENCHMARKS.md, *Which estimator*, compares it with the median."""
+    seconds = np.asarray(seconds, dtype=float)
+    rounds = np.ones(len(seconds), dtype=int) if rounds is None else np.asarray(rounds)
+    return {int(r): float(seconds[rounds == r].min()) for r in np.unique(rounds)}
+
+
+def typical_s(seconds: list[float] | np.ndarray, rounds: list[int] | np.ndarray | None) -> float:
+    """A job's typical time per call (`time_typical_s`): the median over its rounds of turn_typical (a turn in
+    which the job shared its core throughout does not move it)."""
+    return float(np.median(list(turn_typical(seconds, rounds).values())))
+
+
 class Series:
     """One value per timing sample, read between timed blocks, never inside one. Override what you need."""
 

@@ -16,7 +16,7 @@ from typing import Protocol
 
 import numpy as np
 
-from runner.measure.samples import Samples, Series
+from runner.measure.samples import Samples, Series, typical_s
 from runner.record.table import format_seconds
 
 SAMPLING = "sampling"
@@ -24,6 +24,8 @@ NOISY_REL_IQR = 0.1  # above this IQR/median the result is flagged as noisy
 # A turn starts with a re-warm (at least one block) unless its block is longer than this: the first block after
 # the pause of the other jobs' turns runs slow (BENCHMARKS.md, A/A sweeps: a skipped re-warm).
 LONG_BLOCK_S = 0.05
+REWARM_S = 0.005  # at most this long (at least one block): the turn's fastest sample discounts a slow first block
+MIN_ROUNDS, TURN_BLOCKS = 8, 8  # rounds (ratio.MIN_BATCHES), and blocks a turn where the budget allows both
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters (malloc.h)
 MMAP_THRESHOLD_MAX = 32 * 2**20  # glibc's ceiling for M_MMAP_THRESHOLD on 64-bit machines
 
@@ -59,6 +61,7 @@ class Measurement:
             "time_mean_s": float(samples.mean()),
             "time_stdev_s": float(samples.std(ddof=1)) if samples.size > 1 else 0.0,
             "time_min_s": float(samples.min()),
+            "time_typical_s": typical_s(samples, self.samples.rounds),
             "first_call_s": self.first_call_s,
         }
 
@@ -169,9 +172,8 @@ def measure(
             sampling.run(1, deadline)
         else:
             sampling_s = deadline - time.perf_counter()
-            rounds = affordable_rounds(rounds, sampling_s, block_s)
-            rewarm_s = warmup_s / rounds if block_s <= LONG_BLOCK_S else 0.0
-            _take_turns(turns, sampling, rounds, sampling_s / rounds, rewarm_s)
+            rounds = affordable_rounds(rounds, sampling_s, block_s, warmup_s)
+            _take_turns(turns, sampling, rounds, sampling_s / rounds, rewarm(warmup_s, rounds, block_s))
     except KeyboardInterrupt as interrupt:
         measurement.stopped_by = "interrupted"
         raise MeasurementInterrupted(measurement) from interrupt
@@ -181,23 +183,38 @@ def measure(
     return measurement, first_output
 
 
-def affordable_rounds(rounds: int, sampling_s: float, block_s: float) -> int:
-    """The rounds a job takes part in: `rounds`, or fewer where a turn of sampling_s / rounds would not
-    hold one block (a 250 ms ResNet call in 40 rounds would take 10 s of a 4 s sampling budget)."""
-    return max(1, min(rounds, int(sampling_s / max(block_s, 1e-9))))
+def rewarm(warmup_s: float, rounds: int, block_s: float) -> float:
+    """How long a turn re-warms before its samples: warmup_s shared among the rounds, at most REWARM_S (at least
+    one block: _warm_up), none where a block is longer than LONG_BLOCK_S."""
+    return min(warmup_s / rounds, REWARM_S) if block_s <= LONG_BLOCK_S else 0.0
+
+
+def affordable_rounds(rounds: int, sampling_s: float, block_s: float, warmup_s: float = 0.0) -> int:
+    """The rounds a job takes part in: `rounds`, or fewer where a turn would not hold its re-warm and TURN_BLOCKS
+    blocks (at 0.5 s, 40 rounds gave a 2 ms block one sample a turn, which cannot say whether it kept its core),
+    yet not fewer than MIN_ROUNDS where a turn holds one block (one block: blocks longer than LONG_BLOCK_S)."""
+    block_s, short = max(block_s, 1e-9), block_s <= LONG_BLOCK_S
+
+    def most(blocks: int) -> int:  # the most rounds whose turns hold `blocks` blocks and the re-warm
+        for n in range(rounds, 1, -1):
+            rewarm_s = max(block_s, rewarm(warmup_s, n, block_s)) if short else 0.0
+            if sampling_s / n >= blocks * block_s + rewarm_s:
+                return n
+        return 1
+
+    return max(most(TURN_BLOCKS if short else 1), min(MIN_ROUNDS, most(1)))
 
 
 def _take_turns(turns: Turns, sampling: _Sampling, rounds: int, turn_s: float, rewarm_s: float) -> None:
     """Sample in each turn given: a re-warm of `rewarm_s`, at least one block where it is not 0 (the step sat
-    idle while the other jobs had their turns), then samples until their spread is small or `turn_s` has
-    passed since the turn began."""
+    idle while the other jobs had their turns), then samples until `turn_s` has passed since the turn began."""
     m = sampling.measurement
     turns.ready(m, rounds)
     while (round_ := turns.wait()) is not None:
         start = time.perf_counter()
         _warm_up(sampling.fn, sampling.sync, m.block_size, rewarm_s, 0, start + min(rewarm_s, turn_s))
         taken = len(m.samples)
-        sampling.run(round_, start + turn_s)
+        sampling.run(round_, start + turn_s, spread_stops=False)
         turns.done(m.samples.since(taken))
 
 
@@ -252,7 +269,8 @@ class _Sampling:
     series: dict[str, Series]
     energy_unread: bool = False  # a turn whose energy could not be read: no total
 
-    def run(self, round_: int, deadline: float) -> None:
+    def run(self, round_: int, deadline: float, spread_stops: bool = True) -> None:
+        """Samples until the deadline, or until their spread is small (`spread_stops`; not in a turn of the rounds)."""
         m, block = self.measurement, self.measurement.block_size
         taken, start = len(m.samples), time.perf_counter()
         for series in self.series.values():
@@ -268,7 +286,8 @@ class _Sampling:
             elapsed = time.perf_counter() - start
             if self.progress is not None:
                 self.progress(m, elapsed)
-            if len(m.samples) - taken >= self.min_repeats and rel_iqr(m.samples_s[taken:]) <= self.target_rel_iqr:
+            enough = spread_stops and len(m.samples) - taken >= self.min_repeats
+            if enough and rel_iqr(m.samples_s[taken:]) <= self.target_rel_iqr:
                 m.stopped_by = "spread"
                 break
             if time.perf_counter() >= deadline:

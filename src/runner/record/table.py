@@ -42,6 +42,10 @@ def _one_decimal(value: float) -> str:
     return f"{value:.1f}"
 
 
+def _share(value: float) -> str:
+    return f"{value:.1%}" if math.isfinite(value) else ""
+
+
 def _percent(value: float) -> str:
     return f"{value:.0f}%"
 
@@ -71,6 +75,7 @@ class Column:
 COLUMNS: tuple[Column, ...] = (
     Column("time_median_s", "median", format_seconds),
     Column("time_iqr_s", "IQR", format_seconds),
+    Column("time_typical_s", "typical", format_seconds),  # what time / fastest compares: runner.measure.samples
     Column("time_min_s", "min", format_seconds),
     Column("time_p50_s", "p50", format_seconds),
     Column("time_p90_s", "p90", format_seconds),
@@ -84,6 +89,7 @@ COLUMNS: tuple[Column, ...] = (
     Column("gflops_per_s", "GFLOP/s", _number),
     Column("time_ratio", "time / fastest", _ratio),
     Column("time_ratio_ci", "95% interval", _interval),  # over the rounds: runner.report.ratio
+    Column("time_ratio_resolution", "resolves", _share),  # the smallest difference called 9 times in 10
     Column("within_noise", "within noise"),
     Column("time_ratio_basis", "ratio from"),  # "40 rounds", "1 round"
     Column("max_abs_err_vs_reference", "max abs err", _number),

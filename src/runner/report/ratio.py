@@ -51,14 +51,19 @@ from enum import StrEnum
 
 import numpy as np
 
+from runner.measure.samples import turn_typical, typical_s
+
 LEVEL = 0.95
 MIN_BATCHES = 8
 # Between worker processes, identical jobs' medians spread by this much (sd of their logs) however long they
 # sample: each process has its own physical memory placement (BENCHMARKS.md, A/A sweeps: 0.3-1.9%).
 PROCESS_SD = 0.012
+PRIOR_DF = 4  # the weight of PROCESS_SD beside the spread a sweep's replicates show (process_spread)
 # Between two sweeps run apart, the machine itself moves all of a sweep's jobs together: the A/A of runner
 # compare (BENCHMARKS.md) put the sd of that shared log offset at about 3%.
 APART_SD = 0.03
+OUTLYING = 3.0  # robust sds from the median beyond which a round's log ratio is pulled in (tamed)
+POWER = 0.9  # a comparison's resolution: the difference it calls this often
 UNSTABLE_SPREAD = 3.0  # p90/p10 of a job's per-round medians
 UNSTABLE_DISAGREE = 1.25  # the ratio over rounds against the ratio of the medians
 
@@ -88,6 +93,7 @@ class Ratio:
     rounds: int  # the rounds the interval rests on (shared rounds when paired)
     paired: bool
     comparisons: int = 1  # made at once, the interval's level shared among them
+    resolution: float = math.nan  # the smallest difference called 9 times in 10 at this spread (0.05: 5%)
 
     def basis(self) -> str:
         """What the ratio rests on, for a person: '40 rounds', '1 round', '5 rounds, unpaired', '40 rounds,
@@ -119,6 +125,19 @@ def batch_count(rounds: int) -> int:
     return min(rounds, max(MIN_BATCHES, math.isqrt(rounds)))
 
 
+def tamed(logs: np.ndarray) -> np.ndarray:
+    """Per-round log values with the outlying ones pulled in to the median +- OUTLYING robust sds (1.4826 MAD): a
+    round in which one job shared its core for the whole turn (its fastest sample 2-3x the work, a busy
+    machine's other sessions) moves the mean by its bound, not by its size. Rounds within the bounds, as all
+    are on a machine that is not that busy, are left as measured."""
+    logs = np.asarray(logs, dtype=float)
+    if len(logs) < MIN_BATCHES:  # too few to tell an outlier
+        return logs
+    centre = np.median(logs)
+    scale = 1.4826 * np.median(np.abs(logs - centre))
+    return np.clip(logs, centre - OUTLYING * scale, centre + OUTLYING * scale) if scale > 0 else logs
+
+
 def batch_means(logs: np.ndarray) -> np.ndarray:
     """The means of consecutive per-round values in batch_count(len(logs)) batches, as even as they split."""
     return np.array([batch.mean() for batch in np.array_split(np.asarray(logs, dtype=float), batch_count(len(logs)))])
@@ -132,20 +151,25 @@ def time_ratio(
     comparisons: int = 1,
     process_sd: float = PROCESS_SD,
     paired: bool = True,
+    process_df: float = math.inf,
 ) -> Ratio:
     """A's time relative to B's, with its interval: 95% over `comparisons` such ratios made at once, the
-    spread between worker processes (`process_sd`, log scale) included (see the module's docstring).
-    `paired=False` for jobs measured apart, whose round numbers do not name the same moments."""
-    a, b = round_medians(samples_a, rounds_a), round_medians(samples_b, rounds_b)
+    spread between worker processes (`process_sd`, log scale, estimated on `process_df` degrees of freedom;
+    infinite: taken as known) included (see the module's docstring). `paired=False` for jobs measured apart,
+    whose round numbers do not name the same moments."""
+    a, b = turn_typical(samples_a, rounds_a), turn_typical(samples_b, rounds_b)
     shared = sorted(set(a) & set(b)) if paired else []
     level = 1 - (1 - LEVEL) / comparisons
     if len(shared) >= 2:
-        logs = np.log([a[r] for r in shared]) - np.log([b[r] for r in shared])
+        logs = tamed(np.log([a[r] for r in shared]) - np.log([b[r] for r in shared]))
         batches = batch_means(logs)
         sem = batches.std(ddof=1) / math.sqrt(len(batches))
-        mean, half = logs.mean(), half_width(sem, len(batches) - 1, level, process_sd)
-        return Ratio(math.exp(mean), math.exp(mean - half), math.exp(mean + half), len(shared), True, comparisons)
-    log_a, log_b = np.log([a[r] for r in sorted(a)]), np.log([b[r] for r in sorted(b)])
+        half, resolution = spread(sem, len(batches) - 1, level, process_sd, process_df)
+        mean = logs.mean()
+        return Ratio(
+            math.exp(mean), math.exp(mean - half), math.exp(mean + half), len(shared), True, comparisons, resolution
+        )
+    log_a, log_b = tamed(np.log([a[r] for r in sorted(a)])), tamed(np.log([b[r] for r in sorted(b)]))
     if len(log_a) >= 2 and len(log_b) >= 2:
         mean = log_a.mean() - log_b.mean()
         batches_a, batches_b = batch_means(log_a), batch_means(log_b)
@@ -153,25 +177,96 @@ def time_ratio(
         sem = math.sqrt(var_a + var_b)
         n = min(len(a), len(b))
         if sem == 0 and process_sd == 0:
-            return Ratio(math.exp(mean), math.exp(mean), math.exp(mean), n, False, comparisons)
+            return Ratio(math.exp(mean), math.exp(mean), math.exp(mean), n, False, comparisons, 0.0)
         df = math.inf  # where the rounds add no spread, only the processes' does
         if sem:
             df = (var_a + var_b) ** 2 / (var_a**2 / (len(batches_a) - 1) + var_b**2 / (len(batches_b) - 1))  # Welch
-        half = half_width(sem, df, level, process_sd)
-        return Ratio(math.exp(mean), math.exp(mean - half), math.exp(mean + half), n, False, comparisons)
-    value = float(np.median(samples_a) / np.median(samples_b))
+        half, resolution = spread(sem, df, level, process_sd, process_df)
+        return Ratio(math.exp(mean), math.exp(mean - half), math.exp(mean + half), n, False, comparisons, resolution)
+    value = typical_s(samples_a, rounds_a) / typical_s(samples_b, rounds_b)
     return Ratio(value, math.nan, math.nan, min(len(a), len(b)), False, comparisons)
 
 
-def half_width(sem: float, df: float, level: float, process_sd: float) -> float:
+def half_width(sem: float, df: float, level: float, process_sd: float, process_df: float = math.inf) -> float:
     """Half the two-sided interval at `level` of a difference of two jobs' log times whose rounds give this
     standard error with these degrees of freedom, beside each job's process drawing its own offset with a
-    known spread `process_sd` (Student's t, degrees of freedom by Welch-Satterthwaite)."""
+    spread `process_sd` known (process_df infinite) or estimated on process_df degrees of freedom (Student's t,
+    degrees of freedom by Welch-Satterthwaite)."""
+    return spread(sem, df, level, process_sd, process_df)[0]
+
+
+def spread(sem: float, df: float, level: float, process_sd: float, process_df: float = math.inf) -> tuple[float, float]:
+    """half_width, and the resolution: the smallest difference (0.05: 5%) whose interval would exclude 1 in 9
+    comparisons of 10 at this spread, exp((t_level + t_0.9) * se) - 1 (the minimum detectable effect at 90%
+    power)."""
     from scipy.special import stdtrit  # Student's t quantile; importing scipy.stats would slow every sweep's end
 
-    total = sem**2 + 2 * process_sd**2
-    df = math.inf if sem == 0 else total**2 / (sem**4 / df)
-    return float(stdtrit(df, (1 + level) / 2) * math.sqrt(total))
+    process = 2 * process_sd**2
+    total = sem**2 + process
+    terms = (sem**4 / df if sem else 0.0) + (process**2 / process_df if process else 0.0)
+    df = total**2 / terms if terms else math.inf
+    se, quantile = math.sqrt(total), float(stdtrit(df, (1 + level) / 2))
+    return quantile * se, math.expm1((quantile + float(stdtrit(df, POWER))) * se)
+
+
+@dataclass(frozen=True)
+class ProcessSpread:
+    """The sd of the lasting offset each worker process draws (log scale), on `df` degrees of freedom (inf:
+    assumed, not measured), and where it comes from, for a person."""
+
+    sd: float
+    df: float
+    basis: str
+    measured: float = math.nan  # what the replicates alone showed
+
+
+ASSUMED = ProcessSpread(PROCESS_SD, math.inf, f"assumed {PROCESS_SD:.1%} (no replicates)")
+
+
+def process_spread(jobs: list[tuple[np.ndarray, np.ndarray | None]], configurations: list[str]) -> ProcessSpread:
+    """The spread between worker processes, measured in the sweep: jobs of one configuration (`configurations`
+    names each job's, seed aside) are replicates, each in its own process. Their per-round typical times, rounds
+    shared, are a two-way layout (job + round + noise): the process variance is (MS_jobs - MS_noise) / rounds,
+    the method of moments of a one-way random effect once each round's shared phase is taken out. Without two
+    replicates of some configuration, PROCESS_SD is assumed."""
+    between, df, sets = 0.0, 0, 0
+    for name in dict.fromkeys(configurations):
+        members = [turn_typical(*jobs[i]) for i, c in enumerate(configurations) if c == name]
+        shared = sorted(set.intersection(*(set(m) for m in members))) if len(members) > 1 else []
+        if len(shared) < MIN_BATCHES:
+            continue
+        logs = np.log([[m[r] for r in shared] for m in members])  # jobs x rounds
+        logs = np.array([tamed(row) for row in logs - np.median(logs, axis=0)])  # each round's phase out
+        resid = logs - logs.mean(axis=1, keepdims=True) - logs.mean(axis=0) + logs.mean()
+        jobs_n, rounds_n = logs.shape
+        ms_jobs = rounds_n * logs.mean(axis=1).var(ddof=1)
+        ms_noise = (resid**2).sum() / ((jobs_n - 1) * (rounds_n - 1))
+        between += (jobs_n - 1) * max(ms_jobs - ms_noise, 0.0) / rounds_n
+        df, sets = df + jobs_n - 1, sets + 1
+    if not df:
+        return ASSUMED
+    measured = math.sqrt(between / df)
+    # Few replicates know the spread poorly: pooled with PROCESS_SD as PRIOR_DF degrees of freedom (limma's
+    # moderated variance), as t then has df + PRIOR_DF of them.
+    sd = math.sqrt((PRIOR_DF * PROCESS_SD**2 + between) / (PRIOR_DF + df))
+    return ProcessSpread(sd, float(df + PRIOR_DF), f"measured {measured:.1%} over {df + sets} processes", measured)
+
+
+def versus_fastest(
+    jobs: list[tuple[np.ndarray, np.ndarray | None]], configurations: list[str] | None = None
+) -> list[Ratio | None]:
+    """Each of these jobs (which did the same work) against the fastest of them, the one of lowest typical time
+    (None in its place), every interval at 1 - 0.05 / (k - 1) and holding the process spread that replicates
+    among them show (process_spread; `configurations` None: every job its own)."""
+    configurations = configurations or [str(i) for i in range(len(jobs))]
+    spread = process_spread(jobs, configurations)
+    fastest = int(np.argmin([typical_s(*job) for job in jobs]))
+    return [
+        None
+        if i == fastest
+        else time_ratio(*job, *jobs[fastest], len(jobs) - 1, process_sd=spread.sd, process_df=spread.df)
+        for i, job in enumerate(jobs)
+    ]
 
 
 def instability(samples_s: np.ndarray, rounds: np.ndarray | None) -> str | None:

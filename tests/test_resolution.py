@@ -1,0 +1,163 @@
+"""The comparison as a statistician would test it: simulated sweeps whose truth is known, with the samples a busy
+2-core machine gives (a block that loses its core for part of its time runs slow, so a turn's samples are
+bimodal), each job in its own process with its own lasting offset, and a shared phase per round.
+
+Coverage: the interval holds the true ratio about 95 times in 100. Power: a 1.10x difference is called 9 times in
+10 at the default budget's rounds, 8 in 10 at a short budget's. The resolution printed beside a ratio is the
+difference called 9 times in 10. The spread between processes is estimated from replicates in the sweep.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from runner import report
+from runner.measure.samples import turn_typical, typical_s
+from runner.report.ratio import ASSUMED, PRIOR_DF, PROCESS_SD, process_spread, time_ratio, versus_fastest
+
+DEFAULT_ROUNDS, SHORT_ROUNDS = 40, 14  # timing.affordable_rounds for a 2 ms block at 5 s and at 0.5 s
+BLOCKS = 8  # timing.TURN_BLOCKS
+
+
+def job(
+    rng: np.random.Generator,
+    work: float,
+    phases: np.ndarray,
+    busy: np.ndarray,
+    blocks: int = BLOCKS,
+    process_sd: float = 0.01,
+) -> tuple[np.ndarray, np.ndarray]:
+    """One job's samples and rounds: each block takes `work` times its process's offset and the round's phase,
+    1% jitter, and with the round's probability `busy` it loses its core for 20-300% more; in 1 turn of 10 the
+    job shares a core for the whole turn (every block 1.5-3x)."""
+    rounds = np.repeat(np.arange(1, len(phases) + 1), blocks)
+    offset = rng.normal(0, process_sd)
+    jitter = rng.normal(0, 0.01, rounds.size)
+    preempted = rng.random(rounds.size) < np.repeat(busy, blocks)
+    lost = np.where(preempted, rng.uniform(0.2, 3.0, rounds.size), 0.0)
+    shared = np.repeat(np.where(rng.random(len(phases)) < 0.1, rng.uniform(1.5, 3.0, len(phases)), 1.0), blocks)
+    return work * np.exp(offset + np.repeat(phases, blocks) + jitter) * (1 + lost) * shared, rounds
+
+
+def machine(rng: np.random.Generator, n_rounds: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per round: a shared phase (sd 3% of the time, a slow drift) and how busy the cores are (10-60% of blocks
+    preempted: two processes burning the cores half the time, and the other sessions' tests)."""
+    phases = np.cumsum(rng.normal(0, 0.01, n_rounds))
+    return phases, rng.uniform(0.1, 0.6, n_rounds)
+
+
+def pair(rng: np.random.Generator, true_ratio: float, n_rounds: int, process_sd: float = 0.01):
+    phases, busy = machine(rng, n_rounds)
+    return (*job(rng, true_ratio, phases, busy, process_sd=process_sd), *job(rng, 1.0, phases, busy, process_sd=0))
+
+
+def test_the_typical_time_is_the_work_however_many_blocks_lose_their_core():
+    """With 10-60% of blocks preempted the median of the samples lands 5-40% above the work; a turn's fastest
+    block does not."""
+    rng = np.random.default_rng(0)
+    phases, busy = np.zeros(20), np.full(20, 0.6)
+    seconds, rounds = job(rng, 1e-4, phases, busy, process_sd=0)
+    assert typical_s(seconds, rounds) == pytest.approx(1e-4, rel=0.02)
+    assert np.median(seconds) > 1.3e-4
+    assert set(turn_typical(seconds, rounds)) == set(range(1, 21))
+
+
+@pytest.mark.parametrize("n_rounds", [SHORT_ROUNDS, DEFAULT_ROUNDS])
+def test_the_interval_holds_the_true_ratio_about_95_times_in_100(n_rounds):
+    """The process offsets are part of the truth a new process would draw: the interval takes them as known."""
+    rng = np.random.default_rng(n_rounds)
+    trials = 300
+    held = sum(
+        r.low <= 1.1 <= r.high
+        for r in (
+            time_ratio(*pair(rng, 1.1, n_rounds, process_sd=0.01), process_sd=0.01 / math.sqrt(2))
+            for _ in range(trials)
+        )
+    )
+    assert 0.91 <= held / trials <= 0.995
+
+
+@pytest.mark.parametrize(("n_rounds", "wanted"), [(DEFAULT_ROUNDS, 0.9), (SHORT_ROUNDS, 0.8)])
+def test_a_10_percent_difference_is_called_in_a_sweep_of_8_jobs(n_rounds, wanted):
+    """Seven identical jobs and one 1.10x slower, 8 jobs in all: the slow one is called different (its interval
+    above 1) in 9 sweeps of 10 at the default budget's rounds, 8 of 10 at a short budget's."""
+    rng = np.random.default_rng(7 + n_rounds)
+    trials, called = 100, 0
+    for _ in range(trials):
+        phases, busy = machine(rng, n_rounds)
+        jobs = [job(rng, 1.1 if i == 0 else 1.0, phases, busy) for i in range(8)]
+        slow = versus_fastest(jobs, ["b"] + ["a"] * 7)[0]
+        called += slow is not None and slow.low > 1.0
+    assert called / trials >= wanted
+
+
+def test_the_resolution_is_the_difference_called_9_times_in_10():
+    rng = np.random.default_rng(11)
+    resolution = np.mean([time_ratio(*pair(rng, 1.0, 20, process_sd=0), process_sd=0).resolution for _ in range(100)])
+    assert 0.005 < resolution < 0.2
+    called = np.mean(
+        [time_ratio(*pair(rng, 1 + resolution, 20, process_sd=0), process_sd=0).low > 1 for _ in range(300)]
+    )
+    assert 0.84 <= called <= 0.96
+    many, few = ([time_ratio(*pair(rng, 1.0, n), process_sd=0).resolution for _ in range(30)] for n in (40, 8))
+    assert np.mean(many) < np.mean(few)  # more rounds resolve more
+
+
+def identical_sweep(rng: np.random.Generator, jobs: int, n_rounds: int, process_sd: float) -> pd.DataFrame:
+    """`jobs` identical jobs (seeds 0..jobs-1) of one sweep, as report.compare reads them."""
+    phases, busy = machine(rng, n_rounds)
+    rows = []
+    for seed in range(jobs):
+        seconds, rounds = job(rng, 1e-4, phases, busy, process_sd=process_sd)
+        rows.append(
+            {
+                "run": str(seed),
+                "status": "FINISHED",
+                "params.model.name": "mlp",
+                "params.seed": seed,
+                "samples_s": seconds,
+                "sample_rounds": rounds,
+                "metrics.time_median_s": float(np.median(seconds)),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+@pytest.mark.parametrize(("jobs", "n_rounds"), [(8, SHORT_ROUNDS), (16, DEFAULT_ROUNDS)])
+def test_identical_jobs_are_called_different_at_most_1_in_20_with_the_spread_measured(jobs, n_rounds):
+    """The processes' spread (2% here, more than PROCESS_SD) is measured among the seeds: the sweep holds it."""
+    rng = np.random.default_rng(jobs)
+    called = compared = 0
+    for _ in range(40):
+        verdicts = report.compare(identical_sweep(rng, jobs, n_rounds, process_sd=0.02))["within_noise"]
+        called += int((verdicts == "no").sum())
+        compared += jobs - 1
+    assert called / compared <= 0.05
+
+
+def test_the_spread_between_processes_is_measured_from_replicates():
+    rng = np.random.default_rng(3)
+    estimates = []
+    for _ in range(30):
+        phases, busy = machine(rng, 20)
+        jobs = [job(rng, 1.0, phases, busy, process_sd=0.02) for _ in range(8)]
+        spread = process_spread(jobs, ["a"] * 8)
+        assert spread.df == 7 + PRIOR_DF and "over 8 processes" in spread.basis
+        assert min(spread.measured, PROCESS_SD) <= spread.sd <= max(spread.measured, PROCESS_SD)  # pooled
+        estimates.append(spread.measured)
+    assert 0.014 < np.sqrt(np.mean(np.square(estimates))) < 0.026
+    one_each = process_spread(jobs[:3], ["a", "b", "c"])
+    assert one_each == ASSUMED and one_each.basis.startswith("assumed")
+
+
+def test_the_table_prints_the_resolution_beside_every_ratio():
+    rng = np.random.default_rng(5)
+    frame = report.compare(identical_sweep(rng, 4, DEFAULT_ROUNDS, process_sd=0.01))
+    compared = frame[frame["verdict"] != "fastest"]
+    assert compared["time_ratio_resolution"].between(0.001, 0.2).all()
+    headers, _ = report.human_table(identical_sweep(rng, 4, DEFAULT_ROUNDS, process_sd=0.01))
+    assert headers.index("resolves") == headers.index("95% interval") + 1

@@ -31,6 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+import train_loops  # noqa: E402 - beside this file
 import transformer_loops  # noqa: E402 - beside this file
 
 BEGIN, END = "<!-- parity:begin -->", "<!-- parity:end -->"
@@ -50,6 +51,8 @@ WORKLOADS = {  # row -> the runner's overrides
     "matmul": ("model=matmul", "task=inference", "mode=eager", "model.n=1000"),
     "transformer_inference": (*TRANSFORMER, "task=inference", "mode=eager"),
     "transformer_gradients": (*TRANSFORMER, "task=gradients", "mode=eager"),
+    "mlp_train_step_eager": ("model=mlp", "task=train_step", "optimizer=sgd", "mode=eager"),
+    "mlp_train_step_compiled": ("model=mlp", "task=train_step", "optimizer=sgd", "mode=function"),
 }
 BATCH, N = 32, 1000  # the MLP's batch (the runner's default) and the matmul's size, as in WORKLOADS
 Loops = dict[str, list[tuple[str, Callable[[], object]]]]  # row -> [(idiom, call)]
@@ -124,6 +127,7 @@ def torch_loops(device: str) -> Loops:
         "resnet18_inference_b8": [("torchvision resnet18 under inference_mode", lambda: predict(resnet, images))],
         "matmul": [("a @ a", lambda: a @ a)],
         **transformer_loops.torch_transformer_loops(device),
+        **train_loops.torch_train_loops(device),
     }
 
 
@@ -177,6 +181,7 @@ def jax_loops(device: str) -> Loops:
     from runner.models.vision import VisionModel
 
     if os.environ.get("OMP_NUM_THREADS"):  # --threads: XLA's CPU pool follows the affinity
+        **train_loops.tensorflow_train_loops(device),
         jax_backend.set_threads(int(os.environ["OMP_NUM_THREADS"]))
     rng = np.random.default_rng(0)
     on = jax.devices("gpu" if device == "cuda" else "cpu")[0]
@@ -238,6 +243,7 @@ LOOPS = {"numpy": numpy_loops, "torch": torch_loops, "tensorflow": tensorflow_lo
 
 def compose_row(backend: str, device: str, row: str, budget: float):
     from hydra import compose, initialize_config_dir
+        **train_loops.jax_train_loops(device),
     from hydra.core.global_hydra import GlobalHydra
 
     from runner.config import register_configs
@@ -254,7 +260,6 @@ def runner_step(cfg) -> tuple[Callable[[], object], Callable[[], None]]:
     from runner.backends import load_backend
     from runner.config import choices
     from runner.measure.data import load_inputs
-    from runner.measure.tasks import build_task
     from runner.models import build_workload, initial_weights
 
     c = choices(cfg)
@@ -267,10 +272,10 @@ def runner_step(cfg) -> tuple[Callable[[], object], Callable[[], None]]:
     inputs64 = load_inputs(cfg.data, workload, rng, cfg.batch_size)
     inputs = {k: backend.asarray(v, device, c["dtype"]) for k, v in inputs64.items()}
     params = {k: v for k, v in state.items() if workload.trainable(k)}
+    from runner.tasks import Setup, build_task
     constants = {k: v for k, v in state.items() if not workload.trainable(k)}
-    per_example = bool(cfg.mode.per_example)
-    task_run = build_task(backend, workload, c["task"], c["mode"], device, params, inputs, constants, per_example)
-    return task_run.step, backend.synchronizer(device)
+    setup = Setup(backend, workload, c["mode"], device, params, inputs, constants, bool(cfg.mode.per_example))
+    return build_task(cfg.task).build(setup).step, backend.synchronizer(device)
 
 
 def calls_per_block(call: Callable[[], object], sync: Callable[[], None]) -> int:

@@ -34,7 +34,7 @@ pick makes every other job look slower: at 95% each, 1 identical job in 3 was ca
 95% for the whole sweep; tests/test_ratio.py simulates identical sweeps and checks how many are called
 different.
 
-A job whose rounds disagree wildly gets no verdict (`unstable`): its per-round medians spread more than
+A job whose rounds disagree wildly gets no verdict (`unstable`): its per-round typical times spread more than
 UNSTABLE_SPREAD (p90/p10: torch's two threads on two busy cores ran rounds 1-11 at 55 ms a call and the
 rest at 0.45 ms), or the ratio over rounds and the ratio of its medians differ by more than UNSTABLE_DISAGREE.
 
@@ -270,16 +270,17 @@ def versus_fastest(
 
 
 def instability(samples_s: np.ndarray, rounds: np.ndarray | None) -> str | None:
-    """Why a job's rounds disagree too much for a verdict (its per-round medians spread more than
-    UNSTABLE_SPREAD, p90/p10), saying where they changed; None when they agree."""
-    medians = round_medians(samples_s, rounds)
-    if len(medians) < 3:
+    """Why a job's rounds disagree too much for a verdict (each turn's fastest sample, turn_typical, spread more
+    than UNSTABLE_SPREAD, p90/p10), saying where they changed; None when they agree. Not the per-round medians: on
+    a busy machine they spread 3-4x while the fastest samples held within 1% (BENCHMARKS.md)."""
+    typical = turn_typical(samples_s, rounds)
+    if len(typical) < 3:
         return None
-    values = np.array([medians[r] for r in sorted(medians)])
+    values = np.array([typical[r] for r in sorted(typical)])
     p10, p90 = np.percentile(values, [10, 90])
     if p90 / p10 <= UNSTABLE_SPREAD:
         return None
-    return f"its per-round medians spread {p90 / p10:.0f}x (p90/p10); {change_point(medians)}"
+    return f"its per-round times spread {p90 / p10:.0f}x (p90/p10); {change_point(typical)}"
 
 
 def change_point(medians: dict[int, float]) -> str:

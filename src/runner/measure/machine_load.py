@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from runner.measure.samples import Series
+from runner.record.machine_state import cpu_mhz
 
 PROC = Path("/proc")
 BUSY_OTHER_RUNNABLE = 0.5  # other runnable threads, on average: above this, the job shared its cores
@@ -78,6 +79,37 @@ class MachineLoad(Series):
             if total1 > total0:
                 metrics["machine_steal_pct"] = 100.0 * (steal1 - steal0) / (total1 - total0)
         return metrics
+
+
+class CpuClock(Series):
+    """The CPU's clock beside each sample (MHz, the mean over CPUs that /proc/cpuinfo reports; NaN where it
+    reports none), read between timed blocks every `every_s`: a sample's value is its run's mean reading; metrics()
+    has the job's lowest and highest (cpu_mhz_min, cpu_mhz_max), so a clock that moved shows beside the times."""
+
+    def __init__(self, proc: Path = PROC, every_s: float = 0.1):
+        self.proc, self.every_s = proc, every_s
+        self.readings: list[float] = []
+        self.run_readings: list[float] = []
+        self.last_read = 0.0
+
+    def start(self) -> None:
+        self.run_readings, self.last_read = [], float("-inf")
+
+    def after_block(self, calls: int) -> float:
+        if time.perf_counter() - self.last_read >= self.every_s:
+            clocks = cpu_mhz(self.proc)
+            if clocks:
+                self.run_readings.append(sum(clocks) / len(clocks))
+            self.last_read = time.perf_counter()
+        return float("nan")
+
+    def end(self, values: list) -> list:
+        self.readings += self.run_readings
+        mean = sum(self.run_readings) / len(self.run_readings) if self.run_readings else float("nan")
+        return [mean] * len(values)
+
+    def metrics(self) -> dict[str, float]:
+        return {"cpu_mhz_min": min(self.readings), "cpu_mhz_max": max(self.readings)} if self.readings else {}
 
 
 def runnable_threads(pid: int | str, proc: Path = PROC) -> int:

@@ -104,6 +104,43 @@ def busy_sweeps(checkout: Path, repeats: int, out: Path) -> pd.DataFrame:
     return pd.concat(frames)
 
 
+def ab_sweep(checkout: Path, backend: str, budget: float, out: Path) -> pd.DataFrame:
+    """The A/B workload (benchmarks/ab_model.py: method b does 10% more work than a), two seeds of each."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "benchmarks")}
+    command = [str(ROOT / ".venv/bin/python"), str(checkout / "run.py"), "-m", "model=ab", "tracking=none"]
+    command += [f"hydra.searchpath=[file://{ROOT / 'benchmarks' / 'conf'}]", "model.method=a,b", "seed=0,1"]
+    command += ["task=inference", f"backend={backend}", f"timing.max_time_s={budget}", f"hydra.sweep.dir={out}"]
+    subprocess.run(command, cwd=checkout, capture_output=True, text=True, check=False, env=env)
+    return pd.read_csv(out / "report" / "runs.csv")
+
+
+def ab_verdicts(runs: pd.DataFrame) -> dict:
+    """Whether the sweep called the 10%: every b job different from the fastest (an a job), no a job so."""
+    finished = runs[runs["status"] == "FINISHED"]
+    verdict = finished["within_noise"].astype(str)
+    is_b = finished[next(c for c in finished if str(c).endswith("method"))].astype(str) == "b"
+    fastest_is_a = bool((verdict[~is_b] == "fastest").any())
+    b_called = bool(((verdict[is_b] == "no") & (finished["time_ratio"][is_b] > 1)).all()) and is_b.any()
+    typical = finished.get("time_typical_s", finished["time_median_s"])
+    return {
+        "jobs": len(runs),
+        "finished": len(finished),
+        "called": fastest_is_a and b_called and int((verdict[~is_b] == "no").sum()) == 0,
+        "b/a ratio": float(finished["time_ratio"][is_b].median()),
+        "b/a by medians": float(finished["time_median_s"][is_b].median() / finished["time_median_s"][~is_b].median()),
+        "b/a by typical": float(typical[is_b].median() / typical[~is_b].median()),
+        **interval_widths(finished[verdict != "fastest"]),
+        "other_runnable": float(finished.get("machine_other_runnable", pd.Series([float("nan")])).mean()),
+    }
+
+
+def interval_widths(compared: pd.DataFrame) -> dict:
+    """The intervals' half-widths (sqrt(high / low) - 1): median and widest; the resolutions where printed."""
+    half = (compared["time_ratio_ci_high"] / compared["time_ratio_ci_low"]) ** 0.5 - 1
+    resolution = compared.get("time_ratio_resolution", pd.Series([float("nan")]))
+    return {"half median": half.median(), "half widest": half.max(), "resolution median": resolution.median()}
+
+
 def verdicts(runs: pd.DataFrame) -> dict:
     """What the sweep said about its identical jobs."""
     finished = runs[runs["status"] == "FINISHED"]
@@ -113,6 +150,8 @@ def verdicts(runs: pd.DataFrame) -> dict:
     verdict = finished["within_noise"].astype(str)
     compared = finished[verdict != "fastest"]
     return {
+        **interval_widths(compared),
+        "other_runnable": float(finished.get("machine_other_runnable", pd.Series([float("nan")])).mean()),
         "jobs": len(runs),
         "finished": len(finished),
         "max/min": medians.max() / fastest,
@@ -135,6 +174,7 @@ def main() -> None:
     parser.add_argument("--busy", type=int, default=0, help="instead: the four-backend sweep, this many times, busy")
     parser.add_argument("--busy-csv", type=Path, help="append the busy sweeps' jobs to this CSV")
     parser.add_argument("--keep", type=Path, help="keep the sweeps' directories under this folder")
+    parser.add_argument("--ab", type=int, default=0, help="instead: this many A/B sweeps per backend and budget")
     parser.add_argument(
         "--write", action="store_true", help="only rewrite the A/A section of BENCHMARKS.md from the CSVs"
     )
@@ -146,7 +186,10 @@ def main() -> None:
         return
     with tempfile.TemporaryDirectory() as tmp:
         out = args.keep or Path(tmp)
-        if args.busy:
+        if args.ab:
+            frame = ab_sweeps(args, out)
+            target = args.csv
+        elif args.busy:
             frame = busy_sweeps(args.checkout.resolve(), args.busy, out).assign(code=args.label)
             print(busy_table(frame))
             target = args.busy_csv
@@ -155,6 +198,21 @@ def main() -> None:
             target = args.csv
     if target:
         frame.to_csv(target, mode="a", header=not target.exists(), index=False)
+
+
+def ab_sweeps(args: argparse.Namespace, tmp: Path) -> pd.DataFrame:
+    """`--ab` A/B sweeps of each backend and budget, one row each."""
+    rows = []
+    for backend in args.backends.split(","):
+        for budget in map(float, args.budgets.split(",")):
+            for repeat in range(args.ab):
+                t0 = time.perf_counter()
+                runs = ab_sweep(args.checkout.resolve(), backend, budget, tmp / f"ab-{backend}-{budget}-{repeat}")
+                row = {"code": args.label, "backend": backend, "budget_s": budget, "repeat": repeat}
+                row.update(ab_verdicts(runs), wall_s=time.perf_counter() - t0)
+                rows.append(row)
+                print(", ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()))
+    return pd.DataFrame(rows)
 
 
 def aa_sweeps(args: argparse.Namespace, tmp: Path) -> pd.DataFrame:

@@ -153,6 +153,14 @@ def tensorflow_loops(device: str) -> Loops:
             loss = tf.reduce_sum(tf.square(predict(x) - t))
         return tape.gradient(loss, [w1, b, w2])
 
+    plain = [tf.constant(v.numpy()) for v in (w1, b, w2)]  # the runner's kind of weights: tensors, not Variables
+
+    def gradients_plain(x, t):
+        with tf.GradientTape() as tape:
+            tape.watch(plain)
+            loss = tf.reduce_sum(tf.square(tf.matmul(tf.nn.relu(tf.matmul(x, plain[0]) + plain[1]), plain[2]) - t))
+        return tape.gradient(loss, plain)
+
     def jacobian(x):
         with tf.GradientTape() as tape:
             tape.watch(x)
@@ -161,7 +169,10 @@ def tensorflow_loops(device: str) -> Loops:
 
     compiled = tf.function(gradients)
     return {
-        "mlp_gradients_eager": [("tf.Variable + GradientTape", lambda: gradients(x, t))],
+        "mlp_gradients_eager": [
+            ("tf.Variable + GradientTape", lambda: gradients(x, t)),
+            ("GradientTape.watch over plain tensors", lambda: gradients_plain(x, t)),
+        ],
         "mlp_gradients_compiled": [("tf.function(GradientTape step)", lambda: compiled(x, t))],
         "mlp_jacobian": [("GradientTape.batch_jacobian", lambda: jacobian(x))],
         "mlp_inference": [("tf.matmul ...", lambda: predict(x))],
@@ -170,6 +181,7 @@ def tensorflow_loops(device: str) -> Loops:
         ],
         "matmul": [("tf.matmul(a, a)", lambda: tf.matmul(a, a))],
         **transformer_loops.tensorflow_transformer_loops(device),
+        **train_loops.tensorflow_train_loops(device),
     }
 
 
@@ -181,7 +193,6 @@ def jax_loops(device: str) -> Loops:
     from runner.models.vision import VisionModel
 
     if os.environ.get("OMP_NUM_THREADS"):  # --threads: XLA's CPU pool follows the affinity
-        **train_loops.tensorflow_train_loops(device),
         jax_backend.set_threads(int(os.environ["OMP_NUM_THREADS"]))
     rng = np.random.default_rng(0)
     on = jax.devices("gpu" if device == "cuda" else "cpu")[0]
@@ -232,6 +243,7 @@ def jax_loops(device: str) -> Loops:
             )
         ],
         "matmul": [("a @ a", lambda: ready(a @ a))],
+        **train_loops.jax_train_loops(device),
     }
 
 
@@ -243,7 +255,6 @@ LOOPS = {"numpy": numpy_loops, "torch": torch_loops, "tensorflow": tensorflow_lo
 
 def compose_row(backend: str, device: str, row: str, budget: float):
     from hydra import compose, initialize_config_dir
-        **train_loops.jax_train_loops(device),
     from hydra.core.global_hydra import GlobalHydra
 
     from runner.config import register_configs
@@ -261,6 +272,7 @@ def runner_step(cfg) -> tuple[Callable[[], object], Callable[[], None]]:
     from runner.config import choices
     from runner.measure.data import load_inputs
     from runner.models import build_workload, initial_weights
+    from runner.tasks import Setup, build_task
 
     c = choices(cfg)
     backend = load_backend(cfg.backend.module)
@@ -272,7 +284,6 @@ def runner_step(cfg) -> tuple[Callable[[], object], Callable[[], None]]:
     inputs64 = load_inputs(cfg.data, workload, rng, cfg.batch_size)
     inputs = {k: backend.asarray(v, device, c["dtype"]) for k, v in inputs64.items()}
     params = {k: v for k, v in state.items() if workload.trainable(k)}
-    from runner.tasks import Setup, build_task
     constants = {k: v for k, v in state.items() if not workload.trainable(k)}
     setup = Setup(backend, workload, c["mode"], device, params, inputs, constants, bool(cfg.mode.per_example))
     return build_task(cfg.task).build(setup).step, backend.synchronizer(device)

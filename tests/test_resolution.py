@@ -161,3 +161,24 @@ def test_the_table_prints_the_resolution_beside_every_ratio():
     assert compared["time_ratio_resolution"].between(0.001, 0.2).all()
     headers, _ = report.human_table(identical_sweep(rng, 4, DEFAULT_ROUNDS, process_sd=0.01))
     assert headers.index("resolves") == headers.index("95% interval") + 1
+
+
+def test_the_ab_workload_does_10_percent_more_work_in_method_b():
+    """benchmarks/ab_model.py, the A/B sweeps' workload: b multiplies by the same matrix 11 times to a's 10."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from ab_model import ChainAB
+
+    from runner.backends import numpy_backend
+    from runner.config import ConfigError
+
+    a, b = ChainAB(8, 10, "a"), ChainAB(8, 10, "b")
+    assert (a.steps, b.steps) == (10, 11)
+    rng = np.random.default_rng(0)
+    params, x = a.init_params(rng), a.make_inputs(rng, 4)["x"]
+    assert np.allclose(params["w"], params["w"].T)  # every backend's weight layout multiplies by the same matrix
+    assert np.allclose(b.forward(numpy_backend, params, x), a.forward(numpy_backend, params, x) @ params["w"])
+    with pytest.raises(ConfigError, match="must be a or b"):
+        ChainAB(8, 10, "c")

@@ -69,6 +69,12 @@ def batch_jacobian(forward: Callable, mode: str, numpy_backprop: Callable | None
     return numpy_backend.batch_jacobian(forward, mode, numpy_backprop)
 
 
+def train_step(
+    loss: Callable, params: dict, optimizer, mode: str, device: str, numpy_backprop: Callable | None
+) -> tuple[Callable, Callable[[], dict]]:
+    return numpy_backend.train_step(loss, params, optimizer, mode, device, numpy_backprop)
+
+
 def reset_peak_memory(device: str) -> None:
     return None
 

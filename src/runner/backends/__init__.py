@@ -16,11 +16,14 @@ import importlib
 import sys
 from collections.abc import Callable
 from types import ModuleType
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from runner.config import nvidia_driver_present
+
+if TYPE_CHECKING:
+    from runner.backends.optimizers import Optimizer
 
 
 class Backend(Protocol):
@@ -68,6 +71,20 @@ class Backend(Protocol):
 
     def batch_jacobian(self, forward: Callable, mode: str, numpy_backprop: Callable | None) -> Callable:
         """fn(params, x) -> (batch, outputs, inputs)."""
+
+    def train_step(
+        self,
+        loss: Callable,
+        params: dict,
+        optimizer: Optimizer,
+        mode: str,
+        device: str,
+        numpy_backprop: Callable | None,
+    ) -> tuple[Callable, Callable[[], dict]]:
+        """task=train_step as the framework's users write it: (step(x, labels), weights()). Each call of step is one
+        step of the optimizer, the weights and its state carried from call to call; weights() reads them. A module
+        whose optimizers follow Keras's formulas sets OPTIMIZER_CONVENTION = "keras" (runner.backends.optimizers),
+        and TRAIN_STEP_COMPILED says how each compiled mode compiles the step."""
 
     def reset_peak_memory(self, device: str) -> None: ...
 

@@ -63,6 +63,9 @@ class TrainStep(Task):
             params, state = self.optimizer.update(params, grads, state, np.sqrt, convention)
         return {f"trained/{k}": v for k, v in params.items()}
 
+    def metrics(self, time_median_s: float) -> dict[str, float]:
+        return {"steps_per_s": 1.0 / time_median_s}
+
     def describe(self, backend: ModuleType, mode: str) -> dict[str, str]:
         convention = getattr(backend, "OPTIMIZER_CONVENTION", "torch")
         return {"optimizer_convention": convention, **_how_compiled(backend, mode)}

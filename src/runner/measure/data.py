@@ -108,7 +108,7 @@ def preprocess(image, crop: bool, resize: int = 256, crop_size: int = 224) -> np
     short, long = (width, height) if width <= height else (height, width)
     new_long = int(resize * long / short)
     size = (resize, new_long) if width <= height else (new_long, resize)
-    image = image.resize(size, Image.BILINEAR)
+    image = image.resize(size, Image.Resampling.BILINEAR)
     if crop:
         left = int(round((image.size[0] - crop_size) / 2.0))
         top = int(round((image.size[1] - crop_size) / 2.0))

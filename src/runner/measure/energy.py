@@ -33,7 +33,8 @@ class NvmlMeter:
 
 class RaplMeter:
     def __init__(self, domains: list[Path]):
-        self.domains, self._start = domains, []
+        self.domains = domains
+        self._start: list[int] = []
 
     def _read_uj(self) -> list[int]:
         return [int((d / "energy_uj").read_text()) for d in self.domains]

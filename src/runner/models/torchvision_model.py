@@ -29,6 +29,7 @@ class TorchvisionModel(Workload):
     numpy_reference = False  # no numpy implementation: torch is the only backend
     gradients = per_example_gradients = jacobian = None
     makes_images = False
+    spec: dict[str, tuple]  # always: set in __init__
 
     def __init__(self, arch: str, image_size: int = DEFAULT_IMAGE_SIZE):
         import torch
@@ -45,7 +46,7 @@ class TorchvisionModel(Workload):
             self._meta_module = torchvision.models.get_model(arch, weights=None).eval()
         self.spec = {k: tuple(v.shape) for k, v in self._meta_module.state_dict().items() if v.is_floating_point()}
         self._buffers = {name for name, _ in self._meta_module.named_buffers()}
-        self.module = None  # built by init_params
+        self.module: torch.nn.Module | None = None  # built by init_params
 
     def init_params(self, rng: np.random.Generator) -> dict[str, np.ndarray]:
         """torchvision's own initialisation for this arch, seeded from the run's seed. Builds the module that
@@ -53,8 +54,8 @@ class TorchvisionModel(Workload):
         import torchvision
 
         self._torch.manual_seed(int(rng.integers(2**31)))
-        self.module = torchvision.models.get_model(self.arch, weights=None).eval()
-        return {k: v.detach().double().numpy() for k, v in self.module.state_dict().items() if k in self.spec}
+        self.module = module = torchvision.models.get_model(self.arch, weights=None).eval()
+        return {k: v.detach().double().numpy() for k, v in module.state_dict().items() if k in self.spec}
 
     def trainable(self, name: str) -> bool:
         return name not in self._buffers  # batch-norm statistics are constants

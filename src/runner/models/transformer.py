@@ -59,6 +59,7 @@ def mlp_width(d_model: int, mlp_ratio: float) -> int:
 
 class Transformer(Workload):
     name = "transformer"
+    spec: dict[str, tuple]  # always: set in __init__
 
     def __init__(
         self,

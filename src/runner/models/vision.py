@@ -126,6 +126,7 @@ class VisionModel(Workload):
 
     numpy_reference = False  # numpy has no convolutions: agreement is checked across backends instead
     gradients = per_example_gradients = jacobian = None  # no explicit numpy backprop
+    spec: dict[str, tuple]  # always: set in __init__
 
     def __init__(self, arch: str, image_size: int):
         self.name, self.image_size = arch, image_size

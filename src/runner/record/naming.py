@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from collections.abc import Collection
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from runner.config import is_capability
 from runner.spec import JobSpec
@@ -52,7 +52,7 @@ def copied_keys(cfg: DictConfig) -> dict[str, str]:
     makes a value of its own, which stays a param."""
     from omegaconf import OmegaConf
 
-    raw = flatten(OmegaConf.to_container(cfg, resolve=False))
+    raw = flatten(cast(dict, OmegaConf.to_container(cfg, resolve=False)))  # a DictConfig's container is a dict
     copies = {}
     for key, value in raw.items():
         match = PLAIN_INTERPOLATION.fullmatch(value)
@@ -72,7 +72,7 @@ def resolved_keeping_copies(cfg: DictConfig) -> dict:
     cannot resolve Hydra's resolvers itself yet must still record (copied_keys) which keys copy another."""
     from omegaconf import OmegaConf
 
-    config = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
+    config = cast(dict, OmegaConf.to_container(cfg, resolve=True, enum_to_str=True))  # a DictConfig's: a dict
     for key, target in copied_keys(cfg).items():
         *parents, name = key.split(".")
         node = config

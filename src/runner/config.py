@@ -19,6 +19,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 from runner.locations import CONFIG_DIR, PROJECT_ROOT, output_root  # noqa: F401  (PROJECT_ROOT: for tests, tools)
+from runner.precision import check_precision
 
 
 class ConfigError(ValueError):
@@ -107,6 +108,7 @@ class RunConfig:
     mode: ModeConfig = MISSING
     task: Any = MISSING  # a task: `_target_` (its runner.tasks.Task class), `name` and its constructor's arguments
     optimizer: Any = MISSING  # task=train_step's (conf/optimizer/NAME.yaml), read through the task's ${optimizer}
+    precision: Any = MISSING  # conf/precision/NAME.yaml: `name` and what it `supports` (runner.precision)
     data: DataConfig = MISSING
     tracking: TrackingConfig = MISSING
     timing: TimingConfig = field(default_factory=TimingConfig)
@@ -148,7 +150,7 @@ def compose(overrides: list[str], config_dir: Path = CONFIG_DIR, return_hydra_co
 MODEL_META_KEYS = ("_target_", "name", "supports", "pretrained", "weights")  # not constructor arguments
 # What a backend, mode or model can do: data for the rules, not a parameter of the run.
 CAPABILITY_KEYS = ("backend.module", "backend.dtypes", "backend.devices", "backend.modes", "backend.ops")
-CAPABILITY_PREFIXES = ("mode.per_example", "model.supports", "model._target_")
+CAPABILITY_PREFIXES = ("mode.per_example", "model.supports", "model._target_", "precision.supports")
 
 
 def is_capability(flat_key: str) -> bool:
@@ -172,7 +174,7 @@ def _name(value: object) -> str:
     return value.value if isinstance(value, Enum) else str(value)
 
 
-GROUPS = ("backend", "device", "model", "mode", "task", "data", "tracking")
+GROUPS = ("backend", "device", "model", "mode", "task", "data", "tracking", "precision")
 MAX_SECONDS = 86_400.0  # timing values above a day are typing mistakes, not budgets
 # name: (smallest allowed, largest allowed, whether the smallest itself is allowed)
 TIMING_LIMITS = {
@@ -277,6 +279,7 @@ def check_combination(cfg: DictConfig) -> None:
     if cfg.threads is not None and cfg.threads < 1:
         raise ConfigError(f"threads={cfg.threads}: must be a positive integer, or null for the framework's default")
     _check_backend(cfg.backend, c)
+    check_precision(cfg.precision, cfg.model, c, ConfigError)
     if cfg.mode.per_example and not class_named("task._target_", cfg.task.get("_target_")).per_example_modes:
         raise ConfigError(f"mode={c['mode']} computes per-example gradients: task={c['task']} has none")
     _check_model(cfg.model, cfg.backend, c)

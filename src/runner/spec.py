@@ -24,6 +24,7 @@ class JobSpec:
     mode: str
     task: str
     dtype: str
+    precision: str  # conf/precision/NAME.yaml (runner.precision): float32 matmul precision, mixed-precision policy
     backend_module: str  # the module implementing the backend (conf/backend/NAME.yaml `module:`)
     per_example: bool  # the mode computes one result per example (conf/mode/NAME.yaml)
     batch_size: int
@@ -42,6 +43,7 @@ class JobSpec:
         c = choices(cfg)
         return cls(
             **c,
+            precision=str(cfg.precision.name),
             backend_module=str(cfg.backend.module),
             per_example=bool(cfg.mode.per_example),
             batch_size=int(cfg.batch_size),

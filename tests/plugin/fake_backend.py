@@ -25,6 +25,14 @@ def prepare(device: str, dtype: str) -> str:
     return "cpu"
 
 
+def set_precision(precision: str, device: str) -> dict:
+    return {"precision_policy": "float64 whatever the policy"}
+
+
+def with_precision(fn: Callable, precision: str, device: str) -> Callable:
+    return fn
+
+
 def asarray(array: np.ndarray, device: str, dtype: str) -> np.ndarray:
     return np.array(array, dtype=np.float64)
 

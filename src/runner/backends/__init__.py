@@ -37,6 +37,15 @@ class Backend(Protocol):
     def prepare(self, device: str, dtype: str) -> str:
         """Configure the framework for a run; resolve device "auto"; ConfigError when it cannot be used."""
 
+    def set_precision(self, precision: str, device: str) -> dict:
+        """Configure the framework for `precision=` (runner.precision) on the resolved device, after `prepare`: its
+        float32 matmul precision and policy; ConfigError where it cannot. Returns what to record: the policy and
+        the matmul precision the framework reports."""
+
+    def with_precision(self, fn: Callable, precision: str, device: str) -> Callable:
+        """A model function fn(params, x, ...) under the policy (autocast, or casts to the compute dtype with
+        the result back in float32); fn itself where the policy is global (full, default, tf32)."""
+
     def asarray(self, array: np.ndarray, device: str, dtype: str) -> Any:
         """numpy float64 array -> native array on the device, in dtype."""
 

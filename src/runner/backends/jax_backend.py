@@ -18,15 +18,18 @@ import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 
+from runner.backends import jax_precision
 from runner.backends.channels_last import (  # noqa: F401 - re-exported: the backend function set
     adaptive_bins,
     from_native_layout,
     to_native_layout,
 )
+from runner.backends.jax_precision import set_precision, with_precision  # noqa: F401 - the backend function set
 from runner.backends.optimizers import Optimizer
 from runner.config import ConfigError
 
 DTYPES = {"float16": jnp.float16, "float32": jnp.float32, "float64": jnp.float64, "bfloat16": jnp.bfloat16}
+jax_precision.remember_shipped()  # before prepare() sets "highest": what precision=default restores
 
 
 def set_threads(threads: int) -> None:

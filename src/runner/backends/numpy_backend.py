@@ -9,6 +9,7 @@ import numpy as np
 
 from runner.backends.optimizers import Optimizer, written_out_step
 from runner.config import ConfigError
+from runner.precision import only_full
 
 DTYPES = {"float16": np.float16, "float32": np.float32, "float64": np.float64}
 
@@ -21,6 +22,17 @@ def set_threads(threads: int) -> None:
 
 def prepare(device: str, dtype: str) -> str:
     return "cpu"  # conf/backend/numpy.yaml allows no other device
+
+
+def set_precision(precision: str, device: str) -> dict:
+    """Only precision=full (conf/precision refuses the others): NumPy has no reduced-precision matmuls."""
+    if precision != "full":
+        raise ConfigError(only_full("numpy", precision))
+    return {"precision_policy": "NumPy: every op in the run's dtype"}
+
+
+def with_precision(fn: Callable, precision: str, device: str) -> Callable:
+    return fn
 
 
 def asarray(array: np.ndarray, device: str, dtype: str) -> np.ndarray:

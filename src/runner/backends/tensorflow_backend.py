@@ -19,7 +19,11 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2" if nvidia_driver_present() els
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
+from runner.backends import tf_precision  # noqa: E402
+from runner.backends.tf_precision import set_precision, with_precision  # noqa: E402, F401 - the backend function set
+
 DTYPES = {"float16": tf.float16, "float32": tf.float32, "float64": tf.float64, "bfloat16": tf.bfloat16}
+tf_precision.remember_shipped()  # before prepare() turns TF32 off: what precision=default restores
 
 
 def set_threads(threads: int) -> None:

@@ -42,6 +42,8 @@ from runner.backends.tensorflow_backend import (  # noqa: F401 - re-exported: th
     to_numpy,
     trainable,
 )
+from runner.config import ConfigError
+from runner.precision import only_full
 
 tnp = tf_backend.tf.experimental.numpy  # imported through the tensorflow backend, which quiets TF's logs
 
@@ -54,6 +56,17 @@ def _enable_numpy_behavior() -> None:
 def prepare(device: str, dtype: str) -> str:
     _enable_numpy_behavior()
     return tf_backend.prepare(device, dtype)
+
+
+def set_precision(precision: str, device: str) -> dict:
+    """Only precision=full (conf/precision refuses the others): tnp's NumPy semantics keep float32 float32."""
+    if precision != "full":
+        raise ConfigError(only_full("tnp", precision))
+    return tf_backend.set_precision(precision, device)
+
+
+def with_precision(fn: Callable, precision: str, device: str) -> Callable:
+    return fn  # full: nothing to wrap
 
 
 TRAIN_STEP_COMPILED = {

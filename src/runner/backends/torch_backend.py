@@ -11,7 +11,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from runner.backends import torch_precision
 from runner.backends.optimizers import Optimizer
+from runner.backends.torch_precision import set_precision, with_precision  # noqa: F401 - the backend function set
 from runner.config import ConfigError
 
 DTYPES = {
@@ -21,6 +23,7 @@ DTYPES = {
     "bfloat16": torch.bfloat16,
 }
 _ops = sys.modules[__name__]
+torch_precision.remember_shipped()  # before prepare() changes them: what precision=default restores
 
 
 def set_threads(threads: int) -> None:
@@ -104,7 +107,8 @@ def train_step(
     loss: Callable, params: dict, optimizer: Optimizer, mode: str, device: str, numpy_backprop: Callable | None
 ) -> tuple[Callable, Callable[[], dict]]:
     """torch.optim's step as its users write it: zero_grad(set_to_none=True), loss.backward(), step(); the
-    compiled modes torch.compile the whole step (TRAIN_STEP_COMPILED)."""
+    compiled modes torch.compile the whole step (TRAIN_STEP_COMPILED). precision=fp16_mixed scales the loss
+    (torch.amp.GradScaler: scale(loss).backward(), scaler.step(), scaler.update())."""
     weights = {name: p.detach().clone().requires_grad_() for name, p in params.items()}
     if optimizer.name == "sgd":
         torch_optimizer = torch.optim.SGD(weights.values(), lr=optimizer.lr, momentum=optimizer.momentum)
@@ -112,11 +116,18 @@ def train_step(
         betas = (optimizer.beta1, optimizer.beta2)
         torch_optimizer = torch.optim.Adam(weights.values(), lr=optimizer.lr, betas=betas, eps=optimizer.eps)
 
+    scaler = torch_precision.grad_scaler(device)
+
     def step(x: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         torch_optimizer.zero_grad(set_to_none=True)
         value = loss(weights, x, labels)
-        value.backward()
-        torch_optimizer.step()
+        if scaler is None:
+            value.backward()
+            torch_optimizer.step()
+        else:
+            scaler.scale(value).backward()
+            scaler.step(torch_optimizer)
+            scaler.update()
         return value.detach()
 
     if mode == "function":

@@ -63,6 +63,7 @@ class Prepared:
     cost: str | None  # the up-front cost note (runner.measure.limits)
     malloc_keeps_freed: bool
     timing: dict  # timing.* for measure(), "series" built (runner.measure.samples)
+    precision_env: dict  # what Backend.set_precision configured: the policy, the matmul precision reported
 
 
 def _run_job(spec: JobSpec, before_timing: Callable[[], object], turns: Turns | None, progress: ProgressLine) -> Result:
@@ -87,7 +88,7 @@ def _prepare(spec: JobSpec, progress: ProgressLine) -> Prepared:
     workload = build_workload(spec.model_settings)
     task = build_task(spec.task_settings)
     check_known_wrong(spec.model_settings, c)  # before the framework is imported
-    backend, device, start_s = _start_backend(spec, workload, progress)
+    backend, device, precision_env, start_s = _start_backend(spec, workload, progress)
     cost = limits.check_fits(workload, spec, device, task.like)  # refuses what cannot fit: before any allocation
     if cost:
         print(f"note: {cost}", file=sys.stderr, flush=True)
@@ -99,7 +100,7 @@ def _prepare(spec: JobSpec, progress: ProgressLine) -> Prepared:
     params = {k: v for k, v in state.items() if workload.trainable(k)}
     constants = {k: v for k, v in state.items() if not workload.trainable(k)}  # e.g. batch-norm running statistics
     progress.phase("building the task (tracing where the mode compiles)")
-    setup = Setup(backend, workload, c["mode"], device, params, inputs, constants, spec.per_example)
+    setup = Setup(backend, workload, c["mode"], device, params, inputs, constants, spec.per_example, spec.precision)
     task_run = task.build(setup)
     return Prepared(
         spec=spec,
@@ -120,11 +121,13 @@ def _prepare(spec: JobSpec, progress: ProgressLine) -> Prepared:
         cost=cost,
         malloc_keeps_freed=malloc_keeps_freed,
         timing=timing,
+        precision_env=precision_env,
     )
 
 
-def _start_backend(spec: JobSpec, workload, progress: ProgressLine) -> tuple[object, str, float]:
-    """The backend imported and configured: (backend, the device it resolved, seconds the device start-up took)."""
+def _start_backend(spec: JobSpec, workload, progress: ProgressLine) -> tuple[object, str, dict, float]:
+    """The backend imported and configured: (backend, the device it resolved, what its precision policy set, seconds
+    the device start-up took)."""
     from runner.backends import load_backend
     from runner.models import backend_for
 
@@ -134,7 +137,8 @@ def _start_backend(spec: JobSpec, workload, progress: ProgressLine) -> tuple[obj
     if spec.threads is not None:
         backend.set_threads(spec.threads)
     device = backend.prepare(spec.device, spec.dtype)  # the one place device=auto is resolved
-    return backend, device, time.perf_counter() - start
+    precision_env = backend.set_precision(spec.precision, device)
+    return backend, device, precision_env, time.perf_counter() - start
 
 
 def _place_weights(spec: JobSpec, workload, backend, device: str, rng) -> tuple[dict, float]:
@@ -204,6 +208,7 @@ def _environment(job: Prepared, energy_note: dict) -> dict:
     env = environment.collect(job.backend.environment(job.device))
     env["device"] = job.device
     env["malloc_keeps_freed_memory"] = job.malloc_keeps_freed
+    env.update(precision=job.spec.precision, **job.precision_env)
     env.update(job.workload.describe(job.backend, job.state, job.inputs, job.choices["task"]))
     env.update(job.task.describe(job.backend, job.choices["mode"]))
     return {**env, **energy_note}
@@ -225,11 +230,24 @@ def _metrics(job: Prepared, measurement: Measurement, results: dict, first_outpu
     if job.spec.check_reference and job.workload.numpy_reference:
         reference = job.task.reference(job.setup, job.params_held, job.inputs_held)
         metrics.update(errors_vs_reference(results, reference))
+        metrics.update(tolerance_metrics(metrics, job.spec.dtype, job.spec.precision, job.device))
     flops = job.workload.flops_per_call()
     if flops and "time_median_s" in metrics:
         metrics["gflops_per_s"] = flops / metrics["time_median_s"] / 1e9
     metrics.update(job.workload.extra_metrics(job.backend, job.state, job.inputs, first_output))
     return metrics
+
+
+def tolerance_metrics(metrics: dict, dtype: str, precision: str, device: str) -> dict[str, float]:
+    """reference_tolerance (the max relative error this dtype and precision policy are held to, runner.precision)
+    and within_reference_tolerance (1 or 0), where the reference was compared."""
+    from runner.precision import reference_tolerance
+
+    if "max_rel_err_vs_reference" not in metrics:
+        return {}
+    tolerance = reference_tolerance(dtype, precision, device)
+    within = metrics["max_rel_err_vs_reference"] <= tolerance
+    return {"reference_tolerance": tolerance, "within_reference_tolerance": float(within)}
 
 
 def _tensors(job: Prepared, measurement: Measurement, results: dict) -> dict:

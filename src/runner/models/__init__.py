@@ -40,6 +40,7 @@ class Workload:
     host_params: tuple[str, ...] = ()  # parameters kept as numpy arrays instead of placed on the backend
     numpy_reference: bool = True  # False: no float64 numpy forward to check against
     own_layout: bool = False  # True: parameters keep the workload's layout on every backend (Keras's)
+    own_precision: bool = False  # True: the workload applies precision= itself (Keras's dtype policy)
     makes_images: bool = False  # data=image/tfrecord/hdf5: outputs are images (no centre crop), not class scores
 
     def init_params(self, rng: np.random.Generator) -> Params:

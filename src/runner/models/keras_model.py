@@ -32,6 +32,7 @@ from runner.models.architectures import N_CLASSES
 from runner.models.vision import top5
 
 DEFAULT_IMAGE_SIZE = 224
+KERAS_POLICIES = {"bf16_mixed": "mixed_bfloat16", "fp16_mixed": "mixed_float16"}  # precision= -> Keras's policy
 
 
 class KerasModel(Workload):
@@ -41,11 +42,21 @@ class KerasModel(Workload):
     gradients = per_example_gradients = jacobian = None
     makes_images = False
     own_layout = True  # Keras's layouts on every backend: the runner converts nothing
+    own_precision = True  # precision=bf16_mixed / fp16_mixed: Keras's own mixed dtype policy (KERAS_POLICIES)
 
-    def __init__(self, arch: str, backend_module: str, image_size: int = DEFAULT_IMAGE_SIZE, dtype: str = "float32"):
+    def __init__(
+        self,
+        arch: str,
+        backend_module: str,
+        image_size: int = DEFAULT_IMAGE_SIZE,
+        dtype: str = "float32",
+        precision: str = "full",
+    ):
         self.keras = import_keras(importlib.import_module(backend_module).KERAS_BACKEND)
         self.name, self.arch, self.image_size = arch, arch, image_size
         self.keras.config.set_floatx(str(dtype))  # variables and computation in the run's dtype
+        self.mixed = precision in KERAS_POLICIES  # float32 variables, computation in the policy's dtype
+        self.keras.config.set_dtype_policy(KERAS_POLICIES.get(precision, str(dtype)))  # process-wide: set every time
         self.model = build_application(self.keras, arch, image_size)
         variables = self.model.trainable_variables + self.model.non_trainable_variables
         names = [v.path for v in variables]
@@ -110,7 +121,7 @@ class KerasModel(Workload):
         others = [params[name] if name in params else self._fixed[name] for name in self._other_names]
         nhwc = self.keras.ops.transpose(x, (0, 2, 3, 1))
         y, _ = self.model.stateless_call(trainable, others, nhwc, training=False)
-        return y
+        return self.keras.ops.cast(y, "float32") if self.mixed else y  # the loss in float32, as Keras computes it
 
     def loss(self, ops, params: dict, x, labels):
         """Sum of squared error against seeded targets, as for the other classifiers."""
@@ -118,6 +129,9 @@ class KerasModel(Workload):
 
     def interpret(self, y: np.ndarray) -> dict:
         return {"predictions": top5(y)}
+
+    def describe(self, ops, params: dict, inputs: dict, task: str) -> dict[str, str]:
+        return {"keras_dtype_policy": self.keras.config.dtype_policy().name}
 
 
 # -- helpers -------------------------------------------------------------------------------------

@@ -41,19 +41,26 @@ class Setup:
     inputs: dict  # "x", and "labels" where the workload has a loss
     constants: dict  # weights that enter the model but are not trained (batch-norm statistics)
     per_example: bool  # the mode computes one result per example (conf/mode/NAME.yaml)
+    precision: str = "full"  # conf/precision/NAME.yaml: mixed policies wrap the model (Backend.with_precision)
 
     def model(self) -> tuple[Callable, Callable]:
-        """forward(params, x) and loss(params, x, labels) on this backend, constants folded in."""
+        """forward(params, x) and loss(params, x, labels) on this backend under the run's precision policy (its
+        autocast or casts: the loss comes back in float32), constants folded in."""
         backend, workload, constants = self.backend, self.workload, self.constants
-        if not constants:  # partial adds no Python frame: microsecond workloads time what timeit times
-            loss = workload.loss  # op workloads have none
-            return partial(workload.forward, backend), loss and partial(loss, backend)
+        # partials add no Python frame: microsecond workloads time what timeit times
+        whole_forward = partial(workload.forward, backend)
+        whole_loss = workload.loss and partial(workload.loss, backend)
+        if not workload.own_precision:  # Keras applies its own dtype policy
+            whole_forward = backend.with_precision(whole_forward, self.precision, self.device)
+            whole_loss = whole_loss and backend.with_precision(whole_loss, self.precision, self.device)
+        if not constants:
+            return whole_forward, whole_loss  # op workloads have no loss
 
         def forward(params: dict, x):
-            return workload.forward(backend, {**params, **constants}, x)
+            return whole_forward({**params, **constants}, x)
 
         def loss(params: dict, x, labels):
-            return workload.loss(backend, {**params, **constants}, x, labels)
+            return whole_loss({**params, **constants}, x, labels)
 
         return forward, loss
 

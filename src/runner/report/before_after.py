@@ -21,9 +21,10 @@ import pandas as pd
 
 from runner import report, tracking
 from runner.measure.machine_load import BUSY_OTHER_RUNNABLE
+from runner.measure.samples import turn_typical
 from runner.record import setups
 from runner.record.result import RESULT_FILE, TENSORS_FILE, Status
-from runner.report.ratio import APART_SD, PROCESS_SD, instability, round_medians, time_ratio
+from runner.report.ratio import APART_SD, PROCESS_SD, instability, tamed, time_ratio
 
 FACTOR = 1.1  # asv compare's default
 
@@ -113,11 +114,13 @@ def _apart_ratio(new: pd.Series, old: pd.Series, comparisons: int):
 
 
 def typical_time(run: pd.Series) -> float:
-    """The geometric mean of the run's per-round medians: what the unpaired ratio compares (its median where
-    its samples are not to be had), so that after / before is the ratio of the two columns beside it."""
+    """The geometric mean of the run's per-round typical times (each turn's fastest sample, outlying rounds pulled
+    in: ratio.tamed): what the unpaired ratio compares (its median where its samples are not to be had), so that
+    after / before is the ratio of the two columns beside it."""
     if run["samples_s"] is None:
         return float(run["metrics.time_median_s"])
-    return math.exp(np.mean(np.log(list(round_medians(run["samples_s"], run["sample_rounds"]).values()))))
+    per_round = turn_typical(run["samples_s"], run["sample_rounds"])
+    return math.exp(np.mean(tamed(np.log([per_round[r] for r in sorted(per_round)]))))
 
 
 def _instability(run: pd.Series) -> str | None:

@@ -52,8 +52,8 @@ def experiment(tmp_path_factory):
 def test_names_unique_swept_values_and_parent_named_by_its_sweep(experiment):
     tmp, client, children, parents, _ = experiment
     assert len(children) == 6  # six runs, six distinct names
-    assert "numpy-sigmoid-inference-eager-cpu-float32 size=10 #0" in children
-    assert "numpy-sigmoid-inference-eager-cpu-float32 size=1000 #1" in children
+    assert "size=10 · numpy-sigmoid-inference-eager-cpu-float32 #0" in children
+    assert "size=1000 · numpy-sigmoid-inference-eager-cpu-float32 #1" in children
     assert "numpy-mlp-gradients-eager-cpu-float32" in children  # the single run, apart from sweep job #0
     assert "numpy-mlp-gradients-eager-cpu-float32 #0" in children
     assert set(parents) == {"sweep model.size=10,1000", "sweep mode=eager,map_fn"}
@@ -93,19 +93,20 @@ def test_standard_tags_note_and_no_duplicates(experiment):
     note = tags["mlflow.note.content"]
     assert "median" in note and "IQR" in note and "examples/s" in note and "reference" in note
     assert any(unit in note for unit in (" ns", " µs", " ms", " s "))
-    assert all(p.data.tags["mlflow.note.content"].startswith(name) for name, p in parents.items())
-    map_fn = children["numpy-mlp-gradients-map_fn-cpu-float32 #1"].data.tags["mlflow.note.content"]
+    notes = {name: p.data.tags["mlflow.note.content"] for name, p in parents.items()}
+    assert all(note.startswith("**") and name in note for name, note in notes.items())  # the answer, then the sweep
+    map_fn = children["map_fn · numpy-mlp-gradients-cpu-float32 #1"].data.tags["mlflow.note.content"]
     assert "x the time of the fastest comparable job of the sweep" in map_fn  # added when the sweep ended
 
 
 def test_every_sample_is_the_metric_history(experiment):
     _, client, children, _, _ = experiment
     for run in children.values():
-        history = client.get_metric_history(run.info.run_id, "time_sample_s")
+        history = client.get_metric_history(run.info.run_id, "trace/time_sample_us")
         assert len(history) == run.data.metrics["n_samples"]
         assert sorted(m.step for m in history) == list(range(len(history)))
         samples = h5py.File(f"{run.data.tags['run_dir']}/tensors.h5")["timings/samples_s"][()]
-        assert np.allclose([m.value for m in sorted(history, key=lambda m: m.step)], samples)
+        assert np.allclose([m.value for m in sorted(history, key=lambda m: m.step)], samples * 1e6)  # µs
 
 
 def test_inputs_are_a_dataset(experiment):
@@ -155,7 +156,7 @@ def test_report_over_the_mixed_experiment(experiment):
         width, height = Image.open(png).size
         assert 600 <= width <= 1400 and height <= 2000, (png.name, width, height)
     runs_md = (out / "runs.md").read_text()
-    assert "numpy-mlp-gradients-map_fn-cpu-float32 #1" in runs_md and "nan" not in runs_md
+    assert "map_fn · numpy-mlp-gradients-cpu-float32 #1" in runs_md and "nan" not in runs_md
     from runner import report
     from runner.report import frames, plots
 

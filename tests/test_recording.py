@@ -50,18 +50,26 @@ def test_cli_run_tracked_in_mlflow(cli, tmp_path):
     experiment = client.get_experiment_by_name("core-test")
     (run,) = client.search_runs([experiment.experiment_id])
     assert run.info.status == "FINISHED"
-    assert run.data.metrics["time_median_s"] == saved["metrics"]["time_median_s"]
+    shown = run.data.metrics  # MLflow shows seconds as microseconds, named so; result.json keeps seconds
+    assert shown["time_median_us"] == pytest.approx(saved["metrics"]["time_median_s"] * 1e6, rel=1e-3)  # 4 digits
+    assert shown["first_call_us"] == pytest.approx(saved["metrics"]["first_call_s"] * 1e6, rel=1e-3)
+    assert shown["throughput_per_s"] == pytest.approx(saved["metrics"]["throughput_per_s"], rel=1e-3)  # not a time
+    assert not [name for name in shown if name.endswith("_s") and "per_s" not in name]
+    assert "time_p50_us" not in shown  # the median again
     assert run.data.params["backend.name"] == "numpy"
     assert run.data.tags["mlflow.source.git.commit"] == saved["environment"]["git_commit"]
     assert run.data.tags["mlflow.source.git.branch"] == saved["environment"]["git_branch"]
     assert run.data.tags["mlflow.source.git.dirty"] == git_dirty()  # uncommitted code is not HEAD's
-    history = client.get_metric_history(run.info.run_id, "time_sample_s")
+    history = sorted(client.get_metric_history(run.info.run_id, "trace/time_sample_us"), key=lambda p: p.step)
     with h5py.File(run_dir / "tensors.h5", "r") as f:
         ends_ms = [int(end * 1000) for end in f["timings/sample_end_unix_s"][()]]
-    assert [point.timestamp for point in sorted(history, key=lambda p: p.step)] == ends_ms  # each sample's own time
+        samples_us = f["timings/samples_s"][()] * 1e6
+    assert [point.timestamp for point in history] == ends_ms  # each sample's own time
+    assert [point.value for point in history] == pytest.approx(samples_us)
     assert len(set(ends_ms)) > 1
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert {"tensors.h5", "result.json", "hydra"} <= artifacts
+    assert all(a.file_size for a in client.list_artifacts(run.info.run_id) if not a.is_dir)  # no empty file
     assert str(tmp_path) in experiment.artifact_location  # artifacts beside the SQLite store
 
 

@@ -44,7 +44,7 @@ def test_sweep_is_one_parent_run_with_a_child_per_job(failing_sweep):
     assert len(parents) == 1 and len(children) == 2
     parent = parents[0]
     assert parent.info.status == "FAILED"  # truthful, never left RUNNING
-    assert parent.data.params["backend"] == "numpy,torch"
+    assert parent.data.params["backend.name"] == "numpy,torch"  # the name its jobs' params have
     assert parent.data.metrics["n_failed"] == 1 and parent.data.metrics["n_finished"] == 1
     assert {c.data.tags["mlflow.parentRunId"] for c in children} == {parent.info.run_id}
     by_backend = {c.data.params["backend.name"]: c for c in children}

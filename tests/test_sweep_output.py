@@ -40,7 +40,7 @@ def test_an_eight_job_sweep_prints_a_line_per_job_and_a_few_more_beside_its_tabl
     table = [line for line in lines if line.startswith(TABLE)]
     assert len(table) == 8 + 5, "\n".join(lines)  # title, rules, heading, one row per job
     others = [line for line in lines if not line.startswith(TABLE)]
-    job_lines = [line for line in others if "numpy-mlp-gradients-eager-cpu-float32 seed=" in line]
+    job_lines = [line for line in others if " · numpy-mlp-gradients-eager-cpu-float32 #" in line]
     assert len(job_lines) == 8 and any("[3/8] " in line and ": FINISHED, median " in line for line in job_lines)
     assert len(others) <= 8 + 10, "\n".join(others)  # before: ~25 lines per job
     assert not any(line.startswith("  median") for line in others)  # no single-run summary per job
@@ -51,7 +51,7 @@ def test_an_eight_job_sweep_prints_a_line_per_job_and_a_few_more_beside_its_tabl
 def test_each_job_has_its_line_in_the_log_file_hydra_gives_it(eight_jobs):
     tmp, _ = eight_jobs
     log = (tmp / "sweep" / "2" / "run.log").read_text()
-    assert "[3/8] numpy-mlp-gradients-eager-cpu-float32 seed=2 #2: FINISHED, median" in log
+    assert "[3/8] seed=2 · numpy-mlp-gradients-eager-cpu-float32 #2: FINISHED, median" in log
     assert (tmp / "sweep" / "2" / "job.log").exists()  # the worker's own output, kept whole
 
 

@@ -29,6 +29,7 @@ from runner import tracking
 from runner.config import first_line
 from runner.launch import launchers
 from runner.launch.sweep_lines import grouped_warnings
+from runner.launch.terminal import print_answer
 from runner.record import naming
 from runner.record.result import Status
 from runner.record.sweep_file import SWEEP_FILE, read_sweep_file, write_sweep_file
@@ -85,6 +86,7 @@ def start(config: DictConfig) -> Sweep:
     info = {
         "sweep_dir": str(sweep_dir),
         "overrides": overrides,
+        "hydra_overrides": [str(o) for o in config.hydra.overrides.hydra if not str(o).startswith("hydra.mode=")],
         "sweeper_params": {str(k): str(v) for k, v in (config.hydra.sweeper.get("params") or {}).items()},
         "launcher": str(config.hydra.launcher.get("_target_", "")),
         "tracking": str(config.tracking.name),
@@ -212,7 +214,8 @@ def _write_files(frame, sweep_dir: Path) -> list[Path]:
     except Exception as error:  # a plot that cannot be drawn must not hide the results
         log.warning(f"could not write the sweep's report ({first_line(error)})")
     summary = sweep_dir / "summary.md"
-    summary.write_text(f"# Sweep summary\n\n{report.markdown(frame)}")
+    answer = report.answer(frame)
+    summary.write_text(f"# Sweep summary\n\n{answer.markdown}\n{answer.details}")
     _note_comparisons(report.compare(frame))
     return [summary, *files]
 
@@ -236,8 +239,9 @@ def comparison_line(row) -> str:
     from runner.report.ratio import Verdict, describe
 
     verdict = row["verdict"]
-    if verdict == Verdict.FASTEST:
-        return "the fastest comparable job of the sweep"
+    if verdict == Verdict.FASTEST or row["time_ratio"] == 1.0:  # an unstable fastest job too
+        fastest = "the fastest comparable job of the sweep"
+        return fastest if verdict == Verdict.FASTEST else f"{fastest} ({describe(verdict, row['verdict_reason'])})"
     line = f"{row['time_ratio']:.2f}x the time of the fastest comparable job of the sweep"
     if verdict in (Verdict.WITHIN_NOISE, Verdict.DIFFERENT):
         meaning = "within noise" if verdict == Verdict.WITHIN_NOISE else "a real difference"
@@ -247,6 +251,8 @@ def comparison_line(row) -> str:
 
 
 def _close_parent(sweep: Sweep, statuses: list[str], status: str, files: list[Path]) -> None:
+    from runner import report
+
     counts = {
         "n_jobs": len(statuses),
         "n_finished": statuses.count(Status.FINISHED),
@@ -255,28 +261,13 @@ def _close_parent(sweep: Sweep, statuses: list[str], status: str, files: list[Pa
     }
     files = [sweep.sweep_dir / SWEEP_FILE, sweep.sweep_dir / "multirun.yaml", *files]
     try:
-        tracking.close_parent_run(
-            sweep.info["uri"], sweep.info["parent_run_id"], counts, files, status, _summary_table(sweep.sweep_dir)
-        )
+        frame = report.runs_from_dirs(report.sweep_run_dirs(sweep.sweep_dir))
+        answer = report.answer(frame) if not frame.empty else None
+        tracking.close_parent_run(sweep.info, counts, files, status, answer)
         sweep.info["parent_closed"] = True
         write_sweep_file(sweep.sweep_dir, sweep.info)
     except Exception as error:
         log.warning(f"could not close the parent run {sweep.info['parent_run_id']} ({first_line(error)})")
-
-
-def _summary_table(sweep_dir: Path) -> str:
-    """The sweep's table as the terminal shows it (summary.md has every column), in markdown: what the parent
-    run's description shows."""
-    from runner import report
-    from runner.record.table import SWEEP_COLUMNS
-    from runner.record.table import markdown as table_markdown
-
-    frame = report.runs_from_dirs(report.sweep_run_dirs(sweep_dir))
-    if frame.empty:
-        return ""
-    return table_markdown(*report.human_table(frame, SWEEP_COLUMNS)) + "".join(
-        f"\n{line}\n" for line in report.setup_notes(frame)
-    )
 
 
 def print_table(frame, sweep_dir: Path) -> None:
@@ -299,6 +290,7 @@ def print_table(frame, sweep_dir: Path) -> None:
     console.print(table)
     for line in report.setup_notes(frame):
         console.print(f"[yellow]{line}[/]", highlight=False)
+    print_answer(console, report.answer(frame))
     for _, row in frame[frame["status"] != Status.FINISHED].iterrows():
         console.print(f"[bold red]{row['status']}[/] job {_job(row)}: {row['error']}", highlight=False)
     _log_warnings(frame)

@@ -47,3 +47,22 @@ def ui_lines(uri: str, fragment: str) -> list[str]:
         f"  browse with     mlflow ui --backend-store-uri {uri}",
         f"  then open       http://127.0.0.1:5000/{fragment}",
     ]
+
+
+def print_answer(console, answer) -> None:
+    """A sweep's answer under its table of jobs (runner.report.pooled.Answer): a row per configuration, its
+    replicates pooled, then the sentence, the last thing the terminal shows before the MLflow link."""
+    from rich.table import Table
+
+    from runner.report.pooled import sentence, table_cells
+
+    if len(answer.pooled) == len({p.workload for p in answer.pooled}):  # nothing compared: the job table says it
+        return
+    headers, cells = table_cells(answer.pooled)
+    table = Table(title="Pooled over seeds (replicates): each configuration against the fastest", title_justify="left")
+    for header in headers:
+        table.add_column(header, overflow="fold")
+    for row in cells:
+        table.add_row(*(cell.replace("\u00a0", " ") for cell in row))
+    console.print(table)
+    console.print(f"[bold]{sentence(answer.pooled)}[/]", highlight=False)

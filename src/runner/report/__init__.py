@@ -30,10 +30,13 @@ from runner.report.frames import (
     work_keys,
 )
 from runner.report.plots import plot_speedup_vs_size, plot_speedups, plot_time_vs_size, plot_times
+from runner.report.pooled import Answer, answer
 
 __all__ = [
+    "Answer",
     "COMPARISON",
     "NOT_LABELS",
+    "answer",
     "compare",
     "human_table",
     "log_to_parent",

@@ -166,30 +166,68 @@ def plot_time_vs_size(frame: pd.DataFrame, path: Path) -> Path | None:
 
 
 def plot_speedups(frame: pd.DataFrame, path: Path) -> Path | None:
-    """How many times faster each configuration is than the slowest one doing the same work, a panel
-    per workload (against size for size sweeps)."""
+    """Each configuration's time / the fastest's doing the same work, as every table gives it: replicates (runs
+    that differ only in seed) pooled, the 95% intervals drawn, a log axis; a panel per workload (size sweeps
+    have speedup_vs_size instead)."""
     in_size_sweeps = {i for _, g in _size_groups(frame) for i in g.index}
     timed = _timed(frame).drop(index=list(in_size_sweeps))
-    groups = [(t, g) for t, g in workloads(timed) if len(g) >= 2]
-    if not groups:
+    panels = [(_titled(t, found), found) for t, g in workloads(timed) for found in _pooled(g) if len(found) >= 2]
+    if not panels:
         return None
     plt = _pyplot()
-    fig, axes = _panels(plt, groups, [len(g) for _, g in groups])
-    for ax, (title, group) in zip(axes, groups, strict=True):
-        speedup = (group["metrics.time_median_s"].max() / group["metrics.time_median_s"]).sort_values()
-        bars = ax.barh(range(len(speedup)), speedup.to_numpy())
-        ax.bar_label(bars, labels=[f"{s:.3g}x" for s in speedup], padding=3)
-        ax.set_yticks(range(len(speedup)), _panel_labels(group.loc[speedup.index]))
-        ax.set_xlim(0, speedup.max() * 1.18)  # room for the last bar's label
-        ax.set_title(title, loc="left", fontsize=10)
-        ax.grid(axis="x", alpha=0.3)
-    axes[-1].set_xlabel("speedup over the slowest configuration of the panel (median time ratio)")
-    fig.suptitle("Speedups")
+    fig, axes = _panels(plt, panels, [len(found) for _, found in panels])
+    for ax, (title, found) in zip(axes, panels, strict=True):
+        _ratio_panel(ax, found, title)
+    axes[-1].set_xlabel("time / the fastest doing the same work (log scale; lines: 95% interval; seeds pooled)")
+    fig.suptitle("Time relative to the fastest configuration, fastest at the top")
     return _save(fig, path)
 
 
+def _titled(title: str, found: list) -> str:
+    return f"{title} · {found[0].workload}" if found[0].workload else title  # a setup, where there are several
+
+
+def _pooled(group: pd.DataFrame) -> list[list]:
+    """The pooled configurations of one workload's runs, a list per setup (runner.report.pooled)."""
+    from runner.report.pooled import pool
+
+    found = pool(group)
+    return [[p for p in found if p.workload == w] for w in dict.fromkeys(p.workload for p in found)]
+
+
+def _ratio_panel(ax, found: list, title: str) -> None:
+    import numpy as np
+    from matplotlib.ticker import FuncFormatter
+
+    from runner.report.pooled import interval_text, times
+
+    ratios = np.array([p.ratio for p in found])
+    lows = np.array([p.ratio - p.low for p in found])  # NaN where there is no interval: no line drawn
+    highs = np.array([p.high - p.ratio for p in found])
+    ax.barh(range(len(found)), ratios - 1, left=1, xerr=[lows, highs], capsize=4, color="tab:blue", alpha=0.7)
+    for pos, p in enumerate(found):
+        text = f"fastest, {format_seconds(p.median_s)}" if pos == 0 else f"{times(p.ratio)} {interval_text(p)}".strip()
+        text += f" ({p.verdict})" if p.verdict in ("unstable", "cannot tell") else ""
+        ax.annotate(
+            text,
+            (max(p.ratio, p.high if p.high == p.high else 0), pos),
+            xytext=(6, 0),
+            textcoords="offset points",
+            va="center",
+            fontsize=9,
+        )
+    ax.set_xscale("log")
+    ax.set_xlim(0.8, np.nanmax([*ratios, *(ratios + highs)]) * 4)  # room for the labels
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}x"))
+    ax.set_yticks(range(len(found)), [f"{p.label} ({p.runs} runs)" if p.runs > 1 else p.label for p in found])
+    ax.set_ylim(len(found) - 0.5, -0.5)
+    ax.axvline(1, color="black", linewidth=0.8)
+    ax.set_title(title, loc="left", fontsize=10)
+    ax.grid(axis="x", which="both", alpha=0.3)
+
+
 def plot_speedup_vs_size(frame: pd.DataFrame, path: Path) -> Path | None:
-    """Size sweeps comparing two or more backends/modes: speedup over the slowest against size."""
+    """Size sweeps comparing two or more backends/modes: time / the fastest at each size, against size."""
     groups = [(t, g) for t, g in _size_groups(frame) if series_labels(g).nunique() >= 2]
     if not groups:
         return None
@@ -198,17 +236,16 @@ def plot_speedup_vs_size(frame: pd.DataFrame, path: Path) -> Path | None:
     for ax, (title, timed) in zip(axes[:, 0], groups, strict=True):
         timed = timed.assign(series=series_labels(timed))
         times = timed.pivot_table(index="size", columns="series", values="metrics.time_median_s", aggfunc="median")
-        baseline = times.iloc[-1].idxmax()  # the slowest configuration at the largest size
-        speedups = times.rdiv(times[baseline], axis=0)
+        ratios = times.div(times.min(axis=1), axis=0)  # the fastest at each size: the tables' baseline
         for name in times.columns:
-            ax.plot(times.index, speedups[name], marker="o", label=name)
+            ax.plot(times.index, ratios[name], marker="o", label=name)
         _size_axis(ax, timed["size"])
         ax.set_xlabel(_size_label(timed))
-        spans_decades = speedups.max().max() / speedups.min().min() > SPEEDUP_LOG_ABOVE
+        spans_decades = ratios.max().max() / ratios.min().min() > SPEEDUP_LOG_ABOVE
         if spans_decades:  # 870x and 1.9x on one linear axis: the small ones sit on the floor
             ax.set_yscale("log")
-        ax.set_ylabel(f"speedup over {baseline}" + (" (log scale)" if spans_decades else ""))
-        ax.set_title(f"{title}: speedups against size", loc="left", fontsize=10)
+        ax.set_ylabel("time / the fastest at that size" + (" (log scale)" if spans_decades else ""))
+        ax.set_title(f"{title}: time relative to the fastest, against size", loc="left", fontsize=10)
         ax.grid(which="both", alpha=0.3)
         ax.legend()
     return _save(fig, path)

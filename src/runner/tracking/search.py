@@ -7,7 +7,7 @@ from pathlib import Path
 from runner.config import first_line
 from runner.record.result import TENSORS_FILE
 from runner.tracking.store import client
-from runner.tracking.upload import GIT_TAGS
+from runner.tracking.upload import GIT_TAGS, stored_metric
 
 
 def _recorded_environment(tags: dict[str, str]) -> dict[str, str]:
@@ -73,6 +73,6 @@ def _run_row(run) -> dict:
         "parent_run_id": tags.get("mlflow.parentRunId"),
     }
     row.update({f"params.{k}": v for k, v in run.data.params.items()})
-    row.update({f"metrics.{k}": v for k, v in run.data.metrics.items()})
+    row.update({f"metrics.{k}": v for k, v in (stored_metric(*item) for item in run.data.metrics.items())})
     row.update(environment_columns(_recorded_environment(tags)))
     return row

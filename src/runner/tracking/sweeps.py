@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from runner.locations import CONFIG_DIR
 from runner.record.naming import split_override, sweep_title
 from runner.tracking.store import check_reachable, client, ensure_experiment, open_store, retry_on_lock
 from runner.tracking.upload import fit_note, git_tags, log_files, user_name
@@ -19,42 +20,55 @@ def create_parent_run(info: dict) -> str:
 
     mlflow = client(info["uri"])
     experiment_id = ensure_experiment(mlflow, info["uri"], info["experiment"])
-    title = sweep_title(info)
-    overrides = " ".join(info["overrides"])
     tags = {
-        "mlflow.runName": title[:250],
+        "mlflow.runName": sweep_title(info)[:250],
         "mlflow.source.type": "LOCAL",
         "mlflow.source.name": "run.py",
         "mlflow.user": user_name(),
-        "mlflow.note.content": f"{title}  \nin {info['sweep_dir']}  \n`python run.py -m {overrides}`"[:5000],
+        "mlflow.note.content": opening(info),
         "sweep_dir": info["sweep_dir"],
         "launcher": info["launcher"],
-        "overrides": overrides[:5000],
+        "overrides": " ".join(info["overrides"])[:5000],
     }
     from runner.record.environment import git_source
 
     tags.update(git_tags(git_source()))
     run = retry_on_lock(mlflow.create_run, experiment_id, tags=tags)
-    params = [Param(k, v) for k, v in dict(split_override(o) for o in info["overrides"]).items()]  # last wins
+    swept = dict(split_override(o) for o in info["overrides"])  # the last of a key wins
+    params = [Param(param_name(k), v) for k, v in swept.items()]
     if params:
         retry_on_lock(mlflow.log_batch, run.info.run_id, params=params)
     return run.info.run_id
 
 
-def close_parent_run(
-    uri: str, run_id: str, counts: dict[str, int], files: list[Path], status: str, description: str = ""
-) -> None:
-    """Log a sweep's job counts and summary files to its parent run, add `description` (the sweep's table,
-    markdown) to what the UI shows of it, and end it with `status`."""
-    from mlflow.entities import Metric
+def opening(info: dict) -> str:
+    """The parent's description before its answer: what it sweeps, where, and the command that ran it."""
+    command = " ".join(["python run.py -m", *info["overrides"], *info.get("hydra_overrides", [])])
+    return f"{sweep_title(info)}  \nin {info['sweep_dir']}  \n`{command}`"[:5000]
 
+
+def param_name(key: str) -> str:
+    """An override's key as the jobs' params name it: a config group's choice is `GROUP.name` (`backend.name`)."""
+    return f"{key}.name" if (CONFIG_DIR / key).is_dir() else key
+
+
+def close_parent_run(info: dict, counts: dict[str, int], files: list[Path], status: str, answer=None) -> None:
+    """Log a sweep's job counts and summary files to its parent run and end it with `status`. Its `answer`
+    (runner.report.pooled.Answer) goes first in the description the UI shows, its details after the command,
+    its verdict into tags and its pooled figures into metrics (what the runs list can show)."""
+    from mlflow.entities import Metric, RunTag
+
+    uri, run_id = info["uri"], info["parent_run_id"]
     mlflow = client(uri)
     now = int(time.time() * 1000)
     try:
-        retry_on_lock(mlflow.log_batch, run_id, metrics=[Metric(k, float(v), now, 0) for k, v in counts.items()])
-        if description:
-            opening = retry_on_lock(mlflow.get_run, run_id).data.tags.get("mlflow.note.content", "")
-            retry_on_lock(mlflow.set_tag, run_id, "mlflow.note.content", fit_note(f"{opening}\n\n{description}"))
+        values = {**counts, **(answer.metrics() if answer else {})}
+        tags = [RunTag(k, v) for k, v in (answer.tags() if answer else {}).items()]
+        metrics = [Metric(k, float(v), now, 0) for k, v in values.items()]
+        retry_on_lock(mlflow.log_batch, run_id, metrics=metrics, tags=tags)
+        if answer:
+            note = fit_note(f"{answer.markdown}\n\n{opening(info)}\n\n{answer.details}")
+            retry_on_lock(mlflow.set_tag, run_id, "mlflow.note.content", note)
         log_files(uri, run_id, [p for p in files if p.parent.name != "report"])
         log_files(uri, run_id, [p for p in files if p.parent.name == "report"], "report")
     finally:  # ended whatever could not be logged: never left RUNNING (sync logs the files again)

@@ -4,6 +4,7 @@ sample, tags, description, files; one MLflow run per run_key, a partial upload r
 from __future__ import annotations
 
 import contextlib
+import re
 import sys
 import time
 import warnings
@@ -75,7 +76,7 @@ def _remove_partial_uploads(mlflow, experiment_id: str, key: str, noted_run_id: 
 
 
 def _log_contents(mlflow, run_id: str, run_dir: Path, result: Result, ended_ms: int) -> None:
-    """Params, metrics (with the time_sample_s history), the dataset input and the files of a run."""
+    """Params, metrics (with the timing trace, TRACE), the dataset input and the files of a run."""
     from mlflow.entities import Param
 
     params = [Param(k, v[:6000]) for k, v in run_params(result.config, result.copied_keys).items()]
@@ -163,22 +164,47 @@ def note_content(result: Result) -> str:
     env = result.environment
     if env:
         framework = f"{env.get('framework', '')} {env.get('framework_version', '')}".strip()
-        lines.append(f"on {env.get('device_name', '?')} ({framework})")
+        device = env.get("cpu") if env.get("device") == "cpu" else env.get("device_name")  # not "x86_64"
+        lines.append(f"on {device or '?'} ({framework})")
     return "  \n".join(lines)[:5000]
 
 
+SECONDS = re.compile(r"(?<=_)s(?=_|$)")  # the unit in time_median_s, cpu_s_per_call; not in throughput_per_s
+MICROSECONDS = re.compile(r"(?<=_)us(?=_|$)")
+LEFT_OUT = ("time_p50_s",)  # the median again: result.json keeps it, the UI would show it twice
+DIGITS = 4  # significant digits MLflow shows of a metric (result.json keeps every digit): 18.57, not 18.570109987194883
+TRACE = "trace/time_sample_us"  # every sample, step = its index; the section `trace` is the UI's first chart
+
+
+def ui_metric(name: str, value: float) -> tuple[str, float]:
+    """A metric as MLflow shows it: seconds as microseconds, named so (time_median_s 1.8e-05 -> time_median_us
+    18.57), which the UI's tables and charts print legibly from a sigmoid's 50 ns (0.05) to a ResNet's first
+    call; result.json and the report CSVs keep seconds."""
+    if "per_s" not in name and SECONDS.search(name):
+        name, value = SECONDS.sub("us", name, count=1), value * 1e6
+    return name, float(f"{value:.{DIGITS}g}")
+
+
+def stored_metric(name: str, value: float) -> tuple[str, float]:
+    """ui_metric undone: a metric read back from MLflow under its result.json name, in seconds."""
+    if MICROSECONDS.search(name):
+        return MICROSECONDS.sub("s", name, count=1), value / 1e6
+    return name, value
+
+
 def _metrics(result: Result, samples, sample_ends, ended_ms: int) -> list:
-    """The metrics at the job's end, and every timing sample as steps of `time_sample_s` (the UI plots it),
-    each stamped with the moment it ended (the job's end where a run did not record that)."""
+    """The metrics at the job's end (ui_metric), and every timing sample as the steps of TRACE (the UI's
+    timing trace), each stamped with the moment it ended (the job's end where a run did not record that)."""
     from mlflow.entities import Metric
 
-    metrics = [Metric(k, float(v), ended_ms, 0) for k, v in result.metrics.items() if isinstance(v, int | float)]
+    numbers = {k: float(v) for k, v in result.metrics.items() if isinstance(v, int | float) and k not in LEFT_OUT}
+    metrics = [Metric(*ui_metric(k, v), ended_ms, 0) for k, v in numbers.items()]
     if samples is None:
         return metrics
     if sample_ends is None or len(sample_ends) != len(samples):
         sample_ends = [ended_ms / 1000] * len(samples)
-    stamped = zip(samples, sample_ends, strict=True)
-    return metrics + [Metric("time_sample_s", float(v), _ms(end), step) for step, (v, end) in enumerate(stamped)]
+    stamped = enumerate(zip(samples, sample_ends, strict=True))
+    return metrics + [Metric(TRACE, float(v) * 1e6, _ms(end), step) for step, (v, end) in stamped]
 
 
 def dataset_input(run_dir: Path, result: Result):
@@ -221,7 +247,7 @@ def log_comparison(uri: str, run_id: str, metrics: dict[str, float], line: str) 
 
 def _log_run_files(mlflow, run_id: str, run_dir: Path) -> None:
     for name in (RESULT_FILE, TENSORS_FILE, LOG_FILE, ERROR_LOG):
-        if (run_dir / name).exists():
+        if (run_dir / name).exists() and (run_dir / name).stat().st_size:  # an empty job.log is no artifact
             retry_on_lock(mlflow.log_artifact, run_id, str(run_dir / name))
     for folder, artifact_path in ((".hydra", "hydra"), ("images", "images")):
         if (run_dir / folder).is_dir():

@@ -1,0 +1,145 @@
+"""A sweep's answer: replicates (runs that differ only in seed) pooled, each configuration against the fastest, one
+sentence, a short table, the parent run's metrics and tags, and speedup.png drawing the same figures."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from runner.record.table import format_seconds
+from runner.report import plots, pooled
+from runner.report.ratio import Verdict
+
+ROUNDS = 20
+PER_ROUND = 5
+
+
+def job(rng, backend: str, seed: int, seconds: float, phase: np.ndarray, run_dir: str) -> dict:
+    """One job of a sweep measured in interleaved rounds: `seconds` per call, the machine's shared phase per
+    round, a little noise of its own."""
+    rounds = np.repeat(np.arange(1, ROUNDS + 1), PER_ROUND)
+    samples = seconds * np.exp(np.repeat(phase, PER_ROUND) + rng.normal(0, 0.02, rounds.size))
+    return {
+        "run": f"{backend} · seed={seed}",
+        "run_dir": run_dir,
+        "status": "FINISHED",
+        "params.model.name": "mlp",
+        "params.task.name": "gradients",
+        "params.batch_size": 32,
+        "params.backend.name": backend,
+        "params.seed": seed,
+        "metrics.time_median_s": float(np.median(samples)),
+        "metrics.machine_other_runnable": 0.1,
+        "samples_s": samples,
+        "sample_rounds": rounds,
+        "size": np.nan,  # not a size sweep
+        "size_name": None,
+    }
+
+
+def sweep(times: dict[str, float], seeds: int = 2, seed: int = 0) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    phase = rng.normal(0, 0.1, ROUNDS)
+    rows = [
+        job(rng, backend, s, seconds, phase, f"/sweep/{i * seeds + s}")
+        for i, (backend, seconds) in enumerate(times.items())
+        for s in range(seeds)
+    ]
+    return pd.DataFrame(rows)
+
+
+def test_replicates_are_pooled_into_one_row_per_configuration_against_the_fastest():
+    found = pooled.pool(sweep({"torch": 29e-6 * 18, "numpy": 18e-6, "jax": 18e-6 * 250}))
+    assert [(p.label, p.runs) for p in found] == [("numpy", 2), ("torch", 2), ("jax", 2)]  # fastest first
+    assert found[0].verdict == Verdict.FASTEST and found[0].ratio == 1.0
+    torch, jax = found[1], found[2]
+    assert torch.ratio == pytest.approx(29 * 18 / 18, rel=0.03) and jax.ratio == pytest.approx(250, rel=0.03)
+    assert torch.low < torch.ratio < torch.high < jax.low  # the intervals hold the ratios and part them
+    assert torch.verdict == jax.verdict == Verdict.DIFFERENT
+    assert torch.median_s / found[0].median_s == pytest.approx(torch.ratio, rel=0.05)  # agrees with the medians
+
+
+def test_the_answer_says_who_is_fastest_and_by_how_much_in_one_sentence():
+    found = pooled.pool(sweep({"numpy": 18e-6, "torch": 18e-6 * 29, "jax": 18e-6 * 250}))
+    sentence = pooled.sentence(found)
+    assert sentence.startswith(f"numpy fastest ({format_seconds(found[0].median_s)}); torch")
+    assert f"torch {pooled.times(found[1].ratio)} [{found[1].low:.0f}–{found[1].high:.0f}]" in sentence
+    assert "the order is certain" in sentence and "±" in sentence  # a quiet machine: how close the sizes are
+
+
+def test_a_busy_machine_leaves_the_sizes_uncertain():
+    frame = sweep({"numpy": 1e-5, "torch": 3e-4})
+    frame["metrics.machine_other_runnable"] = 2.0
+    assert "the sizes uncertain: busy machine (2.0 other runnable threads)" in pooled.sentence(pooled.pool(frame))
+
+
+def test_identical_configurations_are_called_within_noise():
+    found = pooled.pool(sweep({"numpy": 1e-5, "tnp": 1e-5}))
+    assert found[1].verdict == Verdict.WITHIN_NOISE and found[1].low <= 1 <= found[1].high
+    assert "within noise: " in pooled.sentence(found)
+
+
+def test_rounds_that_disagree_give_the_ratio_of_the_medians_and_no_interval():
+    frame = sweep({"numpy": 1e-5, "torch": 2e-4})
+    slow_start = frame["params.backend.name"] == "torch"
+    for i in frame.index[slow_start]:  # torch's first rounds 400 times slower: a neighbour on its cores
+        samples = frame.at[i, "samples_s"].copy()
+        samples[frame.at[i, "sample_rounds"] <= 8] *= 400
+        frame.at[i, "samples_s"] = samples
+        frame.at[i, "metrics.time_median_s"] = float(np.median(samples))
+    torch = pooled.pool(frame)[1]
+    assert torch.verdict == Verdict.UNSTABLE and np.isnan(torch.low)
+    assert torch.ratio == pytest.approx(torch.median_s / pooled.pool(frame)[0].median_s)
+
+
+def test_the_short_table_fits_the_ui_and_the_parent_gets_metrics_and_tags():
+    found = pooled.pool(sweep({"numpy": 18e-6, "torch": 18e-6 * 29}))
+    headers, cells = pooled.table_cells(found)
+    assert len(headers) <= 8 and [row[0] for row in cells] == ["numpy", "torch"]
+    assert all(" " not in cell for row in cells for cell in row[2:5])  # no value breaks across lines
+    metrics = pooled.metrics(found)
+    assert metrics["numpy.time_ratio"] == 1.0 and "numpy.time_ratio_ci_low" not in metrics
+    assert metrics["torch.time_median_us"] == pytest.approx(found[1].median_s * 1e6, rel=1e-3)  # 4 digits
+    assert metrics["torch.time_ratio_ci_low"] < metrics["torch.time_ratio"] < metrics["torch.time_ratio_ci_high"]
+    assert pooled.tags(found) == {"verdict": pooled.sentence(found), "fastest": "numpy"}
+
+
+def test_each_workload_gets_its_own_answer():
+    small, large = sweep({"numpy": 1e-5, "torch": 3e-5}), sweep({"numpy": 2e-3, "torch": 1e-3}, seed=1)
+    small["params.model.hidden"], large["params.model.hidden"] = 64, 4096
+    found = pooled.pool(pd.concat([small, large], ignore_index=True))
+    assert [(p.workload, p.label) for p in found] == [
+        ("hidden=64", "numpy"),
+        ("hidden=64", "torch"),
+        ("hidden=4096", "torch"),
+        ("hidden=4096", "numpy"),
+    ]
+    assert pooled.sentence(found).startswith("hidden=64: numpy fastest")
+    assert {"numpy_hidden64.time_ratio", "torch_hidden4096.time_ratio"} <= set(pooled.metrics(found))
+
+
+def test_the_answer_has_a_job_table_narrow_enough_for_the_description():
+    answer = pooled.answer(sweep({"numpy": 18e-6, "torch": 18e-6 * 29}))
+    assert answer.markdown.startswith("**numpy fastest")
+    header = answer.details.splitlines()[0]
+    assert header.count("|") - 1 <= 8 and "| torch · seed=1 #3 |" in answer.details
+
+
+def test_speedup_plot_draws_time_over_the_fastest_with_intervals_on_a_log_axis(tmp_path):
+    frame = sweep({"numpy": 18e-6, "torch": 18e-6 * 29, "jax": 18e-6 * 250})
+    assert plots.plot_speedups(frame, tmp_path / "speedup.png").stat().st_size > 0
+    found = pooled.pool(frame)
+    plt = plots._pyplot()
+    fig, ax = plt.subplots()
+    plots._ratio_panel(ax, found, "mlp gradients")
+    assert ax.get_xscale() == "log"
+    bars = [patch for patch in ax.patches]
+    assert [bar.get_x() + bar.get_width() for bar in bars] == pytest.approx([p.ratio for p in found])  # vs fastest
+    labels = [t.get_text() for t in ax.texts]
+    assert (
+        labels[0].startswith("fastest")
+        and labels[2] == f"{pooled.times(found[2].ratio)} {pooled.interval_text(found[2])}"
+    )
+    assert len(ax.collections) == 1  # the interval lines
+    plt.close(fig)

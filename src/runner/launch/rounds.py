@@ -185,6 +185,8 @@ def work(cfg: DictConfig) -> str:
 
     def numbers(group: DictConfig | None) -> list:
         values = OmegaConf.to_container(group, resolve=True) if isinstance(group, DictConfig) else {}
+        if not isinstance(values, dict):
+            return []
         return sorted((k, v) for k, v in values.items() if isinstance(v, int | float) and not isinstance(v, bool))
 
     return repr((str(cfg.model.name), str(cfg.task.name), int(cfg.batch_size), numbers(cfg.model), numbers(cfg.data)))

@@ -46,6 +46,7 @@ resamples; in a simulation (3 rounds, log-normal round effects) its 95% interval
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -223,7 +224,7 @@ class ProcessSpread:
 ASSUMED = ProcessSpread(PROCESS_SD, math.inf, f"assumed {PROCESS_SD:.1%} (no replicates)")
 
 
-def process_spread(jobs: list[tuple[np.ndarray, np.ndarray | None]], configurations: list[str]) -> ProcessSpread:
+def process_spread(jobs: Sequence[tuple[np.ndarray, np.ndarray | None]], configurations: list[str]) -> ProcessSpread:
     """The spread between worker processes, measured in the sweep: jobs of one configuration (`configurations`
     names each job's, seed aside) are replicates, each in its own process. Their per-round typical times, rounds
     shared, are a two-way layout (job + round + noise): the process variance is (MS_jobs - MS_noise) / rounds,
@@ -253,7 +254,7 @@ def process_spread(jobs: list[tuple[np.ndarray, np.ndarray | None]], configurati
 
 
 def versus_fastest(
-    jobs: list[tuple[np.ndarray, np.ndarray | None]], configurations: list[str] | None = None
+    jobs: Sequence[tuple[np.ndarray, np.ndarray | None]], configurations: list[str] | None = None
 ) -> list[Ratio | None]:
     """Each of these jobs (which did the same work) against the fastest of them, the one of lowest typical time
     (None in its place), every interval at 1 - 0.05 / (k - 1) and holding the process spread that replicates

@@ -1,6 +1,7 @@
 """How much slower job A is than job B, with a 95% interval that accounts for the spread between rounds.
 
-Each round gives one median per job. Jobs measured in the same rounds (interleaved: round r of A and
+Each round gives one typical time per job: the fastest block of its turn (runner.measure.samples.turn_typical; a
+block that lost its core runs slow, never fast). Jobs measured in the same rounds (interleaved: round r of A and
 of B met the same phase of the machine) are compared round by round: the ratio is the geometric mean
 of the per-round ratios, so the round-to-round drift of the machine cancels and its spread widens the
 interval.
@@ -14,19 +15,23 @@ correlation 0.3) instead of 95%; over batches, 94% (tests/test_ratio.py checks b
 
 All rounds count, busy or quiet: keeping only the quiet ones (no other process runnable during either
 turn) was tried and made the ratio move more between repeats, not less, since it halved the rounds
-under a neighbour that is busy half the time (BENCHMARKS.md). How busy the machine was is reported
-beside the ratio instead.
+under a neighbour that is busy half the time (BENCHMARKS.md). But a round whose log ratio lies beyond OUTLYING
+robust sds of the others (a turn spent sharing a core throughout) is pulled in to that bound (`tamed`).
 
 Jobs measured in different rounds fall back to Welch's t over the two sets of batch means. One round
-gives the ratio of medians and no interval. Jobs measured apart (two sweeps, hours or machines apart:
+gives the ratio of typical times and no interval. Jobs measured apart (two sweeps, hours or machines apart:
 `runner compare`) add the spread of the machine's state between them, APART_SD, to the processes' own.
 
 Each job is measured in one worker process, and a process has its own lasting offset: identical jobs
 whose rounds agree closely (intervals over rounds of +-1%) still came out up to 5% apart, each in its own
 process, because each process gets its own physical memory placement (the address layout is fixed:
-runner.launch.isolation). Rounds cannot see an offset that lasts the process's life, so the interval adds it as
-a known spread, PROCESS_SD per job, measured in the A/A sweeps of BENCHMARKS.md (the way a measurement's
-systematic uncertainty is added to its statistical one).
+runner.launch.isolation). Rounds cannot see an offset that lasts the process's life, so the interval adds its spread per job (the way a
+measurement's systematic uncertainty is added to its statistical one): measured in the sweep where it has
+replicates (process_spread: jobs differing only in their seed), pooled with PROCESS_SD; else PROCESS_SD, from the
+A/A sweeps of BENCHMARKS.md.
+
+Beside each interval, its resolution: the smallest difference the comparison calls 9 times in 10 (`spread`). A
+sweep's rounds stop once every comparison resolves timing.resolve (runner.launch.rounds).
 
 Comparing every job with the fastest, picked after seeing the data, is k - 1 comparisons at once, and the
 pick makes every other job look slower: at 95% each, 1 identical job in 3 was called different in a
@@ -36,7 +41,7 @@ different.
 
 A job whose rounds disagree wildly gets no verdict (`unstable`): its per-round typical times spread more than
 UNSTABLE_SPREAD (p90/p10: torch's two threads on two busy cores ran rounds 1-11 at 55 ms a call and the
-rest at 0.45 ms), or the ratio over rounds and the ratio of its medians differ by more than UNSTABLE_DISAGREE.
+rest at 0.45 ms), or the ratio over rounds and the ratio of its typical times differ by more than UNSTABLE_DISAGREE.
 
 Why t rather than a bootstrap over rounds: with few rounds a percentile bootstrap has too few distinct
 resamples; in a simulation (3 rounds, log-normal round effects) its 95% interval held the true ratio

@@ -280,9 +280,12 @@ def check_combination(cfg: DictConfig) -> None:
         raise ConfigError(f"threads={cfg.threads}: must be a positive integer, or null for the framework's default")
     _check_backend(cfg.backend, c)
     check_precision(cfg.precision, cfg.model, c, ConfigError)
-    if cfg.mode.per_example and not class_named("task._target_", cfg.task.get("_target_")).per_example_modes:
+    task = class_named("task._target_", cfg.task.get("_target_"))
+    if not hasattr(task, "like"):  # what runner.tasks.Task has, read without importing a layer above this one
+        raise ConfigError(f"task._target_={cfg.task._target_} must be a subclass of runner.tasks.Task")
+    if cfg.mode.per_example and not task.per_example_modes:
         raise ConfigError(f"mode={c['mode']} computes per-example gradients: task={c['task']} has none")
-    _check_model(cfg.model, cfg.backend, c)
+    _check_model(cfg.model, cfg.backend, c, task.like)
     if c["device"] == "cuda" and not nvidia_driver_present():
         raise ConfigError("device=cuda but this machine has no NVIDIA GPU driver (use device=cpu or auto)")
 
@@ -299,12 +302,14 @@ def _check_backend(backend: DictConfig, c: dict[str, str]) -> None:
         raise ConfigError(f"backend={b} cannot compute in dtype={c['dtype']} (allowed: {', '.join(backend.dtypes)})")
 
 
-def _check_model(model: DictConfig, backend: DictConfig, c: dict[str, str]) -> None:
+def _check_model(model: DictConfig, backend: DictConfig, c: dict[str, str], task_like: str) -> None:
+    """The model's `supports` lists; a task it does not list passes where the built-in task it runs like does."""
     supports = model.get("supports") or {}
     narrower = (supports.get("on_backend") or {}).get(c["backend"]) or {}  # limits on one backend only
     for axis in ("task", "mode", "device", "dtype"):
         allowed = narrower.get(f"{axis}s", supports.get(f"{axis}s"))
-        if allowed is not None and c[axis] not in allowed and not (axis == "device" and c[axis] == "auto"):
+        passes = c[axis] == "auto" if axis == "device" else axis == "task" and task_like in (allowed or ())
+        if allowed is not None and c[axis] not in allowed and not passes:
             only = " or ".join(f"{axis}={value}" for value in allowed)
             on = f" on backend={c['backend']}" if f"{axis}s" in narrower else ""
             raise ConfigError(f"model={c['model']} runs only {only}{on}, not {axis}={c[axis]}")

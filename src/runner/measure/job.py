@@ -235,6 +235,8 @@ def _metrics(job: Prepared, measurement: Measurement, results: dict, first_outpu
     if flops and "time_median_s" in metrics:
         metrics["gflops_per_s"] = flops / metrics["time_median_s"] / 1e9
     metrics.update(job.workload.extra_metrics(job.backend, job.state, job.inputs, first_output))
+    if metrics.get("time_median_s"):
+        metrics.update(job.task.metrics(metrics["time_median_s"]))
     return metrics
 
 

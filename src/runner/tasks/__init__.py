@@ -69,7 +69,8 @@ class Task:
     """A task: its timed call (`build`), its float64 reference (`reference`), what it may be combined with."""
 
     per_example_modes: ClassVar[bool] = False  # may run in a per-example mode (mode=vectorized_map, map_fn)
-    sized_like: ClassVar[str] = "inference"  # the built-in task whose memory and FLOPs a workload states for this one
+    like: ClassVar[str] = "inference"  # the built-in task this one runs like: a model that supports that one
+    # supports this one, and states its memory and FLOPs for it (runner.measure.limits)
 
     def __init__(self, name: str):
         self.name = name
@@ -80,6 +81,10 @@ class Task:
     def reference(self, setup: Setup, params: dict, inputs: dict) -> dict[str, np.ndarray]:
         """The results computed in float64 numpy from the same weights (every one, constants too) and inputs, as
         the backend holds them, back in numpy; {} where there is none."""
+        return {}
+
+    def metrics(self, time_median_s: float) -> dict[str, float]:
+        """Metrics of its own, from the median seconds per call."""
         return {}
 
     def describe(self, backend: ModuleType, mode: str) -> dict[str, str]:

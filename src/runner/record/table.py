@@ -77,7 +77,6 @@ COLUMNS: tuple[Column, ...] = (
     Column("time_iqr_s", "IQR", format_seconds),
     Column("time_typical_s", "typical", format_seconds),  # what time / fastest compares: runner.measure.samples
     Column("time_min_s", "min", format_seconds),
-    Column("time_p50_s", "p50", format_seconds),
     Column("time_p90_s", "p90", format_seconds),
     Column("time_p95_s", "p95", format_seconds),
     Column("time_p99_s", "p99", format_seconds),
@@ -111,7 +110,7 @@ COLUMNS: tuple[Column, ...] = (
 _TERMINAL_ONLY = (
     *("time_min_s", "max_abs_err_vs_reference", "n_samples", "calls_per_sample", "peak_host_mb"),
     # the tail: one more column would fold a sweep row's headings; runs.csv and runs.md have every column
-    *("time_p50_s", "time_p90_s", "time_p95_s", "time_p99_s", "time_mean_s", "time_stdev_s", "load_s"),
+    *("time_p90_s", "time_p95_s", "time_p99_s", "time_mean_s", "time_stdev_s", "load_s"),
     *("energy_per_call_j", "examples_per_j"),
     *("n_rounds", "machine_other_runnable", "machine_load_1m", "machine_steal_pct"),  # a busy machine warns
 )

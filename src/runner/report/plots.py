@@ -206,7 +206,7 @@ def _ratio_panel(ax, found: list, title: str) -> None:
     highs = np.array([p.high - p.ratio for p in found])
     ax.barh(range(len(found)), ratios - 1, left=1, xerr=[lows, highs], capsize=4, color="tab:blue", alpha=0.7)
     for pos, p in enumerate(found):
-        text = f"fastest, {format_seconds(p.median_s)}" if pos == 0 else f"{times(p.ratio)} {interval_text(p)}".strip()
+        text = f"fastest, {format_seconds(p.time_s)}" if pos == 0 else f"{times(p.ratio)} {interval_text(p)}".strip()
         text += f" ({p.verdict})" if p.verdict in ("unstable", "cannot tell") else ""
         ax.annotate(
             text,

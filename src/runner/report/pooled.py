@@ -2,11 +2,12 @@
 one sentence and a short table.
 
 Runs that differ only in `seed` (REPLICATE_KEYS) are replicates of one configuration: the same work with other
-weights and inputs, each in its own process. They are pooled: a configuration's samples are all its replicates'
-samples, round by round (the rounds launcher measures every job in each round), and its ratio to the fastest
-configuration is runner.report.ratio's over those pooled rounds. Between replicates each process and seed keeps
-its own offset, which rounds cannot see: the interval takes the larger of ratio.PROCESS_SD and the spread the
-replicates show (sd of their log medians), shared among the replicates of a configuration.
+weights and inputs, each in its own process. They are pooled round by round (the rounds launcher measures every
+job in each round): a configuration's time in a round is the geometric mean of its replicates' typical times in
+it (runner.measure.samples.turn_typical), its typical time the median over rounds, and its ratio to the fastest
+configuration runner.report.ratio's over those pooled rounds. Each process keeps an offset of its own that
+rounds cannot see: the interval holds the spread between processes that the replicates show
+(ratio.process_spread), shrunk by the square root of the replicates each configuration averages.
 """
 
 from __future__ import annotations
@@ -21,10 +22,20 @@ import numpy as np
 import pandas as pd
 
 from runner.measure.machine_load import BUSY_OTHER_RUNNABLE
+from runner.measure.samples import turn_typical, typical_s
 from runner.record.result import Status
 from runner.record.table import format_seconds
 from runner.report.frames import _param_cell, _records, compare, setup_notes, short_name, varied_params, work_keys
-from runner.report.ratio import PROCESS_SD, UNSTABLE_DISAGREE, UNSTABLE_SPREAD, Verdict, instability, time_ratio
+from runner.report.ratio import (
+    ASSUMED,
+    UNSTABLE_DISAGREE,
+    UNSTABLE_SPREAD,
+    ProcessSpread,
+    Verdict,
+    instability,
+    process_spread,
+    time_ratio,
+)
 
 REPLICATE_KEYS = ("params.seed",)  # runs that differ only in these measure one configuration
 WIDE = 1.5  # an interval whose high / low exceeds this gives the size of a difference only roughly
@@ -39,14 +50,14 @@ class Pooled:
     label: str  # what varied, seed aside: "torch", "torch · function"
     key: str  # the label as an MLflow metric name's prefix: "torch", "torch_function"
     runs: int  # replicates pooled
-    median_s: float  # median of all its replicates' samples (of their medians where samples are missing)
+    time_s: float  # typical time per call: median over rounds of its replicates' turn_typical (geometric mean)
     ratio: float  # time / the fastest's; 1 for the fastest
     low: float  # 95% interval (NaN where there is none)
     high: float
     verdict: Verdict
     reason: str | None = None
     busy: float = 0.0  # other runnable threads while timed, on average over its replicates
-    is_fastest: bool = False  # the one of the lowest median, which the others are compared with
+    is_fastest: bool = False  # the one of the lowest typical time, which the others are compared with
 
 
 def pool(frame: pd.DataFrame) -> list[Pooled]:
@@ -73,76 +84,85 @@ def _configurations(group: pd.DataFrame, varied: list[str]) -> list[pd.DataFrame
 
 
 def _compared(title: str, configs: list[tuple[str, str, pd.DataFrame]]) -> list[Pooled]:
-    medians = {key: _pooled_median(runs) for _, key, runs in configs}
-    fastest_key = min(medians, key=medians.get)
-    fastest = next(runs for _, key, runs in configs if key == fastest_key)
-    spread = _replicate_sd([runs for *_, runs in configs])
-    unstable = {key: _instability(runs) for _, key, runs in configs}
+    rounds = {key: _pooled_rounds(runs) for _, key, runs in configs}
+    times = {key: _typical(runs, rounds[key]) for _, key, runs in configs}
+    fastest_key = min(times, key=times.get)
+    spread = _process_spread(configs)
+    unstable = {key: _instability(runs, rounds[key]) for _, key, runs in configs}
     out = []
     for label, key, runs in configs:
         busy = float(runs.get("metrics.machine_other_runnable", pd.Series(dtype=float)).mean() or 0.0)
-        common = dict(workload=title, label=label, key=key, runs=len(runs), median_s=medians[key], busy=busy)
+        common = dict(workload=title, label=label, key=key, runs=len(runs), time_s=times[key], busy=busy)
         common["is_fastest"] = key == fastest_key
-        by_medians = medians[key] / medians[fastest_key]
+        by_times = times[key] / times[fastest_key]
         if key == fastest_key:
             verdict = (Verdict.UNSTABLE, unstable[key]) if unstable[key] else (Verdict.FASTEST, None)
             found = (1.0, math.nan, math.nan, *verdict)
         elif unstable[key]:
-            found = (by_medians, math.nan, math.nan, Verdict.UNSTABLE, unstable[key])
+            found = (by_times, math.nan, math.nan, Verdict.UNSTABLE, unstable[key])
         elif unstable[fastest_key]:
-            found = (by_medians, math.nan, math.nan, Verdict.CANNOT_TELL, "the fastest is unstable")
+            found = (by_times, math.nan, math.nan, Verdict.CANNOT_TELL, "the fastest is unstable")
         else:
-            found = _versus(runs, fastest, by_medians, spread, len(configs) - 1)
+            replicates = min(len(runs), len(next(r for _, k, r in configs if k == fastest_key)))
+            found = _versus(rounds[key], rounds[fastest_key], by_times, spread, replicates, len(configs) - 1)
         out.append(Pooled(**common, **dict(zip(("ratio", "low", "high", "verdict", "reason"), found, strict=True))))
     return sorted(out, key=lambda p: (not p.is_fastest, p.ratio))
 
 
-def _samples(runs: pd.DataFrame) -> tuple[np.ndarray | None, np.ndarray | None]:
-    """All the replicates' samples and the round of each (None where a replicate has no samples)."""
+def _pooled_rounds(runs: pd.DataFrame) -> tuple[np.ndarray, np.ndarray] | None:
+    """A configuration's typical time per round (samples.turn_typical) over its replicates, as their geometric
+    mean, with the round numbers; None where a replicate has no samples here."""
     samples = list(runs["samples_s"]) if "samples_s" in runs else [None]
     if any(s is None for s in samples):
-        return None, None
-    rounds = list(runs["sample_rounds"]) if "sample_rounds" in runs else [None] * len(samples)
-    rounds = [np.ones(len(s), dtype=int) if r is None else np.asarray(r) for s, r in zip(samples, rounds, strict=True)]
-    return np.concatenate([np.asarray(s, dtype=float) for s in samples]), np.concatenate(rounds)
+        return None
+    turns = [turn_typical(s, r) for s, r in zip(samples, _rounds_of(runs), strict=True)]
+    numbers = sorted(set().union(*turns))
+    logs = [np.mean([math.log(t[n]) for t in turns if n in t]) for n in numbers]
+    return np.exp(logs), np.array(numbers)
 
 
-def _instability(runs: pd.DataFrame) -> str | None:
-    """Why a configuration gets no verdict: its replicates' medians spread more than UNSTABLE_SPREAD, or its
-    pooled rounds do (ratio.instability)."""
-    medians = runs["metrics.time_median_s"].to_numpy(dtype=float)
-    if len(medians) > 1 and medians.max() / medians.min() > UNSTABLE_SPREAD:
-        return f"its replicates' medians spread {medians.max() / medians.min():.0f}x"
-    samples, rounds = _samples(runs)
-    return None if samples is None else instability(samples, rounds)
+def _typical(runs: pd.DataFrame, rounds: tuple[np.ndarray, np.ndarray] | None) -> float:
+    """The configuration's typical time: the median over rounds of its pooled per-round times (the median of
+    its replicates' medians where samples are missing)."""
+    return float(np.median(rounds[0])) if rounds is not None else float(runs["metrics.time_median_s"].median())
 
 
-def _pooled_median(runs: pd.DataFrame) -> float:
-    samples, _ = _samples(runs)
-    return float(np.median(samples)) if samples is not None else float(runs["metrics.time_median_s"].median())
+def _instability(runs: pd.DataFrame, rounds: tuple[np.ndarray, np.ndarray] | None) -> str | None:
+    """Why a configuration gets no verdict: its replicates' typical times (medians where samples are missing)
+    spread more than UNSTABLE_SPREAD, or its pooled rounds do (ratio.instability)."""
+    times = runs["metrics.time_median_s"].to_numpy(dtype=float)
+    if rounds is not None:
+        times = np.array([typical_s(s, r) for s, r in zip(runs["samples_s"], _rounds_of(runs), strict=True)])
+    if len(times) > 1 and times.max() / times.min() > UNSTABLE_SPREAD:
+        return f"its replicates' typical times spread {times.max() / times.min():.0f}x"
+    return None if rounds is None else instability(*rounds)
 
 
-def _replicate_sd(configs: list[pd.DataFrame]) -> float:
-    """The spread between replicates of one configuration (sd of their log medians, pooled over configurations)."""
-    deviations, dof = 0.0, 0
-    for runs in configs:
-        logs = np.log(runs["metrics.time_median_s"].to_numpy(dtype=float))
-        if len(logs) > 1:
-            deviations += float(((logs - logs.mean()) ** 2).sum())
-            dof += len(logs) - 1
-    return math.sqrt(deviations / dof) if dof else 0.0
+def _rounds_of(runs: pd.DataFrame) -> list:
+    return list(runs["sample_rounds"]) if "sample_rounds" in runs else [None] * len(runs)
 
 
-def _versus(runs: pd.DataFrame, fastest: pd.DataFrame, by_medians: float, spread: float, comparisons: int) -> tuple:
-    samples, rounds = _samples(runs)
-    fast_samples, fast_rounds = _samples(fastest)
-    if samples is None or fast_samples is None:
-        return by_medians, math.nan, math.nan, Verdict.CANNOT_TELL, "no samples"
-    process_sd = max(PROCESS_SD, spread) / math.sqrt(min(len(runs), len(fastest)))
-    ratio = time_ratio(samples, rounds, fast_samples, fast_rounds, comparisons=comparisons, process_sd=process_sd)
-    if max(ratio.value / by_medians, by_medians / ratio.value) > UNSTABLE_DISAGREE:
-        reason = f"{ratio.value:.2f}x over its rounds, {by_medians:.2f}x by the medians"
-        return by_medians, math.nan, math.nan, Verdict.UNSTABLE, reason  # the ratio that agrees with the medians
+def _process_spread(configs: list[tuple[str, str, pd.DataFrame]]) -> ProcessSpread:
+    """The spread between worker processes that the replicates show (ratio.process_spread), PROCESS_SD without."""
+    jobs, names = [], []
+    for _, key, runs in configs:
+        for _, run in runs.iterrows():
+            if run.get("samples_s") is not None:
+                jobs.append((run["samples_s"], run.get("sample_rounds")))
+                names.append(key)
+    return process_spread(jobs, names) if jobs else ASSUMED
+
+
+def _versus(runs, fastest, by_times: float, spread: ProcessSpread, replicates: int, comparisons: int) -> tuple:
+    """A configuration's ratio to the fastest over their pooled rounds; each averages `replicates` processes, so
+    the spread between processes shrinks by sqrt(replicates)."""
+    if runs is None or fastest is None:
+        return by_times, math.nan, math.nan, Verdict.CANNOT_TELL, "no samples"
+    sd = spread.sd / math.sqrt(replicates)
+    ratio = time_ratio(*runs, *fastest, comparisons=comparisons, process_sd=sd, process_df=spread.df)
+    if max(ratio.value / by_times, by_times / ratio.value) > UNSTABLE_DISAGREE:
+        reason = f"{ratio.value:.2f}x over its rounds, {by_times:.2f}x by the typical times"
+        return by_times, math.nan, math.nan, Verdict.UNSTABLE, reason  # the ratio that agrees with the times beside it
     return ratio.value, ratio.low, ratio.high, *ratio.verdict()
 
 
@@ -197,12 +217,16 @@ def sentence(pooled: list[Pooled]) -> str:
     for title, group in _by_workload(pooled):
         if len(group) == 1:
             one = group[0]
-            parts.append(f"{title + ': ' if title else ''}{one.label} {format_seconds(one.median_s)} a call")
+            parts.append(f"{title + ': ' if title else ''}{one.label} {format_seconds(one.time_s)} a call")
             continue
-        steps = [f"{group[0].label} fastest ({format_seconds(group[0].median_s)})"]
-        steps += [f"{p.label} {times(p.ratio)} {interval_text(p)}".rstrip() for p in group[1:]]
+        steps = [f"{group[0].label} fastest ({format_seconds(group[0].time_s)})"]
+        steps += [f"{p.label} {times(p.ratio)} {interval_text(p) or _no_interval(p)}".rstrip() for p in group[1:]]
         parts.append(f"{title + ': ' if title else ''}{'; '.join(steps)}; {_certainty(group)}")
     return ". ".join(parts)
+
+
+def _no_interval(p: Pooled) -> str:
+    return f"({p.verdict})" if p.verdict in (Verdict.UNSTABLE, Verdict.CANNOT_TELL) else ""
 
 
 def _by_workload(pooled: list[Pooled]) -> list[tuple[str, list[Pooled]]]:
@@ -236,7 +260,7 @@ def _certainty(group: list[Pooled]) -> str:
     return order
 
 
-TABLE_HEADERS = ["configuration", "runs", "median", "time / fastest", "95% interval", "verdict"]
+TABLE_HEADERS = ["configuration", "runs", "time / call", "time / fastest", "95% interval", "verdict"]
 
 
 def table_cells(pooled: list[Pooled]) -> tuple[list[str], list[list[str]]]:
@@ -247,7 +271,7 @@ def table_cells(pooled: list[Pooled]) -> tuple[list[str], list[list[str]]]:
     nbsp = "\u00a0"  # keeps '58.5 µs' and '25–34x' whole in a narrow column
     cells = [
         ([p.workload] if several else [])
-        + [p.label, str(p.runs), format_seconds(p.median_s).replace(" ", nbsp), times(p.ratio), _interval(p)]
+        + [p.label, str(p.runs), format_seconds(p.time_s).replace(" ", nbsp), times(p.ratio), _interval(p)]
         + [_verdict(p)]
         for p in pooled
     ]
@@ -266,12 +290,12 @@ def _verdict(p: Pooled) -> str:
 
 
 def metrics(pooled: list[Pooled]) -> dict[str, float]:
-    """The pooled figures as a parent run's metrics: per configuration its median (µs, as the jobs' metrics),
+    """The pooled figures as a parent run's metrics: per configuration its typical time (µs, as the jobs' metrics),
     time / fastest and its interval, and how many replicates; NaN ones left out."""
     out: dict[str, float] = {}
     for p in pooled:
         values = {
-            "time_median_us": p.median_s * 1e6,
+            "time_typical_us": p.time_s * 1e6,
             "time_ratio": p.ratio,
             "time_ratio_ci_low": p.low,
             "time_ratio_ci_high": p.high,
@@ -292,7 +316,7 @@ def tags(pooled: list[Pooled]) -> dict[str, str]:
 # -- the sweep's summary -------------------------------------------------------------------------
 
 
-NOTE_COLUMNS = ("time_median_s", "time_iqr_s", "time_ratio", "time_ratio_ci", "within_noise")
+NOTE_COLUMNS = ("time_median_s", "time_iqr_s", "time_typical_s", "time_ratio", "time_ratio_ci", "within_noise")
 
 
 @dataclass(frozen=True)
@@ -320,8 +344,9 @@ def answer(frame: pd.DataFrame) -> Answer:
 
 
 def job_table(frame: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
-    """A row per job, named by what varied (seed included) and its number: 'torch · seed=1 #3', its status,
-    median, IQR, time / fastest job, interval and verdict: narrow enough for MLflow's description."""
+    """A row per job (at most 8 columns), named by what varied (seed included) and its number ('torch · seed=1
+    #3'): status, median, IQR, typical time, time / fastest job, interval and verdict; narrow enough for MLflow's
+    description."""
     from runner.record.table import COLUMNS, present, rows
 
     compared = compare(frame)

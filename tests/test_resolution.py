@@ -211,7 +211,7 @@ def test_the_sweep_knows_when_its_comparisons_resolve():
     # 40 rounds of 8 blocks resolve under 10%: 2 seeds a configuration know the processes' spread on few degrees
     # of freedom (2, beside PROCESS_SD's 4), which bounds the resolution however many rounds there are
     assert 0 < widest_resolution(jobs) < 0.1
-    few = [waiting(rng, m, 0, 1e-4, 3) for m in "ab"]
-    assert widest_resolution(few) > 0.1  # 3 rounds: not yet
+    first = [waiting(rng, m, 0, 1e-4, 1) for m in "ab"]
+    assert widest_resolution(first) == math.inf  # one round: no interval yet, nothing resolved
     alone = [waiting(rng, "a", 0, 1e-4, 40), waiting(rng, "a", 0, 1e-4, 40, model="other")]
     assert math.isnan(widest_resolution(alone))  # nothing compared: nothing to resolve

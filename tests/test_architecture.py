@@ -62,7 +62,7 @@ def test_heavy_frameworks_are_imported_only_where_chosen():
 # what runs it (backends, models), what it leaves behind (record), how it is measured (measure), MLflow (tracking),
 # comparisons (report), launching (launch), and on top the Hydra app (run.py, tensor-runner) and the `runner` command.
 LAYERS = (
-    ("locations", "precision", "config", "spec"),
+    ("errors", "locations", "precision", "config", "stores", "spec"),
     ("backends", "models"),
     "tasks",
     "record",

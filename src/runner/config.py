@@ -9,7 +9,6 @@ from __future__ import annotations
 import importlib
 import math
 import os
-import re
 from dataclasses import dataclass, field
 from enum import Enum, StrEnum
 from pathlib import Path
@@ -18,12 +17,9 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
+from runner.errors import ConfigError
 from runner.locations import CONFIG_DIR, PROJECT_ROOT, output_root  # noqa: F401  (PROJECT_ROOT: for tests, tools)
 from runner.precision import check_precision
-
-
-class ConfigError(ValueError):
-    """A configuration that cannot run; its message is one line meant for the user."""
 
 
 class DType(StrEnum):
@@ -186,8 +182,6 @@ TIMING_LIMITS = {
     "min_repeats": (1, 10**12, True),
     "rounds": (1, 1000, True),
 }
-EXPERIMENT_NAME_MAX = 256
-UNSAFE_NAME = re.compile(r"[/\\\x00-\x1f]|^\.\.?$")  # path separators, control characters, . and ..
 
 
 def check_values(cfg: DictConfig) -> None:
@@ -203,69 +197,9 @@ def check_values(cfg: DictConfig) -> None:
             bound = ">=" if low_ok else ">"
             raise ConfigError(f"timing.{name}={value}: must be a finite number {bound} {low} and <= {high:g}")
     if cfg.tracking.name != "none":
+        from runner.stores import check_tracking
+
         check_tracking(cfg.tracking.uri, cfg.tracking.experiment)
-
-
-# MLflow's own tracking stores (mlflow.tracking._tracking_service.utils); plugins add theirs as entry points.
-STORE_SCHEMES = ("file", "sqlite", "http", "https", "postgresql", "mysql", "mssql", "databricks", "databricks-uc", "uc")
-# SQLAlchemy's driver modules: the default one of each database, and those named as `scheme+driver`.
-DATABASE_DRIVERS = {
-    "postgresql": "psycopg2",
-    "mysql": "MySQLdb",
-    "mssql": "pyodbc",
-    "psycopg2": "psycopg2",
-    "psycopg": "psycopg",
-    "pg8000": "pg8000",
-    "pymysql": "pymysql",
-    "mysqldb": "MySQLdb",
-    "pyodbc": "pyodbc",
-    "pymssql": "pymssql",
-}
-
-
-def check_store_scheme(uri: str) -> None:
-    """A store MLflow can open: a scheme it (or an installed plugin) knows, and the database's driver
-    installed. Found here, before the job, not after it ran."""
-    import importlib.util
-
-    scheme, separator, _ = uri.partition("://")
-    if not separator or "/" in scheme:  # a plain path: MLflow's file store
-        return
-    database, _, driver = scheme.partition("+")
-    if database not in STORE_SCHEMES and database not in _plugin_schemes():
-        raise ConfigError(
-            f"tracking.uri={uri}: MLflow has no store for {scheme}:// "
-            "(sqlite:///PATH.db, http://HOST:PORT, postgresql://..., mysql://..., or a plugin's scheme)"
-        )
-    module = DATABASE_DRIVERS.get(driver or database)
-    if module and importlib.util.find_spec(module) is None:
-        raise ConfigError(
-            f"tracking.uri={uri}: the {scheme} store needs the Python module {module}, which is not installed"
-        )
-
-
-def _plugin_schemes() -> set[str]:
-    import importlib.metadata
-
-    return {entry.name for entry in importlib.metadata.entry_points(group="mlflow.tracking_store")}
-
-
-def check_tracking(uri: str | None, experiment: str | None) -> None:
-    """tracking.uri and tracking.experiment as MLflow and the store's folder can take them."""
-    if not uri or not str(uri).strip():
-        raise ConfigError("tracking.uri is empty: give a store (sqlite:///PATH.db, http://HOST:PORT) or tracking=none")
-    check_store_scheme(str(uri))
-    if not experiment or not str(experiment).strip():
-        raise ConfigError("tracking.experiment is empty: give the experiment a name")
-    experiment = str(experiment)
-    if len(experiment) > EXPERIMENT_NAME_MAX:
-        raise ConfigError(
-            f"tracking.experiment is {len(experiment)} characters long: at most {EXPERIMENT_NAME_MAX} are allowed"
-        )
-    if UNSAFE_NAME.search(experiment):
-        raise ConfigError(
-            f"tracking.experiment={experiment!r}: a name, not a path (no '/', '\\', '..' or control characters)"
-        )
 
 
 def check_combination(cfg: DictConfig) -> None:

@@ -20,7 +20,7 @@ def remember_shipped() -> None:
     """Called by jax_backend at import, before anything changes the setting."""
     import jax
 
-    SHIPPED["matmul"] = jax.config.jax_default_matmul_precision
+    SHIPPED["matmul"] = _matmul_precision(jax)
 
 
 def set_precision(precision: str, device: str) -> dict:
@@ -33,11 +33,16 @@ def set_precision(precision: str, device: str) -> dict:
     if precision == "tf32":
         _require_tf32(jax)
     jax.config.update("jax_default_matmul_precision", MATMUL.get(precision, SHIPPED["matmul"]))
-    matmul = jax.config.jax_default_matmul_precision
+    matmul = _matmul_precision(jax)
     return {
         "precision_policy": _policy_words(precision),
         "jax_default_matmul_precision": "None (XLA's default for the device)" if matmul is None else str(matmul),
     }
+
+
+def _matmul_precision(jax) -> str | None:
+    # jax.config.read() refuses this flag (it has a context manager); the attribute is untyped for mypy
+    return getattr(jax.config, "jax_default_matmul_precision")  # noqa: B009
 
 
 def _require_tf32(jax) -> None:

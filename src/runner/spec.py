@@ -9,7 +9,7 @@ built from whatever its node holds. Building a spec checks nothing: the combinat
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -50,11 +50,11 @@ class JobSpec:
             seed=int(cfg.seed),
             threads=None if cfg.threads is None else int(cfg.threads),
             check_reference=bool(cfg.check_reference),
-            timing=OmegaConf.to_container(cfg.timing, resolve=True),
+            timing=cast(dict, OmegaConf.to_container(cfg.timing, resolve=True)),  # a DictConfig's: a dict
             model_settings=cfg.model,
             task_settings=cfg.task,
             data_settings=cfg.data,
-            config=OmegaConf.to_container(cfg, resolve=True, enum_to_str=True),
+            config=cast(dict, OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)),
             copied_keys=copied_keys or {},
         )
 

@@ -216,5 +216,5 @@ def load_backend(module: str) -> ModuleType:
     if {"torch", "tensorflow"} & set(sys.modules) and "triton" not in sys.modules and not nvidia_driver_present():
         # One process running both frameworks (isolation=inline): triton, torch's GPU kernel compiler, then
         # segfaults when it loads after TensorFlow. Without a GPU torch never needs it, so hide it.
-        sys.modules["triton"] = None
+        sys.modules["triton"] = None  # type: ignore[assignment]  # None: Python's way to make an import fail
     return importlib.import_module(module)

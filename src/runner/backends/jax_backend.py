@@ -217,7 +217,7 @@ def environment(device: str) -> dict:
         "framework": "jax",
         "framework_version": jax.__version__,
         "jaxlib_version": jaxlib.__version__,
-        "jax_x64": bool(jax.config.jax_enable_x64),
+        "jax_x64": bool(jax.config.jax_enable_x64),  # type: ignore[attr-defined]  # a flag: set at run time
         "jax_devices": [str(d) for d in jax.devices()],
         "cpu_affinity": len(os.sched_getaffinity(0)),
     }
@@ -351,7 +351,7 @@ def flatten(x):
 
 # -- memory-layout ops (seeds 001 and 002) -------------------------------------------------------
 
-FROM_HOST = {  # numpy -> jax
+FROM_HOST: dict[str, Callable[[np.ndarray], jax.Array]] = {  # numpy -> jax
     "asarray": jnp.asarray,
     "array": jnp.array,
     "device_put": jax.device_put,

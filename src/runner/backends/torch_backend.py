@@ -111,7 +111,9 @@ def train_step(
     (torch.amp.GradScaler: scale(loss).backward(), scaler.step(), scaler.update())."""
     weights = {name: p.detach().clone().requires_grad_() for name, p in params.items()}
     if optimizer.name == "sgd":
-        torch_optimizer = torch.optim.SGD(weights.values(), lr=optimizer.lr, momentum=optimizer.momentum)
+        torch_optimizer: torch.optim.Optimizer = torch.optim.SGD(
+            weights.values(), lr=optimizer.lr, momentum=optimizer.momentum
+        )
     else:
         betas = (optimizer.beta1, optimizer.beta2)
         torch_optimizer = torch.optim.Adam(weights.values(), lr=optimizer.lr, betas=betas, eps=optimizer.eps)
@@ -311,7 +313,7 @@ def functional_call(module: torch.nn.Module, params: dict, x: torch.Tensor) -> t
 
 # -- memory-layout ops (seeds 001 and 002) -------------------------------------------------------
 
-FROM_HOST = {  # numpy -> torch
+FROM_HOST: dict[str, Callable[[np.ndarray], torch.Tensor]] = {  # numpy -> torch
     "from_numpy": torch.from_numpy,
     "as_tensor": torch.as_tensor,
     "tensor": torch.tensor,

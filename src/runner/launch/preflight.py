@@ -11,6 +11,7 @@ import re
 import sys
 import tempfile
 from pathlib import Path
+from typing import cast
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import MissingConfigException
@@ -115,9 +116,11 @@ def _warn_unread(parsed: list, cfg) -> None:
 
     from runner.record.naming import applies
 
-    config = OmegaConf.to_container(cfg, resolve=False)
+    config = cast(dict, OmegaConf.to_container(cfg, resolve=False))  # a DictConfig's container is a dict
     unread = [
-        o.input_line for o in parsed if o.key_or_group.startswith(("data.", "optimizer")) and not applies(o.key_or_group, config)
+        o.input_line
+        for o in parsed
+        if o.key_or_group.startswith(("data.", "optimizer")) and not applies(o.key_or_group, config)
     ]
     if unread:
         print(

@@ -12,12 +12,15 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from runner.measure.samples import Samples, Series, typical_s
 from runner.record.table import format_seconds
+
+if TYPE_CHECKING:
+    from rich.status import Status
 
 SAMPLING = "sampling"
 NOISY_REL_IQR = 0.1  # above this IQR/median the result is flagged as noisy
@@ -297,7 +300,7 @@ class _Sampling:
             self.sync()
             joules = self.energy.stop()
             self.energy_unread |= joules is None
-            m.energy_j = None if self.energy_unread else (m.energy_j or 0.0) + joules
+            m.energy_j = None if self.energy_unread or joules is None else (m.energy_j or 0.0) + joules
         for name, series in self.series.items():
             m.samples.revise(name, taken, series.end(m.samples.columns[name][taken:]))
 
@@ -337,7 +340,7 @@ class ProgressLine:
         self.label, self.max_time_s, self.after_s, self.every_s = label, max_time_s, after_s, every_s
         self.console = Console(stderr=True, highlight=False)
         self.tty = self.console.is_terminal
-        self.status = None
+        self.status: Status | None = None
         self.last_print = float("-inf")  # the first line comes at after_s, later ones every every_s
         self.timer: threading.Timer | None = None
 

@@ -143,3 +143,17 @@ def test_speedup_plot_draws_time_over_the_fastest_with_intervals_on_a_log_axis(t
     )
     assert len(ax.collections) == 1  # the interval lines
     plt.close(fig)
+
+
+@pytest.mark.parametrize("seeds", [1, 2])
+def test_the_terminal_ends_on_the_answer_with_a_pooled_table_only_where_seeds_were_pooled(seeds):
+    from rich.console import Console
+
+    from runner.launch.terminal import print_answer
+
+    console = Console(width=200, record=True)
+    answer = pooled.answer(sweep({"numpy": 18e-6, "torch": 18e-6 * 29}, seeds=seeds))
+    print_answer(console, answer)
+    lines = console.export_text().strip().splitlines()
+    assert lines[-1] == pooled.sentence(answer.pooled)
+    assert any(line.startswith("Seeds pooled") for line in lines) == (seeds > 1)

@@ -50,19 +50,20 @@ def ui_lines(uri: str, fragment: str) -> list[str]:
 
 
 def print_answer(console, answer) -> None:
-    """A sweep's answer under its table of jobs (runner.report.pooled.Answer): a row per configuration, its
-    replicates pooled, then the sentence, the last thing the terminal shows before the MLflow link."""
+    """A sweep's answer under its table of jobs (runner.report.pooled.Answer): where seeds were pooled, a row per
+    configuration; then the sentence, the last thing the terminal shows before the MLflow link."""
     from rich.table import Table
 
     from runner.report.pooled import sentence, table_cells
 
     if len(answer.pooled) == len({p.workload for p in answer.pooled}):  # nothing compared: the job table says it
         return
-    headers, cells = table_cells(answer.pooled)
-    table = Table(title="Pooled over seeds (replicates): each configuration against the fastest", title_justify="left")
-    for header in headers:
-        table.add_column(header, overflow="fold")
-    for row in cells:
-        table.add_row(*(cell.replace("\u00a0", " ") for cell in row))
-    console.print(table)
+    if any(p.runs > 1 for p in answer.pooled):  # else the rows would be the job table's again
+        headers, cells = table_cells(answer.pooled)
+        table = Table(title="Seeds pooled (replicates): each configuration against the fastest", title_justify="left")
+        for header in headers:
+            table.add_column(header, overflow="fold")
+        for row in cells:
+            table.add_row(*(cell.replace("\u00a0", " ") for cell in row))
+        console.print(table)
     console.print(f"[bold]{sentence(answer.pooled)}[/]", highlight=False)

@@ -94,7 +94,9 @@ def _run(make_config, tmp_path, name: str, *overrides: str):
 def test_bf16_mixed_runs_on_cpu_less_exact_than_full_and_within_its_tolerance(make_config, tmp_path, backend):
     for task in ("inference", "gradients"):
         full = _run(make_config, tmp_path, f"full-{task}", f"backend={backend}", f"task={task}")
-        mixed = _run(make_config, tmp_path, f"bf16-{task}", f"backend={backend}", f"task={task}", "precision=bf16_mixed")
+        mixed = _run(
+            make_config, tmp_path, f"bf16-{task}", f"backend={backend}", f"task={task}", "precision=bf16_mixed"
+        )
         full_err, mixed_err = full.metrics["max_rel_err_vs_reference"], mixed.metrics["max_rel_err_vs_reference"]
         # bfloat16's 8-bit significand: errors far above float32's, which full stays within
         assert full_err < REL_TOLERANCE["float32"] < REL_TOLERANCE["float32"] * 100 < mixed_err, (task, mixed_err)
@@ -140,3 +142,39 @@ def test_bf16_mixed_train_step_keeps_float32_weights_and_update(make_config, tmp
     assert np.mean(rounded != trained) > 0.9
     assert result.metrics["max_rel_err_vs_reference"] > REL_TOLERANCE["float32"]
     assert result.metrics["within_reference_tolerance"] == 1.0
+
+
+@pytest.mark.parametrize("backend", ["torch", "tensorflow"])
+def test_loss_scaled_training_steps_unscale_what_they_scale(make_config, tmp_path, monkeypatch, backend):
+    """fp16_mixed's loss scaling (torch.amp.GradScaler, Keras's LossScaleOptimizer), run here in float32 on the CPU
+    (its float16 compute needs a GPU): the scale (2**16, a power of two) is divided back out, so ten steps still
+    land on the float64 reference within float32's tolerance."""
+    from runner.backends import load_backend
+
+    load_backend(f"runner.backends.{backend}_backend")
+    module = sys.modules[
+        {"torch": "runner.backends.torch_precision", "tensorflow": "runner.backends.tf_precision"}[backend]
+    ]
+    name = {"torch": "grad_scaler", "tensorflow": "loss_scaled"}[backend]
+    made, real = [], getattr(module, name)
+    monkeypatch.setattr(module, "LOSS_SCALED", ("full",))
+    monkeypatch.setattr(module, name, lambda *args: made.append(real(*args)) or made[-1])
+    result = _run(make_config, tmp_path, "scaled", f"backend={backend}", "task=train_step")
+    assert type(made[0]).__name__ in ("GradScaler", "LossScaleOptimizer")
+    assert result.metrics["max_rel_err_vs_reference"] < REL_TOLERANCE["float32"]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("backend", ["torch", "tensorflow", "jax"])
+@pytest.mark.parametrize("precision", ["tf32", "fp16_mixed", "default"])
+def test_cuda_policies_run_and_record(make_config, tmp_path, backend, precision):
+    """On an Ampere or newer GPU: each policy runs the MLP's training step and stays within its tolerance."""
+    if backend == "jax" and precision == "fp16_mixed":
+        pytest.skip("conf/precision/fp16_mixed.yaml: torch and tensorflow only")
+    result = _run(make_config, tmp_path, precision, f"backend={backend}", "device=cuda", "task=train_step",
+                  f"precision={precision}")  # fmt: skip
+    assert result.environment["precision"] == precision
+    assert result.metrics["within_reference_tolerance"] == 1.0
+    if precision == "tf32":
+        key, _ = REPORTED[backend]
+        assert result.environment[key] == {"torch": "high", "tensorflow": True, "jax": "tensorfloat32"}[backend]

@@ -144,17 +144,19 @@ def train_step(
     loss: Callable, params: dict, optimizer: Optimizer, mode: str, device: str, numpy_backprop: Callable | None
 ) -> tuple[Callable, Callable[[], dict]]:
     """A custom training step as TensorFlow users write it: tf.Variable weights, the tape's gradients applied by a
-    keras.optimizers optimizer; inside tf.function for mode=function, jit_compile for xla (compile_step)."""
+    keras.optimizers optimizer; inside tf.function for mode=function, jit_compile for xla (compile_step).
+    precision=fp16_mixed scales the loss (Keras's LossScaleOptimizer: scale_loss, then apply_gradients unscales)."""
     with tf.device(_tf_device(device)):
         weights = {name: tf.Variable(p) for name, p in params.items()}
         variables = list(weights.values())
-        keras_optimizer = _keras_optimizer(optimizer, variables[0].dtype)
+        keras_optimizer = tf_precision.loss_scaled(_keras_optimizer(optimizer, variables[0].dtype))
         keras_optimizer.build(variables)  # its slots on the device, before tf.function traces the step
 
     def step(x: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:
         with tf.GradientTape() as tape:
             value = loss(weights, x, labels)
-        keras_optimizer.apply_gradients(zip(tape.gradient(value, variables), variables, strict=True))
+            scaled = keras_optimizer.scale_loss(value)  # the loss itself unless the optimizer scales it
+        keras_optimizer.apply_gradients(zip(tape.gradient(scaled, variables), variables, strict=True))
         return value
 
     return compile_step(step, mode, device), lambda: weights

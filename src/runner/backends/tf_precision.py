@@ -13,6 +13,8 @@ from runner.precision import device_refusal
 
 COMPUTE = {"bf16_mixed": "bfloat16", "fp16_mixed": "float16"}  # policy -> the dtype the model computes in
 SHIPPED: dict = {}  # TensorFlow's TF32 setting as imported, before prepare() turned it off
+POLICY = {"name": "full"}  # the run's policy, set by set_precision: tensorflow_backend.train_step reads it
+LOSS_SCALED = ("fp16_mixed",)  # the policies whose training steps scale the loss
 
 
 def remember_shipped() -> None:
@@ -31,6 +33,7 @@ def set_precision(precision: str, device: str) -> dict:
         _require_tf32(tf)
     tf32 = {"tf32": True, "default": SHIPPED["tf32"]}.get(precision, False)
     tf.config.experimental.enable_tensor_float_32_execution(tf32)
+    POLICY["name"] = precision
     return {
         "precision_policy": _policy_words(precision),
         "tf_tensor_float_32_execution": bool(tf.config.experimental.tensor_float_32_execution_enabled()),
@@ -54,10 +57,21 @@ def _policy_words(precision: str) -> str:
             f"weights and inputs cast to {COMPUTE[precision]} inside the model function (Keras's mixed_"
             f"{COMPUTE[precision]} policy for model=keras), its result cast to float32; float32 weights, gradients "
             "and optimizer"
+            + ("; training steps scale the loss (Keras's LossScaleOptimizer)" if precision == "fp16_mixed" else "")
         )
     return {"full": "float32, TF32 off", "default": "TensorFlow as shipped", "tf32": "TF32 matmuls and convolutions"}[
         precision
     ]
+
+
+def loss_scaled(keras_optimizer):
+    """fp16_mixed: the optimizer inside Keras's LossScaleOptimizer (dynamic loss scaling; the step scales its loss
+    with `scale_loss`); any other policy: the optimizer itself, whose `scale_loss` returns the loss unchanged."""
+    if POLICY["name"] not in LOSS_SCALED:
+        return keras_optimizer
+    import keras
+
+    return keras.optimizers.LossScaleOptimizer(keras_optimizer)
 
 
 def with_precision(fn: Callable, precision: str, device: str) -> Callable:

@@ -14,6 +14,7 @@ from runner.precision import device_refusal
 AUTOCAST = {"bf16_mixed": "bfloat16", "fp16_mixed": "float16"}  # policy -> the dtype torch.autocast computes in
 SHIPPED: dict = {}  # torch's settings as imported, before prepare() turned TF32 off: what precision=default restores
 POLICY = {"name": "full"}  # the run's policy, set by set_precision: torch_backend.train_step reads it
+LOSS_SCALED = ("fp16_mixed",)  # the policies whose training steps scale the loss
 
 
 def remember_shipped() -> None:
@@ -92,7 +93,7 @@ def with_precision(fn: Callable, precision: str, device: str) -> Callable:
 
 def grad_scaler(device: str):
     """fp16_mixed's loss scaler for a training step; None under any other policy."""
-    if POLICY["name"] != "fp16_mixed":
+    if POLICY["name"] not in LOSS_SCALED:
         return None
     import torch
 

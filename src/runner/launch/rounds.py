@@ -31,7 +31,7 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from runner.launch import isolation
-from runner.launch.messages import Finished, Turn, TurnDone
+from runner.launch.messages import Finished, Ready, Turn, TurnDone
 from runner.launch.sweep_lines import Every, time_left
 from runner.measure.stop import Stopped, StopReason, stop_reason
 from runner.measure.timing import Measurement
@@ -91,6 +91,7 @@ class Coordinator:
         if ready is None:  # it ended before it was ready
             worker.process.join()
             return isolation.complete(cfg, run_dir, parent_run_id, worker.recorded(Status.FAILED, worker.exit_reason()))
+        assert isinstance(ready, Ready), ready  # a worker's first message
         measurement = Measurement(first_call_s=ready.first_call_s, block_size=ready.block_size)
         self.waiting.append(_Waiting(cfg, run_dir, parent_run_id, worker, ready.rounds, measurement))
         fewer = (
@@ -221,7 +222,7 @@ def _turn(job: _Waiting, round_: int) -> None:
         job.worker.process.join()
         job.failed = f"{job.worker.exit_reason()} in round {round_}"
         return
-    _wait_until_quiet(job.worker.process.pid)
+    _wait_until_quiet(job.worker.pid)
     job.measurement.samples.extend(message.samples)
 
 

@@ -103,3 +103,24 @@ def written_out_step(
         held["params"], held["state"] = update(held["params"], held["state"], x, labels)
 
     return step, lambda: held["params"]
+
+
+def keras_optimizer(keras: Any, optimizer: Optimizer, dtype: str) -> Any:
+    """keras.optimizers.SGD or Adam for weights of `dtype`, on any Keras backend, float64-exact for float64 weights.
+
+    Keras makes the learning rate a variable of its floatx (float32 unless set): it is built with floatx set to
+    `dtype`. Keras casts momentum and the betas with ops.cast of a Python float, which on TensorFlow goes through a
+    float32 tensor (0.9 -> 0.8999999762): float64 numbers (a float subclass, which Keras's checks accept) are cast
+    exactly. For float32 weights they stay Python floats, so no float64 arithmetic enters the step."""
+    import numpy as np
+
+    exact = np.float64 if dtype == "float64" else float
+    floatx = keras.config.floatx()
+    keras.config.set_floatx(dtype)
+    try:
+        if optimizer.name == "sgd":
+            return keras.optimizers.SGD(learning_rate=optimizer.lr, momentum=exact(optimizer.momentum))
+        betas = {"beta_1": exact(optimizer.beta1), "beta_2": exact(optimizer.beta2)}
+        return keras.optimizers.Adam(learning_rate=optimizer.lr, epsilon=optimizer.eps, **betas)
+    finally:
+        keras.config.set_floatx(floatx)

@@ -10,7 +10,7 @@ from runner.backends.channels_last import (  # noqa: F401 - re-exported: the bac
     from_native_layout,
     to_native_layout,
 )
-from runner.backends.optimizers import Optimizer
+from runner.backends.optimizers import Optimizer, keras_optimizer
 from runner.config import ConfigError, nvidia_driver_present
 
 # Before the import: silence C++ start-up chatter (and, without a GPU driver, the cuInit error).
@@ -163,10 +163,6 @@ def train_step(
 
 
 def _keras_optimizer(optimizer: Optimizer, dtype: tf.DType):
-    """keras.optimizers.SGD or Adam, kept float64-exact for float64 weights. Keras makes the learning rate a
-    variable of its floatx (float32 unless set): built with floatx set to the weights' dtype. Keras casts momentum
-    and the betas with tf.cast of a Python float, which goes through a float32 tensor (0.9 -> 0.8999999762):
-    float64 numbers (a float subclass, which Keras's checks accept) are cast exactly."""
     import keras
 
     if keras.backend.backend() != "tensorflow":
@@ -174,16 +170,7 @@ def _keras_optimizer(optimizer: Optimizer, dtype: tf.DType):
             f"Keras runs on {keras.backend.backend()} in this process: backend=tensorflow task=train_step needs "
             "it on tensorflow (run in a fresh process: isolation=process)"
         )
-    floatx = keras.config.floatx()
-    keras.config.set_floatx(dtype.name)
-    exact = np.float64 if dtype == tf.float64 else float  # float32: Python floats, no float64 arithmetic
-    try:
-        if optimizer.name == "sgd":
-            return keras.optimizers.SGD(learning_rate=optimizer.lr, momentum=exact(optimizer.momentum))
-        betas = {"beta_1": exact(optimizer.beta1), "beta_2": exact(optimizer.beta2)}
-        return keras.optimizers.Adam(learning_rate=optimizer.lr, epsilon=optimizer.eps, **betas)
-    finally:
-        keras.config.set_floatx(floatx)
+    return keras_optimizer(keras, optimizer, dtype.name)
 
 
 def reset_peak_memory(device: str) -> None:

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from runner.backends.optimizers import Optimizer, keras_optimizer
 from runner.config import ConfigError
 from runner.models import Workload
 from runner.models.architectures import N_CLASSES
@@ -127,6 +128,46 @@ class KerasModel(Workload):
         """Sum of squared error against seeded targets, as for the other classifiers."""
         return ops.sum(ops.square(self.forward(ops, params, x) - labels))
 
+    # -- task=train_step: Keras's own training step -----------------------------------------------------------
+
+    OPTIMIZER_CONVENTION = "keras"  # keras.optimizers on every Keras backend
+
+    def train_step(self, loss, params: dict, optimizer: Optimizer, mode: str, device: str, numpy_backprop=None):
+        """Training as Keras users train: model.compile(optimizer, "mean_squared_error"), model.train_on_batch. The
+        loss is the runner's training loss (the mean of the squared errors, task=train_step's `loss`, which Keras's
+        compiled loss stands in for); batch normalization runs as train_on_batch runs it, on the batch's statistics,
+        its moving averages starting from Keras's initial values. A model of its own, built on the device, holds
+        the runner's weights and carries them from call to call."""
+        keras = self.keras
+        with keras.device(_keras_device(keras, device)):
+            model = build_application(keras, self.arch, self.image_size)
+            for name, variable in zip(self._trainable_names, model.trainable_variables, strict=True):
+                variable.assign(params[name])
+            model.compile(
+                keras_optimizer(keras, optimizer, keras.config.floatx()), "mean_squared_error", **self._compiled(mode)
+            )
+
+        def step(x, labels):
+            with keras.device(_keras_device(keras, device)):
+                return model.train_on_batch(keras.ops.transpose(x, (0, 2, 3, 1)), labels)
+
+        return step, lambda: {n: v.value for n, v in zip(self._trainable_names, model.trainable_variables, strict=True)}
+
+    def _compiled(self, mode: str) -> dict:
+        if mode == "eager":
+            return {"run_eagerly": True, "jit_compile": False}
+        # TensorFlow: tf.function, with XLA for mode=xla; torch: torch.compile; JAX: jax.jit
+        return {"jit_compile": mode == "xla" or self.keras.backend.backend() != "tensorflow"}
+
+    @property
+    def TRAIN_STEP_COMPILED(self) -> dict[str, str]:  # noqa: N802 - the name Backend modules give it
+        how = {"tensorflow": "tf.function", "torch": "torch.compile", "jax": "jax.jit"}[self.keras.backend.backend()]
+        modes = {"eager": "model.train_on_batch, run_eagerly=True"}
+        for mode in ("function", "xla"):
+            options = self._compiled(mode)
+            modes[mode] = f"model.train_on_batch, jit_compile={options['jit_compile']} (Keras's {how} of its step)"
+        return modes
+
     def interpret(self, y: np.ndarray) -> dict:
         return {"predictions": top5(y)}
 
@@ -151,6 +192,14 @@ def import_keras(backend: str):
     import keras
 
     return keras
+
+
+def _keras_device(keras, device: str) -> str:
+    """keras.device's name for the run's device. Not "cpu:0" on torch: Keras moves each new variable there, torch
+    counts that a move from "cpu", and the moved copy is no leaf tensor, so no gradient would reach it."""
+    if device == "cuda":
+        return "gpu:0"
+    return "cpu" if keras.backend.backend() == "torch" else "cpu:0"
 
 
 def applications(keras) -> list[str]:

@@ -30,6 +30,7 @@ class TrainStep(Task):
         if checked_steps < 1:
             raise ConfigError(f"task.checked_steps={checked_steps}: must be a positive integer")
         self.checked_steps = checked_steps
+        self._owner: Any = None  # who writes the step (_owner): known once built
 
     def build(self, setup: Setup) -> TaskRun:
         b, scale = setup.backend, _per_label(setup.inputs["labels"])
@@ -39,7 +40,8 @@ class TrainStep(Task):
             return total(params, x, labels) * scale
 
         backprop = setup.workload.gradients and partial(_scaled, setup.workload.gradients, scale)
-        step, weights = b.train_step(loss, setup.params, self.optimizer, setup.mode, setup.device, backprop)
+        self._owner = _owner(setup)
+        step, weights = self._owner.train_step(loss, setup.params, self.optimizer, setup.mode, setup.device, backprop)
         timed = partial(step, setup.inputs["x"], setup.inputs["labels"])
 
         def trained(first_output: object) -> dict[str, np.ndarray]:
@@ -56,7 +58,7 @@ class TrainStep(Task):
             return {}
         params = float64({k: v for k, v in held.items() if k in setup.params})
         constants, inputs = float64({k: v for k, v in held.items() if k not in setup.params}), float64(inputs)
-        convention = getattr(setup.backend, "OPTIMIZER_CONVENTION", "torch")
+        convention = getattr(_owner(setup), "OPTIMIZER_CONVENTION", "torch")
         state, backprop = self.optimizer.init(params), partial(_scaled, backprop, _per_label(inputs["labels"]))
         for _ in range(self.checked_steps):
             grads = backprop({**params, **constants}, inputs["x"], inputs["labels"])
@@ -67,8 +69,15 @@ class TrainStep(Task):
         return {"steps_per_s": 1.0 / time_median_s}
 
     def describe(self, backend: ModuleType, mode: str) -> dict[str, str]:
-        convention = getattr(backend, "OPTIMIZER_CONVENTION", "torch")
-        return {"optimizer_convention": convention, **_how_compiled(backend, mode)}
+        owner = self._owner or backend
+        convention = getattr(owner, "OPTIMIZER_CONVENTION", "torch")
+        return {"optimizer_convention": convention, **_how_compiled(owner, mode)}
+
+
+def _owner(setup: Setup) -> Any:
+    """Who writes the training step: the workload where it trains through its own API (model=keras:
+    train_on_batch, on every Keras backend), else the backend; its OPTIMIZER_CONVENTION is the reference's."""
+    return setup.workload if setup.workload.train_step is not None else setup.backend
 
 
 def _per_label(labels: Any) -> float:

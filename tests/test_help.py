@@ -16,7 +16,18 @@ from runner.measure.job import run_and_record
 
 # The config groups a user picks from, as the help lists them; `variant` (named backend + mode pairs for the
 # experiments' sweeps) is internal and must not be shown.
-USER_GROUPS = ("backend", "device", "model", "mode", "task", "data", "tracking", "experiment", "hydra/launcher")
+USER_GROUPS = (
+    "backend",
+    "device",
+    "model",
+    "mode",
+    "task",
+    "precision",
+    "data",
+    "tracking",
+    "experiment",
+    "hydra/launcher",
+)
 
 
 def group_values(group: str) -> set[str]:

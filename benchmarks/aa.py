@@ -34,6 +34,7 @@ from rounds import burn  # noqa: E402
 
 BEGIN, END = "<!-- aa:begin -->", "<!-- aa:end -->"
 AGREES = 1.25  # a ratio further than this from its medians' ratio contradicts them
+EXTRA: list[str] = []  # --extra: more overrides for every sweep (threads=1)
 FINDINGS = [
     "What the investigation found (2026-11-24, this machine):",
     "",
@@ -73,7 +74,7 @@ FINDINGS = [
 def sweep(checkout: Path, out: Path, *overrides: str) -> pd.DataFrame:
     """Run one sweep of the MLP, untracked; its report/runs.csv."""
     command = [str(ROOT / ".venv/bin/python"), str(checkout / "run.py"), "-m", "model=mlp", "tracking=none"]
-    command += [*overrides, f"hydra.sweep.dir={out}"]
+    command += [*overrides, *EXTRA, f"hydra.sweep.dir={out}"]
     subprocess.run(command, cwd=checkout, capture_output=True, text=True, check=False)
     return pd.read_csv(out / "report" / "runs.csv")
 
@@ -109,7 +110,8 @@ def ab_sweep(checkout: Path, backend: str, budget: float, out: Path) -> pd.DataF
     env = {**os.environ, "PYTHONPATH": str(ROOT / "benchmarks")}
     command = [str(ROOT / ".venv/bin/python"), str(checkout / "run.py"), "-m", "model=ab", "tracking=none"]
     command += [f"hydra.searchpath=[file://{ROOT / 'benchmarks' / 'conf'}]", "model.method=a,b", "seed=0,1"]
-    command += ["task=inference", f"backend={backend}", f"timing.max_time_s={budget}", f"hydra.sweep.dir={out}"]
+    command += ["task=inference", f"backend={backend}", f"timing.max_time_s={budget}", *EXTRA]
+    command += [f"hydra.sweep.dir={out}"]
     subprocess.run(command, cwd=checkout, capture_output=True, text=True, check=False, env=env)
     return pd.read_csv(out / "report" / "runs.csv")
 
@@ -178,7 +180,9 @@ def main() -> None:
     parser.add_argument(
         "--write", action="store_true", help="only rewrite the A/A section of BENCHMARKS.md from the CSVs"
     )
+    parser.add_argument("--extra", default="", help="more overrides for every sweep, space-separated: threads=1")
     args = parser.parse_args()
+    EXTRA.extend(args.extra.split())
     if args.write:
         busy = pd.read_csv(args.busy_csv) if args.busy_csv and args.busy_csv.exists() else None
         path = ROOT / "BENCHMARKS.md"

@@ -84,6 +84,7 @@ def _prepare(spec: JobSpec, progress: ProgressLine) -> Prepared:
     timing = dict(spec.timing)
     malloc_keeps_freed = timing.pop("keep_freed_memory") and keep_freed_memory()
     timing.pop("fixed_layout")  # the worker's start (runner.launch.isolation) acted on it
+    timing.pop("resolve", None)  # the sweep's coordinator acts on it (runner.launch.rounds)
     timing["series"] = build_series(timing["series"])
     workload = build_workload(spec.model_settings)
     task = build_task(spec.task_settings)

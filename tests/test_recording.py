@@ -213,6 +213,7 @@ def test_copies_survive_the_trip_to_a_worker_process(make_config):
             "model.backend_module": "backend.module",
             "model.image_size": "data.image_size",
             "model.dtype": "dtype",
+            "model.precision": "precision.name",
         }
     )
     assert OmegaConf.to_container(worker_cfg, resolve=True) == OmegaConf.to_container(cfg, resolve=True)

@@ -55,7 +55,7 @@ def test_names_unique_swept_values_and_parent_named_by_its_sweep(experiment):
     assert "size=10 · numpy-sigmoid-inference-eager-cpu-float32 #0" in children
     assert "size=1000 · numpy-sigmoid-inference-eager-cpu-float32 #1" in children
     assert "numpy-mlp-gradients-eager-cpu-float32" in children  # the single run, apart from sweep job #0
-    assert "numpy-mlp-gradients-eager-cpu-float32 #0" in children
+    assert "eager · numpy-mlp-gradients-cpu-float32 #0" in children  # what the sweep varies first
     assert set(parents) == {"sweep model.size=10,1000", "sweep mode=eager,map_fn"}
 
 

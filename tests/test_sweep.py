@@ -45,6 +45,7 @@ def test_sweep_is_one_parent_run_with_a_child_per_job(failing_sweep):
     parent = parents[0]
     assert parent.info.status == "FAILED"  # truthful, never left RUNNING
     assert parent.data.params["backend.name"] == "numpy,torch"  # the name its jobs' params have
+    assert "tracking.uri" not in parent.data.params  # where it was logged is not a param, as for its jobs
     assert parent.data.metrics["n_failed"] == 1 and parent.data.metrics["n_finished"] == 1
     assert {c.data.tags["mlflow.parentRunId"] for c in children} == {parent.info.run_id}
     by_backend = {c.data.params["backend.name"]: c for c in children}

@@ -35,7 +35,7 @@ def create_parent_run(info: dict) -> str:
     tags.update(git_tags(git_source()))
     run = retry_on_lock(mlflow.create_run, experiment_id, tags=tags)
     swept = dict(split_override(o) for o in info["overrides"])  # the last of a key wins
-    params = [Param(param_name(k), v) for k, v in swept.items()]
+    params = [Param(param_name(k), v) for k, v in swept.items() if not k.startswith("tracking.")]  # as the jobs
     if params:
         retry_on_lock(mlflow.log_batch, run.info.run_id, params=params)
     return run.info.run_id

@@ -178,3 +178,20 @@ def test_cuda_policies_run_and_record(make_config, tmp_path, backend, precision)
     if precision == "tf32":
         key, _ = REPORTED[backend]
         assert result.environment[key] == {"torch": "high", "tensorflow": True, "jax": "tensorfloat32"}[backend]
+
+
+@pytest.mark.slow
+def test_keras_applies_its_own_mixed_bfloat16_policy(make_config, tmp_path):
+    """model=keras: Keras's mixed_bfloat16 policy (float32 variables, bfloat16 compute), not the runner's casts;
+    its logits differ from the float32 run's by bfloat16's rounding, not more."""
+    keras_run = ("backend=tensorflow", "model=keras", "task=inference", "batch_size=2", "data.image_size=32")
+    full = _run(make_config, tmp_path, "full", *keras_run)
+    mixed = _run(make_config, tmp_path, "bf16", *keras_run, "precision=bf16_mixed")
+    assert (full.environment["keras_dtype_policy"], mixed.environment["keras_dtype_policy"]) == (
+        "float32",
+        "mixed_bfloat16",
+    )
+    y, y_mixed = full.tensors["outputs/y"], mixed.tensors["outputs/y"]
+    assert y_mixed.dtype == np.float32
+    difference = np.abs(y_mixed - y).max() / np.abs(y).max()
+    assert REL_TOLERANCE["float32"] < difference < REL_TOLERANCE["bfloat16"], difference

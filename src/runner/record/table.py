@@ -35,7 +35,7 @@ def _interval(bounds: tuple[float, float]) -> str:
     low, high = bounds
     if low is None or high is None or math.isnan(low) or math.isnan(high):
         return ""
-    return f"{low:.2f}-{high:.2f}x"
+    return f"{low:.2f}–{high:.2f}x"  # an en dash, as the sweep's answer writes intervals
 
 
 def _one_decimal(value: float) -> str:

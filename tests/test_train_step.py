@@ -4,11 +4,17 @@ the compiled grid is marked slow."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from functools import partial
+from pathlib import Path
 
 import h5py
 import numpy as np
 import pytest
+from helpers import FAST_TIMING, run_cli
 
 from runner.backends import load_backend
 from runner.backends.optimizers import Optimizer
@@ -127,3 +133,55 @@ def test_vision_training_agrees_between_torch_and_tensorflow(make_config, tmp_pa
     for name, value in runs["torch"].items():
         scale = np.abs(value).max()
         np.testing.assert_allclose(runs["tensorflow"][name], value, rtol=0, atol=1e-9 * scale, err_msg=name)
+
+
+KERAS_TRAINING = ["model=keras", "model.arch=MobileNetV2", "data.image_size=64", "batch_size=8", "task=train_step"]
+KERAS_TRAINING += ["optimizer.lr=0.001", "task.checked_steps=5", "tracking=none"]
+KERAS_INITIAL = """
+import sys
+import numpy as np
+from runner.config import compose
+from runner.models import build_workload, initial_weights
+cfg = compose(sys.argv[2:])
+np.savez(sys.argv[1], **initial_weights(cfg.model, build_workload(cfg.model), np.random.default_rng(cfg.seed)))
+"""
+
+
+def _trained(run_dir: Path) -> dict[str, np.ndarray]:
+    found: dict[str, np.ndarray] = {}
+    with h5py.File(run_dir / "tensors.h5", "r") as f:
+        f["trained"].visititems(
+            lambda name, item: found.update({name: item[()]}) if isinstance(item, h5py.Dataset) else None
+        )
+    return found
+
+
+@pytest.mark.slow  # three processes importing Keras on three frameworks, and one drawing the weights
+def test_keras_train_on_batch_agrees_on_tensorflow_torch_and_jax(tmp_path):
+    """model=keras trains through model.train_on_batch (Keras's optimizer, its compiled loss) on each Keras backend:
+    from the same weights, five steps end at the same weights (float32, batch normalization on the batch's
+    statistics: the tolerance of the Keras gradient tests)."""
+    modes = {"tensorflow": "eager", "torch": "eager", "jax": "function"}  # JAX op by op compiles every op: minutes
+    runs = {}
+    for backend, mode in modes.items():
+        run_dir = tmp_path / backend
+        out = run_cli(
+            f"backend={backend}", f"mode={mode}", *KERAS_TRAINING, f"hydra.run.dir={run_dir}", *FAST_TIMING, timeout=900
+        )
+        assert out.returncode == 0, out.stderr[-3000:]
+        environment = json.loads((run_dir / "result.json").read_text())["environment"]
+        assert environment["optimizer_convention"] == "keras" and "train_on_batch" in environment["train_step_compiled"]
+        runs[backend] = _trained(run_dir)
+    initial_file = tmp_path / "initial.npz"
+    command = [sys.executable, "-c", KERAS_INITIAL, str(initial_file), "backend=tensorflow", *KERAS_TRAINING]
+    subprocess.run(
+        command, check=True, timeout=600, env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src")}
+    )
+    initial = dict(np.load(initial_file))
+    on_tf = runs["tensorflow"]
+    assert set(on_tf) == set(runs["torch"]) == set(runs["jax"]) and on_tf["Conv1/kernel"].shape == (3, 3, 3, 32)
+    moved = max(np.abs(on_tf[k] - initial[k]).max() / np.abs(initial[k]).max() for k in on_tf)
+    assert moved > 3e-3, "the steps moved the weights too little to tell a backend that did not step"
+    for backend in ("torch", "jax"):
+        for name, value in on_tf.items():
+            assert np.abs(runs[backend][name] - value).max() <= 1e-3 * np.abs(value).max(), (backend, name)

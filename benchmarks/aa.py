@@ -33,6 +33,7 @@ from parity import replace_section  # noqa: E402
 from rounds import burn  # noqa: E402
 
 BEGIN, END = "<!-- aa:begin -->", "<!-- aa:end -->"
+RESOLVE = ("<!-- resolve:begin -->", "<!-- resolve:end -->")  # the A/B and A/A section of issue 39 (--ab, --extra)
 AGREES = 1.25  # a ratio further than this from its medians' ratio contradicts them
 EXTRA: list[str] = []  # --extra: more overrides for every sweep (threads=1)
 FINDINGS = [

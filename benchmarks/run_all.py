@@ -463,7 +463,7 @@ def kept_sections(text: str) -> str:
 
     sections = []
     markers = (parity, rounds, aa, aa_apart)
-    for begin, end in ((m.BEGIN, m.END) for m in markers):
+    for begin, end in (*((m.BEGIN, m.END) for m in markers), aa.RESOLVE):
         if begin in text and end in text:
             sections.append(text[text.index(begin) : text.index(end) + len(end)])
     return "\n\n".join(sections)

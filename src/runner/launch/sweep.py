@@ -19,7 +19,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from hydra.core.utils import JobReturn
 from hydra.experimental.callback import Callback
@@ -37,7 +37,7 @@ from runner.record.sweep_file import SWEEP_FILE, read_sweep_file, write_sweep_fi
 log = logging.getLogger(__name__)
 
 EXIT_INTERRUPTED = 130
-EXIT_CODES = {Status.FINISHED: 0, Status.FAILED: 1, Status.KILLED: EXIT_INTERRUPTED}
+EXIT_CODES: dict[str, int] = {Status.FINISHED: 0, Status.FAILED: 1, Status.KILLED: EXIT_INTERRUPTED}
 
 
 @dataclass
@@ -123,7 +123,8 @@ def refuse_local_devices(params: DictConfig | None) -> None:
     devices of this, the submitting host, which may lack the nodes' GPUs. One line, exit 1."""
     from omegaconf import OmegaConf
 
-    for key, value in (OmegaConf.to_container(params, resolve=False) if params else {}).items():
+    swept = cast(dict[str, Any], OmegaConf.to_container(params, resolve=False)) if params else {}  # a DictConfig's
+    for key, value in swept.items():
         if "${runner.devices:" in str(value):
             print(
                 f"error: {key}: ${{runner.devices:}} lists the devices of this host, not of the nodes the jobs run "
@@ -323,7 +324,7 @@ def _job(row) -> str:
 
 
 def _status(status: str) -> str:
-    colours = {Status.FINISHED: "green", Status.FAILED: "bold red"}
+    colours: dict[str, str] = {Status.FINISHED: "green", Status.FAILED: "bold red"}
     return f"[{colours.get(status, 'yellow')}]{status}[/]"
 
 

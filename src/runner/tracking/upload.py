@@ -82,8 +82,8 @@ def _log_contents(mlflow, run_id: str, run_dir: Path, result: Result, ended_ms: 
     params = [Param(k, v[:6000]) for k, v in run_params(result.config, result.copied_keys).items()]
     metrics = _metrics(result, read_samples(run_dir), read_timings(run_dir, "sample_end_unix_s"), ended_ms)
     for chunk in range(0, max(len(metrics), 1), 1000):  # log_batch takes at most 1000 metrics
-        batch = {"params": params} if chunk == 0 else {}
-        retry_on_lock(mlflow.log_batch, run_id, metrics=metrics[chunk : chunk + 1000], **batch)
+        batch_params = params if chunk == 0 else []  # the params once, with the first batch
+        retry_on_lock(mlflow.log_batch, run_id, metrics=metrics[chunk : chunk + 1000], params=batch_params)
     dataset = dataset_input(run_dir, result)
     if dataset is not None:
         retry_on_lock(mlflow.log_inputs, run_id, datasets=[dataset])
@@ -204,12 +204,12 @@ def _metrics(result: Result, samples, sample_ends, ended_ms: int) -> list:
     if sample_ends is None or len(sample_ends) != len(samples):
         sample_ends = [ended_ms / 1000] * len(samples)
     stamped = enumerate(zip(samples, sample_ends, strict=True))
-    return metrics + [Metric(TRACE, float(v) * 1e6, _ms(end), step) for step, (v, end) in stamped]
+    return metrics + [Metric(TRACE, float(v) * 1e6, _ms(end) or ended_ms, step) for step, (v, end) in stamped]
 
 
 def dataset_input(run_dir: Path, result: Result):
     """The run's inputs as an MLflow dataset: its file (or the seed that made it), digest and shape."""
-    from mlflow.data import from_numpy
+    from mlflow.data.numpy_dataset import from_numpy  # what mlflow.data.from_numpy is, by a name mypy sees
     from mlflow.entities import DatasetInput, InputTag
 
     arrays = read_inputs(run_dir)

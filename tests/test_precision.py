@@ -108,6 +108,9 @@ def test_bf16_mixed_runs_on_cpu_less_exact_than_full_and_within_its_tolerance(ma
         assert mixed.environment["precision"] == "bf16_mixed"
         assert "bfloat16" in mixed.environment["precision_policy"]
         assert full.environment["precision_policy"] == "float32, TF32 off"
+        if task == "gradients":  # the record's untimed forward pass is computed under the policy too
+            y, y_mixed = full.tensors["outputs/y"], mixed.tensors["outputs/y"]
+            assert REL_TOLERANCE["float32"] < np.abs(y_mixed - y).max() / np.abs(y).max() < REL_TOLERANCE["bfloat16"]
 
 
 REPORTED = {  # what each framework reports of its float32 matmul precision under full

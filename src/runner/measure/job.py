@@ -259,7 +259,7 @@ def _tensors(job: Prepared, measurement: Measurement, results: dict) -> dict:
     tensors = {f"inputs/{k}": v for k, v in job.inputs_held.items()}
     if sum(v.size for v in job.params_held.values()) <= WEIGHTS_RECORD_LIMIT:
         tensors.update({f"weights/{k}": v for k, v in job.params_held.items()})
-    tensors.update(forward_outputs(job.backend, job.workload, job.state, job.inputs, results))
+    tensors.update(forward_outputs(job.setup, job.state, job.inputs, results))
     tensors.update(results)
     tensors.update(measurement.samples.tensors())
     return tensors

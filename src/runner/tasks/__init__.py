@@ -9,7 +9,7 @@ and `runner.tasks.train_step`; a task of your own is a subclass of `Task` and it
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from types import ModuleType
 from typing import Any, ClassVar
@@ -113,18 +113,18 @@ def timed_call(backend: ModuleType, fn: Callable, mode: str, device: str, params
     return partial(backend.compile_step(partial(fn, params), mode, device), *args)
 
 
-def forward_outputs(
-    backend: ModuleType, workload, params: dict, inputs: dict, known: dict | None = None
-) -> dict[str, np.ndarray]:
-    """Untimed eager forward pass (and loss, where there are labels), for the record; skipped where the
-    timed call's own output is `known` already (one more 40 s call for a 20000^2 matmul)."""
+def forward_outputs(setup: Setup, params: dict, inputs: dict, known: dict | None = None) -> dict[str, np.ndarray]:
+    """Untimed eager forward pass (and loss, where there are labels) under the run's precision policy, from every
+    weight (`params`, constants included), for the record; skipped where the timed call's own output is `known`
+    already (one more 40 s call for a 20000^2 matmul)."""
     known = known or {}
     if "outputs/y" in known and "labels" not in inputs:
         return {}
-    results = {"outputs/y": backend.to_numpy(workload.forward(backend, params, inputs["x"]))}
+    backend = setup.backend
+    forward, loss = replace(setup, constants={}).model()
+    results = {"outputs/y": backend.to_numpy(forward(params, inputs["x"]))}
     if "labels" in inputs:
-        loss = workload.loss(backend, params, inputs["x"], inputs["labels"])
-        results["outputs/loss"] = np.asarray(backend.to_numpy(loss))
+        results["outputs/loss"] = np.asarray(backend.to_numpy(loss(params, inputs["x"], inputs["labels"])))
     return results
 
 

@@ -95,8 +95,7 @@ class Turns(Protocol):
     """The measuring turns of a job measured in interleaved rounds (runner.launch.rounds hands them out)."""
 
     def ready(self, measurement: Measurement, rounds: int) -> None:
-        """Set up and warm (first call and block size known): the job may be given the first of its
-        `rounds` turns."""
+        """Set up and warm (first call and block size known): the job may be given the first of its `rounds` turns."""
 
     def wait(self) -> int | None:
         """Block until this job's next turn; its round number, or None once the rounds are over."""
@@ -187,8 +186,7 @@ def measure(
 
 
 def rewarm(warmup_s: float, rounds: int, block_s: float) -> float:
-    """How long a turn re-warms before its samples: warmup_s shared among the rounds, at most REWARM_S (at least
-    one block: _warm_up), none where a block is longer than LONG_BLOCK_S."""
+    """A turn's re-warm: warmup_s shared among the rounds, at most REWARM_S (>= 1 block), 0 for blocks > LONG_BLOCK_S."""
     return min(warmup_s / rounds, REWARM_S) if block_s <= LONG_BLOCK_S else 0.0
 
 
@@ -209,8 +207,7 @@ def affordable_rounds(rounds: int, sampling_s: float, block_s: float, warmup_s: 
 
 
 def _take_turns(turns: Turns, sampling: _Sampling, rounds: int, turn_s: float, rewarm_s: float) -> None:
-    """Sample in each turn given: a re-warm of `rewarm_s`, at least one block where it is not 0 (the step sat
-    idle while the other jobs had their turns), then samples until `turn_s` has passed since the turn began."""
+    """Each turn given: a re-warm of `rewarm_s` (>= 1 block unless 0: the step sat idle), then samples for `turn_s`."""
     m = sampling.measurement
     turns.ready(m, rounds)
     while (round_ := turns.wait()) is not None:

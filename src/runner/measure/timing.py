@@ -186,7 +186,7 @@ def measure(
 
 
 def rewarm(warmup_s: float, rounds: int, block_s: float) -> float:
-    """A turn's re-warm: warmup_s shared among the rounds, at most REWARM_S (>= 1 block), 0 for blocks > LONG_BLOCK_S."""
+    """A turn's re-warm: warmup_s shared by the rounds, at most REWARM_S (>= 1 block), 0 for blocks > LONG_BLOCK_S."""
     return min(warmup_s / rounds, REWARM_S) if block_s <= LONG_BLOCK_S else 0.0
 
 

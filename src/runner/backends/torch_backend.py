@@ -117,6 +117,9 @@ def train_step(
     else:
         betas = (optimizer.beta1, optimizer.beta2)
         torch_optimizer = torch.optim.Adam(weights.values(), lr=optimizer.lr, betas=betas, eps=optimizer.eps)
+        for p in weights.values():  # compiled, Adam's step count is a tensor: in the weights' dtype, not float32's
+            torch_optimizer.state[p] = {"step": torch.tensor(0.0, dtype=p.dtype), "exp_avg": torch.zeros_like(p),
+                                        "exp_avg_sq": torch.zeros_like(p)}  # fmt: skip
 
     scaler = torch_precision.grad_scaler(device)
 

@@ -83,6 +83,25 @@ def test_tolerance_follows_the_compute_dtype():
     assert REL_TOLERANCE["float32"] < REL_TOLERANCE["float16"] < REL_TOLERANCE["bfloat16"]
 
 
+def test_the_run_name_and_mlflow_note_say_the_policy_and_tolerance(make_config):
+    from omegaconf import OmegaConf
+
+    from runner.record.naming import run_name
+    from runner.record.result import Result, Status
+    from runner.tracking.upload import note_content
+
+    config = OmegaConf.to_container(make_config("backend=torch", "precision=bf16_mixed"), resolve=True)
+    assert run_name(config) == "torch-mlp-gradients-eager-cpu-float32-bf16_mixed"
+    assert (
+        run_name(config, {"precision": "bf16_mixed"}) == "precision=bf16_mixed · torch-mlp-gradients-eager-cpu-float32"
+    )
+    assert run_name({**config, "precision": {"name": "full"}}) == "torch-mlp-gradients-eager-cpu-float32"
+    result = Result(status=Status.FINISHED)
+    result.config = config
+    result.metrics = {"max_rel_err_vs_reference": 0.2, "reference_tolerance": 0.1, "within_reference_tolerance": 0.0}
+    assert "max rel err vs the float64 reference 0.2 (beyond its tolerance 0.1)" in note_content(result)
+
+
 def _run(make_config, tmp_path, name: str, *overrides: str):
     cfg = make_config("tracking=none", "isolation=inline", "model=mlp", *FAST_TIMING, *overrides)
     result = run_and_record(cfg, tmp_path / name)

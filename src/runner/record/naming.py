@@ -111,13 +111,16 @@ SWEEP_SYNTAX = (",", "range(", "choice(", "interval(", "glob(")
 
 
 def run_name(config: dict, swept: dict[str, str] | None = None, job: str | None = None) -> str:
-    """'numpy-mlp-gradients-eager-cpu-float32' for a single run. A sweep's job names what the sweep varies
-    first, then the rest and its number: 'jax · seed=0 · mlp-gradients-eager-cpu-float32 #4' (a swept group
-    by its choice alone), so a list that cuts names still tells jobs apart; unique within a sweep, and apart
-    from single runs."""
+    """'numpy-mlp-gradients-eager-cpu-float32' for a single run ('...-float32-bf16_mixed' under a precision policy
+    other than full). A sweep's job names what the sweep varies first, then the rest and its number:
+    'jax · seed=0 · mlp-gradients-eager-cpu-float32 #4' (a swept group by its choice alone), so a list that cuts
+    names still tells jobs apart; unique within a sweep, and apart from single runs."""
     swept = swept or {}
     varied = [str(choice(config, k)) if k in NAME_GROUPS else f"{_short(k)}={v}" for k, v in swept.items()]
-    rest = "-".join(str(choice(config, key)) for key in NAME_GROUPS if key not in swept)
+    parts = [str(choice(config, key)) for key in NAME_GROUPS if key not in swept]
+    if choice(config, "precision") not in (None, "full") and "precision" not in swept:
+        parts.append(str(choice(config, "precision")))  # a policy other than the default one says so
+    rest = "-".join(parts)
     name = " · ".join([*varied, rest] if rest else varied)
     return " ".join([name, *([f"#{job}"] if job is not None else [])])
 

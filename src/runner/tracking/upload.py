@@ -157,7 +157,9 @@ def note_content(result: Result) -> str:
     if "throughput_per_s" in m:
         lines.append(f"{m['throughput_per_s']:.3g} examples/s")
     if "max_rel_err_vs_reference" in m:
-        lines.append(f"max rel err vs the float64 reference {m['max_rel_err_vs_reference']:.2g}")
+        within = {1.0: "within", 0.0: "beyond"}.get(m.get("within_reference_tolerance", -1.0))
+        tolerance = f" ({within} its tolerance {m['reference_tolerance']:.2g})" if within else ""
+        lines.append(f"max rel err vs the float64 reference {m['max_rel_err_vs_reference']:.2g}{tolerance}")
     lines += [f"warning: {w}" for w in result.warnings]
     if result.error:
         lines.append(f"error: {result.error}")

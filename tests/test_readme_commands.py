@@ -14,8 +14,9 @@ FINISHED, except jobs the combination rules refuse (the docs show such a sweep),
 docs print after `; echo $?`, else 0 when every job finished and 1 when one was refused.
 
 cuda commands skip without an NVIDIA driver, SLURM and Ray launcher commands without a cluster.
-Sweeps of more than FAST_JOBS jobs run with `-m slow`; commands on full-size vision models and the
-BERT-base and GPT-2-small sized transformers with `-m heavy` (CI runs them after the default set).
+Sweeps of more than FAST_JOBS jobs run with `-m slow`; commands on full-size vision models, the
+BERT-base and GPT-2-small sized transformers, and the convnet sweeps that in-process tests cover
+(COVERED_IN_PROCESS) with `-m heavy` (CI runs them after the default set).
 """
 
 from __future__ import annotations
@@ -225,6 +226,20 @@ RUN_BY_OTHER_TESTS = {
     **{" ".join(c.args): f"test_experiments.py ({name})" for name, c in experiment_checked_commands().items()},
 }
 
+# Documented sweeps of a convnet over several frameworks (a minute or two on 2 cores) that the default set runs
+# in-process, each backend checked further, and that CI runs as printed with the heavy set: keeps the default set
+# under 10 minutes.
+COVERED_IN_PROCESS = {
+    "-m backend=torch,tensorflow model=resnet18 data.image_size=64 batch_size=2": (
+        "test_vision.py::test_torch_and_other_backends_outputs_agree[resnet18-tensorflow]"
+    ),
+    "-m hydra.searchpath=[file:///tmp/own_model/conf] model=small_convnet backend=numpy,torch,tensorflow,tnp "
+    "dtype=float64 task=gradients": (
+        "test_own_models.py::test_own_model_from_outside_the_repository_matches_its_float64_reference and "
+        "::test_own_model_runs_from_the_command_line_with_the_users_pythonpath"
+    ),
+}
+
 
 def _param(command: Command):
     marks = []
@@ -236,7 +251,7 @@ def _param(command: Command):
         marks.append(pytest.mark.skip(reason=needs_cluster(command)))
     if n_jobs(command) > FAST_JOBS:
         marks.append(pytest.mark.slow)
-    elif full_size_vision(command) or preset_transformer(command):
+    elif full_size_vision(command) or preset_transformer(command) or " ".join(command.args) in COVERED_IN_PROCESS:
         marks.append(pytest.mark.heavy)
     return pytest.param(command, marks=marks, id=f"{command.source} {' '.join(command.args)}"[:150])
 

@@ -299,3 +299,23 @@ def test_own_model_runs_from_the_command_line_with_the_users_pythonpath(own_mode
     assert out.returncode == 0, out.stderr[-2000:]
     saved = json.loads((tmp_path / "result.json").read_text())
     assert saved["status"] == "FINISHED" and saved["metrics"]["max_rel_err_vs_reference"] < 1e-12
+
+
+def test_a_weights_file_for_a_workload_without_a_spec_of_its_weights_is_refused_in_one_line(tmp_path):
+    """A workload that names no loadable weights (`spec` None) given model.weights: a ConfigError, not a TypeError
+    from inside the checkpoint match (mypy found it)."""
+    from omegaconf import OmegaConf
+
+    from runner.models import Workload, initial_weights
+
+    class Plain(Workload):
+        name = "plain"
+
+        def init_params(self, rng):
+            return {"w": np.zeros(2)}
+
+    with h5py.File(tmp_path / "w.h5", "w") as f:  # a readable weights file, with the one parameter it has
+        f["w"] = np.ones(2)
+    model_cfg = OmegaConf.create({"weights": str(tmp_path / "w.h5")})
+    with pytest.raises(ConfigError, match="model=plain takes no weights file"):
+        initial_weights(model_cfg, Plain(), np.random.default_rng(0))

@@ -150,6 +150,8 @@ def initial_weights(model_cfg: DictConfig, workload: Workload, rng: np.random.Ge
             )
     else:
         return seeded
+    if workload.spec is None:  # an op workload or a model of one's own that names no loadable weights
+        raise ConfigError(f"model={workload.name} takes no weights file: it has no `spec` of its weights")
     return match_spec(read_checkpoint(path), workload.spec, path)
 
 

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import partial
 from types import ModuleType
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
@@ -97,7 +97,8 @@ def build_task(task_cfg: DictConfig) -> Task:
     cls = class_named("task._target_", task_cfg.get("_target_") or "")
     if not (isinstance(cls, type) and issubclass(cls, Task)):
         raise ConfigError(f"task._target_={task_cfg._target_} must be a subclass of runner.tasks.Task")
-    arguments = {k: v for k, v in OmegaConf.to_container(task_cfg, resolve=True).items() if k not in TASK_META_KEYS}
+    node = cast(dict[str, Any], OmegaConf.to_container(task_cfg, resolve=True))  # a DictConfig's container is a dict
+    arguments = {k: v for k, v in node.items() if k not in TASK_META_KEYS}
     try:
         return cls(name=str(task_cfg.name), **arguments)
     except TypeError as error:

@@ -7,11 +7,13 @@ import platform
 import re
 import subprocess
 import sys
+from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
 
 from runner import version
 from runner.locations import FROM_CHECKOUT, PROJECT_ROOT
+from runner.record.machine_state import machine_state
 
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "TF_NUM_INTRAOP_THREADS")
 # Where a scheduler placed the job: environment variable -> key in `environment` (and MLflow tag env.KEY).
@@ -56,12 +58,13 @@ def collect(backend_env: dict) -> dict:
         env["gpu_driver"] = nvidia_driver_version()
     env.update({name: os.environ[name] for name in THREAD_VARIABLES if name in os.environ})
     env.update(scheduler_context())
+    env.update(machine_state())  # CPU clock and governor, GPU clocks, temperature and throttling where readable
     env.update(backend_env)
     env.setdefault("device_name", env["cpu"])
     return env
 
 
-def scheduler_context(environ: dict[str, str] | None = None) -> dict[str, str]:
+def scheduler_context(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """The SLURM job/array ids, node and partition, or Ray's job id, of the job this process belongs to."""
     environ = os.environ if environ is None else environ
     context = {key: environ[name] for name, key in SCHEDULER_VARIABLES.items() if environ.get(name)}

@@ -11,11 +11,21 @@ import numpy as np
 import pandas as pd
 
 from runner import tracking
+from runner.measure.samples import typical_s
 from runner.record import naming, setups
 from runner.record.result import RESULT_FILE, Result, ResultUnreadable, Status, read_sample_rounds, read_samples
 from runner.record.table import COLUMNS, PROSE, Column, present, rows
 from runner.record.table import markdown as table_markdown
-from runner.report.ratio import UNSTABLE_DISAGREE, Verdict, describe, instability, time_ratio
+from runner.report.ratio import (
+    ASSUMED,
+    UNSTABLE_DISAGREE,
+    ProcessSpread,
+    Verdict,
+    describe,
+    instability,
+    process_spread,
+    time_ratio,
+)
 
 PANEL_KEYS = ("params.model.name", "params.task.name", "params.batch_size")  # a size sweep shares one panel
 SETTING_PREFIXES = ("params.model.", "params.data.")  # the workload's own settings: model.n, data.image_size, ...
@@ -134,6 +144,7 @@ def labels(frame: pd.DataFrame, columns: list[str] | None = None) -> pd.Series:
 
 
 COMPARISON = ("time_ratio", "time_ratio_ci_low", "time_ratio_ci_high", "verdict", "verdict_reason", "time_ratio_basis")
+COMPARISON += ("time_ratio_resolution",)  # the smallest difference the comparison calls 9 times in 10 (ratio.spread)
 COMPARED = (*COMPARISON, "within_noise")  # and the verdict with its reason as the table prints it
 PROSE_KEYS = ("verdict", "verdict_reason", "within_noise", "time_ratio_basis")
 
@@ -152,33 +163,58 @@ def compare(frame: pd.DataFrame) -> pd.DataFrame:
     timed = frame[(frame["status"] == Status.FINISHED) & frame["metrics.time_median_s"].notna()]
     keys = work_keys(frame) + (["setup"] if "setup" in frame else [])
     for _, group in timed.groupby([timed[k].map(str) for k in keys], sort=False):
-        fastest = group["metrics.time_median_s"].idxmin()
+        fastest = group.apply(_typical, axis=1).idxmin()
+        spread = _process_spread(frame, group)
         unstable = {i: _instability(frame.loc[i]) for i in group.index}
         for i in group.index:
             if i == fastest:
                 verdict = (Verdict.UNSTABLE, unstable[i]) if unstable[i] else (Verdict.FASTEST, None)
-                frame.loc[i, COMPARISON] = [1.0, np.nan, np.nan, *verdict, None]
+                frame.loc[i, COMPARISON] = [1.0, np.nan, np.nan, *verdict, None, np.nan]
             else:
                 no_verdict = (Verdict.UNSTABLE, unstable[i]) if unstable[i] else None
                 if no_verdict is None and unstable[fastest]:
                     no_verdict = (Verdict.CANNOT_TELL, "the fastest job is unstable")
-                frame.loc[i, COMPARISON] = _versus(frame.loc[i], frame.loc[fastest], len(group) - 1, no_verdict)
+                frame.loc[i, COMPARISON] = _versus(frame.loc[i], frame.loc[fastest], len(group) - 1, no_verdict, spread)
             frame.loc[i, "within_noise"] = describe(frame.loc[i, "verdict"], frame.loc[i, "verdict_reason"])
     return frame
 
 
-def _versus(run: pd.Series, fastest: pd.Series, comparisons: int, no_verdict: tuple | None) -> list:
+def _typical(run: pd.Series) -> float:
+    """The run's typical time (runner.measure.samples.typical_s), its median where its samples are not here."""
+    if run["samples_s"] is None:
+        return run["metrics.time_median_s"]
+    return typical_s(run["samples_s"], run.get("sample_rounds"))
+
+
+def _process_spread(frame: pd.DataFrame, group: pd.DataFrame) -> ProcessSpread:
+    """The spread between processes that the group's replicates show (runs differing only in their seed)."""
+    runs = group[group["samples_s"].notna()]
+    if runs.empty:
+        return ASSUMED
+    varied = [c for c in varied_params(frame) if c != "params.seed"]
+    configurations = labels(runs, varied).tolist() if varied else [""] * len(runs)
+    return process_spread([(r["samples_s"], r.get("sample_rounds")) for _, r in runs.iterrows()], configurations)
+
+
+def _versus(
+    run: pd.Series, fastest: pd.Series, comparisons: int, no_verdict: tuple | None, spread: ProcessSpread = ASSUMED
+) -> list:
     """time_ratio, its interval, the verdict with its reason, and the basis of `run` against `fastest`;
     `no_verdict` (a verdict and its reason) where one of the two jobs' rounds disagree too much for one."""
     by_medians = run["metrics.time_median_s"] / fastest["metrics.time_median_s"]
     if run["samples_s"] is None or fastest["samples_s"] is None:  # e.g. MLflow runs made on another machine
-        return [by_medians, np.nan, np.nan, Verdict.CANNOT_TELL, "no samples", None]
+        return [by_medians, np.nan, np.nan, Verdict.CANNOT_TELL, "no samples", None, np.nan]
     samples = (run["samples_s"], run.get("sample_rounds"), fastest["samples_s"], fastest.get("sample_rounds"))
-    ratio = time_ratio(*samples, comparisons=comparisons)
-    disagree = max(ratio.value / by_medians, by_medians / ratio.value)
+    ratio = time_ratio(*samples, comparisons=comparisons, process_sd=spread.sd, process_df=spread.df)
+    by_typical = _typical(run) / _typical(fastest)  # the medians move with a busy machine's slow blocks; these not
+    disagree = max(ratio.value / by_typical, by_typical / ratio.value)
     if not no_verdict and disagree > UNSTABLE_DISAGREE:
-        no_verdict = (Verdict.UNSTABLE, f"{ratio.value:.2f}x over its rounds, {by_medians:.2f}x by the medians")
-    return [ratio.value, ratio.low, ratio.high, *(no_verdict or ratio.verdict()), ratio.basis()]
+        no_verdict = (Verdict.UNSTABLE, f"{ratio.value:.2f}x over its rounds, {by_typical:.2f}x by the typical times")
+    if (
+        no_verdict and no_verdict[0] == Verdict.UNSTABLE
+    ):  # rounds that disagree: the ratio the typical times beside it give
+        return [by_typical, np.nan, np.nan, *no_verdict, ratio.basis(), np.nan]
+    return [ratio.value, ratio.low, ratio.high, *(no_verdict or ratio.verdict()), ratio.basis(), ratio.resolution]
 
 
 def _instability(run: pd.Series) -> str | None:

@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass, field
 from enum import Enum, StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
@@ -216,7 +216,7 @@ def check_combination(cfg: DictConfig) -> None:
         raise ConfigError(f"threads={cfg.threads}: must be a positive integer, or null for the framework's default")
     _check_backend(cfg.backend, c)
     check_precision(cfg.precision, cfg.model, c, ConfigError)
-    task = class_named("task._target_", cfg.task.get("_target_"))
+    task: Any = class_named("task._target_", cfg.task.get("_target_"))  # a runner.tasks.Task, by its attributes
     if not hasattr(task, "like"):  # what runner.tasks.Task has, read without importing a layer above this one
         raise ConfigError(f"task._target_={cfg.task._target_} must be a subclass of runner.tasks.Task")
     if cfg.mode.per_example and not task.per_example_modes:
@@ -253,7 +253,7 @@ def _check_model(model: DictConfig, backend: DictConfig, c: dict[str, str], task
     if missing:
         able = [name for name, ops in backend_capabilities().items() if set(missing) <= set(ops)]
         where = " or ".join(f"backend={name}" for name in able) or "no installed backend"
-        elsewhere = f"; {supports.elsewhere}" if supports.get("elsewhere") else ""  # the model's other routes
+        elsewhere = f"; {supports['elsewhere']}" if supports.get("elsewhere") else ""  # the model's other routes
         raise ConfigError(
             f"model={c['model']} needs {', '.join(missing)} ops: it runs on {where}, not backend={c['backend']}"
             f"{elsewhere}"
@@ -265,7 +265,7 @@ def backend_capabilities() -> dict[str, list[str]]:
     """{backend name: its op families}, from conf/backend/*.yaml."""
     found = {}
     for path in sorted((CONFIG_DIR / "backend").glob("*.yaml")):
-        declared = OmegaConf.load(path)
+        declared = cast(DictConfig, OmegaConf.load(path))  # a backend file is a mapping
         found[str(declared.name)] = list(declared.get("ops", []))
     return found
 
@@ -278,7 +278,7 @@ def check_model_arguments(model: DictConfig) -> None:
     target = model.get("_target_")
     if not target:
         raise ConfigError(f"model={model.get('name')} names no class: set model._target_ to the workload's class")
-    cls = class_named("model._target_", target)
+    cls: type[Any] = class_named("model._target_", target)
     hints = typing.get_type_hints(cls.__init__)
     arguments = workload_arguments(model)
     for name, parameter in inspect.signature(cls).parameters.items():
@@ -303,7 +303,8 @@ def class_named(key: str, path: str) -> type:
 
 def workload_arguments(model: DictConfig) -> dict:
     """The model config's keys that are its class's constructor arguments."""
-    return {k: v for k, v in OmegaConf.to_container(model, resolve=True).items() if k not in MODEL_META_KEYS}
+    node = cast(dict, OmegaConf.to_container(model, resolve=True))  # a DictConfig's container is a dict
+    return {k: v for k, v in node.items() if k not in MODEL_META_KEYS}
 
 
 def _fits(value: object, hint: object) -> bool:

@@ -7,7 +7,7 @@ experiments/summarize.py all show these columns; runs.csv keeps the raw numbers 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -118,12 +118,12 @@ PROSE = ("time_ratio_ci", "within_noise")  # cells made of other values: runs.cs
 SWEEP_COLUMNS = tuple(c for c in COLUMNS if c.key not in _TERMINAL_ONLY)  # a row per job must fit a terminal
 
 
-def present(columns: tuple[Column, ...], records: list[Mapping[str, Any]]) -> list[Column]:
+def present(columns: tuple[Column, ...], records: Sequence[Mapping[str, Any]]) -> list[Column]:
     """The columns that have a value in at least one record."""
     return [c for c in columns if any(c.cell(r) for r in records)]
 
 
-def rows(columns: list[Column], records: list[Mapping[str, Any]]) -> list[list[str]]:
+def rows(columns: list[Column], records: Sequence[Mapping[str, Any]]) -> list[list[str]]:
     return [[c.cell(r) for c in columns] for r in records]
 
 

@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass
 from itertools import pairwise
 from pathlib import Path
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -86,13 +87,15 @@ def _configurations(group: pd.DataFrame, varied: list[str]) -> list[pd.DataFrame
 def _compared(title: str, configs: list[tuple[str, str, pd.DataFrame]]) -> list[Pooled]:
     rounds = {key: _pooled_rounds(runs) for _, key, runs in configs}
     times = {key: _typical(runs, rounds[key]) for _, key, runs in configs}
-    fastest_key = min(times, key=times.get)
+    fastest_key = min(times, key=lambda k: times[k])
     spread = _process_spread(configs)
     unstable = {key: _instability(runs, rounds[key]) for _, key, runs in configs}
     out = []
     for label, key, runs in configs:
         busy = float(runs.get("metrics.machine_other_runnable", pd.Series(dtype=float)).mean() or 0.0)
-        common = dict(workload=title, label=label, key=key, runs=len(runs), time_s=times[key], busy=busy)
+        common: dict[str, Any] = dict(
+            workload=title, label=label, key=key, runs=len(runs), time_s=times[key], busy=busy
+        )
         common["is_fastest"] = key == fastest_key
         by_times = times[key] / times[fastest_key]
         if key == fastest_key:
@@ -105,7 +108,8 @@ def _compared(title: str, configs: list[tuple[str, str, pd.DataFrame]]) -> list[
         else:
             replicates = min(len(runs), len(next(r for _, k, r in configs if k == fastest_key)))
             found = _versus(rounds[key], rounds[fastest_key], by_times, spread, replicates, len(configs) - 1)
-        out.append(Pooled(**common, **dict(zip(("ratio", "low", "high", "verdict", "reason"), found, strict=True))))
+        compared: dict[str, Any] = dict(zip(("ratio", "low", "high", "verdict", "reason"), found, strict=True))
+        out.append(Pooled(**common, **compared))
     return sorted(out, key=lambda p: (not p.is_fastest, p.ratio))
 
 
@@ -115,7 +119,7 @@ def _pooled_rounds(runs: pd.DataFrame) -> tuple[np.ndarray, np.ndarray] | None:
     samples = list(runs["samples_s"]) if "samples_s" in runs else [None]
     if any(s is None for s in samples):
         return None
-    turns = [turn_typical(s, r) for s, r in zip(samples, _rounds_of(runs), strict=True)]
+    turns = [turn_typical(cast(np.ndarray, s), r) for s, r in zip(samples, _rounds_of(runs), strict=True)]  # no None
     numbers = sorted(set().union(*turns))
     logs = [np.mean([math.log(t[n]) for t in turns if n in t]) for n in numbers]
     return np.exp(logs), np.array(numbers)
@@ -153,7 +157,14 @@ def _process_spread(configs: list[tuple[str, str, pd.DataFrame]]) -> ProcessSpre
     return process_spread(jobs, names) if jobs else ASSUMED
 
 
-def _versus(runs, fastest, by_times: float, spread: ProcessSpread, replicates: int, comparisons: int) -> tuple:
+def _versus(
+    runs: tuple[np.ndarray, np.ndarray] | None,
+    fastest: tuple[np.ndarray, np.ndarray] | None,
+    by_times: float,
+    spread: ProcessSpread,
+    replicates: int,
+    comparisons: int,
+) -> tuple:
     """A configuration's ratio to the fastest over their pooled rounds; each averages `replicates` processes, so
     the spread between processes shrinks by sqrt(replicates)."""
     if runs is None or fastest is None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -43,7 +44,7 @@ def runs_from_dirs(run_dirs: Iterable[Path]) -> pd.DataFrame:
         except ResultUnreadable as error:
             result = Result(status=Status.FAILED, error=str(error))
         name = naming.run_name(result.config, *naming.job_context(run_dir)) if result.config else run_dir.name
-        row = {"run": name, "run_dir": str(run_dir), "status": result.status, "error": result.error}
+        row: dict[str, Any] = {"run": name, "run_dir": str(run_dir), "status": result.status, "error": result.error}
         row["warnings"] = result.warnings
         row.update(setups.environment_columns(result.environment))
         row.update({f"params.{k}": v for k, v in naming.run_params(result.config, result.copied_keys).items()})
@@ -143,7 +144,14 @@ def labels(frame: pd.DataFrame, columns: list[str] | None = None) -> pd.Series:
     return frame[columns].map(str).apply(lambda row: " ".join(f"{short_name(c)}={v}" for c, v in row.items()), axis=1)
 
 
-COMPARISON = ("time_ratio", "time_ratio_ci_low", "time_ratio_ci_high", "verdict", "verdict_reason", "time_ratio_basis")
+COMPARISON: tuple[str, ...] = (
+    "time_ratio",
+    "time_ratio_ci_low",
+    "time_ratio_ci_high",
+    "verdict",
+    "verdict_reason",
+    "time_ratio_basis",
+)
 COMPARISON += ("time_ratio_resolution",)  # the smallest difference the comparison calls 9 times in 10 (ratio.spread)
 COMPARED = (*COMPARISON, "within_noise")  # and the verdict with its reason as the table prints it
 PROSE_KEYS = ("verdict", "verdict_reason", "within_noise", "time_ratio_basis")

@@ -55,7 +55,7 @@ def tensorflow_train_loops(device: str) -> Loops:
     def step(x, t):
         with tf.GradientTape() as tape:
             loss = tf.reduce_mean(tf.square(tf.matmul(tf.nn.relu(tf.matmul(x, w1) + b), w2) - t))
-        optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
+        optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables, strict=True))
         return loss
 
     compiled = tf.function(step)

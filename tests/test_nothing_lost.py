@@ -66,7 +66,8 @@ def test_a_data_setting_the_run_does_not_read_is_named_in_one_warning(capsys):
     preflight.check_argv(["data.image_size=0", "data.path=photos", "batch_size=2"])  # the MLP, random inputs
     warnings = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning")]
     assert warnings == [
-        "warning: this run does not read data.image_size=0, data.path=photos: its task, model and data have no use for it"
+        "warning: this run does not read data.image_size=0, data.path=photos: "
+        "its task, model and data have no use for it"
     ]
     preflight.check_argv(["model=resnet18", "backend=torch", "data.image_size=64"])
     assert "warning" not in capsys.readouterr().err

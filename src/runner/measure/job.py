@@ -211,7 +211,7 @@ def _environment(job: Prepared, energy_note: dict) -> dict:
     env["malloc_keeps_freed_memory"] = job.malloc_keeps_freed
     env.update(precision=job.spec.precision, **job.precision_env)
     env.update(job.workload.describe(job.backend, job.state, job.inputs, job.choices["task"]))
-    env.update(job.task.describe(job.backend, job.choices["mode"]))
+    env.update(job.task.describe(job.setup))
     return {**env, **energy_note}
 
 

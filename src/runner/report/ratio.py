@@ -25,10 +25,10 @@ gives the ratio of typical times and no interval. Jobs measured apart (two sweep
 Each job is measured in one worker process, and a process has its own lasting offset: identical jobs
 whose rounds agree closely (intervals over rounds of +-1%) still came out up to 5% apart, each in its own
 process, because each process gets its own physical memory placement (the address layout is fixed:
-runner.launch.isolation). Rounds cannot see an offset that lasts the process's life, so the interval adds its spread per job (the way a
-measurement's systematic uncertainty is added to its statistical one): measured in the sweep where it has
-replicates (process_spread: jobs differing only in their seed), pooled with PROCESS_SD; else PROCESS_SD, from the
-A/A sweeps of BENCHMARKS.md.
+runner.launch.isolation). Rounds cannot see an offset that lasts the process's life, so the interval adds its
+spread per job (the way a measurement's systematic uncertainty is added to its statistical one): measured in the
+sweep where it has replicates (process_spread: jobs differing only in their seed), pooled with PROCESS_SD; else
+PROCESS_SD, from the A/A sweeps of BENCHMARKS.md.
 
 Beside each interval, its resolution: the smallest difference the comparison calls 9 times in 10 (`spread`). A
 sweep's rounds stop once every comparison resolves timing.resolve (runner.launch.rounds).

@@ -87,7 +87,7 @@ class Task:
         """Metrics of its own, from the median seconds per call."""
         return {}
 
-    def describe(self, backend: ModuleType, mode: str) -> dict[str, str]:
+    def describe(self, setup: Setup) -> dict[str, str]:
         """What ran, in words, for result.json's environment (e.g. how the training step was compiled)."""
         return {}
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from functools import partial
 from types import ModuleType
+
 import numpy as np
 
 from runner.tasks import Setup, Task, TaskRun, float64, timed_call
@@ -39,7 +40,9 @@ class Gradients(Task):
             fn = b.per_example_grad(loss, mode, setup.workload.gradients)
         else:
             fn = b.grad(loss, setup.workload.gradients)
-        step = timed_call(b, fn, mode, setup.device, b.trainable(setup.params), setup.inputs["x"], setup.inputs["labels"])
+        step = timed_call(
+            b, fn, mode, setup.device, b.trainable(setup.params), setup.inputs["x"], setup.inputs["labels"]
+        )
         return TaskRun(step, partial(_gradient_results, b, setup.per_example))
 
     def reference(self, setup: Setup, params: dict, inputs: dict) -> dict[str, np.ndarray]:

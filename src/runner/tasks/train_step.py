@@ -30,7 +30,6 @@ class TrainStep(Task):
         if checked_steps < 1:
             raise ConfigError(f"task.checked_steps={checked_steps}: must be a positive integer")
         self.checked_steps = checked_steps
-        self._owner: Any = None  # who writes the step (_owner): known once built
 
     def build(self, setup: Setup) -> TaskRun:
         b, scale = setup.backend, _per_label(setup.inputs["labels"])
@@ -40,8 +39,7 @@ class TrainStep(Task):
             return total(params, x, labels) * scale
 
         backprop = setup.workload.gradients and partial(_scaled, setup.workload.gradients, scale)
-        self._owner = _owner(setup)
-        step, weights = self._owner.train_step(loss, setup.params, self.optimizer, setup.mode, setup.device, backprop)
+        step, weights = _owner(setup).train_step(loss, setup.params, self.optimizer, setup.mode, setup.device, backprop)
         timed = partial(step, setup.inputs["x"], setup.inputs["labels"])
 
         def trained(first_output: object) -> dict[str, np.ndarray]:
@@ -68,10 +66,10 @@ class TrainStep(Task):
     def metrics(self, time_median_s: float) -> dict[str, float]:
         return {"steps_per_s": 1.0 / time_median_s}
 
-    def describe(self, backend: ModuleType, mode: str) -> dict[str, str]:
-        owner = self._owner or backend
+    def describe(self, setup: Setup) -> dict[str, str]:
+        owner = _owner(setup)
         convention = getattr(owner, "OPTIMIZER_CONVENTION", "torch")
-        return {"optimizer_convention": convention, **_how_compiled(owner, mode)}
+        return {"optimizer_convention": convention, **_how_compiled(owner, setup.mode)}
 
 
 def _owner(setup: Setup) -> Any:

@@ -25,18 +25,19 @@ def run_parity(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_parity_benchmark_writes_its_rows_and_keeps_the_rest(tmp_path):
+    """One run into a file that holds a section of an earlier run: the rest kept, the section replaced."""
+    parity = load_parity()
     out = tmp_path / "BENCHMARKS.md"
-    out.write_text("# Benchmarks\n\n| row | measured |\n")
+    out.write_text(f"# Benchmarks\n\n| row | measured |\n\n{parity.BEGIN}\n| an earlier run |\n{parity.END}\n\ntail\n")
     result = run_parity("--backends", "numpy", "--rows", "mlp_inference,matmul", "--budget", "0.05", "--out", str(out))
     assert result.returncode == 0, result.stderr[-2000:]
     text = out.read_text()
-    assert text.startswith("# Benchmarks\n\n| row | measured |")
-    section = text[text.index("<!-- parity:begin -->") :]
+    assert text.startswith("# Benchmarks\n\n| row | measured |") and text.rstrip().endswith("tail")
+    assert text.count(parity.BEGIN) == 1 and "an earlier run" not in text  # replaced, not appended
+    section = text[text.index(parity.BEGIN) :]
     rows = [line for line in section.splitlines() if line.startswith("| numpy | cpu |")]
     assert [row.split(" | ")[2] for row in rows] == ["mlp_inference", "matmul"]
     assert all("**" in row and "target" in row for row in rows)
-    again = run_parity("--backends", "numpy", "--rows", "matmul", "--budget", "0.05", "--out", str(out))
-    assert again.returncode == 0 and out.read_text().count("<!-- parity:begin -->") == 1  # replaced, not appended
 
 
 def test_bad_input_is_one_line_and_exit_2():

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Screenshots of the MLflow UI over a store, as a person sees it: the newest sweep parent's page (its description
-# expanded), a child run's page, its timing trace (the time_sample_ms chart), the runs table and the parent's
+# expanded), a child run's page, its timing trace (the trace/time_sample_us chart), the runs table and the parent's
 # artifacts; MLflow's assistant panel closed, charts loaded (scripts/screenshot_mlflow_ui.py drives headless
 # Chromium). Needs chromium (apt-get install -y chromium).
 #   scripts/screenshot-mlflow-ui.sh /path/to/mlflow.db OUT_DIR [EXPERIMENT] [PORT]

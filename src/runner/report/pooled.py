@@ -4,8 +4,9 @@ one sentence and a short table.
 Runs that differ only in `seed` (REPLICATE_KEYS) are replicates of one configuration: the same work with other
 weights and inputs, each in its own process. They are pooled round by round (the rounds launcher measures every
 job in each round): a configuration's time in a round is the geometric mean of its replicates' typical times in
-it (runner.measure.samples.turn_typical), its typical time the median over rounds, and its ratio to the fastest
-configuration runner.report.ratio's over those pooled rounds. Each process keeps an offset of its own that
+it (runner.measure.samples.turn_typical; each replicate's stalled turns pulled in first), its typical time the
+geometric mean of its replicates' typical times, and its ratio to the fastest configuration runner.report.ratio's
+over those pooled rounds. Each process keeps an offset of its own that
 rounds cannot see: the interval holds the spread between processes that the replicates show
 (ratio.process_spread), shrunk by the square root of the replicates each configuration averages.
 """
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import pairwise
 from pathlib import Path
 from typing import Any, cast
@@ -35,6 +36,7 @@ from runner.report.ratio import (
     Verdict,
     instability,
     process_spread,
+    tamed,
     time_ratio,
 )
 
@@ -51,7 +53,7 @@ class Pooled:
     label: str  # what varied, seed aside: "torch", "torch · function"
     key: str  # the label as an MLflow metric name's prefix: "torch", "torch_function"
     runs: int  # replicates pooled
-    time_s: float  # typical time per call: median over rounds of its replicates' turn_typical (geometric mean)
+    time_s: float  # typical time per call: the geometric mean of its replicates' typical times
     ratio: float  # time / the fastest's; 1 for the fastest
     low: float  # 95% interval (NaN where there is none)
     high: float
@@ -89,7 +91,7 @@ def _compared(title: str, configs: list[tuple[str, str, pd.DataFrame]]) -> list[
     times = {key: _typical(runs, rounds[key]) for _, key, runs in configs}
     fastest_key = min(times, key=lambda k: times[k])
     spread = _process_spread(configs)
-    unstable = {key: _instability(runs, rounds[key]) for _, key, runs in configs}
+    unstable = {key: _instability(runs, _pooled_rounds(runs, tame=False)) for _, key, runs in configs}
     out = []
     for label, key, runs in configs:
         busy = float(runs.get("metrics.machine_other_runnable", pd.Series(dtype=float)).mean() or 0.0)
@@ -113,22 +115,29 @@ def _compared(title: str, configs: list[tuple[str, str, pd.DataFrame]]) -> list[
     return sorted(out, key=lambda p: (not p.is_fastest, p.ratio))
 
 
-def _pooled_rounds(runs: pd.DataFrame) -> tuple[np.ndarray, np.ndarray] | None:
+def _pooled_rounds(runs: pd.DataFrame, tame: bool = True) -> tuple[np.ndarray, np.ndarray] | None:
     """A configuration's typical time per round (samples.turn_typical) over its replicates, as their geometric
     mean, with the round numbers; None where a replicate has no samples here."""
     samples = list(runs["samples_s"]) if "samples_s" in runs else [None]
     if any(s is None for s in samples):
         return None
     turns = [turn_typical(cast(np.ndarray, s), r) for s, r in zip(samples, _rounds_of(runs), strict=True)]  # no None
+    # each replicate's stalled turns pulled in first (ratio.tamed): replicates that stall in different rounds would
+    # otherwise lift most rounds' mean, and the median over rounds with them
+    pull = tamed if tame else (lambda logs: logs)
+    logs_of = [dict(zip(sorted(t), pull(np.log([t[n] for n in sorted(t)])), strict=True)) for t in turns]
     numbers = sorted(set().union(*turns))
-    logs = [np.mean([math.log(t[n]) for t in turns if n in t]) for n in numbers]
+    logs = [np.mean([t[n] for t in logs_of if n in t]) for n in numbers]
     return np.exp(logs), np.array(numbers)
 
 
 def _typical(runs: pd.DataFrame, rounds: tuple[np.ndarray, np.ndarray] | None) -> float:
-    """The configuration's typical time: the median over rounds of its pooled per-round times (the median of
-    its replicates' medians where samples are missing)."""
-    return float(np.median(rounds[0])) if rounds is not None else float(runs["metrics.time_median_s"].median())
+    """The configuration's typical time: the geometric mean of its replicates' typical times, the figures the job
+    table shows beside it (the median of their medians where samples are missing)."""
+    if rounds is None:
+        return float(runs["metrics.time_median_s"].median())
+    each = [typical_s(s, r) for s, r in zip(runs["samples_s"], _rounds_of(runs), strict=True)]
+    return float(np.exp(np.mean(np.log(each))))
 
 
 def _instability(runs: pd.DataFrame, rounds: tuple[np.ndarray, np.ndarray] | None) -> str | None:
@@ -174,7 +183,11 @@ def _versus(
     if max(ratio.value / by_times, by_times / ratio.value) > UNSTABLE_DISAGREE:
         reason = f"{ratio.value:.2f}x over its rounds, {by_times:.2f}x by the typical times"
         return by_times, math.nan, math.nan, Verdict.UNSTABLE, reason  # the ratio that agrees with the times beside it
-    return ratio.value, ratio.low, ratio.high, *ratio.verdict()
+    # the rounds give the interval's width, the typical times beside it its centre: replicates that stall in
+    # different rounds move the pooled rounds' median, not the replicates' own typical times
+    shift = by_times / ratio.value
+    centred = replace(ratio, value=by_times, low=ratio.low * shift, high=ratio.high * shift)
+    return centred.value, centred.low, centred.high, *centred.verdict()
 
 
 def _workload(row: pd.Series, keys: list[str]) -> str:

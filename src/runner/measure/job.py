@@ -9,6 +9,8 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 from omegaconf import DictConfig
@@ -29,6 +31,9 @@ from runner.record.result import ERROR_LOG, Result, Status
 from runner.spec import JobSpec
 from runner.tasks import Setup, Task, TaskRun, build_task
 
+if TYPE_CHECKING:
+    from runner.models import Workload
+
 WEIGHTS_RECORD_LIMIT = 2_000_000  # weights are written to tensors.h5 when they have fewer elements
 
 
@@ -48,8 +53,8 @@ class Prepared:
 
     spec: JobSpec
     choices: dict
-    workload: object
-    backend: object
+    workload: Workload
+    backend: ModuleType  # a runner.backends module
     device: str
     state: dict  # every weight, as the backend holds it
     inputs: dict
@@ -126,7 +131,7 @@ def _prepare(spec: JobSpec, progress: ProgressLine) -> Prepared:
     )
 
 
-def _start_backend(spec: JobSpec, workload, progress: ProgressLine) -> tuple[object, str, dict, float]:
+def _start_backend(spec: JobSpec, workload, progress: ProgressLine) -> tuple[ModuleType, str, dict, float]:
     """The backend imported and configured: (backend, the device it resolved, what its precision policy set, seconds
     the device start-up took)."""
     from runner.backends import load_backend
@@ -170,7 +175,7 @@ def _measure(job: Prepared, before_timing: Callable[[], object], turns: Turns | 
     before_timing()
     job.backend.reset_peak_memory(job.device)
     try:
-        measurement, (first_output, results) = measure(
+        measurement, kept = measure(
             job.task_run.step,
             job.backend.synchronizer(job.device),
             **job.timing,
@@ -183,6 +188,7 @@ def _measure(job: Prepared, before_timing: Callable[[], object], turns: Turns | 
         stopped.examples_per_call = job.examples_per_call  # the record's throughput counts real examples
         stopped.series_metrics = series_metrics(job.timing["series"])
         raise
+    first_output, results = cast(tuple[Any, dict], kept)  # what `keep` returned for the first call
     return measurement, first_output, results, energy_note
 
 
@@ -235,9 +241,9 @@ def _metrics(job: Prepared, measurement: Measurement, results: dict, first_outpu
     flops = job.workload.flops_per_call()
     if flops and "time_median_s" in metrics:
         metrics["gflops_per_s"] = flops / metrics["time_median_s"] / 1e9
-    metrics.update(job.workload.extra_metrics(job.backend, job.state, job.inputs, first_output))
     if metrics.get("time_median_s"):
         metrics.update(job.task.metrics(metrics["time_median_s"]))
+    metrics.update(job.workload.extra_metrics(job.backend, job.state, job.inputs, first_output))
     return metrics
 
 
@@ -353,8 +359,8 @@ def run_and_record(
         result.stopped_by = stop_reason(interrupt)
     except MeasurementFailed as failure:
         (run_dir / ERROR_LOG).write_text(traceback.format_exc())
-        error = failure.__cause__
-        reason = f"{type(error).__name__}: {first_line(error)} (while timing; the samples before it are kept)"
+        cause = failure.__cause__ or failure  # raised from the error that stopped the timing (runner.measure.timing)
+        reason = f"{type(cause).__name__}: {first_line(cause)} (while timing; the samples before it are kept)"
         result = stopped_while_timing(Status.FAILED, reason, failure.measurement, spec.batch_size, failure)
     except KeyboardInterrupt as interrupt:
         result = Result(status=Status.KILLED, error=stop_reason(interrupt))

@@ -44,6 +44,7 @@ class KerasModel(Workload):
     makes_images = False
     own_layout = True  # Keras's layouts on every backend: the runner converts nothing
     own_precision = True  # precision=bf16_mixed / fp16_mixed: Keras's own mixed dtype policy (KERAS_POLICIES)
+    spec: dict[str, tuple]  # always: set in __init__
 
     def __init__(
         self,
@@ -109,7 +110,7 @@ class KerasModel(Workload):
         from PIL import Image, ImageOps
 
         size = (self.image_size, self.image_size)
-        pixels = np.asarray(ImageOps.fit(image, size, Image.BILINEAR), dtype=np.float32)[None]
+        pixels = np.asarray(ImageOps.fit(image, size, Image.Resampling.BILINEAR), dtype=np.float32)[None]
         return np.asarray(_preprocess_input(self.keras, self.arch)(pixels), np.float64)[0].transpose(2, 0, 1)
 
     def examples_per_call(self, batch_size: int) -> int:
@@ -166,9 +167,9 @@ class KerasModel(Workload):
         for mode in ("function", "xla"):
             options = self._compiled(mode)
             modes[mode] = f"model.train_on_batch, jit_compile={options['jit_compile']} (Keras's {how} of its step)"
-        return modes
         if how == "torch.compile":  # seen on MobileNetV2: the compiled step ran slower than the eager one
             modes["function"] += "; dynamo recompiles Keras's shared per-layer frames, past its limit eagerly"
+        return modes
 
     def interpret(self, y: np.ndarray) -> dict:
         return {"predictions": top5(y)}
@@ -183,13 +184,13 @@ class KerasModel(Workload):
 def import_keras(backend: str):
     """Keras 3 on `backend`; one line when this process already imported it with another backend."""
     if "keras" in sys.modules:
-        keras = sys.modules["keras"]
-        if keras.backend.backend() != backend:
+        loaded = sys.modules["keras"]
+        if loaded.backend.backend() != backend:
             raise ConfigError(
-                f"Keras is already running on {keras.backend.backend()} in this process and cannot switch to "
+                f"Keras is already running on {loaded.backend.backend()} in this process and cannot switch to "
                 f"{backend}: run model=keras in a fresh process (isolation=process)"
             )
-        return keras
+        return loaded
     os.environ["KERAS_BACKEND"] = backend
     import keras
 

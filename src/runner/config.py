@@ -215,7 +215,7 @@ def check_combination(cfg: DictConfig) -> None:
     if cfg.threads is not None and cfg.threads < 1:
         raise ConfigError(f"threads={cfg.threads}: must be a positive integer, or null for the framework's default")
     _check_backend(cfg.backend, c)
-    check_precision(cfg.precision, cfg.model, c, ConfigError)
+    check_precision(cfg.precision, cfg.model, c)
     task: Any = class_named("task._target_", cfg.task.get("_target_"))  # a runner.tasks.Task, by its attributes
     if not hasattr(task, "like"):  # what runner.tasks.Task has, read without importing a layer above this one
         raise ConfigError(f"task._target_={cfg.task._target_} must be a subclass of runner.tasks.Task")

@@ -5,13 +5,15 @@ convolutions; `bf16_mixed` and `fp16_mixed` bfloat16 or float16 compute on float
 a policy (`Backend.set_precision`, `Backend.with_precision`); here are the rules that refuse what cannot run,
 read from the policy's `supports:` without importing any framework, and the tolerance of the reference check.
 
-Imports nothing of the runner: runner.config raises the refusal as its ConfigError.
+Imports nothing of the runner but its ConfigError (runner.errors): runner.config calls check_precision.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
+
+from runner.errors import ConfigError
 
 # The dtype matmuls compute in under each policy ("tfloat32": float32 inputs rounded to TF32's 10-bit mantissa);
 # under full and default it is the run's dtype.
@@ -52,13 +54,11 @@ def precision_refusal(precision: Mapping[str, Any], model: Mapping[str, Any], c:
     return None
 
 
-def check_precision(
-    precision: Mapping[str, Any], model: Mapping[str, Any], c: Mapping[str, str], error: type[Exception]
-) -> None:
-    """Raise `error` (runner.config's ConfigError, which this module cannot import) with precision_refusal's line."""
+def check_precision(precision: Mapping[str, Any], model: Mapping[str, Any], c: Mapping[str, str]) -> None:
+    """Raise ConfigError with precision_refusal's line."""
     refusal = precision_refusal(precision, model, c)
     if refusal:
-        raise error(refusal)
+        raise ConfigError(refusal)
 
 
 NEEDS = {  # what the cuda-only policies need (conf/precision/NAME.yaml: supports.devices: [cuda])

@@ -238,6 +238,17 @@ COVERED_IN_PROCESS = {
         "test_own_models.py::test_own_model_from_outside_the_repository_matches_its_float64_reference and "
         "::test_own_model_runs_from_the_command_line_with_the_users_pythonpath"
     ),
+    "-m backend=tensorflow model=keras model.arch=MobileNetV2 mode=eager,function,xla task=inference "
+    "data.image_size=96 batch_size=2": (
+        "test_own_models.py::test_keras_mobilenetv2_same_seed_same_outputs_on_tensorflow_torch_and_jax"
+    ),
+    "model=transformer backend=tensorflow mode=vectorized_map model.seq_len=16 batch_size=8": (
+        "test_transformer.py::test_float32_per_example_gradients_agree_with_the_reference[tensorflow]"
+    ),
+    "backend=tensorflow mode=vectorized_map batch_size=128": (
+        "test_numerics.py::test_per_example_gradients_sum_to_batch_gradient[tensorflow-vectorized_map]"
+    ),
+    "backend=tensorflow mode=function task=jacobian": "test_numerics.py::test_batch_jacobian_is_analytic",
 }
 
 

@@ -192,8 +192,9 @@ def test_worker_output_echoed_without_framework_chatter(tmp_path, capsys):
 
 
 def test_progress_shows_phases_and_time_left_as_plain_lines(capsys):
+    from runner.measure.progress import ProgressLine
     from runner.measure.samples import Samples
-    from runner.measure.timing import Measurement, ProgressLine
+    from runner.measure.timing import Measurement
 
     with ProgressLine("numpy mlp gradients eager", max_time_s=10.0, after_s=0.0) as progress:
         progress.phase("first call (tracing, compilation)")

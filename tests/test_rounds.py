@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -59,6 +60,9 @@ def test_samples_are_pooled_per_job_and_compared_with_an_interval(three_jobs):
         samples, rounds, _ = _samples(tmp / "sweep" / job)
         assert saved["metrics"]["n_samples"] == len(samples) == len(rounds)
         assert saved["metrics"]["n_rounds"] == 4
+        with h5py.File(tmp / "sweep" / job / "tensors.h5") as f:  # timing.processes=2: they take turns in rotation
+            processes = f["timings/sample_process"][()]
+        assert [set(processes[rounds == r]) for r in range(1, 5)] == [{0}, {1}, {0}, {1}]
         assert saved["metrics"]["time_median_s"] == pytest.approx(float(np.median(samples)))
         assert "machine_other_runnable" in saved["metrics"]
     rows = pd.read_csv(tmp / "sweep" / "report" / "runs.csv")
@@ -116,10 +120,17 @@ def _wait_for(lines: list[str], text: str, proc: subprocess.Popen, timeout_s: fl
         time.sleep(0.05)
 
 
-def _workers(proc: subprocess.Popen) -> list:
+def _workers(proc: subprocess.Popen, job: int | None = None, process: int = 0) -> list:
+    """The sweep's worker processes, oldest first; with `job`, that job's `process` (0: the one that records it)."""
     import psutil
 
-    children = [c for c in psutil.Process(proc.pid).children(recursive=True) if c.name().startswith("runner-job")]
+    def comm(child) -> str:  # the name the worker gave itself (psutil's name() may swap a 15-letter one for argv's)
+        return Path(f"/proc/{child.pid}/comm").read_text().strip()
+
+    children = [c for c in psutil.Process(proc.pid).children(recursive=True) if comm(c).startswith("runner-job")]
+    if job is not None:
+        name = f"runner-job-{job}" + (f".{process}-" if process else "")
+        children = [c for c in children if comm(c) == name]
     return sorted(children, key=lambda c: c.create_time())
 
 
@@ -129,7 +140,7 @@ SLOW_ROUNDS = ("timing.rounds=20", "timing.max_time_s=8", "timing.target_rel_iqr
 def test_a_worker_killed_in_a_round_keeps_its_earlier_rounds_and_the_others_finish(tmp_path):
     proc, lines = _start(tmp_path, "backend=numpy", "seed=0,1", *SLOW_ROUNDS)
     _wait_for(lines, "round 1 of 20 done", proc)
-    _workers(proc)[1].send_signal(signal.SIGKILL)
+    _workers(proc, job=1)[0].send_signal(signal.SIGKILL)
     proc.communicate(timeout=300)
     assert proc.returncode == 1, "".join(lines)[-3000:]
     saved = results(tmp_path)
@@ -141,6 +152,22 @@ def test_a_worker_killed_in_a_round_keeps_its_earlier_rounds_and_the_others_fini
     assert lost["metrics"]["n_samples"] == len(samples) > 0 and 1 <= rounds.max() < 20
     parents, children = mlflow_runs(tmp_path)
     assert parents[0].info.status == "FAILED" and sorted(c.info.status for c in children) == ["FAILED", "FINISHED"]
+
+
+def test_a_jobs_other_process_killed_in_a_round_loses_only_its_turns(tmp_path):
+    """timing.processes=2: the job's second process dies; its first takes the rest of its turns and records it."""
+    proc, lines = _start(tmp_path, "backend=numpy", "seed=0,1", *SLOW_ROUNDS, "timing.resolve=0")
+    _wait_for(lines, "round 1 of 20 done", proc)
+    _workers(proc, job=1, process=1)[0].send_signal(signal.SIGKILL)
+    rest, _ = proc.communicate(timeout=300)  # what the line-collecting thread did not read first
+    output = "".join(lines) + rest
+    assert proc.returncode == 0, output[-3000:]
+    assert "warning: #1: its process 1 stopped in round" in output, output[-3000:]
+    saved = results(tmp_path)
+    assert [saved[j]["status"] for j in "01"] == ["FINISHED", "FINISHED"]
+    _, rounds, _ = _samples(tmp_path / "sweep" / "1")
+    assert 10 <= len(set(rounds)) < 20  # its first process's 10 turns, and its second's before it died
+    assert not list(Path(tempfile.gettempdir()).glob("1.1-runner-process-*"))  # its directory went with it
 
 
 @pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])

@@ -31,7 +31,7 @@ from omegaconf import DictConfig, OmegaConf
 from runner import tracking
 from runner.launch.fork_server import ForkServer, ForkServerGone, WorkerProcess
 from runner.launch.job_log import LogForwarder
-from runner.launch.messages import MayTime, Ready, Turn, TurnDone
+from runner.launch.messages import Dismissed, Finished, MayTime, Ready, Turn, TurnDone
 from runner.launch.sweep_lines import in_sweep
 from runner.measure.stop import SIGTERM, Stopped, StopReason
 from runner.measure.timing import Measurement
@@ -149,6 +149,18 @@ class Worker:
         result.stopped_by = reason
         return result
 
+    def dismiss(self) -> None:
+        """End one of a job's other processes (timing.processes), which records nothing, and remove its directory."""
+        with contextlib.suppress(OSError):  # it is gone already
+            self.connection.send(Dismissed())
+        self.process.join(GRACE_S)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join()
+        self.forwarder.stop()
+        self._release()
+        shutil.rmtree(self.run_dir, ignore_errors=True)
+
     def recorded(self, status: Status, reason: str, measurement: Measurement | None = None) -> Result:
         """What the worker recorded, or (when it recorded nothing) a record written here with `reason` and
         the samples it reported (`measurement`)."""
@@ -189,6 +201,7 @@ class PipeTurns:
 
     def __init__(self, connection):
         self.connection = connection
+        self.finished: Finished | None = None
 
     def ready(self, measurement: Measurement, rounds: int) -> None:
         self.connection.send(Ready(measurement.first_call_s, measurement.block_size, rounds))
@@ -200,10 +213,16 @@ class PipeTurns:
                 message = self.connection.recv()
         except (EOFError, ConnectionResetError):  # the launcher is gone; its death signal is on its way
             raise Stopped(SIGTERM) from None  # the launcher is gone: its death signal is on its way
+        if isinstance(message, Dismissed):  # one of the job's other processes: its turns are all it had to give
+            os._exit(0)
+        self.finished = message if isinstance(message, Finished) else None
         return message.round if isinstance(message, Turn) else None
 
     def done(self, samples: dict[str, list]) -> None:
         self.connection.send(TurnDone(samples))
+
+    def job_samples(self) -> dict[str, list] | None:
+        return None if self.finished is None else self.finished.samples
 
 
 def _open_store_meanwhile(cfg: DictConfig, connection) -> None:

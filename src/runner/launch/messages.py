@@ -1,4 +1,4 @@
-"""What the launcher says over its pipes, one type per message: to a job's worker (MayTime ... Finished), and
+"""What the launcher says over its pipes, one type per message: to a job's worker (MayTime ... Finished, Dismissed), and
 to its backend's fork server (Fork, Forked, Ended)."""
 
 from __future__ import annotations
@@ -36,7 +36,15 @@ class TurnDone:
 
 @dataclass(frozen=True)
 class Finished:
-    """Launcher -> worker: the rounds are over; record the job."""
+    """Launcher -> worker: the rounds are over; record the job, with the samples of all its processes where it
+    has several (Samples.columns; None: its own)."""
+
+    samples: dict[str, list] | None = None
+
+
+@dataclass(frozen=True)
+class Dismissed:
+    """Launcher -> one of a job's other processes (timing.processes): the rounds are over; exit, recording nothing."""
 
 
 @dataclass(frozen=True)

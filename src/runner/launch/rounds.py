@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import math
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ from omegaconf import DictConfig, OmegaConf
 from runner.launch import isolation
 from runner.launch.messages import Finished, Ready, Turn, TurnDone
 from runner.launch.sweep_lines import Every, time_left
+from runner.measure.samples import PROCESS, SECONDS
 from runner.measure.stop import Stopped, StopReason, stop_reason
 from runner.measure.timing import Measurement
 from runner.record.result import Result, Status
@@ -47,15 +49,27 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class _Waiting:
-    """A job set up in its worker, waiting for its turns; what it reported so far is kept here."""
+    """A job set up in its worker processes, waiting for its turns; what it reported so far is kept here. Its
+    first process records the job; the others (timing.processes) only take turns."""
 
     cfg: DictConfig
     run_dir: Path
     parent_run_id: str | None
-    worker: isolation.Worker
-    rounds: int
+    workers: list[isolation.Worker]
+    turns_left: list[int]  # each process's
     measurement: Measurement
-    failed: str | None = None  # why its worker stopped answering
+    failed: str | None = None  # why its first worker stopped answering
+    taken: int = 0  # turns taken: the next goes to the next process in rotation that has one left
+    rounds: int = 0  # the turns it takes part in, all its processes together
+
+    @property
+    def worker(self) -> isolation.Worker:
+        return self.workers[0]
+
+    def next_process(self) -> int | None:
+        """Which process takes the job's next turn: in rotation, skipping those with none left (None: no turn)."""
+        count = len(self.workers)
+        return next((i for i in ((self.taken + k) % count for k in range(count)) if self.turns_left[i]), None)
 
 
 def wanted(cfg: DictConfig) -> bool:
@@ -93,13 +107,24 @@ class Coordinator:
             return isolation.complete(cfg, run_dir, parent_run_id, worker.recorded(Status.FAILED, worker.exit_reason()))
         assert isinstance(ready, Ready), ready  # a worker's first message
         measurement = Measurement(first_call_s=ready.first_call_s, block_size=ready.block_size)
-        self.waiting.append(_Waiting(cfg, run_dir, parent_run_id, worker, ready.rounds, measurement))
+        job = _Waiting(cfg, run_dir, parent_run_id, [worker], [ready.rounds], measurement, rounds=ready.rounds)
+        try:
+            for number in range(1, int(cfg.timing.get("processes", 1))):
+                _another_process(job, number)
+        except KeyboardInterrupt as interrupt:
+            for other in job.workers[1:]:
+                other.dismiss()
+            return isolation.complete(cfg, run_dir, parent_run_id, worker.stop(stop_reason(interrupt)))
+        self.waiting.append(job)
         fewer = (
             f" (a block of calls is too long for {cfg.timing.rounds} in timing.max_time_s)"
-            if ready.rounds < cfg.timing.rounds
+            if job.rounds < cfg.timing.rounds
             else ""
         )
-        log.debug(f"#{run_dir.name}: set up; waits for its {ready.rounds} turns in the interleaved rounds{fewer}")
+        log.debug(
+            f"#{run_dir.name}: set up in {len(job.workers)} processes; waits for its {job.rounds} turns in the "
+            f"interleaved rounds{fewer}"
+        )
         return None
 
     def run(self, measured: Callable[[], None] = lambda: None, stopped_by: StopReason | None = None) -> None:
@@ -172,7 +197,8 @@ def widest_resolution(jobs: list[_Waiting]) -> float:
             groups.setdefault(work(job.cfg), []).append(job)
     widest = math.nan
     for group in (g for g in groups.values() if len(g) > 1):
-        samples = [(np.asarray(j.measurement.samples.seconds), np.asarray(j.measurement.samples.rounds)) for j in group]
+        columns = [j.measurement.samples for j in group]
+        samples = [(np.asarray(c.seconds), np.asarray(c.rounds), np.asarray(c.processes)) for c in columns]
         for ratio in versus_fastest(samples, [configuration(j.cfg) for j in group]):
             if ratio is not None:
                 value = math.inf if math.isnan(ratio.resolution) else ratio.resolution
@@ -204,6 +230,27 @@ def configuration(cfg: DictConfig) -> str:
     )
 
 
+def _another_process(job: _Waiting, number: int) -> None:
+    """Start one more worker process for the job, in a directory of its own that goes when it does; one that ends
+    before it is ready is left out (the job's other processes take its turns)."""
+    directory = Path(tempfile.mkdtemp(prefix=f"{job.run_dir.name}.{number}-runner-process-"))  # ps: runner-job-1.1
+    worker = isolation.Worker(job.cfg, directory, turns=True)
+    worker.start()
+    try:
+        ready = _receive(worker)
+    except KeyboardInterrupt:
+        worker.dismiss()
+        raise
+    if not isinstance(ready, Ready):
+        worker.process.join()
+        log.warning(f"#{job.run_dir.name}: its process {number} ended before it was set up ({worker.exit_reason()})")
+        worker.dismiss()
+        return
+    job.workers.append(worker)
+    job.turns_left.append(ready.rounds)
+    job.rounds += ready.rounds
+
+
 def takes_part(index: int, turns: int, total: int) -> bool:
     """Whether a job with `turns` turns takes part in round `index` (from 0) of `total`: its turns spread
     evenly over the rounds, the last round always among them."""
@@ -211,19 +258,30 @@ def takes_part(index: int, turns: int, total: int) -> bool:
 
 
 def _turn(job: _Waiting, round_: int) -> None:
-    """One turn of one job; its samples are kept here too, in case its worker dies later."""
+    """One turn of one job, taken by its next process in rotation; its samples are kept here too, in case its
+    worker dies later. Where one of its other processes dies, its turns are lost and the job goes on."""
+    number = job.next_process()
+    if number is None:
+        return
+    worker = job.workers[number]
+    job.taken, job.turns_left[number] = job.taken + 1, job.turns_left[number] - 1
     try:
-        job.worker.connection.send(Turn(round_))
+        worker.connection.send(Turn(round_))
+        message = _receive(worker)
     except OSError:  # its worker is gone
-        job.failed = job.worker.exit_reason()
-        return
-    message = _receive(job.worker)
+        message = None
     if not isinstance(message, TurnDone):
-        job.worker.process.join()
-        job.failed = f"{job.worker.exit_reason()} in round {round_}"
+        worker.process.join()
+        if number == 0:
+            job.failed = f"{worker.exit_reason()} in round {round_}"
+        else:
+            log.warning(f"#{job.run_dir.name}: its process {number} stopped in round {round_} ({worker.exit_reason()})")
+            job.turns_left[number] = 0
         return
-    _wait_until_quiet(job.worker.pid)
-    job.measurement.samples.extend(message.samples)
+    _wait_until_quiet(worker.pid)
+    taken = dict(message.samples)
+    taken[PROCESS] = [number] * len(taken[SECONDS])
+    job.measurement.samples.extend(taken)
 
 
 def _wait_until_quiet(pid: int) -> None:
@@ -250,11 +308,14 @@ def _receive(worker: isolation.Worker) -> object | None:
 def _finish(job: _Waiting, stopped_by: StopReason | None) -> Result:
     """Tell the worker the rounds are over (or stop it), wait for its record; a worker that died leaves
     a FAILED record with the samples it reported."""
+    for other in job.workers[1:]:
+        other.dismiss()
     if stopped_by:
         return job.worker.stop(stopped_by, job.measurement)
     if job.failed is None:
+        everyone = job.measurement.samples.columns if len(job.workers) > 1 else None
         try:
-            job.worker.connection.send(Finished())
+            job.worker.connection.send(Finished(everyone))
         except OSError:
             pass
         job.worker.process.join()
@@ -269,9 +330,9 @@ def _memory_for_another(waiting: list[_Waiting]) -> bool:
     import psutil
 
     largest = 0
-    for job in waiting:
+    for worker in (w for job in waiting for w in job.workers):
         try:
-            largest = max(largest, psutil.Process(job.worker.process.pid).memory_full_info().uss)
+            largest = max(largest, psutil.Process(worker.process.pid).memory_full_info().uss)
         except psutil.Error:
             continue
     return psutil.virtual_memory().available > MEMORY_RESERVE + 1.5 * largest

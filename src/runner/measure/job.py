@@ -16,13 +16,13 @@ import numpy as np
 from omegaconf import DictConfig
 
 from runner.config import ConfigError, check_combination, first_line
+from runner.measure.progress import ProgressLine
 from runner.measure.stop import stop_reason
 from runner.measure.timing import (
     NOISY_REL_IQR,
     Measurement,
     MeasurementFailed,
     MeasurementInterrupted,
-    ProgressLine,
     Turns,
 )
 from runner.record import job_record

@@ -1,11 +1,11 @@
 """A job's timing samples as one record, and the series recorded beside them.
 
-Every sample is one timed block: its seconds per call (`samples_s`) and the round it was taken in
-(`sample_round`). A `Series` adds one more value to every sample: when it ended, how busy the machine
-was, or a user's own. A new series is a subclass of `Series` named under `timing.series` (the built-in
-ones are listed in conf/config.yaml; `+timing.series.NAME=module.Class` adds one from the
-command line). Its values travel with the samples through a sweep's interleaved rounds and reach
-tensors.h5 as `timings/NAME` (seconds where NAME ends in `_s`).
+Every sample is one timed block: its seconds per call (`samples_s`), the round it was taken in
+(`sample_round`) and which of the job's worker processes took it (`sample_process`, from 0: timing.processes).
+A `Series` adds one more value to every sample: when it ended, how busy the machine was, or a user's own. A new
+series is a subclass of `Series` named under `timing.series` (the built-in ones are listed in conf/config.yaml;
+`+timing.series.NAME=module.Class` adds one from the command line). Its values travel with the samples through a
+sweep's interleaved rounds and reach tensors.h5 as `timings/NAME` (seconds where NAME ends in `_s`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import numpy as np
 
 from runner.config import ConfigError, class_named
 
-SECONDS, ROUND = "samples_s", "sample_round"
+SECONDS, ROUND, PROCESS = "samples_s", "sample_round", "sample_process"
 
 
 def turn_typical(seconds: list[float] | np.ndarray, rounds: list[int] | np.ndarray | None) -> dict[int, float]:
@@ -68,7 +68,7 @@ def build_series(paths: dict[str, str]) -> dict[str, Series]:
     """timing.series (name -> class path) -> one Series object per name."""
     series = {}
     for name, path in paths.items():
-        if name in (SECONDS, ROUND):
+        if name in (SECONDS, ROUND, PROCESS):
             raise ConfigError(f"timing.series.{name}: {name} is the samples' own column; name the series otherwise")
         cls = class_named(f"timing.series.{name}", path)
         if not issubclass(cls, Series):
@@ -78,13 +78,14 @@ def build_series(paths: dict[str, str]) -> dict[str, Series]:
 
 
 class Samples:
-    """Columns of equal length: seconds per call, the round, then one per series; a row per sample."""
+    """Columns of equal length: seconds per call, the round, the process, then one per series; a row per sample."""
 
     def __init__(self, columns: dict[str, list] | None = None):
         columns = {k: list(v) for k, v in (columns or {}).items()}
         seconds = columns.pop(SECONDS, [])
         rounds = columns.pop(ROUND, [1] * len(seconds))
-        self.columns: dict[str, list] = {SECONDS: seconds, ROUND: rounds, **columns}
+        processes = columns.pop(PROCESS, [0] * len(seconds))
+        self.columns: dict[str, list] = {SECONDS: seconds, ROUND: rounds, PROCESS: processes, **columns}
 
     def __len__(self) -> int:
         return len(self.columns[SECONDS])
@@ -97,9 +98,13 @@ class Samples:
     def rounds(self) -> list[int]:
         return self.columns[ROUND]
 
+    @property
+    def processes(self) -> list[int]:
+        return self.columns[PROCESS]
+
     def add(self, seconds: float, round_: int, values: dict[str, float]) -> None:
-        """One sample and its series' values."""
-        for name, value in {SECONDS: seconds, ROUND: round_, **values}.items():
+        """One sample (taken in process 0: the coordinator renumbers another process's) and its series' values."""
+        for name, value in {SECONDS: seconds, ROUND: round_, PROCESS: 0, **values}.items():
             self.columns.setdefault(name, []).append(value)
 
     def since(self, start: int) -> dict[str, list]:

@@ -8,21 +8,17 @@ overhead stays far below 0.1% of what is measured. Every block gives one sample:
 from __future__ import annotations
 
 import ctypes
-import threading
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 import numpy as np
 
+from runner.measure.progress import SAMPLING, ProgressLine
 from runner.measure.samples import Samples, Series, typical_s
-from runner.record.table import format_seconds
 
-if TYPE_CHECKING:
-    from rich.status import Status
-
-SAMPLING = "sampling"
 NOISY_REL_IQR = 0.1  # above this IQR/median the result is flagged as noisy
 # A turn starts with a re-warm (at least one block) unless its block is longer than this: the first block after
 # the pause of the other jobs' turns runs slow (BENCHMARKS.md, A/A sweeps: a skipped re-warm).
@@ -103,6 +99,10 @@ class Turns(Protocol):
     def done(self, samples: dict[str, list]) -> None:
         """The turn is over; these samples were taken in it (Samples.since: column by column)."""
 
+    def job_samples(self) -> dict[str, list] | None:
+        """Once the rounds are over: the job's samples from all its processes (column by column), None where this
+        process took them all."""
+
 
 class MeasurementInterrupted(KeyboardInterrupt):
     """Ctrl-C during timing; carries the samples taken so far."""
@@ -138,6 +138,7 @@ def measure(
     keep: Callable[[object], object] = lambda output: output,
     energy: EnergyMeter | None = None,
     rounds: int = 1,
+    processes: int = 1,
     turns: Turns | None = None,
     series: dict[str, Series] | None = None,
 ) -> tuple[Measurement, object]:
@@ -151,7 +152,8 @@ def measure(
 
     With `turns`, sampling happens in `rounds` turns (fewer where a block is too long for that many:
     affordable_rounds) handed out by a coordinator, each a short re-warm and then samples; the turns share
-    what calibration and warm-up left of max_time_s, as the single sampling phase does without `turns`.
+    what calibration and warm-up left of max_time_s, as the single sampling phase does without `turns`; a job
+    measured in several `processes` takes its share of the rounds and of that time in each.
     Each of `series` adds a value to every sample (runner.measure.samples)."""
     _phase(progress, "first call (tracing, compilation)")
     sync()
@@ -173,8 +175,8 @@ def measure(
         if turns is None:
             sampling.run(1, deadline)
         else:
-            sampling_s = deadline - time.perf_counter()
-            rounds = affordable_rounds(rounds, sampling_s, block_s, warmup_s)
+            sampling_s = (deadline - time.perf_counter()) / processes
+            rounds = affordable_rounds(math.ceil(rounds / processes), sampling_s, block_s, warmup_s)
             _take_turns(turns, sampling, rounds, sampling_s / rounds, rewarm(warmup_s, rounds, block_s))
     except KeyboardInterrupt as interrupt:
         measurement.stopped_by = "interrupted"
@@ -216,6 +218,8 @@ def _take_turns(turns: Turns, sampling: _Sampling, rounds: int, turn_s: float, r
         taken = len(m.samples)
         sampling.run(round_, start + turn_s, spread_stops=False)
         turns.done(m.samples.since(taken))
+    if (everyone := turns.job_samples()) is not None:
+        m.samples = Samples(everyone)
 
 
 def _time_block(fn: Callable[[], object], sync: Callable[[], None], calls: int) -> float:
@@ -321,78 +325,6 @@ def keep_freed_memory() -> bool:
     if mallopt is None:
         return False
     return bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_MAX)) and bool(mallopt(M_TRIM_THRESHOLD, 2**30))
-
-
-class ProgressLine:
-    """What a job is doing, on stderr: its phase (import, build, first call, warm-up) once that phase has
-    lasted `after_s`, then the sampling with its spread and an upper bound on the time left.
-
-    On a terminal it is one `rich` status line that updates in place; elsewhere (a worker's pipe into
-    job.log, a CI log) plain lines, so it shows through the worker's log forwarding too. Fast jobs print
-    nothing."""
-
-    def __init__(self, label: str, max_time_s: float = 5.0, after_s: float = 1.0, every_s: float = 1.0):
-        from rich.console import Console
-
-        self.label, self.max_time_s, self.after_s, self.every_s = label, max_time_s, after_s, every_s
-        self.console = Console(stderr=True, highlight=False)
-        self.tty = self.console.is_terminal
-        self.status: Status | None = None
-        self.last_print = float("-inf")  # the first line comes at after_s, later ones every every_s
-        self.timer: threading.Timer | None = None
-
-    def __enter__(self) -> ProgressLine:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def phase(self, name: str) -> None:
-        """A new phase starts; it is shown if it is still running `after_s` from now (sampling has its own line)."""
-        self._cancel_timer()
-        if name == SAMPLING:
-            return
-        started = time.perf_counter()
-        self.timer = threading.Timer(self.after_s, self._show, args=(name, started))
-        self.timer.daemon = True
-        self.timer.start()
-
-    def _show(self, name: str, started: float) -> None:
-        self._say(f"{self.label}: {name} ({time.perf_counter() - started:.0f} s so far)")
-
-    def __call__(self, measurement: Measurement, elapsed: float) -> None:
-        """Called after each timing sample."""
-        every = self.every_s if self.tty else 5 * self.every_s
-        if elapsed < self.after_s or elapsed - self.last_print < every:
-            return
-        self._cancel_timer()
-        self.last_print = elapsed
-        median = np.median(measurement.samples_s)
-        left = max(self.max_time_s - elapsed, 0.0)
-        self._say(
-            f"timing {self.label}: {len(measurement.samples_s)} samples in {elapsed:.1f} s, "
-            f"median {format_seconds(median)}, IQR/median {measurement.rel_iqr():.1%}, at most {left:.0f} s left"
-        )
-
-    def _say(self, text: str) -> None:
-        if not self.tty:
-            self.console.print(f"  {text}", soft_wrap=True)
-        elif self.status is None:
-            self.status = self.console.status(text)
-            self.status.start()
-        else:
-            self.status.update(text)
-
-    def _cancel_timer(self) -> None:
-        if self.timer is not None:
-            self.timer.cancel()
-            self.timer = None
-
-    def close(self) -> None:
-        self._cancel_timer()
-        if self.status is not None:
-            self.status.stop()
-            self.status = None
 
 
 def _phase(progress: ProgressLine | None, name: str) -> None:

@@ -210,11 +210,6 @@ def read_samples(run_dir: Path) -> np.ndarray | None:
     return read_timings(run_dir, "samples_s")
 
 
-def read_sample_rounds(run_dir: Path) -> np.ndarray | None:
-    """Per timing sample, its round, where the run recorded them (older runs did not)."""
-    return read_timings(run_dir, "sample_round")
-
-
 def read_timings(run_dir: Path, name: str) -> np.ndarray | None:
     """One per-sample series of tensors.h5 `timings/` (samples_s, sample_round, sample_end_unix_s, ...),
     where the file is on this machine and holds it."""

@@ -12,18 +12,20 @@ import numpy as np
 import pandas as pd
 
 from runner import tracking
-from runner.measure.samples import typical_s
+from runner.measure.samples import PROCESS, ROUND, typical_s
 from runner.record import naming, setups
-from runner.record.result import RESULT_FILE, Result, ResultUnreadable, Status, read_sample_rounds, read_samples
+from runner.record.result import RESULT_FILE, Result, ResultUnreadable, Status, read_samples, read_timings
 from runner.record.table import COLUMNS, PROSE, Column, present, rows
 from runner.record.table import markdown as table_markdown
 from runner.report.ratio import (
     ASSUMED,
     UNSTABLE_DISAGREE,
+    Job,
     ProcessSpread,
     Verdict,
     describe,
     instability,
+    process_count,
     process_spread,
     time_ratio,
 )
@@ -82,7 +84,8 @@ def _finish_frame(frame: pd.DataFrame) -> pd.DataFrame:
     frame["setup"] = setups.setups(frame)
     run_dirs = frame.get("run_dir", [None] * len(frame))
     frame["samples_s"] = [read_samples(d) if d else None for d in run_dirs]
-    frame["sample_rounds"] = [read_sample_rounds(d) if d else None for d in run_dirs]
+    frame["sample_rounds"] = [read_timings(d, ROUND) if d else None for d in run_dirs]
+    frame["sample_processes"] = [read_timings(d, PROCESS) if d else None for d in run_dirs]
     return frame
 
 
@@ -201,7 +204,12 @@ def _process_spread(frame: pd.DataFrame, group: pd.DataFrame) -> ProcessSpread:
         return ASSUMED
     varied = [c for c in varied_params(frame) if c != "params.seed"]
     configurations = labels(runs, varied).tolist() if varied else [""] * len(runs)
-    return process_spread([(r["samples_s"], r.get("sample_rounds")) for _, r in runs.iterrows()], configurations)
+    return process_spread([_job(r) for _, r in runs.iterrows()], configurations)
+
+
+def _job(run: pd.Series) -> Job:
+    """The run's samples with their rounds and processes, as runner.report.ratio takes them."""
+    return run["samples_s"], run.get("sample_rounds"), run.get("sample_processes")
 
 
 def _versus(
@@ -213,7 +221,8 @@ def _versus(
     if run["samples_s"] is None or fastest["samples_s"] is None:  # e.g. MLflow runs made on another machine
         return [by_medians, np.nan, np.nan, Verdict.CANNOT_TELL, "no samples", None, np.nan]
     samples = (run["samples_s"], run.get("sample_rounds"), fastest["samples_s"], fastest.get("sample_rounds"))
-    ratio = time_ratio(*samples, comparisons=comparisons, process_sd=spread.sd, process_df=spread.df)
+    processes = (process_count(_job(run)), process_count(_job(fastest)))
+    ratio = time_ratio(*samples, comparisons, process_sd=spread.sd, process_df=spread.df, processes=processes)
     by_typical = _typical(run) / _typical(fastest)  # the medians move with a busy machine's slow blocks; these not
     disagree = max(ratio.value / by_typical, by_typical / ratio.value)
     if not no_verdict and disagree > UNSTABLE_DISAGREE:

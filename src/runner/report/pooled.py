@@ -35,6 +35,7 @@ from runner.report.ratio import (
     ProcessSpread,
     Verdict,
     instability,
+    process_count,
     process_spread,
     tamed,
     time_ratio,
@@ -108,8 +109,8 @@ def _compared(title: str, configs: list[tuple[str, str, pd.DataFrame]]) -> list[
         elif unstable[fastest_key]:
             found = (by_times, math.nan, math.nan, Verdict.CANNOT_TELL, "the fastest is unstable")
         else:
-            replicates = min(len(runs), len(next(r for _, k, r in configs if k == fastest_key)))
-            found = _versus(rounds[key], rounds[fastest_key], by_times, spread, replicates, len(configs) - 1)
+            processes = (_processes(runs), _processes(next(r for _, k, r in configs if k == fastest_key)))
+            found = _versus(rounds[key], rounds[fastest_key], by_times, spread, processes, len(configs) - 1)
         compared: dict[str, Any] = dict(zip(("ratio", "low", "high", "verdict", "reason"), found, strict=True))
         out.append(Pooled(**common, **compared))
     return sorted(out, key=lambda p: (not p.is_fastest, p.ratio))
@@ -151,6 +152,12 @@ def _instability(runs: pd.DataFrame, rounds: tuple[np.ndarray, np.ndarray] | Non
     return None if rounds is None else instability(*rounds)
 
 
+def _processes(runs: pd.DataFrame) -> int:
+    """The worker processes a configuration's replicates were measured in, all of them together."""
+    processes = runs["sample_processes"] if "sample_processes" in runs else [None] * len(runs)
+    return sum(process_count((s, None, p)) for s, p in zip(runs.get("samples_s", processes), processes, strict=True))
+
+
 def _rounds_of(runs: pd.DataFrame) -> list:
     return list(runs["sample_rounds"]) if "sample_rounds" in runs else [None] * len(runs)
 
@@ -161,7 +168,7 @@ def _process_spread(configs: list[tuple[str, str, pd.DataFrame]]) -> ProcessSpre
     for _, key, runs in configs:
         for _, run in runs.iterrows():
             if run.get("samples_s") is not None:
-                jobs.append((run["samples_s"], run.get("sample_rounds")))
+                jobs.append((run["samples_s"], run.get("sample_rounds"), run.get("sample_processes")))
                 names.append(key)
     return process_spread(jobs, names) if jobs else ASSUMED
 
@@ -171,15 +178,15 @@ def _versus(
     fastest: tuple[np.ndarray, np.ndarray] | None,
     by_times: float,
     spread: ProcessSpread,
-    replicates: int,
+    processes: tuple[int, int],
     comparisons: int,
 ) -> tuple:
-    """A configuration's ratio to the fastest over their pooled rounds; each averages `replicates` processes, so
-    the spread between processes shrinks by sqrt(replicates)."""
+    """A configuration's ratio to the fastest over their pooled rounds; each averages the offsets of its
+    `processes` (all its replicates' together)."""
     if runs is None or fastest is None:
         return by_times, math.nan, math.nan, Verdict.CANNOT_TELL, "no samples"
-    sd = spread.sd / math.sqrt(replicates)
-    ratio = time_ratio(*runs, *fastest, comparisons=comparisons, process_sd=sd, process_df=spread.df)
+    sd, df = spread.sd, spread.df
+    ratio = time_ratio(*runs, *fastest, comparisons=comparisons, process_sd=sd, process_df=df, processes=processes)
     if max(ratio.value / by_times, by_times / ratio.value) > UNSTABLE_DISAGREE:
         reason = f"{ratio.value:.2f}x over its rounds, {by_times:.2f}x by the typical times"
         return by_times, math.nan, math.nan, Verdict.UNSTABLE, reason  # the ratio that agrees with the times beside it

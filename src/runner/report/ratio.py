@@ -22,13 +22,14 @@ Jobs measured in different rounds fall back to Welch's t over the two sets of ba
 gives the ratio of typical times and no interval. Jobs measured apart (two sweeps, hours or machines apart:
 `runner compare`) add the spread of the machine's state between them, APART_SD, to the processes' own.
 
-Each job is measured in one worker process, and a process has its own lasting offset: identical jobs
-whose rounds agree closely (intervals over rounds of +-1%) still came out up to 5% apart, each in its own
-process, because each process gets its own physical memory placement (the address layout is fixed:
-runner.launch.isolation). Rounds cannot see an offset that lasts the process's life, so the interval adds its
-spread per job (the way a measurement's systematic uncertainty is added to its statistical one): measured in the
-sweep where it has replicates (process_spread: jobs differing only in their seed), pooled with PROCESS_SD; else
-PROCESS_SD, from the A/A sweeps of BENCHMARKS.md.
+A worker process has its own lasting offset: identical jobs whose rounds agree closely (intervals over rounds of
++-1%) still came out up to 5% apart, each in its own process, because each process gets its own physical memory
+placement (the address layout is fixed: runner.launch.isolation). Rounds cannot see an offset that lasts the
+process's life, so the interval adds its spread (the way a measurement's systematic uncertainty is added to its
+statistical one), divided by the job's processes: a job measured in P worker processes (timing.processes, its
+turns handed to them in rotation) averages P offsets. The spread is measured in the sweep (process_spread): between
+the processes of each job where jobs have several, else between replicates (jobs differing only in their seed),
+pooled with PROCESS_SD; with neither, PROCESS_SD, from the A/A sweeps of BENCHMARKS.md.
 
 Beside each interval, its resolution: the smallest difference the comparison calls 9 times in 10 (`spread`). A
 sweep's rounds stop once every comparison resolves timing.resolve (runner.launch.rounds).
@@ -50,6 +51,7 @@ resamples; in a simulation (3 rounds, log-normal round effects) its 95% interval
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -158,11 +160,13 @@ def time_ratio(
     process_sd: float = PROCESS_SD,
     paired: bool = True,
     process_df: float = math.inf,
+    processes: tuple[int, int] = (1, 1),
 ) -> Ratio:
     """A's time relative to B's, with its interval: 95% over `comparisons` such ratios made at once, the
     spread between worker processes (`process_sd`, log scale, estimated on `process_df` degrees of freedom;
-    infinite: taken as known) included (see the module's docstring). `paired=False` for jobs measured apart,
-    whose round numbers do not name the same moments."""
+    infinite: taken as known; A and B each averaging `processes` of them) included (see the module's docstring).
+    `paired=False` for jobs measured apart, whose round numbers do not name the same moments."""
+    spread = functools.partial(interval, process_sd=process_sd, process_df=process_df, processes=processes)
     a, b = turn_typical(samples_a, rounds_a), turn_typical(samples_b, rounds_b)
     shared = sorted(set(a) & set(b)) if paired else []
     level = 1 - (1 - LEVEL) / comparisons
@@ -170,7 +174,7 @@ def time_ratio(
         logs = tamed(np.log([a[r] for r in shared]) - np.log([b[r] for r in shared]))
         batches = batch_means(logs)
         sem = batches.std(ddof=1) / math.sqrt(len(batches))
-        half, resolution = spread(sem, len(batches) - 1, level, process_sd, process_df)
+        half, resolution = spread(sem, len(batches) - 1, level)
         mean = logs.mean()
         return Ratio(
             math.exp(mean), math.exp(mean - half), math.exp(mean + half), len(shared), True, comparisons, resolution
@@ -187,7 +191,7 @@ def time_ratio(
         df = math.inf  # where the rounds add no spread, only the processes' does
         if sem:
             df = (var_a + var_b) ** 2 / (var_a**2 / (len(batches_a) - 1) + var_b**2 / (len(batches_b) - 1))  # Welch
-        half, resolution = spread(sem, df, level, process_sd, process_df)
+        half, resolution = spread(sem, df, level)
         return Ratio(math.exp(mean), math.exp(mean - half), math.exp(mean + half), n, False, comparisons, resolution)
     value = typical_s(samples_a, rounds_a) / typical_s(samples_b, rounds_b)
     return Ratio(value, math.nan, math.nan, min(len(a), len(b)), False, comparisons)
@@ -198,16 +202,23 @@ def half_width(sem: float, df: float, level: float, process_sd: float, process_d
     standard error with these degrees of freedom, beside each job's process drawing its own offset with a
     spread `process_sd` known (process_df infinite) or estimated on process_df degrees of freedom (Student's t,
     degrees of freedom by Welch-Satterthwaite)."""
-    return spread(sem, df, level, process_sd, process_df)[0]
+    return interval(sem, df, level, process_sd, process_df)[0]
 
 
-def spread(sem: float, df: float, level: float, process_sd: float, process_df: float = math.inf) -> tuple[float, float]:
-    """half_width, and the resolution: the smallest difference (0.05: 5%) whose interval would exclude 1 in 9
-    comparisons of 10 at this spread, exp((t_level + t_0.9) * se) - 1 (the minimum detectable effect at 90%
-    power)."""
+def interval(
+    sem: float,
+    df: float,
+    level: float,
+    process_sd: float,
+    process_df: float = math.inf,
+    processes: tuple[int, int] = (1, 1),
+) -> tuple[float, float]:
+    """half_width (each job averaging `processes` processes' offsets), and the resolution: the smallest difference
+    (0.05: 5%) whose interval would exclude 1 in 9 comparisons of 10 at this spread, exp((t_level + t_0.9) * se) - 1
+    (the minimum detectable effect at 90% power)."""
     from scipy.special import stdtrit  # Student's t quantile; importing scipy.stats would slow every sweep's end
 
-    process = 2 * process_sd**2
+    process = process_sd**2 * (1 / processes[0] + 1 / processes[1])
     total = sem**2 + process
     terms = (sem**4 / df if sem else 0.0) + (process**2 / process_df if process else 0.0)
     df = total**2 / terms if terms else math.inf
@@ -223,54 +234,124 @@ class ProcessSpread:
     sd: float
     df: float
     basis: str
-    measured: float = math.nan  # what the replicates alone showed
+    measured: float = math.nan  # what the sweep alone showed
 
 
 ASSUMED = ProcessSpread(PROCESS_SD, math.inf, f"assumed {PROCESS_SD:.1%} (no replicates)")
 
 
-def process_spread(jobs: Sequence[tuple[np.ndarray, np.ndarray | None]], configurations: list[str]) -> ProcessSpread:
-    """The spread between worker processes, measured in the sweep: jobs of one configuration (`configurations`
-    names each job's, seed aside) are replicates, each in its own process. Their per-round typical times, rounds
-    shared, are a two-way layout (job + round + noise): the process variance is (MS_jobs - MS_noise) / rounds,
-    the method of moments of a one-way random effect once each round's shared phase is taken out. Without two
-    replicates of some configuration, PROCESS_SD is assumed."""
-    between, df, sets = 0.0, 0, 0
+# A job's samples: seconds per call, and the round and the worker process of each (None: all round 1, process 0).
+Job = tuple[np.ndarray, np.ndarray | None] | tuple[np.ndarray, np.ndarray | None, np.ndarray | None]
+
+
+def _columns(job: Job) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
+    return (job[0], job[1], job[2] if len(job) > 2 else None)
+
+
+def process_count(job: Job) -> int:
+    """The worker processes that took the job's samples (timing.processes): 1 where not recorded."""
+    processes = _columns(job)[2]
+    return 1 if processes is None or not len(processes) else len(np.unique(processes))
+
+
+def process_spread(jobs: Sequence[Job], configurations: list[str]) -> ProcessSpread:
+    """The spread between worker processes, measured in the sweep, from the jobs measured in several processes
+    (_within_jobs) where there are any, else from replicates (_between_replicates: jobs of one configuration,
+    `configurations` naming each job's, seed aside), pooled with PROCESS_SD as PRIOR_DF degrees of freedom. With
+    neither, PROCESS_SD is assumed."""
+    between, df, units = _within_jobs(jobs)
+    if not df:
+        between, df, units = _between_replicates(jobs, configurations)
+    if not df:
+        return ASSUMED
+    measured = math.sqrt(between / df)
+    # Few processes know the spread poorly: pooled with PROCESS_SD as PRIOR_DF degrees of freedom (limma's
+    # moderated variance), as t then has df + PRIOR_DF of them.
+    sd = math.sqrt((PRIOR_DF * PROCESS_SD**2 + between) / (PRIOR_DF + df))
+    return ProcessSpread(sd, float(df + PRIOR_DF), f"measured {measured:.1%} over {units} processes", measured)
+
+
+def _within_jobs(jobs: Sequence[Job]) -> tuple[float, int, int]:
+    """Between the processes of each job measured in several: they take the job's turns in rotation, so its
+    turns fall into cycles of consecutive turns, one of each process, and the cycles are blocks of a two-way
+    layout (process + cycle + noise) in which a drift of the machine is a cycle's effect, not a process's.
+    Returns the process variance times its degrees of freedom summed over the jobs, the degrees of freedom, and
+    the processes."""
+    between, df, units = 0.0, 0, 0
+    for job in jobs:
+        seconds, rounds, processes = _columns(job)
+        count = process_count(job)
+        if processes is None or rounds is None or count < 2:
+            continue
+        typical = turn_typical(seconds, rounds)
+        numbers = sorted(typical)
+        process_of = dict(zip(np.asarray(rounds).tolist(), np.asarray(processes).tolist(), strict=True))
+        logs = dict(zip(numbers, np.log([typical[r] for r in numbers]), strict=True))
+        cycles = [numbers[i : i + count] for i in range(0, len(numbers) - count + 1, count)]
+        cycles = [c for c in cycles if sorted(process_of[r] for r in c) == list(range(count))]  # one of each
+        if len(cycles) < 2:
+            continue
+        layout = np.array([[logs[r] for r in sorted(c, key=process_of.__getitem__)] for c in cycles]).T
+        between += _two_way(layout)
+        df, units = df + count - 1, units + count
+    return between, df, units
+
+
+def _two_way(logs: np.ndarray) -> float:
+    """Units (rows) measured in the same blocks (columns), one value each: the units' variance component times
+    its degrees of freedom, (MS_units - MS_noise) / blocks * (units - 1), by the method of moments."""
+    units, blocks = logs.shape
+    logs = _tamed_layout(logs)
+    resid = logs - logs.mean(axis=1, keepdims=True) - logs.mean(axis=0) + logs.mean()
+    ms_units = blocks * logs.mean(axis=1).var(ddof=1)
+    ms_noise = (resid**2).sum() / ((units - 1) * (blocks - 1))
+    return (units - 1) * max(ms_units - ms_noise, 0.0) / blocks
+
+
+def _tamed_layout(logs: np.ndarray) -> np.ndarray:
+    """A two-way layout whose outlying cells (a turn spent sharing a core throughout) are pulled in to OUTLYING
+    robust sds of the residuals of a median fit (columns' medians out, then rows')."""
+    fit_blocks = np.median(logs, axis=0)
+    fit_units = np.median(logs - fit_blocks, axis=1, keepdims=True)
+    resid = logs - fit_blocks - fit_units
+    scale = 1.4826 * np.median(np.abs(resid))
+    return fit_blocks + fit_units + (np.clip(resid, -OUTLYING * scale, OUTLYING * scale) if scale > 0 else resid)
+
+
+def _between_replicates(jobs: Sequence[Job], configurations: list[str]) -> tuple[float, int, int]:
+    """Between replicates, each in its own process: their per-round typical times, rounds shared, are a two-way
+    layout (job + round + noise), each round's shared phase its effect. Returns what _within_jobs does."""
+    between, df, units = 0.0, 0, 0
     for name in dict.fromkeys(configurations):
-        members = [turn_typical(*jobs[i]) for i, c in enumerate(configurations) if c == name]
+        members = [turn_typical(*_columns(jobs[i])[:2]) for i, c in enumerate(configurations) if c == name]
         shared = sorted(set.intersection(*(set(m) for m in members))) if len(members) > 1 else []
         if len(shared) < MIN_BATCHES:
             continue
         logs = np.log([[m[r] for r in shared] for m in members])  # jobs x rounds
-        logs = np.array([tamed(row) for row in logs - np.median(logs, axis=0)])  # each round's phase out
-        resid = logs - logs.mean(axis=1, keepdims=True) - logs.mean(axis=0) + logs.mean()
-        jobs_n, rounds_n = logs.shape
-        ms_jobs = rounds_n * logs.mean(axis=1).var(ddof=1)
-        ms_noise = (resid**2).sum() / ((jobs_n - 1) * (rounds_n - 1))
-        between += (jobs_n - 1) * max(ms_jobs - ms_noise, 0.0) / rounds_n
-        df, sets = df + jobs_n - 1, sets + 1
-    if not df:
-        return ASSUMED
-    measured = math.sqrt(between / df)
-    # Few replicates know the spread poorly: pooled with PROCESS_SD as PRIOR_DF degrees of freedom (limma's
-    # moderated variance), as t then has df + PRIOR_DF of them.
-    sd = math.sqrt((PRIOR_DF * PROCESS_SD**2 + between) / (PRIOR_DF + df))
-    return ProcessSpread(sd, float(df + PRIOR_DF), f"measured {measured:.1%} over {df + sets} processes", measured)
+        between += _two_way(logs)
+        df, units = df + len(members) - 1, units + len(members)
+    return between, df, units
 
 
-def versus_fastest(
-    jobs: Sequence[tuple[np.ndarray, np.ndarray | None]], configurations: list[str] | None = None
-) -> list[Ratio | None]:
+def versus_fastest(jobs: Sequence[Job], configurations: list[str] | None = None) -> list[Ratio | None]:
     """Each of these jobs (which did the same work) against the fastest of them, the one of lowest typical time
-    (None in its place), every interval at 1 - 0.05 / (k - 1) and holding the process spread that replicates
-    among them show (process_spread; `configurations` None: every job its own)."""
+    (None in its place), every interval at 1 - 0.05 / (k - 1) and holding the process spread measured among them
+    (process_spread; `configurations` None: every job its own), each job averaging its own processes."""
     configurations = configurations or [str(i) for i in range(len(jobs))]
     spread = process_spread(jobs, configurations)
-    fastest = int(np.argmin([typical_s(*job) for job in jobs]))
+    fastest = int(np.argmin([typical_s(*_columns(job)[:2]) for job in jobs]))
+    best = _columns(jobs[fastest])[:2]
     return [
         None
         if i == fastest
-        else time_ratio(*job, *jobs[fastest], len(jobs) - 1, process_sd=spread.sd, process_df=spread.df)
+        else time_ratio(
+            *_columns(job)[:2],
+            *best,
+            len(jobs) - 1,
+            process_sd=spread.sd,
+            process_df=spread.df,
+            processes=(process_count(job), process_count(jobs[fastest])),
+        )
         for i, job in enumerate(jobs)
     ]
 

@@ -8,6 +8,7 @@ ratio that its medians contradict.
     .venv/bin/python benchmarks/aa.py --checkout ../before              # the same sweeps with another checkout's run.py
     .venv/bin/python benchmarks/aa.py --busy 3 --busy-csv busy.csv      # the README's 4-backend sweep, 3 times,
                                                                         # two processes burning both cores half the time
+    .venv/bin/python benchmarks/aa.py --ab 5 --burn --csv ab.csv        # A/B (or A/A) sweeps beside those burners
     .venv/bin/python benchmarks/aa.py --write --csv aa.csv --busy-csv busy.csv   # rewrite BENCHMARKS.md's section
 
 Prints one row per sweep and appends it to --csv.
@@ -16,6 +17,7 @@ Prints one row per sweep and appends it to --csv.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import multiprocessing
 import os
@@ -87,22 +89,29 @@ def aa_sweep(checkout: Path, backend: str, task: str, jobs: int, budget: float, 
     )
 
 
-def busy_sweeps(checkout: Path, repeats: int, out: Path) -> pd.DataFrame:
-    """The README's four-backend sweep while two processes each burn a core half the time."""
+@contextlib.contextmanager
+def burners(on: bool = True):
+    """Two processes, each burning a core for half of every period (benchmarks/rounds.py burn), while inside."""
     context = multiprocessing.get_context("spawn")
     stop = context.Event()
-    burners = [context.Process(target=burn, args=(stop,), daemon=True) for _ in range(2)]
-    for burner in burners:
+    running = [context.Process(target=burn, args=(stop,), daemon=True) for _ in range(2 if on else 0)]
+    for burner in running:
         burner.start()
     try:
+        yield
+    finally:
+        stop.set()
+        for burner in running:
+            burner.join()
+
+
+def busy_sweeps(checkout: Path, repeats: int, out: Path) -> pd.DataFrame:
+    """The README's four-backend sweep while two processes each burn a core half the time."""
+    with burners():
         frames = []
         for repeat in range(repeats):
             runs = sweep(checkout, out / str(repeat), "backend=numpy,torch,tensorflow,tnp")
             frames.append(runs.assign(repeat=repeat))
-    finally:
-        stop.set()
-        for burner in burners:
-            burner.join()
     return pd.concat(frames)
 
 
@@ -144,6 +153,12 @@ def interval_widths(compared: pd.DataFrame) -> dict:
     return {"half median": half.median(), "half widest": half.max(), "resolution median": resolution.median()}
 
 
+def typical_spread(finished: pd.DataFrame) -> float:
+    """The slowest job's typical time over the fastest's (the medians' where the table has no typical times)."""
+    typical = finished.get("time_typical_s", finished["time_median_s"])
+    return float(typical.max() / typical.min())
+
+
 def verdicts(runs: pd.DataFrame) -> dict:
     """What the sweep said about its identical jobs."""
     finished = runs[runs["status"] == "FINISHED"]
@@ -158,6 +173,7 @@ def verdicts(runs: pd.DataFrame) -> dict:
         "jobs": len(runs),
         "finished": len(finished),
         "max/min": medians.max() / fastest,
+        "typical max/min": typical_spread(finished),
         "called different": int((compared["within_noise"] == "no").sum()),
         "compared": len(compared),
         "unstable": int(verdict.str.startswith("unstable").sum()),
@@ -181,6 +197,7 @@ def main() -> None:
     parser.add_argument(
         "--write", action="store_true", help="only rewrite the A/A section of BENCHMARKS.md from the CSVs"
     )
+    parser.add_argument("--burn", action="store_true", help="two processes burn a core each half the time meanwhile")
     parser.add_argument("--extra", default="", help="more overrides for every sweep, space-separated: threads=1")
     args = parser.parse_args()
     EXTRA.extend(args.extra.split())
@@ -189,7 +206,7 @@ def main() -> None:
         path = ROOT / "BENCHMARKS.md"
         path.write_text(replace_section(path.read_text(), section(pd.read_csv(args.csv), busy), BEGIN, END))
         return
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, burners(args.burn):
         out = args.keep or Path(tmp)
         if args.ab:
             frame = ab_sweeps(args, out)

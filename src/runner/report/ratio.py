@@ -237,7 +237,7 @@ class ProcessSpread:
     measured: float = math.nan  # what the sweep alone showed
 
 
-ASSUMED = ProcessSpread(PROCESS_SD, math.inf, f"assumed {PROCESS_SD:.1%} (no replicates)")
+ASSUMED = ProcessSpread(PROCESS_SD, math.inf, f"assumed {PROCESS_SD:.1%} (one process a job, no replicates)")
 
 
 # A job's samples: seconds per call, and the round and the worker process of each (None: all round 1, process 0).

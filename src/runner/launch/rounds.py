@@ -2,16 +2,16 @@
 of a busy machine and their ratio holds.
 
 With the basic launcher and isolation=process, each job of a sweep is set up in its worker processes
-(timing.processes of them: framework import, inputs, first call, warm-up), one job after the other, and then waits.
-A job's processes take its turns in rotation, so that its typical time averages their lasting offsets
-(runner.report.ratio); the first records the job with every process's samples, the others end unrecorded. Once Hydra
-has launched every job, `run` hands out the turns: round 1 in job order, round 2 in reverse order, and so on, so
-that no job is always first, and each job follows itself as often as the others. A turn begins once the previous
-worker has no thread running (a thread pool spins on briefly after its last op). In a turn a job re-warms briefly
-and samples for at most its share of what calibration and warm-up left of max_time_s. Then every worker checks its
-results against the float64 reference and writes its record, and each job is logged to MLflow. A job whose block of
-calls is too long for `rounds` turns in its budget (timing.affordable_rounds) takes fewer, spread evenly over the
-rounds.
+(timing.processes of them: framework import, inputs, first call, warm-up), one job after the other, and then
+waits. A job's processes take its turns in rotation, so that its typical time averages their lasting offsets
+(runner.report.ratio); the first records the job with every process's samples, the others end unrecorded. Once
+Hydra has launched every job, `run` hands out the turns: round 1 in job order, round 2 in reverse order, and so
+on, so that no job is always first, and each job follows itself as often as the others. A turn begins once the
+previous worker has no thread running (a thread pool spins on briefly after its last op). In a turn a job re-warms
+briefly and samples for at most its share of what calibration and warm-up left of max_time_s. Then each job's
+first worker checks its results against the float64 reference and writes its record, and each job is logged to
+MLflow. A job whose block of calls is too long for `rounds` turns in its budget (timing.affordable_rounds) takes
+fewer, spread evenly over the rounds.
 
 Keeping the live workers costs memory, not imports: when the next job would leave less than
 MEMORY_RESERVE free, the jobs set up so far are measured first (their rounds then differ from the later

@@ -193,13 +193,11 @@ def test_worker_output_echoed_without_framework_chatter(tmp_path, capsys):
 
 def test_progress_shows_phases_and_time_left_as_plain_lines(capsys):
     from runner.measure.progress import ProgressLine
-    from runner.measure.samples import Samples
-    from runner.measure.timing import Measurement
 
     with ProgressLine("numpy mlp gradients eager", max_time_s=10.0, after_s=0.0) as progress:
         progress.phase("first call (tracing, compilation)")
         progress.timer.join()  # the phase has lasted after_s
-        progress(Measurement(first_call_s=0.1, samples=Samples({"samples_s": [1e-3] * 5})), 2.0)
+        progress([1e-3] * 5, 2.0)
     err = capsys.readouterr().err
     assert "  numpy mlp gradients eager: first call (tracing, compilation) (0 s so far)\n" in err
     assert "timing numpy mlp gradients eager: 5 samples in 2.0 s, median 1 ms" in err and "at most 8 s left" in err

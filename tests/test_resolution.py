@@ -239,7 +239,8 @@ def test_the_spread_between_processes_is_measured_within_each_job():
         spread = process_spread(jobs, [str(i) for i in range(8)])  # no two jobs alike
         assert spread.df == 16 + PRIOR_DF and "over 24 processes" in spread.basis
         estimates.append(spread.measured)
-    assert 0.014 < np.sqrt(np.mean(np.square(estimates))) < 0.026
+    assert 0.016 < np.median(estimates) < 0.026
+    assert np.mean(np.array(estimates) < 0.015) <= 0.1  # it errs on the wide side (each median's noise is in it)
 
 
 @pytest.mark.parametrize("processes", [2, 4])

@@ -29,9 +29,9 @@ def _samples(job_dir: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 @pytest.fixture(scope="module")
 def three_jobs(tmp_path_factory):
-    """Three numpy jobs doing the same work (only the seed differs) in 4 rounds."""
+    """Three numpy jobs doing the same work (only the seed differs) in 4 rounds, 2 processes each."""
     tmp = tmp_path_factory.mktemp("rounds")
-    out = sweep_cli(tmp, "backend=numpy", "seed=0,1,2", "timing.rounds=4")
+    out = sweep_cli(tmp, "backend=numpy", "seed=0,1,2", "timing.rounds=4", "timing.processes=2", "timing.max_time_s=1")
     assert out.returncode == 0, out.stderr[-3000:]
     return tmp, out
 
@@ -134,7 +134,8 @@ def _workers(proc: subprocess.Popen, job: int | None = None, process: int = 0) -
     return sorted(children, key=lambda c: c.create_time())
 
 
-SLOW_ROUNDS = ("timing.rounds=20", "timing.max_time_s=8", "timing.target_rel_iqr=0")  # 20 turns of 0.2 s per job
+# 20 turns of 0.4 s per job, 10 in each of its 2 processes, all of them taken
+SLOW_ROUNDS = ("timing.rounds=20", "timing.processes=2", "timing.max_time_s=8", "timing.resolve=0")
 
 
 def test_a_worker_killed_in_a_round_keeps_its_earlier_rounds_and_the_others_finish(tmp_path):
@@ -156,7 +157,7 @@ def test_a_worker_killed_in_a_round_keeps_its_earlier_rounds_and_the_others_fini
 
 def test_a_jobs_other_process_killed_in_a_round_loses_only_its_turns(tmp_path):
     """timing.processes=2: the job's second process dies; its first takes the rest of its turns and records it."""
-    proc, lines = _start(tmp_path, "backend=numpy", "seed=0,1", *SLOW_ROUNDS, "timing.resolve=0")
+    proc, lines = _start(tmp_path, "backend=numpy", "seed=0,1", *SLOW_ROUNDS)
     _wait_for(lines, "round 1 of 20 done", proc)
     _workers(proc, job=1, process=1)[0].send_signal(signal.SIGKILL)
     rest, _ = proc.communicate(timeout=300)  # what the line-collecting thread did not read first

@@ -29,8 +29,14 @@ def test_columns_grow_together_and_a_turn_travels_as_columns():
     samples.add(0.6, 2, {"sample_end_unix_s": 11.0})
     gathered = Samples()
     gathered.extend(samples.since(1))
-    assert gathered.columns == {"samples_s": [0.6], "sample_round": [2], "sample_end_unix_s": [11.0]}
+    assert gathered.columns == {
+        "samples_s": [0.6],
+        "sample_round": [2],
+        "sample_process": [0],
+        "sample_end_unix_s": [11.0],
+    }
     assert Samples({"samples_s": [1.0, 2.0]}).rounds == [1, 1]  # one round where none is given
+    assert Samples({"samples_s": [1.0, 2.0]}).processes == [0, 0]  # and one process
 
 
 def test_a_series_from_outside_src_is_recorded_beside_every_sample(tmp_path, plugin_on_path):

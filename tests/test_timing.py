@@ -191,11 +191,14 @@ class ScriptedTurns:
     def __init__(self, rounds: list[int]):
         self.rounds, self.ready_at, self.turns = list(rounds), None, []
 
-    def ready(self, measurement: Measurement, rounds: int) -> None:
-        self.ready_at, self.affordable = len(measurement.samples_s), rounds
+    def ready(self, measurement: Measurement, rounds: int, processes: int) -> None:
+        self.ready_at, self.affordable, self.processes = len(measurement.samples_s), rounds, processes
 
     def wait(self) -> int | None:
         return self.rounds.pop(0) if self.rounds else None
+
+    def job_samples(self) -> dict[str, list] | None:
+        return None  # the job's only process
 
     def done(self, samples: dict[str, list]) -> None:
         self.turns.append((samples["samples_s"], samples.get("sample_end_unix_s")))

@@ -90,7 +90,7 @@ class TimingConfig:
     keep_freed_memory: bool = True  # glibc keeps freed memory: no history-dependent page faults per call
     fixed_layout: bool = True  # workers start without address-space randomization: every process the same layout
     rounds: int = 40  # a sweep measures its jobs in up to this many interleaved rounds (1: one after the other)
-    processes: int = 2  # ... each job in this many worker processes, taking its turns in rotation
+    processes: int = 3  # ... each job in up to this many worker processes, taking its turns in rotation
     resolve: float = 0.1  # a sweep's rounds stop once every comparison resolves this difference (0: use the budget)
     series: dict[str, str] = field(default_factory=dict)  # a value beside every sample (conf/config.yaml)
 

@@ -203,8 +203,8 @@ class PipeTurns:
         self.connection = connection
         self.finished: Finished | None = None
 
-    def ready(self, measurement: Measurement, rounds: int) -> None:
-        self.connection.send(Ready(measurement.first_call_s, measurement.block_size, rounds))
+    def ready(self, measurement: Measurement, rounds: int, processes: int) -> None:
+        self.connection.send(Ready(measurement.first_call_s, measurement.block_size, rounds, processes))
 
     def wait(self) -> int | None:
         try:

@@ -18,6 +18,7 @@ class Ready:
     first_call_s: float
     block_size: int  # calls per sample
     rounds: int  # the turns it takes
+    processes: int = 1  # the worker processes the job's budget pays for (timing.processes, or fewer)
 
 
 @dataclass(frozen=True)

@@ -110,7 +110,7 @@ class Coordinator:
         measurement = Measurement(first_call_s=ready.first_call_s, block_size=ready.block_size)
         job = _Waiting(cfg, run_dir, parent_run_id, [worker], [ready.rounds], measurement, rounds=ready.rounds)
         try:
-            for number in range(1, int(cfg.timing.get("processes", 1))):
+            for number in range(1, ready.processes):
                 _another_process(job, number)
         except KeyboardInterrupt as interrupt:
             for other in job.workers[1:]:

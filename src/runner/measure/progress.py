@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -12,8 +13,6 @@ from runner.record.table import format_seconds
 
 if TYPE_CHECKING:
     from rich.status import Status
-
-    from runner.measure.timing import Measurement
 
 SAMPLING = "sampling"  # the phase with its own line (runner.measure.timing names its phases)
 
@@ -55,18 +54,18 @@ class ProgressLine:
     def _show(self, name: str, started: float) -> None:
         self._say(f"{self.label}: {name} ({time.perf_counter() - started:.0f} s so far)")
 
-    def __call__(self, measurement: Measurement, elapsed: float) -> None:
-        """Called after each timing sample."""
+    def __call__(self, samples_s: Sequence[float], elapsed: float) -> None:
+        """Called after each timing sample, with the samples so far (seconds per call)."""
         every = self.every_s if self.tty else 5 * self.every_s
         if elapsed < self.after_s or elapsed - self.last_print < every:
             return
         self._cancel_timer()
         self.last_print = elapsed
-        median = np.median(measurement.samples_s)
+        q25, median, q75 = np.percentile(samples_s, [25, 50, 75])
         left = max(self.max_time_s - elapsed, 0.0)
         self._say(
-            f"timing {self.label}: {len(measurement.samples_s)} samples in {elapsed:.1f} s, "
-            f"median {format_seconds(median)}, IQR/median {measurement.rel_iqr():.1%}, at most {left:.0f} s left"
+            f"timing {self.label}: {len(samples_s)} samples in {elapsed:.1f} s, median {format_seconds(median)}, "
+            f"IQR/median {(q75 - q25) / median:.1%}, at most {left:.0f} s left"
         )
 
     def _say(self, text: str) -> None:

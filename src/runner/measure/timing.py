@@ -8,7 +8,6 @@ overhead stays far below 0.1% of what is measured. Every block gives one sample:
 from __future__ import annotations
 
 import ctypes
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -90,8 +89,9 @@ class EnergyMeter(Protocol):
 class Turns(Protocol):
     """The measuring turns of a job measured in interleaved rounds (runner.launch.rounds hands them out)."""
 
-    def ready(self, measurement: Measurement, rounds: int) -> None:
-        """Set up and warm (first call and block size known): the job may be given the first of its `rounds` turns."""
+    def ready(self, measurement: Measurement, rounds: int, processes: int) -> None:
+        """Set up and warm (first call and block size known): the job may be given the first of its `rounds` turns;
+        the job's budget pays for `processes` processes."""
 
     def wait(self) -> int | None:
         """Block until this job's next turn; its round number, or None once the rounds are over."""
@@ -175,9 +175,7 @@ def measure(
         if turns is None:
             sampling.run(1, deadline)
         else:
-            sampling_s = (deadline - time.perf_counter()) / processes
-            rounds = affordable_rounds(math.ceil(rounds / processes), sampling_s, block_s, warmup_s)
-            _take_turns(turns, sampling, rounds, sampling_s / rounds, rewarm(warmup_s, rounds, block_s))
+            _take_turns(turns, sampling, deadline - time.perf_counter(), (rounds, processes), block_s, warmup_s)
     except KeyboardInterrupt as interrupt:
         measurement.stopped_by = "interrupted"
         raise MeasurementInterrupted(measurement) from interrupt
@@ -208,10 +206,24 @@ def affordable_rounds(rounds: int, sampling_s: float, block_s: float, warmup_s: 
     return max(most(TURN_BLOCKS if short else 1), min(MIN_ROUNDS, most(1)))
 
 
-def _take_turns(turns: Turns, sampling: _Sampling, rounds: int, turn_s: float, rewarm_s: float) -> None:
-    """Each turn given: a re-warm of `rewarm_s` (>= 1 block unless 0: the step sat idle), then samples for `turn_s`."""
+def affordable_processes(processes: int, sampling_s: float, block_s: float, warmup_s: float) -> int:
+    """How many of a job's `processes` its sampling time pays for: each must get MIN_ROUNDS turns of TURN_BLOCKS
+    blocks (a process with fewer cannot tell its own offset from a busy turn: BENCHMARKS.md); at least one."""
+    turn_s = TURN_BLOCKS * block_s + max(block_s, rewarm(warmup_s, MIN_ROUNDS, block_s))
+    return max(1, min(processes, int(sampling_s // (MIN_ROUNDS * turn_s))))
+
+
+def _take_turns(
+    turns: Turns, sampling: _Sampling, sampling_s: float, wanted: tuple[int, int], block_s: float, warmup_s: float
+) -> None:
+    """This process's share of the job's `wanted` rounds and processes (as many as `sampling_s` affords, and of
+    sampling_s), then each turn given: a re-warm (>= 1 block unless 0: the step sat idle), then samples for its
+    share of the time."""
+    processes = affordable_processes(min(wanted), sampling_s, block_s, warmup_s)
+    rounds = affordable_rounds(wanted[0] // processes, sampling_s / processes, block_s, warmup_s)
+    turn_s, rewarm_s = sampling_s / processes / rounds, rewarm(warmup_s, rounds, block_s)
     m = sampling.measurement
-    turns.ready(m, rounds)
+    turns.ready(m, rounds, processes)
     while (round_ := turns.wait()) is not None:
         start = time.perf_counter()
         _warm_up(sampling.fn, sampling.sync, m.block_size, rewarm_s, 0, start + min(rewarm_s, turn_s))
@@ -289,7 +301,7 @@ class _Sampling:
             m.samples.add(seconds, round_, {name: s.after_block(block) for name, s in self.series.items()})
             elapsed = time.perf_counter() - start
             if self.progress is not None:
-                self.progress(m, elapsed)
+                self.progress(m.samples_s, elapsed)
             enough = spread_stops and len(m.samples) - taken >= self.min_repeats
             if enough and rel_iqr(m.samples_s[taken:]) <= self.target_rel_iqr:
                 m.stopped_by = "spread"

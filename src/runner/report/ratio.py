@@ -272,28 +272,25 @@ def process_spread(jobs: Sequence[Job], configurations: list[str]) -> ProcessSpr
 
 
 def _within_jobs(jobs: Sequence[Job]) -> tuple[float, int, int]:
-    """Between the processes of each job measured in several: they take the job's turns in rotation, so its
-    turns fall into cycles of consecutive turns, one of each process, and the cycles are blocks of a two-way
-    layout (process + cycle + noise) in which a drift of the machine is a cycle's effect, not a process's.
-    Returns the process variance times its degrees of freedom summed over the jobs, the degrees of freedom, and
-    the processes."""
+    """Between the processes of each job measured in several: the variance of their typical times (each the
+    median over its turns, as the job's is over all), pooled over the jobs. A median is what a busy machine does
+    not move (a third of the turns spent sharing a core, under two half-time burners, left it at the work), where
+    a layout of every turn took those turns for processes' offsets. It holds each median's own noise too, so it
+    errs on the wide side. Returns the variance times its degrees of freedom summed over the jobs, the degrees of
+    freedom, and the processes."""
     between, df, units = 0.0, 0, 0
     for job in jobs:
         seconds, rounds, processes = _columns(job)
-        count = process_count(job)
-        if processes is None or rounds is None or count < 2:
+        if processes is None or rounds is None or process_count(job) < 2:
             continue
         typical = turn_typical(seconds, rounds)
-        numbers = sorted(typical)
         process_of = dict(zip(np.asarray(rounds).tolist(), np.asarray(processes).tolist(), strict=True))
-        logs = dict(zip(numbers, np.log([typical[r] for r in numbers]), strict=True))
-        cycles = [numbers[i : i + count] for i in range(0, len(numbers) - count + 1, count)]
-        cycles = [c for c in cycles if sorted(process_of[r] for r in c) == list(range(count))]  # one of each
-        if len(cycles) < 2:
-            continue
-        layout = np.array([[logs[r] for r in sorted(c, key=process_of.__getitem__)] for c in cycles]).T
-        between += _two_way(layout)
-        df, units = df + count - 1, units + count
+        medians = [
+            np.median(np.log([t for r, t in typical.items() if process_of[r] == p]))
+            for p in sorted(set(process_of.values()))
+        ]
+        between += (len(medians) - 1) * float(np.var(medians, ddof=1))
+        df, units = df + len(medians) - 1, units + len(medians)
     return between, df, units
 
 

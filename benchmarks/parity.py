@@ -378,7 +378,7 @@ def gpu_name(device: str) -> str:
 
 
 def format_time(seconds: float) -> str:
-    from runner.measure.timing import format_seconds
+    from runner.record.table import format_seconds
 
     return format_seconds(seconds)
 

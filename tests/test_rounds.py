@@ -31,7 +31,9 @@ def _samples(job_dir: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 def three_jobs(tmp_path_factory):
     """Three numpy jobs doing the same work (only the seed differs) in 4 rounds, 2 processes each."""
     tmp = tmp_path_factory.mktemp("rounds")
-    out = sweep_cli(tmp, "backend=numpy", "seed=0,1,2", "timing.rounds=4", "timing.processes=2", "timing.max_time_s=1")
+    out = sweep_cli(
+        tmp, "backend=numpy", "seed=0,1,2", "timing.rounds=4", "timing.processes=2", "timing.max_time_s=0.4"
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     return tmp, out
 
@@ -134,8 +136,8 @@ def _workers(proc: subprocess.Popen, job: int | None = None, process: int = 0) -
     return sorted(children, key=lambda c: c.create_time())
 
 
-# 20 turns of 0.4 s per job, 10 in each of its 2 processes, all of them taken
-SLOW_ROUNDS = ("timing.rounds=20", "timing.processes=2", "timing.max_time_s=8", "timing.resolve=0")
+# 20 turns of 0.2 s per job, 10 in each of its 2 processes, all of them taken
+SLOW_ROUNDS = ("timing.rounds=20", "timing.processes=2", "timing.max_time_s=4", "timing.resolve=0")
 
 
 def test_a_worker_killed_in_a_round_keeps_its_earlier_rounds_and_the_others_finish(tmp_path):

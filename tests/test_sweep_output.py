@@ -60,7 +60,7 @@ def test_a_quiet_sweep_prints_its_table_without_the_job_lines_and_verbose_shows_
     assert result.returncode == 0, result.stderr[-3000:]
     output = result.stdout + result.stderr
     assert "Sweep: 2 jobs" in output and "[1/2]" not in output and "FINISHED, median" not in output
-    assert "set up; waits for its" in output  # hydra.verbose=runner: the launcher's debug lines
+    assert "set up in 1 process; waits for its" in output  # hydra.verbose=runner: the launcher's debug lines
 
 
 def test_warnings_that_differ_in_their_numbers_are_one_line_with_ranges_and_their_jobs():

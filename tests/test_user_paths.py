@@ -354,7 +354,10 @@ def test_tensorflow_reads_a_torchvision_checkpoint_without_torch(user_files, tmp
         assert f["outputs/y"].shape == (1, 1000)
 
 
-@pytest.mark.parametrize("order", ["tensorflow,torch", "torch,tensorflow"])
+@pytest.mark.parametrize(
+    "order",
+    ["tensorflow,torch", pytest.param("torch,tensorflow", marks=pytest.mark.heavy)],  # the crash: TF first
+)
 def test_both_frameworks_in_one_process_in_either_order(user_files, tmp_path, order):
     """isolation=inline runs both jobs in one fresh process; the pretrained TensorFlow job once crashed
     there (SIGSEGV, exit 139) because reading the .pth imported torch after TensorFlow."""

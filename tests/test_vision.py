@@ -282,7 +282,12 @@ def test_tfrecord_and_hdf5_inputs_match_image_files(make_config, tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("backend", "mode"), [("torch", "vectorized_map"), ("tensorflow", "vectorized_map"), ("jax", "vectorized_map")]
+    ("backend", "mode"),
+    [
+        ("torch", "vectorized_map"),
+        ("tensorflow", "vectorized_map"),
+        pytest.param("jax", "vectorized_map", marks=pytest.mark.heavy),  # JAX's on the MLP: test_numerics.py
+    ],
 )
 def test_per_example_gradients_of_a_convnet(make_config, tmp_path, backend, mode):
     _, batch = run(

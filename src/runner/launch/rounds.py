@@ -123,7 +123,8 @@ class Coordinator:
             else ""
         )
         log.debug(
-            f"#{run_dir.name}: set up in {len(job.workers)} processes; waits for its {job.rounds} turns in the "
+            f"#{run_dir.name}: set up in {len(job.workers)} process{'es' * (len(job.workers) != 1)}; waits for its "
+            f"{job.rounds} turns in the "
             f"interleaved rounds{fewer}"
         )
         return None

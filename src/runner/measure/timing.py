@@ -24,6 +24,7 @@ NOISY_REL_IQR = 0.1  # above this IQR/median the result is flagged as noisy
 LONG_BLOCK_S = 0.05
 REWARM_S = 0.005  # at most this long (at least one block): the turn's fastest sample discounts a slow first block
 MIN_ROUNDS, TURN_BLOCKS = 8, 8  # rounds (ratio.MIN_BATCHES), and blocks a turn where the budget allows both
+PROCESS_TURNS = 16  # turns' worth of time each of a job's processes must get (affordable_processes)
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters (malloc.h)
 MMAP_THRESHOLD_MAX = 32 * 2**20  # glibc's ceiling for M_MMAP_THRESHOLD on 64-bit machines
 
@@ -207,10 +208,11 @@ def affordable_rounds(rounds: int, sampling_s: float, block_s: float, warmup_s: 
 
 
 def affordable_processes(processes: int, sampling_s: float, block_s: float, warmup_s: float) -> int:
-    """How many of a job's `processes` its sampling time pays for: each must get MIN_ROUNDS turns of TURN_BLOCKS
-    blocks (a process with fewer cannot tell its own offset from a busy turn: BENCHMARKS.md); at least one."""
+    """How many of a job's `processes` its sampling time pays for: each must get the time of PROCESS_TURNS turns of
+    TURN_BLOCKS blocks (with 8 or 9 turns each, at timing.max_time_s=0.5, a few busy turns moved a process's
+    median, and the intervals widened to +-10-60%: BENCHMARKS.md); at least one."""
     turn_s = TURN_BLOCKS * block_s + max(block_s, rewarm(warmup_s, MIN_ROUNDS, block_s))
-    return max(1, min(processes, int(sampling_s // (MIN_ROUNDS * turn_s))))
+    return max(1, min(processes, int(sampling_s // (PROCESS_TURNS * turn_s))))
 
 
 def _take_turns(

@@ -26,6 +26,8 @@ COVERED_IN_PROCESS = {
     "sigmoid_scaling": "test_numerics.py::test_op_workloads, test_jax.py, test_lasting_record.py (a size sweep)",
     "tf_function_speedup": "test_numerics.py (gradients in every mode), test_train_step.py",
     "horse2zebra": "test_vision.py::test_cyclegan_on_an_image_writes_png",
+    "tensor_conversion": "test_numerics.py::test_the_conversion_and_reshape_variants_say_whether_they_copy",
+    "view_vs_reshape": "test_numerics.py::test_the_conversion_and_reshape_variants_say_whether_they_copy",
 }
 
 

@@ -141,6 +141,30 @@ def test_op_workloads(make_config, tmp_path, backend):
     assert outcome.metrics["gflops_per_s"] > 0
 
 
+OP_VARIANTS = sorted(p.stem for p in (CONF / "variant").glob("*.yaml") if p.stem.startswith(("convert_", "reshape_")))
+COPIES = {  # what the frameworks document; the experiments' grids (the heavy set) time them all
+    "reshape_torch_view": 0.0,
+    "reshape_numpy_view": 0.0,
+    "reshape_torch_transpose_contiguous": 1.0,
+    "reshape_numpy_transpose_contiguous": 1.0,
+}
+SHARES = {"convert_torch_from_numpy": 1.0, "convert_numpy_asarray": 1.0, "convert_torch_tensor": 0.0}
+
+
+@pytest.mark.parametrize("variant", OP_VARIANTS)
+def test_the_conversion_and_reshape_variants_say_whether_they_copy(make_config, tmp_path, variant):
+    """The workloads of the tensor_conversion and view_vs_reshape experiments, in-process: every variant runs and
+    records whether its output copies (copied) or shares its input's memory (shares_memory)."""
+    size = "model.size=64" if variant.startswith("convert_") else "model.n=8"
+    fast = ("timing.max_time_s=0.01", "timing.warmup_s=0", "timing.min_repeats=1")
+    outcome, f = run(make_config, tmp_path, f"+variant={variant}", size, "task=inference", *fast)
+    f.close()
+    metric = "shares_memory" if variant.startswith("convert_") else "copied"
+    assert outcome.metrics[metric] in (0.0, 1.0)
+    if variant in COPIES | SHARES:
+        assert outcome.metrics[metric] == (COPIES | SHARES)[variant]
+
+
 def test_tnp_prefers_float32(make_config, tmp_path):
     """tnp runs with numpy behaviour and prefer_float32=True: float32 stays float32 through the MLP."""
     _, f = run(make_config, tmp_path, "backend=tnp", "task=gradients")

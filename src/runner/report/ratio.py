@@ -294,30 +294,10 @@ def _within_jobs(jobs: Sequence[Job]) -> tuple[float, int, int]:
     return between, df, units
 
 
-def _two_way(logs: np.ndarray) -> float:
-    """Units (rows) measured in the same blocks (columns), one value each: the units' variance component times
-    its degrees of freedom, (MS_units - MS_noise) / blocks * (units - 1), by the method of moments."""
-    units, blocks = logs.shape
-    logs = _tamed_layout(logs)
-    resid = logs - logs.mean(axis=1, keepdims=True) - logs.mean(axis=0) + logs.mean()
-    ms_units = blocks * logs.mean(axis=1).var(ddof=1)
-    ms_noise = (resid**2).sum() / ((units - 1) * (blocks - 1))
-    return (units - 1) * max(ms_units - ms_noise, 0.0) / blocks
-
-
-def _tamed_layout(logs: np.ndarray) -> np.ndarray:
-    """A two-way layout whose outlying cells (a turn spent sharing a core throughout) are pulled in to OUTLYING
-    robust sds of the residuals of a median fit (columns' medians out, then rows')."""
-    fit_blocks = np.median(logs, axis=0)
-    fit_units = np.median(logs - fit_blocks, axis=1, keepdims=True)
-    resid = logs - fit_blocks - fit_units
-    scale = 1.4826 * np.median(np.abs(resid))
-    return fit_blocks + fit_units + (np.clip(resid, -OUTLYING * scale, OUTLYING * scale) if scale > 0 else resid)
-
-
 def _between_replicates(jobs: Sequence[Job], configurations: list[str]) -> tuple[float, int, int]:
     """Between replicates, each in its own process: their per-round typical times, rounds shared, are a two-way
-    layout (job + round + noise), each round's shared phase its effect. Returns what _within_jobs does."""
+    layout (job + round + noise): the process variance is (MS_jobs - MS_noise) / rounds, the method of moments of a
+    one-way random effect once each round's shared phase is taken out. Returns what _within_jobs does."""
     between, df, units = 0.0, 0, 0
     for name in dict.fromkeys(configurations):
         members = [turn_typical(*_columns(jobs[i])[:2]) for i, c in enumerate(configurations) if c == name]
@@ -325,8 +305,13 @@ def _between_replicates(jobs: Sequence[Job], configurations: list[str]) -> tuple
         if len(shared) < MIN_BATCHES:
             continue
         logs = np.log([[m[r] for r in shared] for m in members])  # jobs x rounds
-        between += _two_way(logs)
-        df, units = df + len(members) - 1, units + len(members)
+        logs = np.array([tamed(row) for row in logs - np.median(logs, axis=0)])  # each round's phase out
+        resid = logs - logs.mean(axis=1, keepdims=True) - logs.mean(axis=0) + logs.mean()
+        jobs_n, rounds_n = logs.shape
+        ms_jobs = rounds_n * logs.mean(axis=1).var(ddof=1)
+        ms_noise = (resid**2).sum() / ((jobs_n - 1) * (rounds_n - 1))
+        between += (jobs_n - 1) * max(ms_jobs - ms_noise, 0.0) / rounds_n
+        df, units = df + jobs_n - 1, units + jobs_n
     return between, df, units
 
 

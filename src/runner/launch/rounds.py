@@ -28,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import wait
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
@@ -111,7 +112,7 @@ class Coordinator:
         job = _Waiting(cfg, run_dir, parent_run_id, [worker], [ready.rounds], measurement, rounds=ready.rounds)
         try:
             for number in range(1, ready.processes):
-                _another_process(job, number)
+                _another_process(job, number, ready.processes)
         except KeyboardInterrupt as interrupt:
             for other in job.workers[1:]:
                 other.dismiss()
@@ -232,11 +233,13 @@ def configuration(cfg: DictConfig) -> str:
     )
 
 
-def _another_process(job: _Waiting, number: int) -> None:
-    """Start one more worker process for the job, in a directory of its own that goes when it does; one that ends
-    before it is ready is left out (the job's other processes take its turns)."""
+def _another_process(job: _Waiting, number: int, processes: int) -> None:
+    """Start one more of the job's `processes` worker processes, in a directory of its own that goes when it does;
+    it takes as many turns as the first (its own calibration may afford another plan). One that ends before it is
+    ready is left out: the job then has its other processes' turns only."""
     directory = Path(tempfile.mkdtemp(prefix=f"{job.run_dir.name}.{number}-runner-process-"))  # ps: runner-job-1.1
-    worker = isolation.Worker(job.cfg, directory, turns=True)
+    cfg = OmegaConf.merge(job.cfg, {"timing": {"processes": processes}})
+    worker = isolation.Worker(cast(DictConfig, cfg), directory, turns=True)
     worker.start()
     try:
         ready = _receive(worker)
@@ -248,9 +251,10 @@ def _another_process(job: _Waiting, number: int) -> None:
         log.warning(f"#{job.run_dir.name}: its process {number} ended before it was set up ({worker.exit_reason()})")
         worker.dismiss()
         return
+    turns = min(ready.rounds, job.turns_left[0])
     job.workers.append(worker)
-    job.turns_left.append(ready.rounds)
-    job.rounds += ready.rounds
+    job.turns_left.append(turns)
+    job.rounds += turns
 
 
 def takes_part(index: int, turns: int, total: int) -> bool:

@@ -118,11 +118,8 @@ class Coordinator:
                 other.dismiss()
             return isolation.complete(cfg, run_dir, parent_run_id, worker.stop(stop_reason(interrupt)))
         self.waiting.append(job)
-        fewer = (
-            f" (a block of calls is too long for {cfg.timing.rounds} in timing.max_time_s)"
-            if job.rounds < cfg.timing.rounds
-            else ""
-        )
+        planned = cfg.timing.rounds // len(job.workers) * len(job.workers)  # each process an equal share
+        fewer = f" (a block of calls is too long for {planned} in timing.max_time_s)" if job.rounds < planned else ""
         log.debug(
             f"#{run_dir.name}: set up in {len(job.workers)} process{'es' * (len(job.workers) != 1)}; waits for its "
             f"{job.rounds} turns in the "

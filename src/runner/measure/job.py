@@ -326,6 +326,7 @@ def timing_metrics(measurement: Measurement, examples_per_call: int) -> dict:
     metrics["calls_per_sample"] = measurement.block_size
     if len(measurement.samples):
         metrics["n_rounds"] = len(set(measurement.samples.rounds))
+        metrics["n_processes"] = len(set(measurement.samples.processes))  # timing.processes, as the budget paid
     if "time_median_s" in metrics and metrics["time_median_s"] > 0:
         metrics["throughput_per_s"] = examples_per_call / metrics["time_median_s"]
     return metrics

@@ -99,6 +99,7 @@ COLUMNS: tuple[Column, ...] = (
     Column("n_samples", "samples", _count),
     Column("calls_per_sample", "calls/sample", _count),
     Column("n_rounds", "rounds", _count),
+    Column("n_processes", "processes", _count),
     Column("machine_other_runnable", "other runnable", _one_decimal),  # threads of other processes, on average
     Column("machine_load_1m", "load 1m", _one_decimal),
     Column("machine_steal_pct", "CPU steal", _percent),
@@ -112,7 +113,8 @@ _TERMINAL_ONLY = (
     # the tail: one more column would fold a sweep row's headings; runs.csv and runs.md have every column
     *("time_p90_s", "time_p95_s", "time_p99_s", "time_mean_s", "time_stdev_s", "load_s"),
     *("energy_per_call_j", "examples_per_j"),
-    *("n_rounds", "machine_other_runnable", "machine_load_1m", "machine_steal_pct"),  # a busy machine warns
+    *("n_rounds", "n_processes"),
+    *("machine_other_runnable", "machine_load_1m", "machine_steal_pct"),  # a busy machine warns
 )
 PROSE = ("time_ratio_ci", "within_noise")  # cells made of other values: runs.csv has those values instead
 SWEEP_COLUMNS = tuple(c for c in COLUMNS if c.key not in _TERMINAL_ONLY)  # a row per job must fit a terminal

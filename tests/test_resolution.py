@@ -107,12 +107,18 @@ def test_the_resolution_is_the_difference_called_9_times_in_10():
     assert np.mean(many) < np.mean(few)  # more rounds resolve more
 
 
-def identical_sweep(rng: np.random.Generator, jobs: int, n_rounds: int, process_sd: float) -> pd.DataFrame:
-    """`jobs` identical jobs (seeds 0..jobs-1) of one sweep, as report.compare reads them."""
+def identical_sweep(
+    rng: np.random.Generator, jobs: int, n_rounds: int, process_sd: float, processes: int = 1
+) -> pd.DataFrame:
+    """`jobs` identical jobs (seeds 0..jobs-1) of one sweep, each in `processes` worker processes, as
+    report.compare reads them."""
     phases, busy = machine(rng, n_rounds)
     rows = []
     for seed in range(jobs):
-        seconds, rounds = job(rng, 1e-4, phases, busy, process_sd=process_sd)
+        if processes == 1:
+            (seconds, rounds), process = job(rng, 1e-4, phases, busy, process_sd=process_sd), None
+        else:
+            seconds, rounds, process = job_in_processes(rng, 1e-4, phases, busy, processes, process_sd)
         rows.append(
             {
                 "run": str(seed),
@@ -121,6 +127,7 @@ def identical_sweep(rng: np.random.Generator, jobs: int, n_rounds: int, process_
                 "params.seed": seed,
                 "samples_s": seconds,
                 "sample_rounds": rounds,
+                "sample_processes": process,
                 "metrics.time_median_s": float(np.median(seconds)),
             }
         )
@@ -271,23 +278,7 @@ def test_identical_jobs_in_several_processes_are_called_different_at_most_1_in_2
     rng = np.random.default_rng(17)
     called = compared = 0
     for _ in range(20):
-        phases, busy = machine(rng, DEFAULT_ROUNDS)
-        rows = []
-        for seed in range(16):
-            seconds, rounds, process = job_in_processes(rng, 1e-4, phases, busy, 2, 0.02)
-            rows.append(
-                {
-                    "run": str(seed),
-                    "status": "FINISHED",
-                    "params.model.name": "mlp",
-                    "params.seed": seed,
-                    "samples_s": seconds,
-                    "sample_rounds": rounds,
-                    "sample_processes": process,
-                    "metrics.time_median_s": float(np.median(seconds)),
-                }
-            )
-        verdicts = report.compare(pd.DataFrame(rows))["within_noise"]
+        verdicts = report.compare(identical_sweep(rng, 16, DEFAULT_ROUNDS, 0.02, processes=2))["within_noise"]
         called += int((verdicts == "no").sum())
         compared += 15
     assert called / compared <= 0.05

@@ -95,6 +95,22 @@ def test_the_interval_of_runs_measured_apart_includes_the_machines_drift_between
     assert row["verdict"] == "no change (within noise)"
 
 
+def test_runs_measured_in_several_processes_compare_apart_with_their_processes_offsets_averaged():
+    """A job of 3 worker processes (timing.processes) averages 3 processes' offsets, so its share of the
+    interval shrinks; the machine's drift between the two sweeps does not (APART_SD)."""
+    rng = np.random.default_rng(4)
+    sides = [pd.DataFrame(_runs(rng, s)) for s in (1e-3, 1e-3)]
+    for frame in sides:
+        frame.at[0, "samples_s"] = frame.at[0, "samples_s"] ** 0.05 * frame.at[0, "metrics.time_median_s"] ** 0.95
+    one = before_after.compare(*sides).iloc[0]
+    for frame in sides:
+        frame["sample_processes"] = [frame.at[0, "sample_rounds"] % 3]
+    three = before_after.compare(*sides).iloc[0]
+    one_half, three_half = np.log(one["high"] / one["ratio"]), np.log(three["high"] / three["ratio"])
+    assert 1.95 * np.sqrt(2 * PROCESS_SD**2 / 3 + APART_SD**2) <= three_half < one_half
+    assert three_half < 1.99 * np.sqrt(2 * PROCESS_SD**2 / 3 + APART_SD**2) + 0.003  # the rounds add little
+
+
 def test_the_unpaired_interval_holds_the_true_ratio_95_times_in_100():
     """Two runs measured apart: their round numbers coincide but name different moments, so the interval
     must not pair them; each run's rounds drift on their own (a log-normal offset per round)."""

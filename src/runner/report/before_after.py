@@ -24,7 +24,7 @@ from runner.measure.machine_load import BUSY_OTHER_RUNNABLE
 from runner.measure.samples import turn_typical
 from runner.record import setups
 from runner.record.result import RESULT_FILE, TENSORS_FILE, Status
-from runner.report.ratio import APART_SD, PROCESS_SD, instability, tamed, time_ratio
+from runner.report.ratio import APART_SD, PROCESS_SD, instability, process_count, tamed, time_ratio
 
 FACTOR = 1.1  # asv compare's default
 
@@ -108,9 +108,14 @@ def _apart_ratio(new: pd.Series, old: pd.Series, comparisons: int):
     """new / old, unpaired, with the spread of the machine's state between two runs apart (ratio.APART_SD)."""
     if old["samples_s"] is None or new["samples_s"] is None:
         return None
-    process_sd = math.sqrt(PROCESS_SD**2 + APART_SD**2 / 2)  # the interval adds 2 process_sd^2 in all
+    processes = (
+        process_count((new["samples_s"], None, new.get("sample_processes"))),
+        process_count((old["samples_s"], None, old.get("sample_processes"))),
+    )
+    # the interval adds process_sd^2 (1/p_new + 1/p_old): PROCESS_SD's share for each side's processes, APART_SD^2 once
+    process_sd = math.sqrt(PROCESS_SD**2 + APART_SD**2 / (1 / processes[0] + 1 / processes[1]))
     samples = (new["samples_s"], new["sample_rounds"], old["samples_s"], old["sample_rounds"])
-    return time_ratio(*samples, comparisons, process_sd=process_sd, paired=False)
+    return time_ratio(*samples, comparisons, process_sd=process_sd, paired=False, processes=processes)
 
 
 def typical_time(run: pd.Series) -> float:

@@ -81,5 +81,7 @@ if __name__ == "__main__":
     if args.pin:
         os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:1])
     by_minima, by_medians = true_ratio(args.backend, args.n, args.mode)
-    print(f"{args.backend} n={args.n} mode={args.mode}{' pinned' if args.pin else ''}: b/a {by_minima:.3f} by minima, "
-          f"{by_medians:.3f} by medians")
+    print(
+        f"{args.backend} n={args.n} mode={args.mode}{' pinned' if args.pin else ''}: b/a {by_minima:.3f} by minima, "
+        f"{by_medians:.3f} by medians"
+    )

@@ -2,7 +2,7 @@
 
 Each JAX call hands its work from the Python thread to XLA's and waits for it back. This times the MLP's
 gradients (the runner's default workload) the way the runner's rounds do: turns of blocks of calls, a pause
-between turns, each turn's fastest block; once with the process's own CPUs and once pinned to the first.
+between turns (--pause), each turn's fastest block; once with the process's own CPUs and once pinned to the first.
 
     .venv/bin/python benchmarks/jax_cores.py            # jitted; --eager for op by op
 """
@@ -17,10 +17,10 @@ import time
 
 import numpy as np
 
-TURNS, BLOCKS, PAUSE_S = 30, 40, 0.2
+TURNS, BLOCKS = 30, 40
 
 
-def loop(eager: bool) -> tuple[float, float]:
+def loop(eager: bool, pause_s: float) -> tuple[float, float]:
     """The median block time (s a call) and the IQR / median of the turns' fastest blocks."""
     import jax
     import jax.numpy as jnp
@@ -39,7 +39,7 @@ def loop(eager: bool) -> tuple[float, float]:
         jax.block_until_ready(gradients(w, x, t))
     blocks, fastest = [], []
     for _ in range(TURNS):
-        time.sleep(PAUSE_S)  # the other jobs' turns
+        time.sleep(pause_s)  # the other jobs' turns
         turn = []
         for _ in range(BLOCKS):
             start = time.perf_counter()
@@ -56,18 +56,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--eager", action="store_true", help="op by op (default: jax.jit)")
     parser.add_argument("--repeats", type=int, default=2, help="alternate the two settings this many times")
+    parser.add_argument("--pause", type=float, default=0.2, help="seconds between turns (0: one after the other)")
     parser.add_argument("--child", choices=["all", "one"], help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         if args.child == "one":
             os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:1])  # before JAX starts its threads
-        median, spread = loop(args.eager)
+        median, spread = loop(args.eager, args.pause)
         print(f"{median * 1e6:.1f} µs a call, turns' fastest blocks IQR {spread:.1%}")
         return
     print(f"JAX MLP gradients, {'eager' if args.eager else 'jax.jit'}, {len(os.sched_getaffinity(0))} CPUs allowed")
     for _ in range(args.repeats):
         for cpus in ("all", "one"):
-            command = [sys.executable, __file__, "--child", cpus, *(["--eager"] if args.eager else [])]
+            command = [sys.executable, __file__, "--child", cpus, "--pause", str(args.pause)]
+            command += ["--eager"] if args.eager else []
             out = subprocess.run(command, capture_output=True, text=True, check=True).stdout.strip()
             print(f"  {'every CPU' if cpus == 'all' else 'one CPU  '}: {out}")
 

@@ -28,8 +28,12 @@ def test_the_cpu_clock_and_governor_are_read_where_linux_shows_them(tmp_path):
     (cpufreq / "scaling_governor").write_text("performance\n")
     (cpufreq / "scaling_min_freq").write_text("800000\n")
     (cpufreq / "scaling_max_freq").write_text("3500000\n")
-    state = cpu_state(fake_proc(tmp_path, 2000.0, 3000.0), cpufreq)
+    cpuidle = tmp_path / "cpuidle"
+    cpuidle.mkdir()
+    (cpuidle / "current_driver").write_text("haltpoll\n")
+    state = cpu_state(fake_proc(tmp_path, 2000.0, 3000.0), cpufreq, cpuidle)
     assert state == {
+        "cpu_idle_driver": "haltpoll",
         "cpu_mhz": 2500.0,
         "cpu_mhz_min": 2000.0,
         "cpu_mhz_max": 3000.0,
@@ -40,8 +44,8 @@ def test_the_cpu_clock_and_governor_are_read_where_linux_shows_them(tmp_path):
 
 
 def test_a_vm_without_cpufreq_records_the_clock_and_why_there_is_no_governor(tmp_path):
-    state = cpu_state(fake_proc(tmp_path, 2596.148), tmp_path / "no-cpufreq")
-    assert state["cpu_mhz"] == 2596.148 and "cpu_governor" not in state
+    state = cpu_state(fake_proc(tmp_path, 2596.148), tmp_path / "no-cpufreq", tmp_path / "no-cpuidle")
+    assert state["cpu_mhz"] == 2596.148 and "cpu_governor" not in state and "cpu_idle_driver" not in state
     assert "no cpufreq governor readable" in state["cpu_governor_unavailable_reason"]
 
 

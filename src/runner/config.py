@@ -92,6 +92,7 @@ class TimingConfig:
     rounds: int = 40  # a sweep measures its jobs in up to this many interleaved rounds (1: one after the other)
     processes: int = 3  # ... each job in up to this many worker processes, taking its turns in rotation
     resolve: float = 0.1  # a sweep's rounds stop once every comparison resolves this difference (0: use the budget)
+    poll_idle: bool = False  # idle CPUs poll, not halt, while a job is timed (/dev/cpu_dma_latency, root)
     series: dict[str, str] = field(default_factory=dict)  # a value beside every sample (conf/config.yaml)
 
 

@@ -89,3 +89,13 @@ def compute_dtype(dtype: str, precision: str, device: str) -> str:
 def reference_tolerance(dtype: str, precision: str, device: str) -> float:
     """The max relative error vs the float64 reference that this dtype, policy and device are held to."""
     return REL_TOLERANCE[compute_dtype(dtype, precision, device)]
+
+
+def tolerance_metrics(metrics: dict, dtype: str, precision: str, device: str) -> dict[str, float]:
+    """reference_tolerance (the max relative error this dtype and precision policy are held to)
+    and within_reference_tolerance (1 or 0), where the reference was compared."""
+    if "max_rel_err_vs_reference" not in metrics:
+        return {}
+    tolerance = reference_tolerance(dtype, precision, device)
+    within = metrics["max_rel_err_vs_reference"] <= tolerance
+    return {"reference_tolerance": tolerance, "within_reference_tolerance": float(within)}

@@ -91,6 +91,7 @@ def _prepare(spec: JobSpec, progress: ProgressLine) -> Prepared:
     malloc_keeps_freed = timing.pop("keep_freed_memory") and keep_freed_memory()
     timing.pop("fixed_layout")  # the worker's start (runner.launch.isolation) acted on it
     timing.pop("resolve", None)  # the sweep's coordinator acts on it (runner.launch.rounds)
+    timing.pop("poll_idle", None)  # _measure holds it around measure()
     timing["series"] = build_series(timing["series"])
     workload = build_workload(spec.model_settings)
     task = build_task(spec.task_settings)
@@ -167,8 +168,8 @@ def _place_weights(spec: JobSpec, workload, backend, device: str, rng) -> tuple[
 
 
 def _measure(job: Prepared, before_timing: Callable[[], object], turns: Turns | None, progress: ProgressLine):
-    """Time the task; (measurement, first output, results, energy note)."""
-    from runner.measure import energy
+    """Time the task; (measurement, first output, results, what the environment records of the meters)."""
+    from runner.measure import energy, idle_poll
     from runner.measure.timing import measure
 
     meter, energy_note = energy.meter_for(job.device)
@@ -176,27 +177,29 @@ def _measure(job: Prepared, before_timing: Callable[[], object], turns: Turns | 
     before_timing()
     job.backend.reset_peak_memory(job.device)
     try:
-        measurement, kept = measure(
-            job.task_run.step,
-            job.backend.synchronizer(job.device),
-            **job.timing,
-            progress=progress,
-            keep=lambda out: (out, job.task_run.results(out)),  # off the device before the next call reuses it
-            energy=meter,
-            turns=turns,
-        )
+        with idle_poll.polling(bool(job.spec.timing.get("poll_idle"))) as idle_note:
+            meter_note = {**energy_note, **idle_note}  # what the environment records of both
+            measurement, kept = measure(
+                job.task_run.step,
+                job.backend.synchronizer(job.device),
+                **job.timing,
+                progress=progress,
+                keep=lambda out: (out, job.task_run.results(out)),  # off the device before the next call reuses it
+                energy=meter,
+                turns=turns,
+            )
     except (MeasurementInterrupted, MeasurementFailed) as stopped:
         stopped.examples_per_call = job.examples_per_call  # the record's throughput counts real examples
         stopped.series_metrics = series_metrics(job.timing["series"])
         raise
     first_output, results = cast(tuple[Any, dict], kept)  # what `keep` returned for the first call
-    return measurement, first_output, results, energy_note
+    return measurement, first_output, results, meter_note
 
 
-def _assemble(job: Prepared, measurement: Measurement, first_output, results: dict, energy_note: dict) -> Result:
+def _assemble(job: Prepared, measurement: Measurement, first_output, results: dict, meter_note: dict) -> Result:
     """The record: environment, metrics, tensors, attributes and warnings, each from its own collector."""
     result = Result(status=Status.FINISHED)
-    result.environment = _environment(job, energy_note)
+    result.environment = _environment(job, meter_note)
     result.metrics = _metrics(job, measurement, results, first_output)
     joules, energy_reason = _energy(job, measurement)
     result.metrics.update(joules)
@@ -210,7 +213,7 @@ def _assemble(job: Prepared, measurement: Measurement, first_output, results: di
     return result
 
 
-def _environment(job: Prepared, energy_note: dict) -> dict:
+def _environment(job: Prepared, meter_note: dict) -> dict:
     from runner.record import environment
 
     env = environment.collect(job.backend.environment(job.device))
@@ -219,7 +222,7 @@ def _environment(job: Prepared, energy_note: dict) -> dict:
     env.update(precision=job.spec.precision, **job.precision_env)
     env.update(job.workload.describe(job.backend, job.state, job.inputs, job.choices["task"]))
     env.update(job.task.describe(job.setup))
-    return {**env, **energy_note}
+    return {**env, **meter_note}
 
 
 def _energy(job: Prepared, measurement: Measurement) -> tuple[dict, dict]:
@@ -229,6 +232,7 @@ def _energy(job: Prepared, measurement: Measurement) -> tuple[dict, dict]:
 
 
 def _metrics(job: Prepared, measurement: Measurement, results: dict, first_output) -> dict:
+    from runner import precision
     from runner.tasks import errors_vs_reference
 
     metrics = timing_metrics(measurement, job.examples_per_call)
@@ -238,7 +242,7 @@ def _metrics(job: Prepared, measurement: Measurement, results: dict, first_outpu
     if job.spec.check_reference and job.workload.numpy_reference:
         reference = job.task.reference(job.setup, job.params_held, job.inputs_held)
         metrics.update(errors_vs_reference(results, reference))
-        metrics.update(tolerance_metrics(metrics, job.spec.dtype, job.spec.precision, job.device))
+        metrics.update(precision.tolerance_metrics(metrics, job.spec.dtype, job.spec.precision, job.device))
     flops = job.workload.flops_per_call()
     if flops and "time_median_s" in metrics:
         metrics["gflops_per_s"] = flops / metrics["time_median_s"] / 1e9
@@ -246,18 +250,6 @@ def _metrics(job: Prepared, measurement: Measurement, results: dict, first_outpu
         metrics.update(job.task.metrics(metrics["time_median_s"]))
     metrics.update(job.workload.extra_metrics(job.backend, job.state, job.inputs, first_output))
     return metrics
-
-
-def tolerance_metrics(metrics: dict, dtype: str, precision: str, device: str) -> dict[str, float]:
-    """reference_tolerance (the max relative error this dtype and precision policy are held to, runner.precision)
-    and within_reference_tolerance (1 or 0), where the reference was compared."""
-    from runner.precision import reference_tolerance
-
-    if "max_rel_err_vs_reference" not in metrics:
-        return {}
-    tolerance = reference_tolerance(dtype, precision, device)
-    within = metrics["max_rel_err_vs_reference"] <= tolerance
-    return {"reference_tolerance": tolerance, "within_reference_tolerance": float(within)}
 
 
 def _tensors(job: Prepared, measurement: Measurement, results: dict) -> dict:
@@ -297,6 +289,8 @@ def _warnings(job: Prepared, measurement: Measurement, result: Result) -> list[s
         )
     if job.cost:
         warnings.append(job.cost)
+    if why := result.environment.get("cpu_idle_poll_unavailable_reason"):
+        warnings.append(f"timing.poll_idle: the CPUs idled as usual ({why}; root only, Linux only)")
     busy = machine_load.busy_warning(result.metrics)
     if busy:
         warnings.append(busy)

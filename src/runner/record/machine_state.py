@@ -5,10 +5,12 @@ governor is missing; a machine without an NVIDIA driver reads no GPU and imports
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 PROC = Path("/proc")
 CPUFREQ = Path("/sys/devices/system/cpu/cpu0/cpufreq")
+CPUIDLE = Path("/sys/devices/system/cpu/cpuidle")
 NVIDIA_DRIVER = PROC / "driver/nvidia/version"
 
 
@@ -21,10 +23,13 @@ def cpu_mhz(proc: Path = PROC) -> list[float]:
     return [float(line.split(":")[1]) for line in text.splitlines() if line.startswith("cpu MHz")]
 
 
-def cpu_state(proc: Path = PROC, cpufreq: Path = CPUFREQ) -> dict:
+def cpu_state(proc: Path = PROC, cpufreq: Path = CPUFREQ, cpuidle: Path = CPUIDLE) -> dict:
     """cpu_mhz (mean over CPUs), cpu_mhz_min / _max, and cpu_governor, cpu_freq_min_khz / _max_khz where cpufreq is
-    readable; else cpu_governor_unavailable_reason."""
+    readable, else cpu_governor_unavailable_reason; cpu_idle_driver where cpuidle names one (a VM's haltpoll: how
+    soon an idle CPU wakes, which timing.poll_idle changes)."""
     state: dict = {}
+    with contextlib.suppress(OSError):
+        state["cpu_idle_driver"] = (cpuidle / "current_driver").read_text().strip()
     clocks = cpu_mhz(proc)
     if clocks:
         state.update(cpu_mhz=sum(clocks) / len(clocks), cpu_mhz_min=min(clocks), cpu_mhz_max=max(clocks))

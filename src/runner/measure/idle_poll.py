@@ -1,0 +1,46 @@
+"""timing.poll_idle: while a job is timed, ask Linux to keep idle CPUs polling instead of halting.
+
+A call whose work goes from one thread to another on another core (JAX on CPU hands every call from the Python
+thread to XLA's) waits for that core to wake. On a VM a halted CPU wakes through the hypervisor, and how long that
+takes depends on how long it slept: a jitted JAX step on two cores took 60-77 µs a call with turns 13-30% apart
+after pauses, 47-50 µs and 1-2% apart with the CPUs polling (BENCHMARKS.md, *JAX on two cores*). The request is
+the kernel's PM QoS CPU latency (`/dev/cpu_dma_latency`, 0 µs), held while the file stays open, as tuned's
+latency-performance profile holds it; it is root's to make, and idle CPUs then burn power.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import struct
+from collections.abc import Iterator
+from pathlib import Path
+
+PM_QOS_CPU_LATENCY = Path("/dev/cpu_dma_latency")
+
+
+@contextlib.contextmanager
+def polling(asked: bool, device: Path = PM_QOS_CPU_LATENCY) -> Iterator[dict]:
+    """Hold the CPU latency at 0 while inside, where `asked`; yields what the environment records: {} where not
+    asked, cpu_idle_polled True where held, False and cpu_idle_poll_unavailable_reason where it could not be."""
+    if not asked:
+        yield {}
+        return
+    try:
+        held = os.open(device, os.O_WRONLY)
+    except OSError as error:
+        yield _unavailable(device, error)
+        return
+    try:
+        try:
+            os.write(held, struct.pack("i", 0))  # a native int, in microseconds
+        except OSError as error:
+            yield _unavailable(device, error)
+        else:
+            yield {"cpu_idle_polled": True}
+    finally:
+        os.close(held)
+
+
+def _unavailable(device: Path, error: OSError) -> dict:
+    return {"cpu_idle_polled": False, "cpu_idle_poll_unavailable_reason": f"{device}: {error.strerror}"}

@@ -17,6 +17,8 @@ import time
 
 import numpy as np
 
+from runner.measure import idle_poll
+
 TURNS, BLOCKS = 30, 40
 
 
@@ -57,19 +59,23 @@ def main() -> None:
     parser.add_argument("--eager", action="store_true", help="op by op (default: jax.jit)")
     parser.add_argument("--repeats", type=int, default=2, help="alternate the two settings this many times")
     parser.add_argument("--pause", type=float, default=0.2, help="seconds between turns (0: one after the other)")
+    parser.add_argument("--poll-idle", action="store_true", help="idle CPUs poll meanwhile (timing.poll_idle; root)")
     parser.add_argument("--child", choices=["all", "one"], help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         if args.child == "one":
             os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:1])  # before JAX starts its threads
-        median, spread = loop(args.eager, args.pause)
+        with idle_poll.polling(args.poll_idle) as held:
+            if held.get("cpu_idle_polled") is False:
+                raise SystemExit(f"--poll-idle: {held['cpu_idle_poll_unavailable_reason']}")
+            median, spread = loop(args.eager, args.pause)
         print(f"{median * 1e6:.1f} µs a call, turns' fastest blocks IQR {spread:.1%}")
         return
     print(f"JAX MLP gradients, {'eager' if args.eager else 'jax.jit'}, {len(os.sched_getaffinity(0))} CPUs allowed")
     for _ in range(args.repeats):
         for cpus in ("all", "one"):
             command = [sys.executable, __file__, "--child", cpus, "--pause", str(args.pause)]
-            command += ["--eager"] if args.eager else []
+            command += [flag for flag, on in (("--eager", args.eager), ("--poll-idle", args.poll_idle)) if on]
             out = subprocess.run(command, capture_output=True, text=True, check=True).stdout.strip()
             print(f"  {'every CPU' if cpus == 'all' else 'one CPU  '}: {out}")
 

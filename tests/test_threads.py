@@ -25,8 +25,8 @@ def test_numpy_blas_threads_are_set_and_recorded(tmp_path):
 
 @pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="pinning means something only with 2 cores or more")
 def test_a_noisy_job_on_several_cores_is_told_it_may_pin_its_threads(tmp_path, monkeypatch):
-    """A call whose work crosses cores waits on each (JAX on 2 cores: turns 27% apart, 0.6% on one): where the
-    user left `threads` unset, the noisy warning names threads=1; where they chose, it does not."""
+    """A call whose work crosses cores waits for each to wake (JAX on CPU): where the user left `threads` unset,
+    the noisy warning names threads=1; where they chose, it does not."""
     monkeypatch.setattr(Measurement, "turn_rel_iqr", lambda self: 0.3)
     said = {}
     for threads in ([], ["threads=1"]):

@@ -1,9 +1,9 @@
 """timing.poll_idle: while a job is timed, ask Linux to keep idle CPUs polling instead of halting.
 
 A call whose work goes from one thread to another on another core (JAX on CPU hands every call from the Python
-thread to XLA's) waits for that core to wake. On a VM a halted CPU wakes through the hypervisor, and how long that
-takes depends on how long it slept: a jitted JAX step on two cores took 60-77 µs a call with turns 13-30% apart
-after pauses, 47-50 µs and 1-2% apart with the CPUs polling (BENCHMARKS.md, *JAX on two cores*). The request is
+thread to XLA's) waits for that core to wake. On a VM a halted CPU wakes through the hypervisor, slower the longer
+it slept, and between a sweep's turns it sleeps long: a jitted JAX step's turns spread far more than with the CPUs
+polling (BENCHMARKS.md, *Idle CPUs that poll*). The request is
 the kernel's PM QoS CPU latency (`/dev/cpu_dma_latency`, 0 µs), held while the file stays open, as tuned's
 latency-performance profile holds it; it is root's to make, and idle CPUs then burn power.
 """

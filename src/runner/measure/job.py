@@ -297,7 +297,7 @@ def _warnings(job: Prepared, measurement: Measurement, result: Result) -> list[s
     spread = measurement.turn_rel_iqr()
     if spread > NOISY_REL_IQR:
         where = "within its turns " if len(set(measurement.samples.rounds)) > 1 else ""
-        # a call whose work crosses cores waits on each (JAX's turns spread 27% over two cores, 0.6% on one)
+        # a call whose work crosses cores waits for each to wake (BENCHMARKS.md, JAX on two cores)
         pin = job.device == "cpu" and job.spec.threads is None and (os.cpu_count() or 1) > 1
         warnings.append(
             f"noisy measurement: {where}IQR is {spread:.0%} of the median; raise timing.max_time_s or quiet the machine"

@@ -165,8 +165,11 @@ def run(before_source: str, after_source: str, uri: str | None, factor: float = 
         for r in compared.itertuples()
     ]
     lines.append(table_markdown(headers, cells))
-    lines.append("before, after: each run's typical time, the geometric mean of its rounds' medians (what the ratio")
-    lines.append(f"compares); a change is called where the interval excludes 1 and the ratio is beyond {factor:.2f}x")
+    lines.append("before, after: each run's typical time, the geometric mean over its rounds of each turn's fastest")
+    lines.append(
+        f"block (what the ratio compares); a change is called where the interval excludes 1 and the ratio is beyond "
+        f"{factor:.2f}x"
+    )
     unmatched = len(_timed(before)) - len(compared)
     if unmatched:
         lines.append(f"{unmatched} finished run(s) of {before_source} did work no run of {after_source} did")

@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import ctypes
 import json
-import os
 
 import pytest
 from helpers import compose_config, run_cli
 
 from runner.config import ConfigError, check_combination
 from runner.launch import isolation
-from runner.measure.timing import Measurement
 from runner.record.environment import ADDR_NO_RANDOMIZE
 
 
@@ -21,19 +19,6 @@ def test_numpy_blas_threads_are_set_and_recorded(tmp_path):
     assert result.status == "FINISHED"
     assert result.environment["blas_threads"] == 1
     assert result.config["threads"] == 1
-
-
-@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="pinning means something only with 2 cores or more")
-def test_a_noisy_job_on_several_cores_is_told_it_may_pin_its_threads(tmp_path, monkeypatch):
-    """A call whose work crosses cores waits for each to wake (JAX on CPU): where the user left `threads` unset,
-    the noisy warning names threads=1; where they chose, it does not."""
-    monkeypatch.setattr(Measurement, "turn_rel_iqr", lambda self: 0.3)
-    said = {}
-    for threads in ([], ["threads=1"]):
-        result = isolation.execute(compose_config(*threads, "tracking=none", "isolation=inline"), tmp_path)
-        said[bool(threads)] = next(w for w in result.warnings if w.startswith("noisy measurement"))
-    assert said[False].endswith("quiet the machine, or pin it to one core: threads=1")
-    assert said[True].endswith("quiet the machine")
 
 
 def kernel_allows_a_fixed_layout() -> bool:

@@ -20,12 +20,14 @@ PM_QOS_CPU_LATENCY = Path("/dev/cpu_dma_latency")
 
 
 @contextlib.contextmanager
-def polling(asked: bool, device: Path = PM_QOS_CPU_LATENCY) -> Iterator[dict]:
-    """Hold the CPU latency at 0 while inside, where `asked`; yields what the environment records: {} where not
-    asked, cpu_idle_polled True where held, False and cpu_idle_poll_unavailable_reason where it could not be."""
+def polling(asked: bool, device: Path | None = None) -> Iterator[dict]:
+    """Hold the CPU latency at 0 (at `device`, PM_QOS_CPU_LATENCY unless given) while inside, where `asked`; yields
+    what the environment records: {} where not asked, cpu_idle_polled True where held, False and
+    cpu_idle_poll_unavailable_reason where it could not be."""
     if not asked:
         yield {}
         return
+    device = device or PM_QOS_CPU_LATENCY
     try:
         held = os.open(device, os.O_WRONLY)
     except OSError as error:
@@ -44,3 +46,14 @@ def polling(asked: bool, device: Path = PM_QOS_CPU_LATENCY) -> Iterator[dict]:
 
 def _unavailable(device: Path, error: OSError) -> dict:
     return {"cpu_idle_polled": False, "cpu_idle_poll_unavailable_reason": f"{device}: {error.strerror}"}
+
+
+def waking_hint(threads: int | None, poll_idle: bool) -> str:
+    """What a noisy job on CPU may try against waiting for other cores to wake, as the end of its warning: pinning
+    where `threads` was left to the framework, polling where this process could make the request."""
+    if (os.cpu_count() or 1) < 2:
+        return ""
+    pin = ", or pin it to one core: threads=1" if threads is None else ""
+    can_poll = not poll_idle and os.access(PM_QOS_CPU_LATENCY, os.W_OK)
+    poll = ", or let idle CPUs poll: timing.poll_idle=true" if can_poll else ""
+    return pin + poll

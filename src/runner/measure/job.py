@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import resource
 import sys
 import time
@@ -279,7 +278,7 @@ def _attributes(job: Prepared, measurement: Measurement) -> dict:
 
 
 def _warnings(job: Prepared, measurement: Measurement, result: Result) -> list[str]:
-    from runner.measure import machine_load
+    from runner.measure import idle_poll, machine_load
 
     warnings = non_finite_warnings(result.tensors) + job.task_run.warnings()
     if measurement.warmup_cut_short:
@@ -297,11 +296,14 @@ def _warnings(job: Prepared, measurement: Measurement, result: Result) -> list[s
     spread = measurement.turn_rel_iqr()
     if spread > NOISY_REL_IQR:
         where = "within its turns " if len(set(measurement.samples.rounds)) > 1 else ""
-        # a call whose work crosses cores waits for each to wake (BENCHMARKS.md, JAX on two cores)
-        pin = job.device == "cpu" and job.spec.threads is None and (os.cpu_count() or 1) > 1
+        hint = (
+            idle_poll.waking_hint(job.spec.threads, bool(job.spec.timing.get("poll_idle")))
+            if job.device == "cpu"
+            else ""
+        )
         warnings.append(
             f"noisy measurement: {where}IQR is {spread:.0%} of the median; raise timing.max_time_s or quiet the machine"
-            + (", or pin it to one core: threads=1" if pin else "")
+            + hint
         )
     return warnings
 

@@ -282,3 +282,30 @@ def test_identical_jobs_in_several_processes_are_called_different_at_most_1_in_2
         called += int((verdicts == "no").sum())
         compared += 15
     assert called / compared <= 0.05
+
+
+@pytest.mark.heavy  # 13 s: 60 sweeps compared after each of up to 33 rounds
+def test_stopping_once_every_comparison_resolves_keeps_identical_jobs_apart_at_most_1_in_20():
+    """timing.resolve stops a sweep on its intervals' width, which a few rounds may underestimate: identical jobs
+    (2% process offsets, one process each), stopped at the first round from MIN_ROUNDS_TO_STOP on where every
+    comparison resolves 10%, as runner.launch.rounds stops them."""
+    from runner.launch.rounds import MIN_ROUNDS_TO_STOP
+
+    rng = np.random.default_rng(11)
+    called = compared = stopped_early = 0
+    for _ in range(60):
+        sweep = identical_sweep(rng, 4, DEFAULT_ROUNDS, process_sd=0.02)
+        for last in range(MIN_ROUNDS_TO_STOP, DEFAULT_ROUNDS + 1):
+            kept = [rounds <= last for rounds in sweep["sample_rounds"]]
+            so_far = sweep.assign(
+                samples_s=[s[k] for s, k in zip(sweep["samples_s"], kept, strict=True)],
+                sample_rounds=[r[k] for r, k in zip(sweep["sample_rounds"], kept, strict=True)],
+            )
+            table = report.compare(so_far)
+            if pd.to_numeric(table["time_ratio_resolution"]).max() <= 0.1 or last == DEFAULT_ROUNDS:
+                break
+        stopped_early += last < DEFAULT_ROUNDS
+        called += int((table["within_noise"] == "no").sum())
+        compared += 3
+    assert stopped_early >= 30  # the rule acted: most sweeps stopped before their last round
+    assert called / compared <= 0.05

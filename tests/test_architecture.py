@@ -4,11 +4,14 @@ and functions short enough to read."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 from runner.config import PROJECT_ROOT
 
 SOURCE = PROJECT_ROOT / "src" / "runner"
+PLUGINS = PROJECT_ROOT / "src" / "hydra_plugins"
+ARCHITECTURE_PAGE = PROJECT_ROOT / "docs" / "architecture.md"
 HEAVY = ("torch", "tensorflow", "keras", "mlflow", "jax")
 
 
@@ -108,3 +111,25 @@ def test_modules_and_functions_stay_short_enough_to_read():
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.end_lineno - node.lineno >= 60:
                 too_long.append(f"{path.relative_to(SOURCE)}:{node.name}: {node.end_lineno - node.lineno + 1} lines")
     assert not too_long, too_long
+
+
+def _named_file(name: str) -> Path | None:
+    """The file a `.py` name on the architecture page means: relative to src/runner (`report/ratio.py`), to src
+    (`hydra_plugins/...`) or to the repository (`run.py`, `tests/...`); None where none exists."""
+    for base in (SOURCE, SOURCE.parent, PROJECT_ROOT):
+        if (base / name).is_file():
+            return (base / name).resolve()
+    return None
+
+
+def test_the_architecture_page_names_every_module_and_only_modules_that_exist():
+    """docs/architecture.md stays true: every module under src/runner and src/hydra_plugins is named on it by its
+    path (relative to src/runner, or to src for src/hydra_plugins, `__init__.py` included), and every `.py` file
+    it names exists."""
+    names = set(re.findall(r"(?<![\w./-])((?:[\w.-]+/)*\w+\.py)\b", ARCHITECTURE_PAGE.read_text()))
+    named = {_named_file(name) for name in names}
+    modules = sorted(p.resolve() for root in (SOURCE, PLUGINS) for p in root.rglob("*.py"))
+    unnamed = [str(p.relative_to(PROJECT_ROOT)) for p in modules if p not in named]
+    assert not unnamed, f"docs/architecture.md does not name {unnamed}"
+    missing = sorted(name for name in names if _named_file(name) is None)
+    assert not missing, f"docs/architecture.md names files that do not exist: {missing}"

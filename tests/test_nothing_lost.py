@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from fake_clock import FakeClock
 from helpers import FAST_TIMING, PROJECT_ROOT, _env, clients, compose_config, run_cli, runner_cli
 
 from runner import cli, tracking
@@ -110,13 +111,19 @@ def test_zero_size_is_a_failed_run_not_a_throughput(tmp_path):
 
 
 def test_max_time_bounds_warm_up_and_says_so():
-    measurement, _ = measure(lambda: None, lambda: None, min_warmup_calls=10**12, max_time_s=0.05, min_repeats=1)
+    clock = FakeClock()
+    measurement, _ = measure(
+        clock.step(0.001), lambda: None, min_warmup_calls=10**12, max_time_s=0.05, min_repeats=1, clock=clock
+    )
     assert measurement.warmup_cut_short
     assert measurement.samples_s  # the rest of the budget still measured
 
 
 def test_max_time_bounds_block_calibration():
-    measurement, _ = measure(lambda: None, lambda: None, min_block_s=60.0, max_time_s=0.05, min_repeats=1)
+    clock = FakeClock()
+    measurement, _ = measure(
+        clock.step(0.001), lambda: None, min_block_s=60.0, max_time_s=0.05, min_repeats=1, clock=clock
+    )
     assert measurement.warmup_cut_short
     assert measurement.samples_s
 

@@ -1,15 +1,18 @@
-"""The timing harness: first call apart, blocks long enough, every sample kept, statistics right."""
+"""The timing harness: first call apart, blocks long enough, every sample kept, statistics right. The loop's
+decisions are tested on a fake clock (tests/fake_clock.py); one test reads the real one."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import time
 
 import numpy as np
 import pytest
+from fake_clock import FakeClock
 
-from runner.measure.samples import SampleEnd, Samples
+from runner.measure.samples import Samples, Series
 from runner.measure.timing import Measurement, MeasurementFailed, MeasurementInterrupted, affordable_rounds, measure
 
 FORWARD_PASS_FAULTS = """
@@ -29,6 +32,9 @@ print((resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / 10)
 """
 
 
+QUICK = dict(warmup_s=0.0, min_warmup_calls=1, min_block_s=0.0)  # one call a block, one block of warm-up
+
+
 def test_statistics_from_samples():
     m = Measurement(first_call_s=1.0, samples=Samples({"samples_s": [1.0, 2.0, 3.0, 4.0, 100.0]}))
     stats = m.stats()
@@ -39,89 +45,156 @@ def test_statistics_from_samples():
 
 
 def test_first_call_timed_apart_and_blocks_reach_min_block():
-    calls = []
-
-    def fn():
-        calls.append(1)
-        if len(calls) == 1:
-            time.sleep(0.05)  # a slow first call, like tracing or compilation
-        return len(calls)
-
+    clock = FakeClock()
     m, first = measure(
-        fn,
+        clock.step(0.00015, first=0.05),  # a slow first call, like tracing or compilation
         lambda: None,
         warmup_s=0.0,
         min_warmup_calls=1,
         min_repeats=5,
         max_time_s=0.2,
-        target_rel_iqr=float("inf"),  # stops at min_repeats, however loaded the machine
+        target_rel_iqr=float("inf"),
         min_block_s=0.001,
+        clock=clock,
     )
-    assert first == 1
-    assert m.first_call_s >= 0.05
-    assert m.block_size >= 10  # a call costs ~100 ns: one block holds many calls
-    assert m.block_size * max(m.samples_s) * 0.5 < 0.05  # the slow first call is not in any sample
-    assert len(m.samples_s) >= 5 and m.stopped_by == "spread"
+    assert first == 1 and m.first_call_s == pytest.approx(0.05)
+    assert m.block_size == 10  # blocks of 1, 2 and 5 calls last under 1 ms, 10 calls 1.5 ms
+    assert m.warmup_calls == 10 and not m.warmup_cut_short  # one block: min_warmup_calls=1, warmup_s=0
+    assert m.samples_s == pytest.approx([0.00015] * 5)  # the slow first call is in no sample
+    assert m.stopped_by == "spread"
 
 
-def test_sync_called_at_every_clock_read():
-    syncs = []
-    m, _ = measure(
-        lambda: None,
-        lambda: syncs.append(1),
-        warmup_s=0.0,
-        min_warmup_calls=1,
+def test_the_device_is_synced_at_both_clock_reads_of_every_block():
+    clock, events = FakeClock(), []
+    step = clock.step(0.001)
+
+    def read() -> float:
+        events.append("r")
+        return clock()
+
+    measure(
+        lambda: (events.append("c"), step()),
+        lambda: events.append("s"),
+        **{**QUICK, "min_block_s": 0.0025},
         min_repeats=3,
-        max_time_s=0.05,
-        target_rel_iqr=1.0,
-        min_block_s=0.0,
+        max_time_s=1.0,
+        target_rel_iqr=float("inf"),
+        clock=read,
     )
-    blocks = 1 + 1 + len(m.samples_s)  # first call, calibration, samples (warm-up adds more)
-    assert len(syncs) >= 2 * blocks
+    timeline = "".join(events)  # s: sync, r: clock read, c: call
+    # first call; calibration's blocks of 1, 2 and 5 calls (5 ms >= 2.5 ms); one warm-up block; 3 samples
+    assert [len(b) for b in re.findall(r"sr(c+)(?=sr)", timeline)] == [1, 1, 2, 5, 5, 5, 5, 5]
+    assert timeline.count("c") == 29  # every call is in one of those blocks
 
 
-def test_time_cap_stops_noisy_measurement():
-    count = [0]
-
-    def noisy():  # alternates between two durations: the spread never settles
-        count[0] += 1
-        time.sleep(0.0005 if count[0] % 2 else 0.003)
-
+def test_time_cap_stops_a_measurement_whose_spread_never_settles():
+    """Calls alternate 0.5 and 3 ms and a block is one call: the samples alternate, their spread stays large."""
+    clock = FakeClock()
     m, _ = measure(
-        noisy,
+        clock.step(0.0005, 0.003),
         lambda: None,
-        warmup_s=0.0,
-        min_warmup_calls=1,
+        **QUICK,
         min_repeats=3,
         max_time_s=0.1,
         target_rel_iqr=0.001,
-        min_block_s=0.0,
+        clock=clock,
     )
-    assert m.stopped_by == "time cap"
+    assert m.block_size == 1 and m.stopped_by == "time cap"
+    # calibration (3 ms) and warm-up (0.5 ms) leave 96.5 ms: 27 pairs of samples (94.5 ms) and one more of 3 ms
+    assert m.samples_s == pytest.approx([0.003, 0.0005] * 27 + [0.003])
+
+
+def test_blocks_of_an_even_count_average_an_alternation_and_the_spread_stops():
+    """The same calls in blocks of two: every sample is 1.75 ms, so the spread settles at min_repeats. (With real
+    sleeps, whether the alternation showed in the samples depended on the machine: the time-cap test saw 'spread'.)"""
+    clock = FakeClock()
+    m, _ = measure(
+        clock.step(0.0005, 0.003),
+        lambda: None,
+        **{**QUICK, "min_block_s": 0.0032},  # one call (3 ms) is short of it, two (3.5 ms) are not
+        min_repeats=10,
+        max_time_s=0.1,
+        target_rel_iqr=0.03,
+        clock=clock,
+    )
+    assert m.block_size == 2 and m.stopped_by == "spread"
+    assert m.samples_s == pytest.approx([0.00175] * 10)
+
+
+@pytest.mark.parametrize(
+    ("warmup_s", "min_warmup_calls", "calls"),
+    [(0.018, 3, 20), (0.0, 12, 15)],  # 4 blocks of 5 ms reach 18 ms; 3 blocks of 5 calls reach 12 calls
+)
+def test_warm_up_lasts_warmup_s_and_at_least_min_warmup_calls_in_whole_blocks(warmup_s, min_warmup_calls, calls):
+    clock = FakeClock()
+    m, _ = measure(
+        clock.step(0.001),
+        lambda: None,
+        warmup_s=warmup_s,
+        min_warmup_calls=min_warmup_calls,
+        min_block_s=0.0025,  # blocks of 5 calls
+        min_repeats=3,
+        max_time_s=1.0,
+        target_rel_iqr=float("inf"),
+        clock=clock,
+    )
+    assert m.block_size == 5 and m.warmup_calls == calls and not m.warmup_cut_short
+
+
+def test_max_time_cuts_warm_up_short_and_sampling_ends_at_the_cap():
+    clock = FakeClock()
+    m, _ = measure(
+        clock.step(0.001),
+        lambda: None,
+        warmup_s=1.0,
+        min_warmup_calls=1,
+        min_block_s=0.0025,  # blocks of 5 calls: calibration takes 1 + 2 + 5 ms
+        min_repeats=10**6,  # the spread never stops it
+        max_time_s=0.1,
+        clock=clock,
+    )
+    # warm-up may run to half of max_time_s (50 ms): 9 blocks from 8 ms to 53 ms; then samples to 100 ms and past
+    assert m.warmup_cut_short and m.warmup_calls == 45
+    assert len(m.samples_s) == 10 and m.stopped_by == "time cap"
+    assert clock.now - m.first_call_s == pytest.approx(0.103)  # the cap, overrun by less than a block
+
+
+def test_max_time_cuts_block_calibration_short():
+    clock = FakeClock()
+    m, _ = measure(clock.step(0.001), lambda: None, min_block_s=60.0, max_time_s=0.1, min_repeats=10**6, clock=clock)
+    # blocks of 1, 2, 5, 10 and 20 calls end at 38 ms, one of 50 calls past half of max_time_s: that one is kept
+    assert m.warmup_cut_short and m.block_size == 50 and m.warmup_calls == 0
+    assert m.samples_s == pytest.approx([0.001]) and m.stopped_by == "time cap"
 
 
 def test_interrupt_keeps_samples():
-    count = [0]
+    clock = FakeClock()
+    step = clock.step(0.001)
 
     def fn():
-        count[0] += 1
-        if count[0] > 20:
+        if step() > 20:
             raise KeyboardInterrupt
-        time.sleep(0.001)
 
     with pytest.raises(MeasurementInterrupted) as caught:
-        measure(
-            fn,
-            lambda: None,
-            warmup_s=0.0,
-            min_warmup_calls=1,
-            min_repeats=100,
-            max_time_s=10,
-            target_rel_iqr=0.0,
-            min_block_s=0.0,
-        )
-    assert caught.value.measurement.samples_s  # what was measured before Ctrl-C survives
+        measure(fn, lambda: None, **QUICK, min_repeats=100, max_time_s=10, target_rel_iqr=0.0, clock=clock)
+    # what was measured before Ctrl-C survives: calls 4 to 20 (after the first, calibration's and warm-up's)
+    assert len(caught.value.measurement.samples_s) == 17
     assert caught.value.measurement.stopped_by == "interrupted"
+
+
+def test_the_real_clock_times_real_calls():
+    """The default clock, on what time.sleep guarantees: a sleep lasts at least its argument (both read the
+    monotonic clock), so no sample is shorter and the time cap is never reached early."""
+    calls = [0]
+
+    def fn():
+        calls[0] += 1
+        time.sleep(0.02 if calls[0] == 1 else 0.001)
+
+    start = time.perf_counter()
+    m, _ = measure(fn, lambda: None, **QUICK, min_repeats=10**6, max_time_s=0.05)
+    assert time.perf_counter() - start >= 0.05 + m.first_call_s and m.stopped_by == "time cap"
+    assert m.first_call_s >= 0.02 and m.samples_s and min(m.samples_s) >= 0.001 - 1e-9  # 1e-9: float rounding
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's allocator")
@@ -152,9 +225,11 @@ def test_tail_percentiles_and_stdev():
 def test_first_output_kept_before_the_next_call_and_energy_spans_the_samples():
     """A step that overwrites its output buffer on every call (CUDA graphs do) still yields the first
     call's result; the energy meter starts after warm-up and stops after the last sample."""
-    buffer, events = [0], []
+    clock, buffer, events = FakeClock(), [0], []
+    step = clock.step(0.001)
 
     def fn():
+        step()
         buffer[0] += 1
         events.append("call")
         return buffer
@@ -170,19 +245,18 @@ def test_first_output_kept_before_the_next_call_and_energy_spans_the_samples():
     m, kept = measure(
         fn,
         lambda: None,
-        warmup_s=0.0,
-        min_warmup_calls=1,
+        **QUICK,
         min_repeats=3,
         max_time_s=0.05,
         target_rel_iqr=1.0,
-        min_block_s=0.0,
         keep=lambda out: list(out),
         energy=Meter(),
+        clock=clock,
     )
-    assert kept == [1] and buffer[0] > 1
+    assert kept == [1] and buffer[0] == 6  # first call, calibration, warm-up, 3 samples
     assert m.energy_j == 3.0
     timed = events[events.index("start") + 1 : events.index("stop")]
-    assert len(timed) == m.timed_calls() == len(m.samples_s) * m.block_size
+    assert len(timed) == m.timed_calls() == len(m.samples_s) * m.block_size == 3
 
 
 class ScriptedTurns:
@@ -201,51 +275,57 @@ class ScriptedTurns:
         return None  # the job's only process
 
     def done(self, samples: dict[str, list]) -> None:
-        self.turns.append((samples["samples_s"], samples.get("sample_end_unix_s")))
+        self.turns.append((samples["samples_s"], samples.get("sample_end_s")))
 
 
-# any spread satisfies (a loaded CI machine can spread three 0.2 ms sleeps by more than 100%)
-FAST_TURNS = dict(warmup_s=0.0, min_warmup_calls=1, min_repeats=3, target_rel_iqr=float("inf"), min_block_s=0.0)
+class FakeClockEnd(Series):
+    """When each sample ended, on the fake clock."""
+
+    def __init__(self, clock: FakeClock):
+        self.clock = clock
+
+    def after_block(self, calls: int) -> float:
+        return self.clock()
+
+
+# a turn samples to its end whatever the spread: the coordinator stops the rounds once the comparisons resolve
+FAST_TURNS = dict(**QUICK, min_repeats=3, target_rel_iqr=float("inf"))
 
 
 def test_turns_sample_only_when_given_a_turn_and_label_each_sample_with_its_round():
-    turns = ScriptedTurns([1, 2, 7])
-    ends = {"sample_end_unix_s": SampleEnd()}
-    step = lambda: time.sleep(0.0002)  # noqa: E731
-    m, _ = measure(step, lambda: None, max_time_s=0.3, rounds=3, turns=turns, series=ends, **FAST_TURNS)
-    assert turns.ready_at == 0  # set up and warm, no sample yet
-    # a turn samples to its end, spread met or not: the coordinator stops the rounds once the comparisons resolve
+    clock, turns = FakeClock(), ScriptedTurns([1, 2, 7])
+    ends = {"sample_end_s": FakeClockEnd(clock)}
+    m, _ = measure(
+        clock.step(0.0002), lambda: None, max_time_s=0.3, rounds=3, turns=turns, series=ends, **FAST_TURNS, clock=clock
+    )
+    assert turns.ready_at == 0 and turns.affordable == 3  # set up and warm, no sample yet
+    # calibration and warm-up (a call each) leave 299.6 ms: a third of it is 500 samples of 0.2 ms
     counts = [len(samples) for samples, _ in turns.turns]
-    assert len(counts) == 3 and min(counts) > 3
-    assert m.samples.rounds == [1] * counts[0] + [2] * counts[1] + [7] * counts[2]
+    assert counts == [500, 500, 500]
+    assert m.samples.rounds == [1] * 500 + [2] * 500 + [7] * 500
     assert m.samples_s == [s for samples, _ in turns.turns for s in samples]  # the turns' samples, pooled
-    ends = m.samples.columns["sample_end_unix_s"]
-    assert ends == sorted(ends) and len(ends) == sum(counts)
+    ends = m.samples.columns["sample_end_s"]
+    assert ends == sorted(ends) and len(ends) == 1500
 
 
 def test_a_turn_lasts_at_most_the_sampling_budget_over_the_rounds():
-    turns = ScriptedTurns([1, 2])
-    start = time.perf_counter()
+    clock, turns = FakeClock(), ScriptedTurns([1, 2])
+    ends = {"sample_end_s": FakeClockEnd(clock)}
     measure(
-        lambda: time.sleep(0.001),
-        lambda: None,
-        max_time_s=0.4,
-        rounds=4,
-        turns=turns,
-        series={"sample_end_unix_s": SampleEnd()},
-        **{**FAST_TURNS, "target_rel_iqr": 0.0},  # the spread never satisfies: every turn runs to its cap
+        clock.step(0.001), lambda: None, max_time_s=0.4, rounds=4, turns=turns, series=ends, **FAST_TURNS, clock=clock
     )
-    spans = [ends[-1] - ends[0] for _, ends in turns.turns]
-    # the 0.4 s, less no warm-up, shared by 4 turns: 0.1 s each (uncapped, the first turn would use it all)
-    assert all(0.07 < span < 0.15 for span in spans)
-    assert time.perf_counter() - start < 0.4 + 0.3
+    # the 0.4 s, less 2 ms of calibration and warm-up, shared by 4 turns: 99.5 ms, reached by the 100th sample
+    # (uncapped, the first turn would use it all)
+    assert [len(samples) for samples, _ in turns.turns] == [100, 100]
+    assert [ends[-1] - ends[0] for _, ends in turns.turns] == pytest.approx([0.099, 0.099])
 
 
 def test_a_step_failing_in_a_later_turn_keeps_the_samples_of_the_earlier_ones():
-    calls, failing = [0], [False]
+    clock, failing = FakeClock(), [False]
+    step = clock.step(0.001)
 
     def fn():
-        calls[0] += 1
+        step()
         if failing[0]:
             raise RuntimeError("CUDA out of memory")
 
@@ -256,8 +336,9 @@ def test_a_step_failing_in_a_later_turn_keeps_the_samples_of_the_earlier_ones():
             return round_
 
     with pytest.raises(MeasurementFailed) as caught:
-        measure(fn, lambda: None, max_time_s=0.3, rounds=4, turns=FailInRound3([1, 2, 3, 4]), **FAST_TURNS)
+        measure(fn, lambda: None, max_time_s=0.3, rounds=4, turns=FailInRound3([1, 2, 3, 4]), **FAST_TURNS, clock=clock)
     assert set(caught.value.measurement.samples.rounds) == {1, 2}
+    assert caught.value.measurement.stopped_by == "failed"
     assert "CUDA out of memory" in str(caught.value.__cause__)
 
 
@@ -268,17 +349,12 @@ def test_a_job_whose_block_outlasts_a_turn_takes_fewer_rounds():
     # at 0.5 s a 2 ms block had one sample a turn in 40 rounds: now 14 turns of 8 blocks and a 5 ms re-warm
     assert affordable_rounds(40, sampling_s=0.3, block_s=0.002, warmup_s=0.2) == 14
     assert affordable_rounds(40, sampling_s=0.3, block_s=0.02, warmup_s=0.2) == 7  # not fewer than 8 blocks a turn
-    turns = ScriptedTurns([1, 2])
-    calls = [0]
-
-    def slow():
-        calls[0] += 1
-        time.sleep(0.06)
-
-    measure(slow, lambda: None, max_time_s=0.2, rounds=40, turns=turns, **{**FAST_TURNS, "warmup_s": 0.01})
-    # calibration and warm-up (60 ms each at least) leave at most 80 ms of the 0.2 s: one block of 60 ms
-    assert turns.affordable == 1
-    calls_outside_samples = calls[0] - sum(len(samples) for samples, _ in turns.turns)
+    clock, turns = FakeClock(), ScriptedTurns([1, 2])
+    slow = clock.step(0.06)
+    measure(slow, lambda: None, max_time_s=0.2, rounds=40, turns=turns, **{**FAST_TURNS, "warmup_s": 0.01}, clock=clock)
+    # calibration and warm-up (60 ms each) leave 80 ms of the 0.2 s: one round, a turn of two 60 ms blocks
+    assert turns.affordable == 1 and [len(samples) for samples, _ in turns.turns] == [2, 2]
+    calls_outside_samples = slow() - 1 - sum(len(samples) for samples, _ in turns.turns)
     assert calls_outside_samples == 3  # first call, calibration, warm-up; a 60 ms block needs no re-warm of 10 ms
 
 
@@ -286,11 +362,12 @@ def test_every_turn_starts_with_a_re_warm_of_a_block_unless_the_block_is_long():
     """A 10 ms block is longer than warmup_s / rounds (5 ms) but not a warm-up of its own: after the other
     jobs' turns the first block of a turn ran 23-61% slow (TensorFlow eager), so each turn re-warms one block
     before it samples."""
+    clock = FakeClock()
+    step = clock.step(0.01)
     calls = [0]
 
-    def step():
-        calls[0] += 1
-        time.sleep(0.01)
+    def counted():
+        calls[0] = step()
 
     class Counting(ScriptedTurns):
         extra: list[int]
@@ -305,7 +382,9 @@ def test_every_turn_starts_with_a_re_warm_of_a_block_unless_the_block_is_long():
 
     turns = Counting([1, 2, 3])
     turns.extra = []
-    measure(step, lambda: None, max_time_s=0.6, rounds=3, turns=turns, **{**FAST_TURNS, "warmup_s": 0.015})
+    measure(
+        counted, lambda: None, max_time_s=0.6, rounds=3, turns=turns, **{**FAST_TURNS, "warmup_s": 0.015}, clock=clock
+    )
     assert turns.extra == [1, 1, 1]
 
 

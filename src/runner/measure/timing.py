@@ -28,6 +28,8 @@ PROCESS_TURNS = 16  # turns' worth of time each of a job's processes must get (a
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters (malloc.h)
 MMAP_THRESHOLD_MAX = 32 * 2**20  # glibc's ceiling for M_MMAP_THRESHOLD on 64-bit machines
 
+Clock = Callable[[], float]  # seconds from any fixed point: time.perf_counter, or a test's fake clock
+
 
 @dataclass
 class Measurement:
@@ -142,6 +144,7 @@ def measure(
     processes: int = 1,
     turns: Turns | None = None,
     series: dict[str, Series] | None = None,
+    clock: Clock = time.perf_counter,
 ) -> tuple[Measurement, object]:
     """Time `fn`; returns the measurement and keep(output of the first call).
 
@@ -155,28 +158,29 @@ def measure(
     affordable_rounds) handed out by a coordinator, each a short re-warm and then samples; the turns share
     what calibration and warm-up left of max_time_s, as the single sampling phase does without `turns`; a job
     measured in several `processes` takes its share of the rounds and of that time in each.
-    Each of `series` adds a value to every sample (runner.measure.samples)."""
+    Each of `series` adds a value to every sample (runner.measure.samples); `clock` times and stops everything."""
     _phase(progress, "first call (tracing, compilation)")
     sync()
-    start = time.perf_counter()
+    start = clock()
     first_output = fn()
     sync()
-    measurement = Measurement(first_call_s=time.perf_counter() - start)
+    measurement = Measurement(first_call_s=clock() - start)
     first_output = keep(first_output)
-    start = time.perf_counter()
+    start = clock()
     warm_until, deadline = start + max_time_s / 2, start + max_time_s
     try:
         _phase(progress, "warm-up")
-        block, calibrated, block_s = _calibrate_block(fn, sync, min_block_s, warm_until)
-        measurement.warmup_calls, warmed = _warm_up(fn, sync, block, warmup_s, min_warmup_calls, warm_until)
+        timer = _Timer(fn, sync, clock)
+        block, calibrated, block_s = _calibrate_block(timer, min_block_s, warm_until)
+        measurement.warmup_calls, warmed = _warm_up(timer, block, warmup_s, min_warmup_calls, warm_until)
         measurement.block_size = block
         measurement.warmup_cut_short = not (calibrated and warmed)
         _phase(progress, SAMPLING)
-        sampling = _Sampling(fn, sync, measurement, min_repeats, target_rel_iqr, progress, energy, series or {})
+        sampling = _Sampling(timer, measurement, min_repeats, target_rel_iqr, progress, energy, series or {})
         if turns is None:
             sampling.run(1, deadline)
         else:
-            _take_turns(turns, sampling, deadline - time.perf_counter(), (rounds, processes), block_s, warmup_s)
+            _take_turns(turns, sampling, deadline - clock(), (rounds, processes), block_s, warmup_s)
     except KeyboardInterrupt as interrupt:
         measurement.stopped_by = "interrupted"
         raise MeasurementInterrupted(measurement) from interrupt
@@ -224,11 +228,11 @@ def _take_turns(
     processes = affordable_processes(min(wanted), sampling_s, block_s, warmup_s)
     rounds = affordable_rounds(wanted[0] // processes, sampling_s / processes, block_s, warmup_s)
     turn_s, rewarm_s = sampling_s / processes / rounds, rewarm(warmup_s, rounds, block_s)
-    m = sampling.measurement
+    m, timer = sampling.measurement, sampling.timer
     turns.ready(m, rounds, processes)
     while (round_ := turns.wait()) is not None:
-        start = time.perf_counter()
-        _warm_up(sampling.fn, sampling.sync, m.block_size, rewarm_s, 0, start + min(rewarm_s, turn_s))
+        start = timer.clock()
+        _warm_up(timer, m.block_size, rewarm_s, 0, start + min(rewarm_s, turn_s))
         taken = len(m.samples)
         sampling.run(round_, start + turn_s, spread_stops=False)
         turns.done(m.samples.since(taken))
@@ -236,39 +240,46 @@ def _take_turns(
         m.samples = Samples(everyone)
 
 
-def _time_block(fn: Callable[[], object], sync: Callable[[], None], calls: int) -> float:
-    sync()
-    start = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    sync()
-    return time.perf_counter() - start
+@dataclass
+class _Timer:
+    """The step, its device sync and the clock: times blocks of calls."""
+
+    fn: Callable[[], object]
+    sync: Callable[[], None]
+    clock: Clock
+
+    def block(self, calls: int) -> float:
+        """Seconds for `calls` calls, the device synced at both clock reads."""
+        self.sync()
+        start = self.clock()
+        for _ in range(calls):
+            self.fn()
+        self.sync()
+        return self.clock() - start
 
 
-def _calibrate_block(
-    fn: Callable[[], object], sync: Callable[[], None], min_block_s: float, until: float
-) -> tuple[int, bool, float]:
+def _calibrate_block(timer: _Timer, min_block_s: float, until: float) -> tuple[int, bool, float]:
     """Smallest call count (1, 2, 5, 10, 20, ...) whose block lasts at least min_block_s, whether it
     was found before `until` (else the largest count tried), and how long that block took."""
     calls = 1
     while True:
         for factor in (1, 2, 5):
             n = calls * factor
-            seconds = _time_block(fn, sync, n)
+            seconds = timer.block(n)
             if seconds >= min_block_s:
                 return n, True, seconds
-            if time.perf_counter() >= until:
+            if timer.clock() >= until:
                 return n, False, seconds
         calls *= 10
 
 
-def _warm_up(fn, sync, block: int, warmup_s: float, min_calls: int, until: float) -> tuple[int, bool]:
+def _warm_up(timer: _Timer, block: int, warmup_s: float, min_calls: int, until: float) -> tuple[int, bool]:
     """Calls made warming up, and whether warm-up was complete before `until`."""
-    calls, start = 0, time.perf_counter()
-    while calls < min_calls or time.perf_counter() - start < warmup_s:
-        if time.perf_counter() >= until:
+    calls, start = 0, timer.clock()
+    while calls < min_calls or timer.clock() - start < warmup_s:
+        if timer.clock() >= until:
             return calls, False
-        _time_block(fn, sync, block)
+        timer.block(block)
         calls += block
     return calls, True
 
@@ -277,8 +288,7 @@ def _warm_up(fn, sync, block: int, warmup_s: float, min_calls: int, until: float
 class _Sampling:
     """Timed blocks until the spread of this round's samples is small enough or the deadline passes."""
 
-    fn: Callable[[], object]
-    sync: Callable[[], None]
+    timer: _Timer
     measurement: Measurement
     min_repeats: int
     target_rel_iqr: float
@@ -290,29 +300,29 @@ class _Sampling:
     def run(self, round_: int, deadline: float, spread_stops: bool = True) -> None:
         """Samples until the deadline, or until their spread is small (`spread_stops`; not in a turn of the rounds)."""
         m, block = self.measurement, self.measurement.block_size
-        taken, start = len(m.samples), time.perf_counter()
+        taken, start = len(m.samples), self.timer.clock()
         for series in self.series.values():
             series.start()
-        self.sync()
+        self.timer.sync()
         if self.energy is not None:
             self.energy.start()
         while True:
             for series in self.series.values():
                 series.before_block()
-            seconds = _time_block(self.fn, self.sync, block) / block
+            seconds = self.timer.block(block) / block
             m.samples.add(seconds, round_, {name: s.after_block(block) for name, s in self.series.items()})
-            elapsed = time.perf_counter() - start
+            elapsed = self.timer.clock() - start
             if self.progress is not None:
                 self.progress(m.samples_s, elapsed)
             enough = spread_stops and len(m.samples) - taken >= self.min_repeats
             if enough and rel_iqr(m.samples_s[taken:]) <= self.target_rel_iqr:
                 m.stopped_by = "spread"
                 break
-            if time.perf_counter() >= deadline:
+            if self.timer.clock() >= deadline:
                 m.stopped_by = "time cap"
                 break
         if self.energy is not None:
-            self.sync()
+            self.timer.sync()
             joules = self.energy.stop()
             self.energy_unread |= joules is None
             m.energy_j = None if self.energy_unread or joules is None else (m.energy_j or 0.0) + joules

@@ -186,22 +186,6 @@ def test_loss_scaled_training_steps_unscale_what_they_scale(make_config, tmp_pat
     assert result.metrics["max_rel_err_vs_reference"] < REL_TOLERANCE["float32"]
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("backend", ["torch", "tensorflow", "jax"])
-@pytest.mark.parametrize("precision", ["tf32", "fp16_mixed", "default"])
-def test_cuda_policies_run_and_record(make_config, tmp_path, backend, precision):
-    """On an Ampere or newer GPU: each policy runs the MLP's training step and stays within its tolerance."""
-    if backend == "jax" and precision == "fp16_mixed":
-        pytest.skip("conf/precision/fp16_mixed.yaml: torch and tensorflow only")
-    result = _run(make_config, tmp_path, precision, f"backend={backend}", "device=cuda", "task=train_step",
-                  f"precision={precision}")  # fmt: skip
-    assert result.environment["precision"] == precision
-    assert result.metrics["within_reference_tolerance"] == 1.0
-    if precision == "tf32":
-        key, _ = REPORTED[backend]
-        assert result.environment[key] == {"torch": "high", "tensorflow": True, "jax": "tensorfloat32"}[backend]
-
-
 @pytest.mark.slow
 def test_keras_applies_its_own_mixed_bfloat16_policy(make_config, tmp_path):
     """model=keras: Keras's mixed_bfloat16 policy (float32 variables, bfloat16 compute), not the runner's casts;

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 
@@ -12,8 +11,9 @@ from runner.measure import limits
 from runner.models.op_workloads import Matmul
 
 
-def test_huge_matmul_refused_in_seconds_with_the_estimate(cli, tmp_path):
-    start = time.perf_counter()
+def test_huge_matmul_refused_before_allocating_with_the_estimate(cli, tmp_path):
+    """Refused from the estimate, before any array is made (a 2.88 TB allocation would fail otherwise, not with
+    this line); no bound on the wall time, which a busy 2-core machine can miss."""
     result = cli(
         "backend=torch",
         "model=matmul",
@@ -22,7 +22,6 @@ def test_huge_matmul_refused_in_seconds_with_the_estimate(cli, tmp_path):
         "tracking=none",
         f"hydra.run.dir={tmp_path}",
     )
-    assert time.perf_counter() - start < 5
     assert result.returncode == 1
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "needs about 2.88 TB of host memory" in errors[0] and "is free" in errors[0]

@@ -8,9 +8,9 @@ import pandas as pd
 import pytest
 
 from runner.measure.samples import typical_s
-from runner.record.table import format_seconds
+from runner.record.table import format_ratio, format_seconds
 from runner.report import plots, pooled
-from runner.report.ratio import Verdict
+from runner.report.comparison import Verdict
 
 ROUNDS = 20
 PER_ROUND = 5
@@ -57,7 +57,7 @@ def test_replicates_are_pooled_into_one_row_per_configuration_against_the_fastes
     torch, jax = found[1], found[2]
     assert torch.ratio == pytest.approx(29 * 18 / 18, rel=0.03) and jax.ratio == pytest.approx(250, rel=0.03)
     assert torch.low < torch.ratio < torch.high < jax.low  # the intervals hold the ratios and part them
-    assert torch.verdict == jax.verdict == Verdict.DIFFERENT
+    assert torch.verdict == jax.verdict == Verdict.SLOWER
     assert torch.time_s / found[0].time_s == pytest.approx(torch.ratio, rel=0.05)  # agrees with the medians
 
 
@@ -65,7 +65,7 @@ def test_the_answer_says_who_is_fastest_and_by_how_much_in_one_sentence():
     found = pooled.pool(sweep({"numpy": 18e-6, "torch": 18e-6 * 29, "jax": 18e-6 * 250}))
     sentence = pooled.sentence(found)
     assert sentence.startswith(f"numpy fastest ({format_seconds(found[0].time_s)}); torch")
-    assert f"torch {pooled.times(found[1].ratio)} [{found[1].low:.0f}–{found[1].high:.0f}]" in sentence
+    assert f"torch {format_ratio(found[1].ratio)} {pooled.interval_text(found[1])}" in sentence
     assert "the order is certain" in sentence and "±" in sentence  # a quiet machine: how close the sizes are
 
 
@@ -156,7 +156,7 @@ def test_speedup_plot_draws_time_over_the_fastest_with_intervals_on_a_log_axis(t
     labels = [t.get_text() for t in ax.texts]
     assert (
         labels[0].startswith("fastest")
-        and labels[2] == f"{pooled.times(found[2].ratio)} {pooled.interval_text(found[2])}"
+        and labels[2] == f"{format_ratio(found[2].ratio)} {pooled.interval_text(found[2])}"
     )
     assert len(ax.collections) == 1  # the interval lines
     plt.close(fig)

@@ -33,7 +33,7 @@ def test_compare_against_the_fastest_run_doing_the_same_work():
     compared = report.compare(frame)
     assert list(compared["time_ratio"][:3]) == pytest.approx([2.0, 1.0, 1.0], rel=0.01)  # size 1000: its own fastest
     assert compared["time_ratio_ci_low"][0] < 2.0 < compared["time_ratio_ci_high"][0]
-    assert list(compared["within_noise"]) == ["no", "fastest", "fastest", None]
+    assert list(compared["within_noise"]) == ["slower", "fastest", "fastest", None]
 
 
 def test_runs_at_different_sizes_are_not_compared_but_named_alternatives_are():
@@ -119,7 +119,15 @@ def test_report_from_mlflow_writes_tables_and_plots(size_sweep, tmp_path):
     assert len(rows) == 4 and set(rows["status"]) == {"FINISHED"}  # the parent run is not a row
     assert {"model.size", "dtype", "time_median_s", "time_ratio", "within_noise"} <= set(rows.columns)
     assert {"verdict", "verdict_reason"} <= set(rows.columns)
-    assert set(rows["verdict"].dropna()) <= {"fastest", "yes", "no", "cannot tell", "unstable"}  # values, not prose
+    assert set(rows["verdict"].dropna()) <= {
+        "fastest",
+        "within noise",
+        "slower",
+        "faster",
+        "no change",
+        "cannot tell",
+        "unstable",
+    }  # values, not prose
     assert {"time_ratio_ci_low", "time_ratio_ci_high", "n_rounds", "machine_load_1m"} <= set(rows.columns)
     lines = (tmp_path / "runs.md").read_text().splitlines()
     assert len([line for line in lines if line.startswith("| ")]) == 5  # header + 4 runs

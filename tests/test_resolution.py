@@ -17,10 +17,18 @@ import pytest
 
 from runner import report
 from runner.measure.samples import turn_typical, typical_s
-from runner.report.ratio import ASSUMED, PRIOR_DF, PROCESS_SD, process_spread, time_ratio, versus_fastest
+from runner.report import comparison
+from runner.report.ratio import ASSUMED, PRIOR_DF, PROCESS_SD, process_spread, time_ratio
 
 DEFAULT_ROUNDS, SHORT_ROUNDS = 40, 14  # timing.affordable_rounds for a 2 ms block at 5 s and at 0.5 s
 BLOCKS = 8  # timing.TURN_BLOCKS
+
+
+def versus_fastest(jobs, configurations=None) -> list:
+    """Each job against the fastest, as runner.report.comparison compares single runs (None for the fastest)."""
+    names = configurations or [str(i) for i in range(len(jobs))]
+    found = comparison.versus_fastest([comparison.Timings((job,)) for job in jobs], names)
+    return [None if c.is_baseline else c for c in found]
 
 
 def job(
@@ -141,7 +149,7 @@ def test_identical_jobs_are_called_different_at_most_1_in_20_with_the_spread_mea
     called = compared = 0
     for _ in range(sweeps):
         verdicts = report.compare(identical_sweep(rng, jobs, n_rounds, process_sd=0.02))["within_noise"]
-        called += int((verdicts == "no").sum())
+        called += int((verdicts == "slower").sum())
         compared += jobs - 1
     assert called / compared <= 0.05
 
@@ -279,7 +287,7 @@ def test_identical_jobs_in_several_processes_are_called_different_at_most_1_in_2
     called = compared = 0
     for _ in range(20):
         verdicts = report.compare(identical_sweep(rng, 16, DEFAULT_ROUNDS, 0.02, processes=2))["within_noise"]
-        called += int((verdicts == "no").sum())
+        called += int((verdicts == "slower").sum())
         compared += 15
     assert called / compared <= 0.05
 
@@ -305,7 +313,7 @@ def test_stopping_once_every_comparison_resolves_keeps_identical_jobs_apart_at_m
             if pd.to_numeric(table["time_ratio_resolution"]).max() <= 0.1 or last == DEFAULT_ROUNDS:
                 break
         stopped_early += last < DEFAULT_ROUNDS
-        called += int((table["within_noise"] == "no").sum())
+        called += int((table["within_noise"] == "slower").sum())
         compared += 3
     assert stopped_early >= 30  # the rule acted: most sweeps stopped before their last round
     assert called / compared <= 0.05

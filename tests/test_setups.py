@@ -63,7 +63,7 @@ def _runs(rng: np.random.Generator, typical_s: float) -> pd.DataFrame:
     )
 
 
-@pytest.mark.parametrize(("slowdown", "expected"), [(1.5, "slower"), (0.5, "faster"), (1.0, "no change")])
+@pytest.mark.parametrize(("slowdown", "expected"), [(1.5, "slower"), (0.5, "faster"), (1.0, "within noise")])
 def test_before_after_gives_the_ratio_its_interval_and_a_verdict(slowdown, expected):
     rng = np.random.default_rng(1)
     before = _runs(rng, 1e-3)
@@ -92,7 +92,7 @@ def test_the_interval_of_runs_measured_apart_includes_the_machines_drift_between
     row = before_after.compare(*tight, factor=1.02).iloc[0]
     drift_only = 1.95 * np.sqrt(2 * PROCESS_SD**2 + APART_SD**2)  # the normal quantile, a hair under t's
     assert np.log(row["high"] / row["ratio"]) >= drift_only
-    assert row["verdict"] == "no change (within noise)"
+    assert row["verdict"] == "within noise"
 
 
 def test_runs_measured_in_several_processes_compare_apart_with_their_processes_offsets_averaged():
@@ -158,7 +158,7 @@ def test_runner_compare_prints_after_over_before_with_interval_and_verdict(two_v
     assert lines[1].startswith("what differs: numpy 9.9.9 (before: ")
     rows = [line for line in lines if line.startswith("| ") and "numpy-sigmoid" in line]
     assert len(rows) == 2  # each size matched with itself
-    assert all("| 1.00x |" in row and row.endswith("| no change (within noise) |") for row in rows)  # the same data
+    assert all("| 1.00x |" in row and row.endswith("| within noise |") for row in rows)  # the same data
 
 
 @pytest.mark.slow  # a machine can drift beyond APART_SD between two sweeps (BENCHMARKS.md, A/A apart)
@@ -190,7 +190,7 @@ def test_runner_compare_of_mlflow_sweeps_fetches_samples_the_machine_no_longer_h
     result = runner_cli("compare", parent, parent, "--tracking-uri", uri)
     assert result.returncode == 0, result.stderr
     rows = [line for line in result.stdout.splitlines() if line.startswith("| ") and "numpy-sigmoid" in line]
-    assert len(rows) == 2 and all(row.endswith("| no change (within noise) |") for row in rows), result.stdout
+    assert len(rows) == 2 and all(row.endswith("| within noise |") for row in rows), result.stdout
 
 
 def test_a_job_refused_before_it_ran_has_no_setup_and_splits_nothing():

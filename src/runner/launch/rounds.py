@@ -39,8 +39,9 @@ from runner.launch.sweep_lines import Every, time_left
 from runner.measure.samples import PROCESS, SECONDS
 from runner.measure.stop import Stopped, StopReason, stop_reason
 from runner.measure.timing import Measurement
+from runner.record import naming
 from runner.record.result import Result, Status
-from runner.report.ratio import versus_fastest
+from runner.report.comparison import Timings, versus_fastest, work_key
 
 MIN_ROUNDS_TO_STOP = 8  # runner.report.ratio.MIN_BATCHES: an interval from fewer may look narrow by chance
 QUIET_WAIT_S = 0.05  # after its turn, a worker's threads (a spinning thread pool) may run this long at most
@@ -189,7 +190,7 @@ def _rounds(jobs: list[_Waiting], first_round: int) -> None:
 
 def widest_resolution(jobs: list[_Waiting]) -> float:
     """The widest resolution among the comparisons the sweep's table will make (each job against the fastest
-    doing the same work, runner.report.ratio.versus_fastest); NaN where nothing is compared, inf where a
+    doing the same work, runner.report.comparison.versus_fastest); NaN where nothing is compared, inf where a
     comparison has no interval yet."""
     groups: dict[str, list[_Waiting]] = {}
     for job in jobs:
@@ -198,25 +199,20 @@ def widest_resolution(jobs: list[_Waiting]) -> float:
     widest = math.nan
     for group in (g for g in groups.values() if len(g) > 1):
         columns = [j.measurement.samples for j in group]
-        samples = [(np.asarray(c.seconds), np.asarray(c.rounds), np.asarray(c.processes)) for c in columns]
-        for ratio in versus_fastest(samples, [configuration(j.cfg) for j in group]):
-            if ratio is not None:
-                value = math.inf if math.isnan(ratio.resolution) else ratio.resolution
+        candidates = [
+            Timings(((np.asarray(c.seconds), np.asarray(c.rounds), np.asarray(c.processes)),)) for c in columns
+        ]
+        for found in versus_fastest(candidates, [configuration(j.cfg) for j in group]):
+            if not found.is_baseline:
+                value = math.inf if math.isnan(found.resolution) else found.resolution
                 widest = value if math.isnan(widest) else max(widest, value)
     return widest
 
 
 def work(cfg: DictConfig) -> str:
-    """What two jobs must share to be compared, as runner.report.frames.work_keys has it: the model and task, the
-    batch size, and the numeric settings of the model and its inputs."""
-
-    def numbers(group: DictConfig | None) -> list:
-        values = OmegaConf.to_container(group, resolve=True) if isinstance(group, DictConfig) else {}
-        if not isinstance(values, dict):
-            return []
-        return sorted((k, v) for k, v in values.items() if isinstance(v, int | float) and not isinstance(v, bool))
-
-    return repr((str(cfg.model.name), str(cfg.task.name), int(cfg.batch_size), numbers(cfg.model), numbers(cfg.data)))
+    """What two jobs must share to be compared (runner.report.comparison.work_key), from the job's flattened config."""
+    config = {k: OmegaConf.to_container(v, resolve=True) if isinstance(v, DictConfig) else v for k, v in cfg.items()}
+    return work_key(naming.flatten({k: v for k, v in config.items() if k != "hydra"}))
 
 
 def configuration(cfg: DictConfig) -> str:

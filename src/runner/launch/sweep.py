@@ -223,12 +223,14 @@ def _write_files(frame, sweep_dir: Path) -> list[Path]:
 
 def _note_comparisons(compared) -> None:
     """Each job's MLflow run gains how it compares with the fastest job doing the same work: the metrics
-    time_ratio, time_ratio_ci_low and time_ratio_ci_high, and a line in its description."""
+    time_ratio, time_ratio_ci_low and time_ratio_ci_high (as the tables print them), and a line in its description."""
+    from runner.record.table import ratio_figure
+
     for _, row in compared[compared["time_ratio"].notna()].iterrows():
         link = tracking.read_link(Path(row["run_dir"]))
         if not link.get("run_id"):
             continue
-        metrics = {k: float(row[k]) for k in ("time_ratio", "time_ratio_ci_low", "time_ratio_ci_high")}
+        metrics = {k: ratio_figure(row[k]) for k in ("time_ratio", "time_ratio_ci_low", "time_ratio_ci_high")}
         try:
             tracking.log_comparison(link["uri"], link["run_id"], metrics, comparison_line(row))
         except Exception as error:  # the record on disk is complete; the comparison is a nicety
@@ -236,19 +238,19 @@ def _note_comparisons(compared) -> None:
 
 
 def comparison_line(row) -> str:
-    """'1.31x the time of the fastest comparable job (95% interval 1.27-1.35x: a real difference)'."""
-    from runner.report.ratio import Verdict, describe
+    """'1.31x the time of the fastest comparable job of the sweep (95% interval 1.27–1.35x over 40 rounds: slower)'."""
+    from runner.record.table import format_interval, format_ratio
+    from runner.report.comparison import Verdict
 
     verdict = row["verdict"]
     if verdict == Verdict.FASTEST or row["time_ratio"] == 1.0:  # an unstable fastest job too
         fastest = "the fastest comparable job of the sweep"
-        return fastest if verdict == Verdict.FASTEST else f"{fastest} ({describe(verdict, row['verdict_reason'])})"
-    line = f"{row['time_ratio']:.2f}x the time of the fastest comparable job of the sweep"
-    if verdict in (Verdict.WITHIN_NOISE, Verdict.DIFFERENT):
-        meaning = "within noise" if verdict == Verdict.WITHIN_NOISE else "a real difference"
-        interval = f"{row['time_ratio_ci_low']:.2f}-{row['time_ratio_ci_high']:.2f}x"
-        return f"{line} (95% interval {interval} over {row['time_ratio_basis']}: {meaning})"
-    return f"{line} ({describe(verdict, row['verdict_reason'])})"
+        return fastest if verdict == Verdict.FASTEST else f"{fastest} ({row['within_noise']})"
+    line = f"{format_ratio(row['time_ratio'])} the time of the fastest comparable job of the sweep"
+    if verdict in (Verdict.WITHIN_NOISE, Verdict.SLOWER):
+        interval = format_interval((row["time_ratio_ci_low"], row["time_ratio_ci_high"]))
+        return f"{line} (95% interval {interval} over {row['time_ratio_basis']}: {row['within_noise']})"
+    return f"{line} ({row['within_noise']})"
 
 
 def _close_parent(sweep: Sweep, statuses: list[str], status: str, files: list[Path]) -> None:

@@ -23,19 +23,28 @@ def _number(value: float) -> str:
     return f"{value:.3g}"
 
 
-def _ratio(value: float) -> str:
-    return f"{value:.2f}x"
+def format_ratio(value: float) -> str:
+    """A time ratio to three significant figures at most, as every table, plot and MLflow page prints it: '1.31x',
+    '22.7x', '253x'."""
+    return f"{ratio_figure(value):g}x" if value >= 9.995 else f"{value:.2f}x"
+
+
+def ratio_figure(value: float) -> float:
+    """The ratio as printed (format_ratio), as a number: what MLflow records, so a page and a table agree."""
+    digits = 2 if value < 9.995 else 1 if value < 99.95 else 0
+    return round(float(value), digits)
 
 
 def _count(value: float) -> str:
     return f"{int(value)}"
 
 
-def _interval(bounds: tuple[float, float]) -> str:
+def format_interval(bounds: tuple[float, float]) -> str:
+    """An interval as every table prints it: '21.5–23.9x' (format_ratio's figures), '' where there is none."""
     low, high = bounds
     if low is None or high is None or math.isnan(low) or math.isnan(high):
         return ""
-    return f"{low:.2f}–{high:.2f}x"  # an en dash, as the sweep's answer writes intervals
+    return f"{format_ratio(low)[:-1]}–{format_ratio(high)}"  # an en dash, as the sweep's answer writes intervals
 
 
 def _one_decimal(value: float) -> str:
@@ -75,7 +84,7 @@ class Column:
 COLUMNS: tuple[Column, ...] = (
     Column("time_median_s", "median", format_seconds),
     Column("time_iqr_s", "IQR", format_seconds),
-    Column("time_typical_s", "typical", format_seconds),  # what time / fastest compares: runner.measure.samples
+    Column("time_typical_s", "typical", format_seconds),  # what time / fastest compares: runner.report.comparison
     Column("time_min_s", "min", format_seconds),
     Column("time_p90_s", "p90", format_seconds),
     Column("time_p95_s", "p95", format_seconds),
@@ -86,10 +95,10 @@ COLUMNS: tuple[Column, ...] = (
     Column("load_s", "load", format_seconds),  # device start-up, weights built and placed
     Column("throughput_per_s", "examples/s", _number),
     Column("gflops_per_s", "GFLOP/s", _number),
-    Column("time_ratio", "time / fastest", _ratio),
-    Column("time_ratio_ci", "95% interval", _interval),  # over the rounds: runner.report.ratio
+    Column("time_ratio", "time / fastest job", format_ratio),
+    Column("time_ratio_ci", "95% interval", format_interval),  # over the rounds: runner.report.comparison
     Column("time_ratio_resolution", "resolves", _share),  # the smallest difference called 9 times in 10
-    Column("within_noise", "within noise"),
+    Column("within_noise", "verdict"),  # the verdict with its reason: runner.report.comparison
     Column("time_ratio_basis", "ratio from"),  # "40 rounds", "1 round"
     Column("max_abs_err_vs_reference", "max abs err", _number),
     Column("max_rel_err_vs_reference", "max rel err", _number),

@@ -4,8 +4,8 @@ Rows are runs; columns follow `mlflow.search_runs`: `params.<flattened config ke
 plus `status`, `error`, `run_dir`, `size` and `size_name` (in a size sweep: the one numeric setting of
 the model or its inputs that varies, e.g. model.n of matmul) and the raw timing samples (`samples_s`,
 and the round of each in `sample_rounds`, from each run's tensors.h5 where it is on this machine). Each
-run is compared with the fastest run doing the same work (work_keys): `time_ratio` with its 95%
-interval over the rounds (runner.report.ratio); the difference is within noise when the interval holds 1.
+run is compared with the fastest run doing the same work (runner.report.comparison, the one place a ratio against a
+baseline is computed): `time_ratio` with its 95% interval over the rounds, and a verdict.
 """
 
 from __future__ import annotations

@@ -6,32 +6,22 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
 
 from runner import tracking
-from runner.measure.samples import PROCESS, ROUND, typical_s
+from runner.measure.samples import PROCESS, ROUND
 from runner.record import naming, setups
 from runner.record.result import RESULT_FILE, Result, ResultUnreadable, Status, read_samples, read_timings
 from runner.record.table import COLUMNS, PROSE, Column, present, rows
 from runner.record.table import markdown as table_markdown
-from runner.report.ratio import (
-    ASSUMED,
-    UNSTABLE_DISAGREE,
-    Job,
-    ProcessSpread,
-    Verdict,
-    describe,
-    instability,
-    process_count,
-    process_spread,
-    time_ratio,
-)
+from runner.report.comparison import SETTING_PREFIXES, WORK_KEYS, Timings, versus_fastest, work_key
+from runner.report.ratio import Job
 
-PANEL_KEYS = ("params.model.name", "params.task.name", "params.batch_size")  # a size sweep shares one panel
-SETTING_PREFIXES = ("params.model.", "params.data.")  # the workload's own settings: model.n, data.image_size, ...
+PANEL_KEYS = tuple(f"params.{k}" for k in WORK_KEYS)  # a size sweep shares one panel
+SETTINGS = tuple(f"params.{p}" for p in SETTING_PREFIXES)  # the workload's own settings, as frame columns
 # -- loading -------------------------------------------------------------------------------------
 
 
@@ -77,7 +67,7 @@ def _finish_frame(frame: pd.DataFrame) -> pd.DataFrame:
     for key in ("metrics.time_median_s", "metrics.time_iqr_s"):  # absent when no run was timed
         if key not in frame:
             frame[key] = np.nan
-    for key in ("params.batch_size", "params.seed", *(k for k in frame if str(k).startswith(SETTING_PREFIXES))):
+    for key in ("params.batch_size", "params.seed", *(k for k in frame if str(k).startswith(SETTINGS))):
         if key in frame and _all_numbers(frame[key]):
             frame[key] = pd.to_numeric(frame[key])
     frame["size"], frame["size_name"] = _sizes(frame)
@@ -89,6 +79,10 @@ def _finish_frame(frame: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
+def _params(row: pd.Series) -> dict[str, object]:
+    return {str(k).removeprefix("params."): v for k, v in row.items() if str(k).startswith("params.") and pd.notna(v)}
+
+
 def _all_numbers(column: pd.Series) -> bool:
     """Whether every value given is a number (MLflow hands params back as strings: "1024")."""
     given = column.dropna()
@@ -98,13 +92,12 @@ def _all_numbers(column: pd.Series) -> bool:
 def numeric_settings(frame: pd.DataFrame) -> list[str]:
     """The numeric settings of the model or its inputs (params.model.n, params.model.hidden,
     params.data.image_size, ...): runs that differ in one of them did different work."""
-    return [k for k in frame if str(k).startswith(SETTING_PREFIXES) and pd.api.types.is_numeric_dtype(frame[k])]
+    return [k for k in frame if str(k).startswith(SETTINGS) and pd.api.types.is_numeric_dtype(frame[k])]
 
 
 def work_keys(frame: pd.DataFrame) -> list[str]:
-    """What two runs must share to be compared: model, task, batch size and the numeric settings of the model
-    and its inputs. Everything else is what a comparison is for: backend, mode, device, dtype, and named
-    alternatives (model.method of reshape, model.arch of torchvision)."""
+    """The columns of the same-work key (runner.report.comparison.work_key) that the frame has: what titles a
+    panel or a workload."""
     return [k for k in PANEL_KEYS if k in frame] + numeric_settings(frame)
 
 
@@ -154,88 +147,52 @@ COMPARISON: tuple[str, ...] = (
     "verdict",
     "verdict_reason",
     "time_ratio_basis",
+    "time_ratio_resolution",  # the smallest difference the comparison calls 9 times in 10
 )
-COMPARISON += ("time_ratio_resolution",)  # the smallest difference the comparison calls 9 times in 10 (ratio.spread)
 COMPARED = (*COMPARISON, "within_noise")  # and the verdict with its reason as the table prints it
 PROSE_KEYS = ("verdict", "verdict_reason", "within_noise", "time_ratio_basis")
 
 
 def compare(frame: pd.DataFrame) -> pd.DataFrame:
-    """Add `time_ratio` (this run's time / the fastest's), its interval `time_ratio_ci_low`/`_high` (95% over
-    the group's comparisons: runner.report.ratio), the `verdict` against the fastest finished run that did
-    the same work (work_keys) with its `verdict_reason`, and `within_noise`, the two as the table prints
-    them. The fastest is the one with the lowest median. A run whose rounds disagree too much for a verdict
-    is UNSTABLE, with why."""
+    """Add each finished run's comparison with the fastest run that did the same work in its setup
+    (runner.report.comparison.versus_fastest): `time_ratio`, its interval `time_ratio_ci_low`/`_high`, the
+    `verdict` with its `verdict_reason`, `time_ratio_basis` and `time_ratio_resolution`, and `within_noise`, the
+    verdict and its reason as the table prints them."""
     frame = frame.copy()
     for key in COMPARED:
         frame[key] = None if key in PROSE_KEYS else np.nan
     if frame.empty or "metrics.time_median_s" not in frame:
         return frame
     timed = frame[(frame["status"] == Status.FINISHED) & frame["metrics.time_median_s"].notna()]
-    keys = work_keys(frame) + (["setup"] if "setup" in frame else [])
-    for _, group in timed.groupby([timed[k].map(str) for k in keys], sort=False):
-        fastest = group.apply(_typical, axis=1).idxmin()
-        spread = _process_spread(frame, group)
-        unstable = {i: _instability(frame.loc[i]) for i in group.index}
-        for i in group.index:
-            if i == fastest:
-                verdict = (Verdict.UNSTABLE, unstable[i]) if unstable[i] else (Verdict.FASTEST, None)
-                frame.loc[i, COMPARISON] = [1.0, np.nan, np.nan, *verdict, None, np.nan]
-            else:
-                no_verdict = (Verdict.UNSTABLE, unstable[i]) if unstable[i] else None
-                if no_verdict is None and unstable[fastest]:
-                    no_verdict = (Verdict.CANNOT_TELL, "the fastest job is unstable")
-                frame.loc[i, COMPARISON] = _versus(frame.loc[i], frame.loc[fastest], len(group) - 1, no_verdict, spread)
-            frame.loc[i, "within_noise"] = describe(frame.loc[i, "verdict"], frame.loc[i, "verdict_reason"])
+    varied = [c for c in varied_params(frame) if c != "params.seed"]
+    for _, group in timed.groupby(same_work(timed), sort=False):
+        configurations = labels(group, varied).tolist() if varied else [""] * len(group)
+        found = versus_fastest([timings(group.loc[[i]]) for i in group.index], configurations)
+        for i, c in zip(group.index, found, strict=True):
+            frame.loc[i, COMPARISON] = [c.ratio, c.low, c.high, c.verdict, c.reason, c.basis, c.resolution]
+            frame.loc[i, "within_noise"] = c.words()
     return frame
 
 
-def _typical(run: pd.Series) -> float:
-    """The run's typical time (runner.measure.samples.typical_s), its median where its samples are not here."""
-    if run["samples_s"] is None:
-        return run["metrics.time_median_s"]
-    return typical_s(run["samples_s"], run.get("sample_rounds"))
+def same_work(frame: pd.DataFrame) -> list[pd.Series]:
+    """Group keys for runs that did the same work (runner.report.comparison.work_key) in the same setup."""
+    work = pd.Series([work_key(_params(row)) for _, row in frame.iterrows()], index=frame.index, dtype=object)
+    return [work, frame["setup"].map(str)] if "setup" in frame else [work]
 
 
-def _process_spread(frame: pd.DataFrame, group: pd.DataFrame) -> ProcessSpread:
-    """The spread between processes that the group's replicates show (runs differing only in their seed)."""
-    runs = group[group["samples_s"].notna()]
-    if runs.empty:
-        return ASSUMED
-    varied = [c for c in varied_params(frame) if c != "params.seed"]
-    configurations = labels(runs, varied).tolist() if varied else [""] * len(runs)
-    return process_spread([_job(r) for _, r in runs.iterrows()], configurations)
-
-
-def _job(run: pd.Series) -> Job:
-    """The run's samples with their rounds and processes, as runner.report.ratio takes them."""
-    return run["samples_s"], run.get("sample_rounds"), run.get("sample_processes")
-
-
-def _versus(
-    run: pd.Series, fastest: pd.Series, comparisons: int, no_verdict: tuple | None, spread: ProcessSpread = ASSUMED
-) -> list:
-    """time_ratio, its interval, the verdict with its reason, and the basis of `run` against `fastest`;
-    `no_verdict` (a verdict and its reason) where one of the two jobs' rounds disagree too much for one."""
-    by_medians = run["metrics.time_median_s"] / fastest["metrics.time_median_s"]
-    if run["samples_s"] is None or fastest["samples_s"] is None:  # e.g. MLflow runs made on another machine
-        return [by_medians, np.nan, np.nan, Verdict.CANNOT_TELL, "no samples", None, np.nan]
-    samples = (run["samples_s"], run.get("sample_rounds"), fastest["samples_s"], fastest.get("sample_rounds"))
-    processes = (process_count(_job(run)), process_count(_job(fastest)))
-    ratio = time_ratio(*samples, comparisons, process_sd=spread.sd, process_df=spread.df, processes=processes)
-    by_typical = _typical(run) / _typical(fastest)  # the medians move with a busy machine's slow blocks; these not
-    disagree = max(ratio.value / by_typical, by_typical / ratio.value)
-    if not no_verdict and disagree > UNSTABLE_DISAGREE:
-        no_verdict = (Verdict.UNSTABLE, f"{ratio.value:.2f}x over its rounds, {by_typical:.2f}x by the typical times")
-    if (
-        no_verdict and no_verdict[0] == Verdict.UNSTABLE
-    ):  # rounds that disagree: the ratio the typical times beside it give
-        return [by_typical, np.nan, np.nan, *no_verdict, ratio.basis(), np.nan]
-    return [ratio.value, ratio.low, ratio.high, *(no_verdict or ratio.verdict()), ratio.basis(), ratio.resolution]
-
-
-def _instability(run: pd.Series) -> str | None:
-    return None if run["samples_s"] is None else instability(run["samples_s"], run.get("sample_rounds"))
+def timings(runs: pd.DataFrame) -> Timings:
+    """A run's, or a configuration's replicates', samples as runner.report.comparison takes them (none where one
+    of them has no samples on this machine: then the medians stand in)."""
+    medians = pd.to_numeric(runs["metrics.time_median_s"]).to_numpy(dtype=float)
+    busy = pd.to_numeric(runs.get("metrics.machine_other_runnable", pd.Series(dtype=float))).mean()
+    samples = list(runs["samples_s"]) if "samples_s" in runs else [None] * len(runs)
+    rounds = list(runs["sample_rounds"]) if "sample_rounds" in runs else [None] * len(runs)
+    processes = list(runs["sample_processes"]) if "sample_processes" in runs else [None] * len(runs)
+    replicates: tuple[Job, ...] = ()
+    if all(s is not None for s in samples):
+        replicates = tuple(zip(cast(list[np.ndarray], samples), rounds, processes, strict=True))
+    median = float(np.median(medians))
+    return Timings(replicates, median, 0.0 if pd.isna(busy) else float(busy), tuple(medians.tolist()))
 
 
 def table(frame: pd.DataFrame) -> pd.DataFrame:

@@ -11,7 +11,7 @@ from runner.record.result import Status
 from runner.record.table import format_seconds
 from runner.report.frames import (
     PANEL_KEYS,
-    SETTING_PREFIXES,
+    SETTINGS,
     _param_cell,
     numeric_settings,
     short_name,
@@ -117,7 +117,7 @@ def series_labels(frame: pd.DataFrame) -> pd.Series:
     """One line per configuration in a size plot: backend / mode / device / dtype and named alternatives
     (model.method, model.arch), those that differ among these runs."""
     numeric = numeric_settings(frame)
-    named = [k for k in frame if str(k).startswith(SETTING_PREFIXES) and k not in numeric and k not in PANEL_KEYS]
+    named = [k for k in frame if str(k).startswith(SETTINGS) and k not in numeric and k not in PANEL_KEYS]
     keys = [k for k in (*SERIES_KEYS, *named) if k in frame and frame[k].map(str).nunique() > 1]
     keys = keys or [k for k in SERIES_KEYS[:2] if k in frame]
     return frame[keys].map(str).agg(" / ".join, axis=1)
@@ -199,14 +199,19 @@ def _ratio_panel(ax, found: list, title: str) -> None:
     import numpy as np
     from matplotlib.ticker import FuncFormatter
 
-    from runner.report.pooled import interval_text, times
+    from runner.record.table import format_ratio
+    from runner.report.pooled import interval_text
 
     ratios = np.array([p.ratio for p in found])
     lows = np.array([p.ratio - p.low for p in found])  # NaN where there is no interval: no line drawn
     highs = np.array([p.high - p.ratio for p in found])
     ax.barh(range(len(found)), ratios - 1, left=1, xerr=[lows, highs], capsize=4, color="tab:blue", alpha=0.7)
     for pos, p in enumerate(found):
-        text = f"fastest, {format_seconds(p.time_s)}" if pos == 0 else f"{times(p.ratio)} {interval_text(p)}".strip()
+        text = (
+            f"fastest, {format_seconds(p.time_s)}"
+            if pos == 0
+            else f"{format_ratio(p.ratio)} {interval_text(p)}".strip()
+        )
         text += f" ({p.verdict})" if p.verdict in ("unstable", "cannot tell") else ""
         ax.annotate(
             text,
@@ -234,11 +239,9 @@ def plot_speedup_vs_size(frame: pd.DataFrame, path: Path) -> Path | None:
     plt = _pyplot()
     fig, axes = plt.subplots(len(groups), 1, figsize=(8, 5 * len(groups)), squeeze=False)
     for ax, (title, timed) in zip(axes[:, 0], groups, strict=True):
-        timed = timed.assign(series=series_labels(timed))
-        times = timed.pivot_table(index="size", columns="series", values="metrics.time_median_s", aggfunc="median")
-        ratios = times.div(times.min(axis=1), axis=0)  # the fastest at each size: the tables' baseline
-        for name in times.columns:
-            ax.plot(times.index, ratios[name], marker="o", label=name)
+        ratios = _ratios_by_size(timed.assign(series=series_labels(timed)))
+        for name in ratios.columns:
+            ax.plot(ratios.index, ratios[name], marker="o", label=name)
         _size_axis(ax, timed["size"])
         ax.set_xlabel(_size_label(timed))
         spans_decades = ratios.max().max() / ratios.min().min() > SPEEDUP_LOG_ABOVE
@@ -249,6 +252,21 @@ def plot_speedup_vs_size(frame: pd.DataFrame, path: Path) -> Path | None:
         ax.grid(which="both", alpha=0.3)
         ax.legend()
     return _save(fig, path)
+
+
+def _ratios_by_size(timed: pd.DataFrame) -> pd.DataFrame:
+    """Each series' time / the fastest's at each size (rows: sizes, columns: series), as the tables compare them
+    (runner.report.comparison, replicates pooled)."""
+    from runner.report.comparison import versus_fastest
+    from runner.report.frames import timings
+
+    ratios: dict[str, dict[float, float]] = {}
+    for size, at_size in timed.groupby("size"):
+        series = [(name, runs) for name, runs in at_size.groupby("series", sort=True)]
+        found = versus_fastest([timings(runs) for _, runs in series], [name for name, _ in series])
+        for (name, _), c in zip(series, found, strict=True):
+            ratios.setdefault(name, {})[size] = c.ratio
+    return pd.DataFrame(ratios).sort_index()
 
 
 def _size_label(timed: pd.DataFrame) -> str:

@@ -2,43 +2,34 @@
 one sentence and a short table.
 
 Runs that differ only in `seed` (REPLICATE_KEYS) are replicates of one configuration: the same work with other
-weights and inputs, each in its own process. They are pooled round by round (the rounds launcher measures every
-job in each round): a configuration's time in a round is the geometric mean of its replicates' typical times in
-it (runner.measure.samples.turn_typical; each replicate's stalled turns pulled in first), its typical time the
-geometric mean of its replicates' typical times, and its ratio to the fastest configuration runner.report.ratio's
-over those pooled rounds. Each process keeps an offset of its own that
-rounds cannot see: the interval holds the spread between processes that the replicates show
-(ratio.process_spread), shrunk by the square root of the replicates each configuration averages.
+weights and inputs, each in its own process. A configuration is compared as runner.report.comparison compares a run
+(its replicates pooled round by round: Timings), with the fastest configuration doing the same work as its baseline.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from itertools import pairwise
 from pathlib import Path
-from typing import Any, cast
 
-import numpy as np
 import pandas as pd
 
 from runner.measure.machine_load import BUSY_OTHER_RUNNABLE
-from runner.measure.samples import turn_typical, typical_s
 from runner.record.result import Status
-from runner.record.table import format_seconds
-from runner.report.frames import _param_cell, _records, compare, setup_notes, short_name, varied_params, work_keys
-from runner.report.ratio import (
-    ASSUMED,
-    UNSTABLE_DISAGREE,
-    UNSTABLE_SPREAD,
-    ProcessSpread,
-    Verdict,
-    instability,
-    process_count,
-    process_spread,
-    tamed,
-    time_ratio,
+from runner.record.table import format_interval, format_ratio, format_seconds, ratio_figure
+from runner.report.comparison import Comparison, Verdict, versus_fastest
+from runner.report.frames import (
+    _param_cell,
+    _records,
+    compare,
+    same_work,
+    setup_notes,
+    short_name,
+    timings,
+    varied_params,
+    work_keys,
 )
 
 REPLICATE_KEYS = ("params.seed",)  # runs that differ only in these measure one configuration
@@ -55,13 +46,33 @@ class Pooled:
     key: str  # the label as an MLflow metric name's prefix: "torch", "torch_function"
     runs: int  # replicates pooled
     time_s: float  # typical time per call: the geometric mean of its replicates' typical times
-    ratio: float  # time / the fastest's; 1 for the fastest
-    low: float  # 95% interval (NaN where there is none)
-    high: float
-    verdict: Verdict
-    reason: str | None = None
+    comparison: Comparison  # against the fastest configuration doing the same work
     busy: float = 0.0  # other runnable threads while timed, on average over its replicates
-    is_fastest: bool = False  # the one of the lowest typical time, which the others are compared with
+
+    @property
+    def ratio(self) -> float:
+        return self.comparison.ratio
+
+    @property
+    def low(self) -> float:
+        return self.comparison.low
+
+    @property
+    def high(self) -> float:
+        return self.comparison.high
+
+    @property
+    def verdict(self) -> Verdict:
+        return self.comparison.verdict
+
+    @property
+    def reason(self) -> str | None:
+        return self.comparison.reason
+
+    @property
+    def is_fastest(self) -> bool:
+        """The one of the lowest typical time, which the others are compared with (its verdict may be UNSTABLE)."""
+        return self.comparison.is_baseline
 
 
 def pool(frame: pd.DataFrame) -> list[Pooled]:
@@ -71,13 +82,26 @@ def pool(frame: pd.DataFrame) -> list[Pooled]:
     if timed.empty:
         return []
     varied = [k for k in varied_params(frame) if k not in REPLICATE_KEYS]
-    work = work_keys(frame) + (["setup"] if "setup" in frame and frame["setup"].nunique() > 1 else [])
-    shown = [k for k in varied if k not in work]
+    several_setups = "setup" in frame and frame["setup"].nunique() > 1
+    titled = [k for k in work_keys(frame) if k in varied] + (["setup"] if several_setups else [])
+    shown = [k for k in varied if k not in work_keys(frame)]
     out: list[Pooled] = []
-    for _, group in timed.groupby([timed[k].map(str) for k in work] or [timed["status"]], sort=False):
-        title = _workload(group.iloc[0], [k for k in work if k in varied or k == "setup"])
-        configs = [(_label(c.iloc[0], shown), _key(c.iloc[0], varied), c) for c in _configurations(group, varied)]
-        out += _compared(title, configs)
+    for _, group in timed.groupby(same_work(timed), sort=False):
+        configs = _configurations(group, varied)
+        found = versus_fastest([timings(c) for c in configs], [_key(c.iloc[0], varied) for c in configs])
+        pooled = [
+            Pooled(
+                workload=_workload(group.iloc[0], titled),
+                label=_label(runs.iloc[0], shown),
+                key=_key(runs.iloc[0], varied),
+                runs=len(runs),
+                time_s=timings(runs).typical_s(),
+                comparison=c,
+                busy=timings(runs).busy,
+            )
+            for runs, c in zip(configs, found, strict=True)
+        ]
+        out += sorted(pooled, key=lambda p: (not p.is_fastest, p.ratio))
     return out
 
 
@@ -85,116 +109,6 @@ def _configurations(group: pd.DataFrame, varied: list[str]) -> list[pd.DataFrame
     if not varied:
         return [group]
     return [c for _, c in group.groupby([group[k].map(str) for k in varied], sort=False)]
-
-
-def _compared(title: str, configs: list[tuple[str, str, pd.DataFrame]]) -> list[Pooled]:
-    rounds = {key: _pooled_rounds(runs) for _, key, runs in configs}
-    times = {key: _typical(runs, rounds[key]) for _, key, runs in configs}
-    fastest_key = min(times, key=lambda k: times[k])
-    spread = _process_spread(configs)
-    unstable = {key: _instability(runs, _pooled_rounds(runs, tame=False)) for _, key, runs in configs}
-    out = []
-    for label, key, runs in configs:
-        busy = float(runs.get("metrics.machine_other_runnable", pd.Series(dtype=float)).mean() or 0.0)
-        common: dict[str, Any] = dict(
-            workload=title, label=label, key=key, runs=len(runs), time_s=times[key], busy=busy
-        )
-        common["is_fastest"] = key == fastest_key
-        by_times = times[key] / times[fastest_key]
-        if key == fastest_key:
-            verdict = (Verdict.UNSTABLE, unstable[key]) if unstable[key] else (Verdict.FASTEST, None)
-            found = (1.0, math.nan, math.nan, *verdict)
-        elif unstable[key]:
-            found = (by_times, math.nan, math.nan, Verdict.UNSTABLE, unstable[key])
-        elif unstable[fastest_key]:
-            found = (by_times, math.nan, math.nan, Verdict.CANNOT_TELL, "the fastest is unstable")
-        else:
-            processes = (_processes(runs), _processes(next(r for _, k, r in configs if k == fastest_key)))
-            found = _versus(rounds[key], rounds[fastest_key], by_times, spread, processes, len(configs) - 1)
-        compared: dict[str, Any] = dict(zip(("ratio", "low", "high", "verdict", "reason"), found, strict=True))
-        out.append(Pooled(**common, **compared))
-    return sorted(out, key=lambda p: (not p.is_fastest, p.ratio))
-
-
-def _pooled_rounds(runs: pd.DataFrame, tame: bool = True) -> tuple[np.ndarray, np.ndarray] | None:
-    """A configuration's typical time per round (samples.turn_typical) over its replicates, as their geometric
-    mean, with the round numbers; None where a replicate has no samples here."""
-    samples = list(runs["samples_s"]) if "samples_s" in runs else [None]
-    if any(s is None for s in samples):
-        return None
-    turns = [turn_typical(cast(np.ndarray, s), r) for s, r in zip(samples, _rounds_of(runs), strict=True)]  # no None
-    # each replicate's stalled turns pulled in first (ratio.tamed): replicates that stall in different rounds would
-    # otherwise lift most rounds' mean, and the median over rounds with them
-    pull = tamed if tame else (lambda logs: logs)
-    logs_of = [dict(zip(sorted(t), pull(np.log([t[n] for n in sorted(t)])), strict=True)) for t in turns]
-    numbers = sorted(set().union(*turns))
-    logs = [np.mean([t[n] for t in logs_of if n in t]) for n in numbers]
-    return np.exp(logs), np.array(numbers)
-
-
-def _typical(runs: pd.DataFrame, rounds: tuple[np.ndarray, np.ndarray] | None) -> float:
-    """The configuration's typical time: the geometric mean of its replicates' typical times, the figures the job
-    table shows beside it (the median of their medians where samples are missing)."""
-    if rounds is None:
-        return float(runs["metrics.time_median_s"].median())
-    each = [typical_s(s, r) for s, r in zip(runs["samples_s"], _rounds_of(runs), strict=True)]
-    return float(np.exp(np.mean(np.log(each))))
-
-
-def _instability(runs: pd.DataFrame, rounds: tuple[np.ndarray, np.ndarray] | None) -> str | None:
-    """Why a configuration gets no verdict: its replicates' typical times (medians where samples are missing)
-    spread more than UNSTABLE_SPREAD, or its pooled rounds do (ratio.instability)."""
-    times = runs["metrics.time_median_s"].to_numpy(dtype=float)
-    if rounds is not None:
-        times = np.array([typical_s(s, r) for s, r in zip(runs["samples_s"], _rounds_of(runs), strict=True)])
-    if len(times) > 1 and times.max() / times.min() > UNSTABLE_SPREAD:
-        return f"its replicates' typical times spread {times.max() / times.min():.0f}x"
-    return None if rounds is None else instability(*rounds)
-
-
-def _processes(runs: pd.DataFrame) -> int:
-    """The worker processes a configuration's replicates were measured in, all of them together."""
-    processes = runs["sample_processes"] if "sample_processes" in runs else [None] * len(runs)
-    return sum(process_count((s, None, p)) for s, p in zip(runs.get("samples_s", processes), processes, strict=True))
-
-
-def _rounds_of(runs: pd.DataFrame) -> list:
-    return list(runs["sample_rounds"]) if "sample_rounds" in runs else [None] * len(runs)
-
-
-def _process_spread(configs: list[tuple[str, str, pd.DataFrame]]) -> ProcessSpread:
-    """The spread between worker processes that the replicates show (ratio.process_spread), PROCESS_SD without."""
-    jobs, names = [], []
-    for _, key, runs in configs:
-        for _, run in runs.iterrows():
-            if run.get("samples_s") is not None:
-                jobs.append((run["samples_s"], run.get("sample_rounds"), run.get("sample_processes")))
-                names.append(key)
-    return process_spread(jobs, names) if jobs else ASSUMED
-
-
-def _versus(
-    runs: tuple[np.ndarray, np.ndarray] | None,
-    fastest: tuple[np.ndarray, np.ndarray] | None,
-    by_times: float,
-    spread: ProcessSpread,
-    processes: tuple[int, int],
-    comparisons: int,
-) -> tuple:
-    """A configuration's ratio to the fastest over their pooled rounds; each averages the offsets of its
-    `processes` (all its replicates' together)."""
-    if runs is None or fastest is None:
-        return by_times, math.nan, math.nan, Verdict.CANNOT_TELL, "no samples"
-    sd, df = spread.sd, spread.df
-    ratio = time_ratio(*runs, *fastest, comparisons=comparisons, process_sd=sd, process_df=df, processes=processes)
-    if max(ratio.value / by_times, by_times / ratio.value) > UNSTABLE_DISAGREE:
-        reason = f"{ratio.value:.2f}x over its rounds, {by_times:.2f}x by the typical times"
-        return by_times, math.nan, math.nan, Verdict.UNSTABLE, reason  # the ratio that agrees with the times beside it
-    # the rounds give the interval's width, the typical times beside it its centre: replicates that stall in
-    # different rounds move the pooled rounds' median, not the replicates' own typical times
-    shift = by_times / ratio.value
-    centred = replace(ratio, value=by_times, low=ratio.low * shift, high=ratio.high * shift)
-    return centred.value, centred.low, centred.high, *centred.verdict()
 
 
 def _workload(row: pd.Series, keys: list[str]) -> str:
@@ -223,22 +137,13 @@ def _key(row: pd.Series, keys: list[str]) -> str:
 # -- saying it -----------------------------------------------------------------------------------
 
 
-def times(value: float) -> str:
-    """A time ratio as the answer says it: '1.31x', '29x', '253x'."""
-    return f"{value:.0f}x" if value >= 9.95 else f"{value:.2f}x"
-
-
 def interval_text(p: Pooled) -> str:
     """'[25–34]', or '' where there is no interval."""
     return f"[{_interval(p)[:-1]}]" if _interval(p) else ""
 
 
 def _interval(p: Pooled) -> str:
-    if math.isnan(p.low):
-        return ""
-    if p.high >= 9.95:
-        return f"{p.low:.0f}–{p.high:.0f}x"
-    return f"{p.low:.2f}–{p.high:.2f}x"
+    return format_interval((p.low, p.high))
 
 
 def sentence(pooled: list[Pooled]) -> str:
@@ -251,7 +156,9 @@ def sentence(pooled: list[Pooled]) -> str:
             parts.append(f"{title + ': ' if title else ''}{one.label} {format_seconds(one.time_s)} a call")
             continue
         steps = [f"{group[0].label} fastest ({format_seconds(group[0].time_s)})"]
-        steps += [f"{p.label} {times(p.ratio)} {interval_text(p) or _no_interval(p)}".rstrip() for p in group[1:]]
+        steps += [
+            f"{p.label} {format_ratio(p.ratio)} {interval_text(p) or _no_interval(p)}".rstrip() for p in group[1:]
+        ]
         parts.append(f"{title + ': ' if title else ''}{'; '.join(steps)}; {_certainty(group)}")
     return ". ".join(parts)
 
@@ -291,7 +198,7 @@ def _certainty(group: list[Pooled]) -> str:
     return order
 
 
-TABLE_HEADERS = ["configuration", "runs", "time / call", "time / fastest", "95% interval", "verdict"]
+TABLE_HEADERS = ["configuration", "runs", "time / call", "time / fastest configuration", "95% interval", "verdict"]
 
 
 def table_cells(pooled: list[Pooled]) -> tuple[list[str], list[list[str]]]:
@@ -302,7 +209,7 @@ def table_cells(pooled: list[Pooled]) -> tuple[list[str], list[list[str]]]:
     nbsp = "\u00a0"  # keeps '58.5 µs' and '25–34x' whole in a narrow column
     cells = [
         ([p.workload] if several else [])
-        + [p.label, str(p.runs), format_seconds(p.time_s).replace(" ", nbsp), times(p.ratio), _interval(p)]
+        + [p.label, str(p.runs), format_seconds(p.time_s).replace(" ", nbsp), format_ratio(p.ratio), _interval(p)]
         + [_verdict(p)]
         for p in pooled
     ]
@@ -310,14 +217,8 @@ def table_cells(pooled: list[Pooled]) -> tuple[list[str], list[list[str]]]:
 
 
 def _verdict(p: Pooled) -> str:
-    words = {
-        Verdict.FASTEST: "fastest",
-        Verdict.WITHIN_NOISE: "within noise",
-        Verdict.DIFFERENT: "slower",
-        Verdict.CANNOT_TELL: "cannot tell",
-        Verdict.UNSTABLE: "unstable",
-    }
-    return words[p.verdict] + (f" ({p.reason})" if p.reason and p.verdict == Verdict.CANNOT_TELL else "")
+    """The verdict as the comparison words it; an unstable one's reason is long (the job table has it)."""
+    return str(p.verdict) if p.verdict == Verdict.UNSTABLE else p.comparison.words()
 
 
 def metrics(pooled: list[Pooled]) -> dict[str, float]:
@@ -326,13 +227,13 @@ def metrics(pooled: list[Pooled]) -> dict[str, float]:
     out: dict[str, float] = {}
     for p in pooled:
         values = {
-            "time_typical_us": p.time_s * 1e6,
-            "time_ratio": p.ratio,
-            "time_ratio_ci_low": p.low,
-            "time_ratio_ci_high": p.high,
+            "time_typical_us": float(f"{p.time_s * 1e6:.3g}"),  # as format_seconds prints it
+            "time_ratio": ratio_figure(p.ratio),  # as the tables print them
+            "time_ratio_ci_low": ratio_figure(p.low),
+            "time_ratio_ci_high": ratio_figure(p.high),
             "n_replicates": float(p.runs),
         }
-        out |= {f"{p.key}.{name}": float(f"{v:.4g}") for name, v in values.items() if not math.isnan(v)}
+        out |= {f"{p.key}.{name}": v for name, v in values.items() if not math.isnan(v)}
     return out
 
 

@@ -31,6 +31,8 @@ turns handed to them in rotation) averages P offsets. The spread is measured in 
 the processes of each job where jobs have several, else between replicates (jobs differing only in their seed),
 pooled with PROCESS_SD; with neither, PROCESS_SD, from the A/A sweeps of BENCHMARKS.md.
 
+What this module gives is the statistics; runner.report.comparison compares a run with its baseline through them.
+
 Beside each interval, its resolution: the smallest difference the comparison calls 9 times in 10 (`spread`). A
 sweep's rounds stop once every comparison resolves timing.resolve (runner.launch.rounds).
 
@@ -55,7 +57,6 @@ import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from enum import StrEnum
 
 import numpy as np
 
@@ -76,23 +77,6 @@ UNSTABLE_SPREAD = 3.0  # p90/p10 of a job's per-round medians
 UNSTABLE_DISAGREE = 1.25  # the ratio over rounds against the ratio of the medians
 
 
-class Verdict(StrEnum):
-    """What a comparison with the fastest comparable job says; the table prints it with its reason."""
-
-    FASTEST = "fastest"
-    WITHIN_NOISE = "yes"  # the interval holds 1
-    DIFFERENT = "no"  # it does not
-    CANNOT_TELL = "cannot tell"  # no interval: too few rounds, no samples, an unstable fastest job
-    UNSTABLE = "unstable"  # this job's rounds disagree too much for a verdict
-
-
-def describe(verdict: Verdict, reason: str | None) -> str:
-    """The verdict as the table's `within noise` cell: 'yes', 'cannot tell (1 round)', 'unstable: ...'."""
-    if not reason:
-        return str(verdict)
-    return f"{verdict}: {reason}" if verdict == Verdict.UNSTABLE else f"{verdict} ({reason})"
-
-
 @dataclass(frozen=True)
 class Ratio:
     value: float  # time of A / time of B
@@ -109,16 +93,6 @@ class Ratio:
         unpaired = ", unpaired" if not self.paired and self.rounds > 1 else ""
         shared = f", 1 of {self.comparisons} comparisons" if self.comparisons > 1 else ""
         return f"{self.rounds} round{'s' if self.rounds != 1 else ''}{unpaired}{shared}"
-
-    def verdict(self) -> tuple[Verdict, str | None]:
-        """WITHIN_NOISE when the interval holds 1, DIFFERENT when it does not, else CANNOT_TELL and why."""
-        if math.isnan(self.low):
-            return Verdict.CANNOT_TELL, f"{self.rounds} round{'s' if self.rounds != 1 else ''}"
-        return (Verdict.WITHIN_NOISE if self.low <= 1.0 <= self.high else Verdict.DIFFERENT), None
-
-    def within_noise(self) -> str:
-        """The verdict as the table prints it: 'yes', 'no', or 'cannot tell (1 round)'."""
-        return describe(*self.verdict())
 
 
 def round_medians(samples_s: np.ndarray, rounds: np.ndarray | None) -> dict[int, float]:
@@ -313,29 +287,6 @@ def _between_replicates(jobs: Sequence[Job], configurations: list[str]) -> tuple
         between += (jobs_n - 1) * max(ms_jobs - ms_noise, 0.0) / rounds_n
         df, units = df + jobs_n - 1, units + jobs_n
     return between, df, units
-
-
-def versus_fastest(jobs: Sequence[Job], configurations: list[str] | None = None) -> list[Ratio | None]:
-    """Each of these jobs (which did the same work) against the fastest of them, the one of lowest typical time
-    (None in its place), every interval at 1 - 0.05 / (k - 1) and holding the process spread measured among them
-    (process_spread; `configurations` None: every job its own), each job averaging its own processes."""
-    configurations = configurations or [str(i) for i in range(len(jobs))]
-    spread = process_spread(jobs, configurations)
-    fastest = int(np.argmin([typical_s(*_columns(job)[:2]) for job in jobs]))
-    best = _columns(jobs[fastest])[:2]
-    return [
-        None
-        if i == fastest
-        else time_ratio(
-            *_columns(job)[:2],
-            *best,
-            len(jobs) - 1,
-            process_sd=spread.sd,
-            process_df=spread.df,
-            processes=(process_count(job), process_count(jobs[fastest])),
-        )
-        for i, job in enumerate(jobs)
-    ]
 
 
 def instability(samples_s: np.ndarray, rounds: np.ndarray | None) -> str | None:

@@ -1,0 +1,228 @@
+"""The one comparison: which runs did the same work, what a run's typical time is, and how much slower or faster one
+is than a baseline, with its interval, its resolution and a verdict. Every table, plot, MLflow run and `runner
+compare` asks this module; the statistics beneath it are runner.report.ratio's.
+
+- The same work (work_key): the model and task, the batch size and the numeric settings of the model and its inputs.
+  Everything else (backend, mode, device, dtype, named alternatives such as model.arch) is what a comparison is for.
+- The typical time (Timings.typical_s): a run's is the median over its rounds of each turn's fastest block
+  (runner.measure.samples.typical_s); a configuration's, the geometric mean of its replicates' (runs that differ only
+  in their seed). The ratio of two typical times is what a comparison reports (or agrees with, see below).
+- The ratio and its interval: runner.report.ratio.time_ratio over the rounds. Two runs measured in the same rounds
+  get the geometric mean of their per-round ratios, in which the machine's drift from round to round cancels; it
+  agrees with their typical times' ratio to within noise (beyond UNSTABLE_DISAGREE there is no verdict). Centring it
+  on the typical times instead called identical jobs different 1 in 11 rather than 1 in 20 (tests/test_ratio.py).
+  Where replicates are pooled, or runs were measured apart (`apart`: two sweeps, unpaired, the machine's drift
+  between them added, ratio.APART_SD), the rounds give the width and the typical times the centre: replicates that
+  stall in different rounds move the pooled rounds, not their own typical times.
+- The verdict (Verdict) and its reason, in one vocabulary: fastest (the baseline), within noise, slower, faster,
+  no change (real, but under `factor`: asv compare's rule), cannot tell (why), unstable (why).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+import numpy as np
+
+from runner.measure.machine_load import BUSY_OTHER_RUNNABLE
+from runner.measure.samples import turn_typical, typical_s
+from runner.report.ratio import (
+    APART_SD,
+    ASSUMED,
+    PROCESS_SD,
+    UNSTABLE_DISAGREE,
+    UNSTABLE_SPREAD,
+    Job,
+    ProcessSpread,
+    instability,
+    process_count,
+    process_spread,
+    tamed,
+    time_ratio,
+)
+
+WORK_KEYS = ("model.name", "task.name", "batch_size")  # besides the numeric settings of these prefixes:
+SETTING_PREFIXES = ("model.", "data.")  # model.n, model.size, data.image_size, ...
+
+
+class Verdict(StrEnum):
+    """What a comparison says of a run against its baseline; `Comparison.words` adds the reason."""
+
+    FASTEST = "fastest"  # the baseline itself: the lowest typical time among those doing the same work
+    WITHIN_NOISE = "within noise"  # the interval holds 1
+    SLOWER = "slower"  # the interval lies above 1 (and beyond the factor, where one is asked)
+    FASTER = "faster"
+    NO_CHANGE = "no change"  # real, but smaller than the factor asked (runner compare --factor)
+    CANNOT_TELL = "cannot tell"  # no interval: one round, no samples, an unstable baseline, a busy machine
+    UNSTABLE = "unstable"  # this run's rounds disagree too much for a verdict
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A run's (or a configuration's) time against its baseline's."""
+
+    ratio: float  # its typical time / the baseline's
+    low: float  # the interval (NaN where there is none)
+    high: float
+    verdict: Verdict
+    reason: str | None = None
+    basis: str | None = None  # what the interval rests on: '40 rounds', '1 round', '12 rounds, 1 of 4 comparisons'
+    resolution: float = math.nan  # the smallest difference it calls 9 times in 10 (0.05: 5%)
+    is_baseline: bool = False  # the fastest itself, which the others are compared with (FASTEST, or UNSTABLE)
+
+    def words(self) -> str:
+        """The verdict as every table prints it: 'within noise', 'cannot tell (1 round)', 'unstable: ...'."""
+        if not self.reason:
+            return str(self.verdict)
+        return (
+            f"{self.verdict}: {self.reason}" if self.verdict == Verdict.UNSTABLE else f"{self.verdict} ({self.reason})"
+        )
+
+
+@dataclass(frozen=True)
+class Timings:
+    """One side of a comparison: a run, or a configuration's replicates pooled. `replicates` holds each one's
+    samples (seconds per call, with the round and worker process of each); it is empty where the samples are not
+    on this machine, and `median_s` then stands in for the typical time."""
+
+    replicates: tuple[Job, ...] = ()
+    median_s: float = math.nan
+    busy: float = 0.0  # other runnable threads while it was timed, on average (machine_other_runnable)
+    medians_s: tuple[float, ...] = field(default=())  # each replicate's median, where samples are missing
+
+    def typical_s(self) -> float:
+        """The geometric mean of the replicates' typical times (one replicate: its own)."""
+        if not self.replicates:
+            return self.median_s
+        return float(np.exp(np.mean(np.log([typical_s(job[0], job[1]) for job in self.replicates]))))
+
+    def rounds(self, tame: bool = True) -> tuple[np.ndarray, np.ndarray]:
+        """The typical time per round (each turn's fastest block), the geometric mean over the replicates, with
+        the round numbers. Each replicate's stalled turns are pulled in first (ratio.tamed): replicates that stall
+        in different rounds would otherwise lift most rounds' mean."""
+        pull = tamed if tame else (lambda logs: logs)
+        turns = [turn_typical(job[0], job[1]) for job in self.replicates]
+        logs_of = [dict(zip(sorted(t), pull(np.log([t[n] for n in sorted(t)])), strict=True)) for t in turns]
+        numbers = sorted(set().union(*turns))
+        return np.exp([np.mean([t[n] for t in logs_of if n in t]) for n in numbers]), np.array(numbers)
+
+    def processes(self) -> int:
+        """The worker processes its samples came from, all replicates together."""
+        return sum(process_count(job) for job in self.replicates)
+
+    def instability(self) -> str | None:
+        """Why it gets no verdict: its replicates' typical times spread more than UNSTABLE_SPREAD, or its rounds
+        do (ratio.instability); None when they agree."""
+        each = [typical_s(job[0], job[1]) for job in self.replicates] or list(self.medians_s)
+        if len(each) > 1 and max(each) / min(each) > UNSTABLE_SPREAD:
+            return f"its replicates' typical times spread {max(each) / min(each):.0f}x"
+        return instability(*self.rounds(tame=False)) if self.replicates else None
+
+
+def compare(
+    run: Timings,
+    baseline: Timings,
+    comparisons: int = 1,
+    spread: ProcessSpread = ASSUMED,
+    apart: bool = False,
+    factor: float = 1.0,
+) -> Comparison:
+    """`run` against `baseline`: their typical times' ratio, its interval (at 1 - 0.05 / comparisons, holding the
+    spread between worker processes; `apart`: measured in different sweeps), resolution and verdict. A difference
+    under `factor` is called NO_CHANGE."""
+    by_typical = run.typical_s() / baseline.typical_s()
+    if why := run.instability():
+        return Comparison(by_typical, math.nan, math.nan, Verdict.UNSTABLE, why)
+    if baseline.instability():
+        return Comparison(by_typical, math.nan, math.nan, Verdict.CANNOT_TELL, "the baseline is unstable")
+    if not run.replicates or not baseline.replicates:
+        return Comparison(by_typical, math.nan, math.nan, Verdict.CANNOT_TELL, "no samples")
+    processes = (run.processes(), baseline.processes())
+    sd, df = spread.sd, spread.df
+    if apart:  # the interval adds sd^2 (1/p_run + 1/p_baseline): PROCESS_SD per process, APART_SD^2 once
+        sd, df = math.sqrt(PROCESS_SD**2 + APART_SD**2 / (1 / processes[0] + 1 / processes[1])), math.inf
+    over = time_ratio(
+        *run.rounds(),
+        *baseline.rounds(),
+        comparisons,
+        process_sd=sd,
+        process_df=df,
+        paired=not apart,
+        processes=processes,
+    )
+    if max(over.value / by_typical, by_typical / over.value) > UNSTABLE_DISAGREE:
+        why = f"{over.value:.2f}x over its rounds, {by_typical:.2f}x by the typical times"
+        return Comparison(by_typical, math.nan, math.nan, Verdict.UNSTABLE, why, over.basis())
+    value, low, high = over.value, over.low, over.high
+    if apart or len(run.replicates) > 1 or len(baseline.replicates) > 1:  # centred on the typical times (see above)
+        value, low, high = by_typical, low * by_typical / over.value, high * by_typical / over.value
+    verdict, reason = _verdict(value, low, high, factor, over.basis())
+    if apart and verdict in (Verdict.SLOWER, Verdict.FASTER) and max(run.busy, baseline.busy) > BUSY_OTHER_RUNNABLE:
+        # runs measured apart differ by what else ran (the same matmul took 2x beside a process burning a core,
+        # BENCHMARKS.md), which no interval over their rounds can see
+        busy = max(run.busy, baseline.busy)
+        verdict, reason = Verdict.CANNOT_TELL, f"looks {verdict}, but the machine was busy: {busy:.1f} other runnable"
+    return Comparison(value, low, high, verdict, reason, over.basis(), over.resolution)
+
+
+def _verdict(ratio: float, low: float, high: float, factor: float, basis: str) -> tuple[Verdict, str | None]:
+    if math.isnan(low):
+        return Verdict.CANNOT_TELL, basis.split(",")[0]  # '1 round'
+    if low <= 1.0 <= high:
+        return Verdict.WITHIN_NOISE, None
+    if max(ratio, 1 / ratio) < factor:
+        return Verdict.NO_CHANGE, f"under {factor:.2f}x"
+    return (Verdict.SLOWER if ratio > 1 else Verdict.FASTER), None
+
+
+def versus_fastest(candidates: Sequence[Timings], configurations: Sequence[str]) -> list[Comparison]:
+    """Each candidate (which did the same work) against the fastest of them, the one of lowest typical time (whose
+    own Comparison says FASTEST, or UNSTABLE with why). The k - 1 intervals share 95% (Bonferroni: picking the
+    fastest after seeing the data makes every other look slower), and hold the spread between worker processes that
+    replicates show (`configurations` names each candidate's; candidates of one configuration are replicates)."""
+    fastest = int(np.argmin([c.typical_s() for c in candidates]))
+    jobs = [job for c in candidates for job in c.replicates]
+    names = [name for c, name in zip(candidates, configurations, strict=True) for _ in c.replicates]
+    spread = process_spread(jobs, names) if jobs else ASSUMED
+    out = []
+    for i, candidate in enumerate(candidates):
+        if i == fastest:
+            why = candidate.instability()
+            verdict = Verdict.UNSTABLE if why else Verdict.FASTEST
+            out.append(Comparison(1.0, math.nan, math.nan, verdict, why, is_baseline=True))
+        else:
+            out.append(compare(candidate, candidates[fastest], len(candidates) - 1, spread))
+    return out
+
+
+def is_work_setting(key: str, value: object) -> bool:
+    """Whether a flattened config key (no 'params.' prefix) with this value is part of the same-work key."""
+    if key in WORK_KEYS:
+        return True
+    return key.startswith(SETTING_PREFIXES) and is_number(value)
+
+
+def is_number(value: object) -> bool:
+    """A number, or a number as MLflow hands params back ("1024"); booleans are not numbers here."""
+    if isinstance(value, bool) or value is None:
+        return False
+    if isinstance(value, int | float | np.number):
+        return not (isinstance(value, float) and math.isnan(value))
+    try:
+        float(str(value))
+    except ValueError:
+        return False
+    return str(value).strip().lower() not in ("nan", "inf", "-inf", "true", "false")
+
+
+def work_key(params: Mapping[str, object]) -> str:
+    """What two runs must share to be compared, from their flattened config (keys as 'model.n')."""
+    parts = []
+    for key in sorted(params):
+        value = params[key]
+        if is_work_setting(key, value):
+            parts.append(f"{key}={float(str(value)):g}" if is_number(value) else f"{key}={value}")
+    return " ".join(parts)

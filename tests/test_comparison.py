@@ -1,0 +1,102 @@
+"""The one comparison (runner.report.comparison): every table, page and metric that compares runs says the same figure,
+names its baseline, and comes from one place."""
+
+from __future__ import annotations
+
+import ast
+import math
+
+import numpy as np
+import pytest
+from test_pooled import sweep
+
+from runner.config import PROJECT_ROOT
+from runner.record.table import format_interval, format_ratio, ratio_figure
+from runner.report import compare, pooled
+from runner.report.comparison import Comparison, Timings, Verdict, work_key
+from runner.report.comparison import compare as compare_two
+
+
+def test_a_configuration_of_one_run_shows_the_same_figure_in_every_table_and_metric():
+    frame = sweep({"numpy": 18e-6, "torch": 18e-6 * 1.04, "jax": 18e-6 * 23}, seeds=1)
+    headers, cells = pooled.table_cells(pooled.pool(frame))
+    by_label = {row[0]: row for row in cells}
+    jobs = compare(frame)
+    parent = pooled.metrics(pooled.pool(frame))
+    for _, job in jobs.iterrows():
+        row = by_label[job["params.backend.name"]]
+        assert row[headers.index("time / fastest configuration")] == format_ratio(job["time_ratio"])
+        assert row[headers.index("95% interval")] == format_interval(
+            (job["time_ratio_ci_low"], job["time_ratio_ci_high"])
+        )
+        assert parent[f"{job['params.backend.name']}.time_ratio"] == ratio_figure(job["time_ratio"])  # = the child's
+    job_headers, _ = pooled.job_table(frame)
+    assert "time / fastest job" in job_headers  # each table names its baseline
+
+
+def test_printed_ratios_keep_three_figures_and_the_recorded_metric_is_the_printed_one():
+    assert [format_ratio(v) for v in (1.0345146, 22.6802684, 253.4)] == ["1.03x", "22.7x", "253x"]
+    assert ratio_figure(0.9635894394863045) == 0.96 and ratio_figure(22.6802684) == 22.7
+    assert format_interval((21.51, 23.91)) == "21.5–23.9x" and format_interval((math.nan, math.nan)) == ""
+
+
+@pytest.mark.parametrize(
+    ("other", "same"),
+    [
+        ({"backend.name": "torch", "mode.name": "function", "dtype": "float64"}, True),  # what a comparison is for
+        ({"model.method": "reshape"}, True),  # a named alternative
+        ({"seed": "3", "timing.max_time_s": "5"}, True),
+        ({"model.n": "2048"}, False),  # a size is other work
+        ({"batch_size": "64"}, False),
+        ({"task.name": "inference"}, False),
+    ],
+)
+def test_the_same_work_is_model_task_batch_and_numeric_settings(other, same):
+    base = {"model.name": "reshape", "task.name": "gradients", "batch_size": 32, "model.n": 64}
+    base |= {"backend.name": "numpy", "mode.name": "eager", "model.method": "view", "seed": 0}
+    assert (work_key(base) == work_key(base | other)) is same
+
+
+def test_params_as_mlflow_returns_them_make_the_same_key_as_the_config():
+    assert work_key({"model.name": "matmul", "batch_size": 32, "model.n": 64.0}) == work_key(
+        {"model.name": "matmul", "batch_size": "32", "model.n": "64", "model.pretrained": "False"}
+    )
+
+
+def test_the_verdict_reads_the_same_everywhere():
+    assert Comparison(1.2, 1.1, 1.3, Verdict.SLOWER).words() == "slower"
+    assert Comparison(1.2, math.nan, math.nan, Verdict.CANNOT_TELL, "1 round").words() == "cannot tell (1 round)"
+    assert Comparison(3.0, math.nan, math.nan, Verdict.UNSTABLE, "rounds 1-4 at 1 ms").words().startswith("unstable: ")
+
+
+def _one_run(rng, seconds: float, busy: float = 0.0) -> Timings:
+    rounds = np.repeat(np.arange(1, 11), 3)
+    samples = seconds * np.exp(rng.normal(0, 0.01, rounds.size))
+    return Timings(((samples, rounds, None),), float(np.median(samples)), busy)
+
+
+def test_runs_measured_apart_on_a_busy_machine_are_not_called_slower():
+    rng = np.random.default_rng(0)
+    quiet = compare_two(_one_run(rng, 1.5e-3), _one_run(rng, 1e-3), apart=True)
+    busy = compare_two(_one_run(rng, 1.5e-3, busy=2.0), _one_run(rng, 1e-3), apart=True)
+    assert quiet.verdict == Verdict.SLOWER and quiet.ratio == pytest.approx(1.5, rel=0.02)
+    assert busy.verdict == Verdict.CANNOT_TELL and "busy" in busy.reason
+
+
+def test_a_change_under_the_factor_is_no_change_and_over_it_slower():
+    rng = np.random.default_rng(1)
+    before, after = _one_run(rng, 1e-3), _one_run(rng, 1.15e-3)
+    assert compare_two(after, before, apart=True, factor=1.2).words() == "no change (under 1.20x)"
+    assert compare_two(after, before, apart=True, factor=1.1).verdict == Verdict.SLOWER
+
+
+def test_no_module_but_the_comparison_computes_a_ratio_against_a_baseline():
+    """The statistics (ratio.time_ratio) and the choice of the fastest (versus_fastest) are called from
+    runner.report.comparison only; every other module asks it."""
+    source = PROJECT_ROOT / "src" / "runner"
+    callers = set()
+    for path in source.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")) == "time_ratio":
+                callers.add(path.relative_to(source).as_posix())
+    assert callers == {"report/comparison.py"}

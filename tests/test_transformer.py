@@ -185,6 +185,42 @@ def test_torch_records_the_kernel_scaled_dot_product_attention_picked(tmp_path):
     assert outcome.environment["attention_kernel"].split(": ")[1] in {"flash_attention", "math"}  # on a CPU
 
 
+def test_torch_picks_the_recorded_kernel_for_the_dtype_attention_gets_under_bf16_mixed(tmp_path, monkeypatch):
+    """torch.autocast hands attention bfloat16 projections from float32 weights and inputs: the kernel is chosen
+    for a bfloat16 query, the dtype scaled_dot_product_attention really gets (on cuda, flash attention qualifies
+    for it and not for float32)."""
+    import torch
+    import torch.nn.functional as F
+
+    got, chosen_for = set(), []
+    attention, choice = F.scaled_dot_product_attention, torch._fused_sdp_choice
+
+    def attention_spy(q, *args, **kwargs):
+        got.add(q.dtype)
+        return attention(q, *args, **kwargs)
+
+    def choice_spy(q, *args, **kwargs):
+        chosen_for.append(q.dtype)
+        return choice(q, *args, **kwargs)
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", attention_spy)
+    monkeypatch.setattr(torch, "_fused_sdp_choice", choice_spy)
+    outcome = run(tmp_path, "backend=torch", "task=inference", "precision=bf16_mixed")
+    assert got == {torch.bfloat16} and chosen_for == [torch.bfloat16]
+    assert outcome.environment["attention_kernel"].startswith("scaled_dot_product_attention: ")
+
+
+def test_attention_dtype_follows_the_policy():
+    import torch
+
+    from runner.backends.torch_precision import attention_dtype
+
+    assert attention_dtype(torch.float32, "bf16_mixed") == torch.bfloat16
+    assert attention_dtype(torch.float32, "fp16_mixed") == torch.float16
+    assert attention_dtype(torch.float64, "bf16_mixed") == torch.float64  # autocast leaves float64 alone
+    assert attention_dtype(torch.float32, "full") == attention_dtype(torch.float32, "tf32") == torch.float32
+
+
 # -- sizes and refusals ----------------------------------------------------------------------------------------
 
 

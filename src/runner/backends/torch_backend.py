@@ -242,11 +242,13 @@ def self_attention(qkv: torch.Tensor, heads: int, causal: bool) -> torch.Tensor:
 
 def attention_kernel(x: torch.Tensor, heads: int, causal: bool, differentiated: bool) -> str:
     """The kernel scaled_dot_product_attention dispatches to for these shapes, dtype and device (flash,
-    memory-efficient, cuDNN or the math fallback), as its own dispatcher chooses it."""
+    memory-efficient, cuDNN or the math fallback), as its own dispatcher chooses it for the dtype attention gets
+    under the run's precision policy (bfloat16 under bf16_mixed, where flash attention qualifies)."""
     from torch.nn.attention import SDPBackend
 
     *lead, seq, d = x.shape
-    q = torch.empty((*lead, heads, seq, d // heads), dtype=x.dtype, device=x.device, requires_grad=differentiated)
+    dtype = torch_precision.attention_dtype(x.dtype)
+    q = torch.empty((*lead, heads, seq, d // heads), dtype=dtype, device=x.device, requires_grad=differentiated)
     choice = SDPBackend(torch._fused_sdp_choice(q, q, q, is_causal=causal))
     return f"scaled_dot_product_attention: {choice.name.lower()}"
 

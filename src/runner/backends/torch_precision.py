@@ -7,9 +7,13 @@ torch is imported inside the functions: only the backend modules import a framew
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from runner.config import ConfigError
 from runner.precision import device_refusal
+
+if TYPE_CHECKING:
+    import torch
 
 AUTOCAST = {"bf16_mixed": "bfloat16", "fp16_mixed": "float16"}  # policy -> the dtype torch.autocast computes in
 SHIPPED: dict = {}  # torch's settings as imported, before prepare() turned TF32 off: what precision=default restores
@@ -89,6 +93,18 @@ def with_precision(fn: Callable, precision: str, device: str) -> Callable:
         return out.float() if out.is_floating_point() else out
 
     return autocast
+
+
+def attention_dtype(dtype: torch.dtype, precision: str | None = None) -> torch.dtype:
+    """The dtype scaled_dot_product_attention gets from activations of `dtype` under `precision` (the run's policy
+    by default): under a mixed policy the projections feeding attention run in torch.autocast, which casts every
+    floating dtype but float64 to its compute dtype."""
+    import torch
+
+    precision = POLICY["name"] if precision is None else precision
+    if precision in AUTOCAST and dtype.is_floating_point and dtype != torch.float64:
+        return getattr(torch, AUTOCAST[precision])
+    return dtype
 
 
 def grad_scaler(device: str):

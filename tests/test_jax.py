@@ -4,12 +4,15 @@ own settings (x64, the thread pool's CPU affinity, dtypes) as a user meets them.
 from __future__ import annotations
 
 import json
+import os
 
 import h5py
 import numpy as np
 import pytest
 from helpers import run_cli
 
+import runner.backends
+import runner.config
 from runner.measure.job import run_and_record
 
 MODES_AND_TASKS = [
@@ -56,3 +59,46 @@ def test_threads_set_the_cpu_affinity_of_the_worker(tmp_path):
     record = json.loads((tmp_path / "result.json").read_text())
     assert record["environment"]["cpu_affinity"] == 1
     assert record["environment"]["framework"] == "jax"
+
+
+@pytest.mark.parametrize("backend", ["jax", "tensorflow"])
+def test_a_cuda_job_takes_gpu_memory_as_needed_and_keeps_what_the_user_set(make_config, tmp_path, monkeypatch, backend):
+    """In interleaved rounds every job's worker is alive at once: with JAX preallocating 75% of the GPU (TensorFlow
+    all of it) in each, the second runs out of memory. The worker's environment when its framework is imported
+    (stopped there: no GPU here) says to allocate as needed, unless the user said otherwise."""
+    names = ("XLA_PYTHON_CLIENT_PREALLOCATE", "TF_FORCE_GPU_ALLOW_GROWTH")
+    seen = []
+
+    def load_backend(module):
+        seen.append({name: os.environ.get(name) for name in names})
+        raise RuntimeError("stopped where the framework would be imported")
+
+    def job(device: str) -> None:
+        cfg = make_config(f"backend={backend}", f"device={device}", "tracking=none")
+        assert "stopped where" in run_and_record(cfg, tmp_path / device).error
+        monkeypatch.delenv("TF_FORCE_GPU_ALLOW_GROWTH", raising=False)  # each job starts without it
+
+    monkeypatch.setattr(runner.backends, "load_backend", load_backend)
+    monkeypatch.setattr(runner.config, "nvidia_driver_present", lambda: True)  # device=cuda passes its check
+    monkeypatch.setattr(runner.backends, "nvidia_driver_present", lambda: True)  # device=auto counts as cuda
+    monkeypatch.delenv("TF_FORCE_GPU_ALLOW_GROWTH", raising=False)
+    monkeypatch.setenv("XLA_PYTHON_CLIENT_PREALLOCATE", "true")  # the user's
+    job("cpu")
+    job("cuda")
+    assert seen == [
+        {"XLA_PYTHON_CLIENT_PREALLOCATE": "true", "TF_FORCE_GPU_ALLOW_GROWTH": None},
+        {"XLA_PYTHON_CLIENT_PREALLOCATE": "true", "TF_FORCE_GPU_ALLOW_GROWTH": "true"},
+    ]
+    for device in ("cuda", "auto"):
+        monkeypatch.delenv("XLA_PYTHON_CLIENT_PREALLOCATE")
+        job(device)
+        assert seen[-1] == {"XLA_PYTHON_CLIENT_PREALLOCATE": "false", "TF_FORCE_GPU_ALLOW_GROWTH": "true"}
+
+
+def test_the_record_says_how_the_frameworks_take_gpu_memory(monkeypatch):
+    from runner.record import environment
+
+    monkeypatch.setenv("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    monkeypatch.delenv("TF_FORCE_GPU_ALLOW_GROWTH", raising=False)
+    recorded = environment.collect({})
+    assert recorded["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false" and "TF_FORCE_GPU_ALLOW_GROWTH" not in recorded

@@ -13,6 +13,7 @@ has no autodiff, uses it; the autodiff backends ignore it. Arrays are native to 
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from collections.abc import Callable
 from types import ModuleType
@@ -209,6 +210,20 @@ def protocol_functions(protocol: type) -> list[str]:
     members = {name for klass in protocol.__mro__ if klass is not object for name in vars(klass)}
     members |= set(getattr(protocol, "__annotations__", {}))
     return sorted(name for name in members if not name.startswith("_"))
+
+
+# Set in a cuda job's worker unless the user set them: otherwise each worker's framework takes most of the GPU's
+# memory when it starts on it (JAX 75%, TensorFlow all of it), and a second worker alive at once (interleaved
+# rounds keep one per job) runs out of memory. Both are read when the framework first starts on the GPU.
+GPU_MEMORY_SHARING = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false", "TF_FORCE_GPU_ALLOW_GROWTH": "true"}
+
+
+def share_gpu_memory(device: str) -> None:
+    """Make the frameworks take GPU memory as they need it (GPU_MEMORY_SHARING) in a job on `device`, called
+    before its backend is imported; device=auto counts as cuda where an NVIDIA driver is loaded."""
+    if device == "cuda" or (device == "auto" and nvidia_driver_present()):
+        for name, value in GPU_MEMORY_SHARING.items():
+            os.environ.setdefault(name, value)
 
 
 def load_backend(module: str) -> ModuleType:

@@ -135,9 +135,10 @@ def _prepare(spec: JobSpec, progress: ProgressLine) -> Prepared:
 def _start_backend(spec: JobSpec, workload, progress: ProgressLine) -> tuple[ModuleType, str, dict, float]:
     """The backend imported and configured: (backend, the device it resolved, what its precision policy set, seconds
     the device start-up took)."""
-    from runner.backends import load_backend
+    from runner.backends import load_backend, share_gpu_memory
     from runner.models import backend_for
 
+    share_gpu_memory(spec.device)
     progress.phase(f"importing {spec.backend}")
     backend = backend_for(workload, load_backend(spec.backend_module))
     start = time.perf_counter()

@@ -16,6 +16,14 @@ from runner.locations import FROM_CHECKOUT, PROJECT_ROOT
 from runner.record.machine_state import machine_state
 
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "TF_NUM_INTRAOP_THREADS")
+# How the frameworks take GPU memory (runner.backends.share_gpu_memory sets the first two in a cuda job's worker).
+GPU_MEMORY_VARIABLES = (
+    "XLA_PYTHON_CLIENT_PREALLOCATE",
+    "TF_FORCE_GPU_ALLOW_GROWTH",
+    "XLA_PYTHON_CLIENT_MEM_FRACTION",
+    "XLA_CLIENT_MEM_FRACTION",
+    "XLA_PYTHON_CLIENT_ALLOCATOR",
+)
 # Where a scheduler placed the job: environment variable -> key in `environment` (and MLflow tag env.KEY).
 SCHEDULER_VARIABLES = {
     "SLURM_JOB_ID": "slurm_job_id",
@@ -56,7 +64,7 @@ def collect(backend_env: dict) -> dict:
     }
     if nvidia_driver_version():
         env["gpu_driver"] = nvidia_driver_version()
-    env.update({name: os.environ[name] for name in THREAD_VARIABLES if name in os.environ})
+    env.update({name: os.environ[name] for name in (*THREAD_VARIABLES, *GPU_MEMORY_VARIABLES) if name in os.environ})
     env.update(scheduler_context())
     env.update(machine_state())  # CPU clock and governor, GPU clocks, temperature and throttling where readable
     env.update(backend_env)

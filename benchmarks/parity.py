@@ -22,6 +22,7 @@ import statistics
 import subprocess
 import sys
 import time
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 
@@ -350,20 +351,32 @@ def measure_row(backend: str, device: str, row: str, idiom: str, call, budget: f
     }
 
 
-def worker(backend: str, device: str, rows: list[str], budget: float) -> None:
-    """Measure one backend's rows in this process; one JSON line per row on stdout."""
+def worker(backend: str, device: str, rows: list[str], budget: float) -> int:
+    """Measure one backend's rows in this process; one JSON line per row on stdout: ROW with its result, or FAILED
+    with the error, the other rows measured all the same. Before each row an AT line names it, so that a worker
+    that dies says where. 1 when a row failed, else 0."""
     from runner.measure.timing import keep_freed_memory
 
     keep_freed_memory()  # what run_job does: both sides measured in the same allocator regime
     loops = LOOPS[backend](device)
+    failed = 0
     for row in rows:
         for idiom, call in loops.get(row, []):
-            result = measure_row(backend, device, row, idiom, call, budget)
-            if result["ratio_q75"] - result["ratio_q25"] > DISTURBED_SPREAD:
-                retry = measure_row(backend, device, row, idiom, call, budget)
-                retry["first_attempt"] = result["ratio"]
-                result = retry
+            print("AT " + json.dumps({"row": row, "idiom": idiom}), flush=True)
+            try:
+                result = measure_row(backend, device, row, idiom, call, budget)
+                if result["ratio_q75"] - result["ratio_q25"] > DISTURBED_SPREAD:
+                    retry = measure_row(backend, device, row, idiom, call, budget)
+                    retry["first_attempt"] = result["ratio"]
+                    result = retry
+            except Exception as error:  # noqa: BLE001 - the row's failure is reported; the others still run
+                traceback.print_exc()
+                said = f"{type(error).__name__}: {(str(error).strip().splitlines() or [''])[0]}"
+                print("FAILED " + json.dumps({"row": row, "idiom": idiom, "error": said}), flush=True)
+                failed = 1
+                continue
             print("ROW " + json.dumps(result), flush=True)
+    return failed
 
 
 def gpu_name(device: str) -> str:
@@ -489,16 +502,33 @@ def conditions(args, load_before: float, load_after: float) -> str:
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "TF_NUM_INTRAOP_THREADS")
 
 
-def run_backend(backend: str, args) -> list[dict]:
+def run_backend(backend: str, args) -> tuple[list[dict], list[str]]:
+    """The backend's rows, measured by a worker process: (the rows it measured, one line per row that failed)."""
     command = [sys.executable, __file__, "--worker", backend, "--device", args.device, "--budget", str(args.budget)]
     command += ["--rows", ",".join(args.rows)]
     env = {**os.environ, **({v: str(args.threads) for v in THREAD_VARIABLES} if args.threads else {})}
     done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, env=env)
-    rows = [json.loads(line[4:]) for line in done.stdout.splitlines() if line.startswith("ROW ")]
-    if done.returncode != 0:
-        tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        print(f"warning: the {backend} worker failed: {tail}", file=sys.stderr)
-    return rows
+    return read_worker(backend, done.stdout, done.returncode, done.stderr)
+
+
+def read_worker(backend: str, stdout: str, returncode: int, stderr: str) -> tuple[list[dict], list[str]]:
+    """A worker's ROW lines, and a line for each FAILED row and for a worker that died (in which row, if in one)."""
+    rows, failures, at = [], [], None
+    for line in stdout.splitlines():
+        kind, _, said = line.partition(" ")
+        if kind not in ("AT", "ROW", "FAILED"):
+            continue
+        record = json.loads(said)
+        at = record if kind == "AT" else None  # a row begun and not ended
+        if kind == "ROW":
+            rows.append(record)
+        elif kind == "FAILED":
+            failures.append(f"{backend} {record['row']} ({record['idiom']}) failed: {record['error']}")
+    if returncode != 0 and (at is not None or not failures):
+        where = f" in row {at['row']} ({at['idiom']})" if at else " after its rows" if rows else " before its first row"
+        tail = (stderr.strip().splitlines() or ["no output"])[-1]
+        failures.append(f"the {backend} worker exited with code {returncode}{where}: {tail}")
+    return rows, failures
 
 
 # -- command line ---------------------------------------------------------------------------------------------
@@ -524,27 +554,32 @@ def parse(argv: list[str]) -> argparse.Namespace:
     return args
 
 
-def main(argv: list[str]) -> None:
+def main(argv: list[str]) -> int:
+    """0 when every row was measured; 1 when one failed (each said in one line on stderr), its section written
+    with the rows that were."""
     args = parse(argv)
     if args.worker:
-        worker(args.worker, args.device, args.rows, args.budget)
-        return
+        return worker(args.worker, args.device, args.rows, args.budget)
     load_before = os.getloadavg()[0]
-    results = []
+    results, failures = [], []
     for backend in args.backends:
-        rows = run_backend(backend, args)
+        rows, failed = run_backend(backend, args)
         for r in rows:
             r["gpu"] = gpu_name(args.device) if backend == "torch" else ""
             print(table_row(r), flush=True)
         results += rows
+        failures += failed
     text = section(results, conditions(args, load_before, os.getloadavg()[0]))
     if args.out == "-":
         print(text)
-        return
-    out = Path(args.out)
-    out.write_text(replace_section(out.read_text() if out.exists() else "", text))
-    print(f"wrote the parity section of {out}")
+    else:
+        out = Path(args.out)
+        out.write_text(replace_section(out.read_text() if out.exists() else "", text))
+        print(f"wrote the parity section of {out}")
+    for failure in failures:
+        print(f"parity: {failure}", file=sys.stderr)
+    return 1 if failures else 0
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    sys.exit(main(sys.argv[1:]))

@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from runner.config import PROJECT_ROOT
 
 SCRIPT = PROJECT_ROOT / "benchmarks" / "parity.py"
@@ -52,3 +54,58 @@ def test_replace_section():
     assert parity.replace_section("head\n", new) == f"head\n\n{new}\n"
     old = f"head\n{parity.BEGIN}\nold\n{parity.END}\ntail\n"
     assert parity.replace_section(old, new) == f"head\n{new}\ntail\n"
+
+
+def test_a_failed_row_is_named_the_others_kept_and_the_exit_is_1(tmp_path, monkeypatch, capsys):
+    """The worker goes on past a row that raises (out of memory on a GPU, say); its measured rows are written
+    and the run exits 1, saying in one line which row failed."""
+    parity = load_parity()
+    measure_row = parity.measure_row
+
+    def failing_matmul(backend, device, row, *args):
+        if row == "matmul":
+            raise RuntimeError("CUDA out of memory. Tried to allocate ...\nthe rest of torch's message")
+        return measure_row(backend, device, row, *args)
+
+    def run_backend(backend, args):  # the worker in this process, read as from its pipe
+        code = parity.worker(backend, args.device, args.rows, args.budget)
+        said = capsys.readouterr()
+        return parity.read_worker(backend, said.out, code, said.err)
+
+    monkeypatch.setattr(parity, "measure_row", failing_matmul)
+    monkeypatch.setattr(parity, "run_backend", run_backend)
+    out = tmp_path / "BENCHMARKS.md"
+    argv = ["--backends", "numpy", "--rows", "matmul,mlp_inference", "--budget", "0.05", "--out", str(out)]
+    assert parity.main(argv) == 1
+    rows = [line for line in out.read_text().splitlines() if line.startswith("| numpy | cpu |")]
+    assert [row.split(" | ")[2] for row in rows] == ["mlp_inference"]
+    failed = "parity: numpy matmul (a @ a) failed: RuntimeError: CUDA out of memory. Tried to allocate ..."
+    assert capsys.readouterr().err.splitlines() == [failed]
+
+
+def test_a_worker_that_dies_is_named_with_the_row_it_was_in():
+    parity = load_parity()
+    at = 'AT {"row": "matmul", "idiom": "a @ a"}'
+    assert parity.read_worker("jax", at, -11, "") == (
+        [],
+        ["the jax worker exited with code -11 in row matmul (a @ a): no output"],
+    )
+    _, failures = parity.read_worker("torch", "", 1, "Traceback ...\nRuntimeError: Found no NVIDIA driver")
+    assert failures == [
+        "the torch worker exited with code 1 before its first row: RuntimeError: Found no NVIDIA driver"
+    ]
+
+
+def test_a_worker_that_fails_makes_the_run_exit_1():
+    """torch on cuda where there is none: the worker fails before its first row, and the run says so."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("torch sees a GPU here: its cuda worker would not fail")
+    result = run_parity("--backends", "torch", "--device", "cuda", "--rows", "matmul", "--budget", "0.05", "--out", "-")
+    assert result.returncode == 1
+    assert (
+        result.stderr.strip()
+        .splitlines()[-1]
+        .startswith("parity: the torch worker exited with code 1 before its first row: ")
+    )

@@ -182,8 +182,9 @@ def _rounds(jobs: list[_Waiting], first_round: int) -> None:
         )
     widest = widest_resolution(jobs)
     if resolve and widest > resolve:
+        resolves = "has no interval" if math.isinf(widest) else f"resolves only {widest:.1%}"  # inf: an unstable job
         log.warning(
-            f"out of budget: a comparison resolves only {widest:.1%} after {total} rounds (timing.resolve={resolve:g});"
+            f"out of budget: a comparison {resolves} after {total} rounds (timing.resolve={resolve:g});"
             " a longer timing.max_time_s narrows it (the table's resolution column has each)"
         )
 

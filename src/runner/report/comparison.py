@@ -20,6 +20,7 @@ compare` asks this module; the statistics beneath it are runner.report.ratio's.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -134,12 +135,11 @@ def compare(
     spread between worker processes; `apart`: measured in different sweeps), resolution and verdict. A difference
     under `factor` is called NO_CHANGE."""
     by_typical = run.typical_s() / baseline.typical_s()
-    if why := run.instability():
-        return Comparison(by_typical, math.nan, math.nan, Verdict.UNSTABLE, why)
-    if baseline.instability():
-        return Comparison(by_typical, math.nan, math.nan, Verdict.CANNOT_TELL, "the baseline is unstable")
-    if not run.replicates or not baseline.replicates:
-        return Comparison(by_typical, math.nan, math.nan, Verdict.CANNOT_TELL, "no samples")
+    if not run.replicates or not baseline.replicates:  # the replicates' medians may still disagree
+        why = run.instability()
+        return Comparison(
+            by_typical, math.nan, math.nan, *((Verdict.UNSTABLE, why) if why else (Verdict.CANNOT_TELL, "no samples"))
+        )
     processes = (run.processes(), baseline.processes())
     sd, df = spread.sd, spread.df
     if apart:  # the interval adds sd^2 (1/p_run + 1/p_baseline): PROCESS_SD per process, APART_SD^2 once
@@ -153,9 +153,18 @@ def compare(
         paired=not apart,
         processes=processes,
     )
+    # no verdict where the rounds disagree; the resolution stays (the rounds launcher plans by it)
+    no_verdict = functools.partial(
+        Comparison, by_typical, math.nan, math.nan, basis=over.basis(), resolution=over.resolution
+    )
+    if why := run.instability():
+        return no_verdict(Verdict.UNSTABLE, why)
+    if baseline.instability():
+        return no_verdict(Verdict.CANNOT_TELL, "the baseline is unstable")
     if max(over.value / by_typical, by_typical / over.value) > UNSTABLE_DISAGREE:
-        why = f"{over.value:.2f}x over its rounds, {by_typical:.2f}x by the typical times"
-        return Comparison(by_typical, math.nan, math.nan, Verdict.UNSTABLE, why, over.basis())
+        return no_verdict(
+            Verdict.UNSTABLE, f"{over.value:.2f}x over its rounds, {by_typical:.2f}x by the typical times"
+        )
     value, low, high = over.value, over.low, over.high
     if apart or len(run.replicates) > 1 or len(baseline.replicates) > 1:  # centred on the typical times (see above)
         value, low, high = by_typical, low * by_typical / over.value, high * by_typical / over.value

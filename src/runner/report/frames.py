@@ -169,7 +169,8 @@ def compare(frame: pd.DataFrame) -> pd.DataFrame:
         configurations = labels(group, varied).tolist() if varied else [""] * len(group)
         found = versus_fastest([timings(group.loc[[i]]) for i in group.index], configurations)
         for i, c in zip(group.index, found, strict=True):
-            frame.loc[i, COMPARISON] = [c.ratio, c.low, c.high, c.verdict, c.reason, c.basis, c.resolution]
+            resolution = c.resolution if not math.isnan(c.low) else np.nan  # shown only beside an interval
+            frame.loc[i, COMPARISON] = [c.ratio, c.low, c.high, c.verdict, c.reason, c.basis, resolution]
             frame.loc[i, "within_noise"] = c.words()
     return frame
 

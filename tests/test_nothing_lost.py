@@ -16,7 +16,7 @@ from helpers import FAST_TIMING, PROJECT_ROOT, _env, clients, compose_config, ru
 
 from runner import cli, tracking
 from runner.config import ConfigError
-from runner.launch import isolation, preflight, sweep
+from runner.launch import isolation, preflight
 from runner.measure.job import non_finite_warnings, run_and_record
 from runner.measure.samples import Samples
 from runner.measure.stop import Stopped, stop_reason
@@ -24,6 +24,7 @@ from runner.measure.timing import measure
 from runner.models.mlp import MLP
 from runner.models.op_workloads import Matmul, Sigmoid
 from runner.record.result import LOG_FILE, RESULT_FILE, TENSORS_FILE, Result, write_tensors
+from runner.record.sweep_file import write_sweep_file
 
 # -- item 4 and 6-7: bad values are one line before anything runs ---------------------------------
 
@@ -288,7 +289,7 @@ def _killed_sweep(tmp_path: Path) -> tuple[Path, str]:
     sweep_dir = tmp_path / "sweep"
     sweep_dir.mkdir()
     note = {"sweep_dir": str(sweep_dir), "overrides": ["seed=0,1"], "launcher": "basic", "tracking": "mlflow"}
-    sweep.write_sweep_file(sweep_dir, {**note, "uri": uri, "experiment": "lost", "parent_run_id": None})
+    write_sweep_file(sweep_dir, {**note, "uri": uri, "experiment": "lost", "parent_run_id": None})
     run_dir, _ = _tracked_run(tmp_path, "sweep/0")
     (sweep_dir / "1").mkdir()
     tracking.write_pending(sweep_dir / "1", uri, "lost", None)

@@ -59,17 +59,17 @@ def test_mlflow_variables_choose_the_store_and_explicit_settings_win(monkeypatch
 
 
 def test_a_cluster_sweep_with_a_store_on_this_machine_is_warned_about(tmp_path, caplog):
-    from runner.launch import sweep
     from runner.launch.launchers import cluster_launcher
+    from runner.launch.sweep import lifecycle
 
     assert cluster_launcher(launcher("slurm")) and not cluster_launcher(launcher("parallel"))
     overrides = ["hydra/launcher=slurm", "tracking=none", f"hydra.sweep.dir={tmp_path}"]
     config = compose(overrides, return_hydra_config=True)
-    with caplog.at_level(logging.WARNING, logger="runner.launch.sweep"):
-        sweep.start(config)
+    with caplog.at_level(logging.WARNING, logger="runner.launch.sweep.lifecycle"):
+        lifecycle.start(config)
         assert not caplog.records  # nothing tracked: nothing to share
         config.tracking.name, config.tracking.uri = "mlflow", "sqlite:////unreachable/dir/mlflow.db"
-        sweep.start(config)
+        lifecycle.start(config)
     warnings = [r.getMessage() for r in caplog.records if "every node of the cluster" in r.getMessage()]
     assert len(warnings) == 1 and "MLFLOW_TRACKING_URI" in warnings[0]
 

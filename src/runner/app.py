@@ -15,8 +15,10 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from runner.launch import isolation, preflight, sweep  # registers the structured configs and resolvers
+from runner.launch import isolation, preflight  # registers the structured configs and resolvers
 from runner.launch.job_return import job_return
+from runner.launch.sweep import lifecycle
+from runner.launch.sweep.callback import closed_when_stopped
 from runner.locations import CONFIG_PATH
 from runner.measure.stop import SIGTERM, Stopped
 from runner.record import environment
@@ -29,14 +31,15 @@ def main(cfg: DictConfig) -> float:
     hydra_cfg = HydraConfig.get()
     run_dir = Path(hydra_cfg.runtime.output_dir)
     multirun = hydra_cfg.mode == RunMode.MULTIRUN
-    parent = sweep.parent_run_id(hydra_cfg.sweep.dir) if multirun else None
+    parent = lifecycle.parent_run_id(hydra_cfg.sweep.dir) if multirun else None
     environment.export_ray_job_id()
     return job_return(run_dir, isolation.execute(cfg, run_dir, parent), multirun)
 
 
 def cli(argv: list[str] | None = None, config_path: str = CONFIG_PATH) -> None:
     """Run Hydra on argv (default: the command line's arguments) with the configs at config_path (a folder, or
-    pkg://PACKAGE); a sweep exits with its status (runner.launch.sweep.finish), a stopped run or sweep with 130."""
+    pkg://PACKAGE); a sweep exits with its status (runner.launch.sweep.lifecycle.finish), a stopped run or sweep
+    with 130."""
     if argv is not None:
         sys.argv = [sys.argv[0], *argv]  # Hydra reads its overrides and flags from sys.argv
     _plugins_listable()
@@ -44,9 +47,10 @@ def cli(argv: list[str] | None = None, config_path: str = CONFIG_PATH) -> None:
     signal.signal(signal.SIGTERM, _stop)  # scancel, kill, a closing session: like Ctrl-C, record and stop
     app = hydra.main(version_base="1.3", config_path=config_path, config_name="config")(main)
     try:
-        app()
+        with closed_when_stopped():  # a sweep whose launch is stopped or refused is closed, whatever its launcher
+            app()
     except KeyboardInterrupt:
-        raise SystemExit(sweep.EXIT_INTERRUPTED) from None
+        raise SystemExit(lifecycle.EXIT_INTERRUPTED) from None
     finally:
         # Exit without the garbage collector's passes over every module loaded (MLflow alone loads ~2,000),
         # most of the interpreter's teardown time. Files and the MLflow store are closed already; atexit still runs.

@@ -17,8 +17,9 @@ from pathlib import Path
 
 from runner import tracking, version
 from runner.config import ConfigError
-from runner.launch import sweep
+from runner.launch.sweep.sync import sync_sweep
 from runner.record.result import ResultUnreadable
+from runner.record.sweep_file import SWEEP_FILE, read_sweep_file
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -74,7 +75,7 @@ def _report(args: argparse.Namespace) -> int:
         if not args.sweep_dir.is_dir():
             raise FileNotFoundError(f"{args.sweep_dir} is not a directory")
         frame = report.runs_from_dirs(report.sweep_run_dirs(args.sweep_dir))
-        info = sweep.read_sweep_file(args.sweep_dir)
+        info = read_sweep_file(args.sweep_dir)
         parent, uri = parent or info.get("parent_run_id"), uri or info.get("uri")
     else:
         uri = uri or os.environ.get("MLFLOW_TRACKING_URI")
@@ -114,7 +115,7 @@ def sync_path(path: Path, uri: str | None) -> list[tracking.Synced]:
     """Sync one run directory, or every job of a sweep directory (creating its parent run if missing)."""
     if (path / tracking.TRACKING_FILE).exists():
         return [tracking.sync_one(path, uri)]
-    if (path / sweep.SWEEP_FILE).exists():
-        return sweep.sync_sweep(path, uri)
-    detail = f"neither {tracking.TRACKING_FILE} nor {sweep.SWEEP_FILE} here (not a tracked run)"
+    if (path / SWEEP_FILE).exists():
+        return sync_sweep(path, uri)
+    detail = f"neither {tracking.TRACKING_FILE} nor {SWEEP_FILE} here (not a tracked run)"
     return [tracking.Synced(path, tracking.SyncState.FAILED, detail)]

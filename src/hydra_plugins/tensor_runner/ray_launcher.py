@@ -9,7 +9,6 @@ try:
     from hydra_plugins.hydra_ray_launcher._config import RayConf
 
     from runner.launch import ray_launch
-    from runner.launch.sweep import ClosesSweepWhenStopped
 
     RAY = True
 except ImportError:
@@ -18,7 +17,7 @@ except ImportError:
 if RAY:
     from hydra.core.config_store import ConfigStore
 
-    class RayLauncher(ClosesSweepWhenStopped, ray_launch.RayLauncher):
+    class RayLauncher(ray_launch.RayLauncher):
         """hydra-ray-launcher's launcher, GPUs per cuda job, dead tasks recorded; see runner.launch.ray_launch."""
 
     @dataclass

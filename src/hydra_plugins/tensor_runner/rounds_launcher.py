@@ -6,10 +6,9 @@ from dataclasses import dataclass
 from hydra.core.config_store import ConfigStore
 
 from runner.launch import local_launcher
-from runner.launch.sweep import ClosesSweepWhenStopped
 
 
-class RoundsLauncher(ClosesSweepWhenStopped, local_launcher.RoundsLauncher):
+class RoundsLauncher(local_launcher.RoundsLauncher):
     """A sweep's jobs one after the other on this machine, those that compare in interleaved rounds."""
 
 

@@ -4,10 +4,9 @@ its config schema (`hydra/launcher=base_slurm`, which conf/hydra/launcher/slurm.
 from hydra.core.config_store import ConfigStore
 
 from runner.launch import slurm
-from runner.launch.sweep import ClosesSweepWhenStopped
 
 ConfigStore.instance().store(group="hydra/launcher", name="base_slurm", node=slurm.SlurmConf, provider="tensor_runner")
 
 
-class SlurmLauncher(ClosesSweepWhenStopped, slurm.SlurmLauncher):
+class SlurmLauncher(slurm.SlurmLauncher):
     """submitit's SLURM launcher, a node per job, fitted to the partition; see runner.launch.slurm."""

@@ -34,12 +34,12 @@ def job_config(hydra_context, sweep_config: DictConfig, overrides: list[str], in
 def record_ended(task_cfg: DictConfig, run_dir: Path, reason: str, context: dict[str, str]) -> None:
     """Record a job the cluster ended (runner.record.job_record.ended_by_cluster), in result.json and in
     MLflow where tracked."""
-    from runner.launch import sweep
+    from runner.launch.sweep.lifecycle import parent_run_id
     from runner.record import job_record
     from runner.record.naming import job_spec
 
     if job_record.ended_by_cluster(job_spec(task_cfg), run_dir, reason, context):
-        _update_tracked(task_cfg, run_dir, sweep.parent_run_id(run_dir.parent))
+        _update_tracked(task_cfg, run_dir, parent_run_id(run_dir.parent))
 
 
 def _update_tracked(task_cfg: DictConfig, run_dir: Path, parent: str | None) -> None:

@@ -33,8 +33,8 @@ def cluster_launcher(launcher: DictConfig) -> bool:
 
 
 class SweepRefused(SystemExit):
-    """A launcher refuses the whole sweep before anything runs: exit 1, the reason in one line, which the
-    launcher (runner.launch.sweep.ClosesSweepWhenStopped) records on the sweep and its end prints."""
+    """A launcher refuses the whole sweep before anything runs: exit 1, the reason in one line, which the app
+    (runner.launch.sweep.callback.closed_when_stopped) records on the sweep and its end prints."""
 
     def __init__(self, line: str):
         super().__init__(1)

@@ -25,8 +25,9 @@ from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
-from runner.launch import rounds, sweep
+from runner.launch import rounds
 from runner.launch.job_return import job_return
+from runner.launch.sweep import lifecycle, summary
 from runner.launch.sweep_lines import Every, time_left
 from runner.measure.stop import SIGTERM, Stopped, stop_reason
 from runner.record.result import Result, Status
@@ -56,11 +57,11 @@ class RoundsLauncher(Launcher):
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
         sweep_dir.mkdir(parents=True, exist_ok=True)
-        parent = sweep.parent_run_id(sweep_dir)
+        parent = lifecycle.parent_run_id(sweep_dir)
         coordinator = rounds.Coordinator()
         returns: dict[int, JobReturn] = {}
         waiting: list[_Job] = []
-        sweep.note_jobs_launched(sweep_dir, initial_job_idx + len(job_overrides))
+        lifecycle.note_jobs_launched(sweep_dir, initial_job_idx + len(job_overrides))
         progress = Every(log)
         try:
             for number, overrides in enumerate(job_overrides, initial_job_idx):
@@ -72,7 +73,7 @@ class RoundsLauncher(Launcher):
                 self._set_up(job, coordinator, parent)
                 waiting.append(job)
                 _say_set_up(progress, len(waiting), len(job_overrides))
-            coordinator.run(measured=sweep.import_report_meanwhile)
+            coordinator.run(measured=summary.import_report_meanwhile)
         except KeyboardInterrupt as stop:
             coordinator.run(stopped_by=stop_reason(stop))  # the jobs set up so far record what they have
             raise

@@ -1,6 +1,6 @@
 """A launcher added from outside src/ (PYTHONPATH=tests/plugin): this module and its config,
-tests/plugin/conf/hydra/launcher/reverse.yaml. It runs a sweep's jobs last first, each through Hydra's run_job,
-and closes the sweep when stopped, as the runner's own launchers do."""
+tests/plugin/conf/hydra/launcher/reverse.yaml. It runs a sweep's jobs last first, each through Hydra's run_job;
+like every launcher, it does nothing to open or close the sweep (runner.launch.sweep.callback does)."""
 
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -9,8 +9,6 @@ from hydra.core.config_store import ConfigStore
 from hydra.core.utils import JobReturn, run_job, setup_globals
 from hydra.plugins.launcher import Launcher
 from omegaconf import open_dict
-
-from runner.launch.sweep import ClosesSweepWhenStopped
 
 
 @dataclass
@@ -21,7 +19,7 @@ class ReverseLauncherConf:
 ConfigStore.instance().store(group="hydra/launcher", name="base_reverse", node=ReverseLauncherConf)
 
 
-class ReverseLauncher(ClosesSweepWhenStopped, Launcher):
+class ReverseLauncher(Launcher):
     def setup(self, *, hydra_context, task_function, config) -> None:
         self.hydra_context, self.task_function, self.config = hydra_context, task_function, config
 

@@ -1,0 +1,110 @@
+"""A sweep's closing output: the table on the terminal with the answer, what failed and the jobs' warnings once;
+summary.md and the report in the sweep folder, read back from the jobs' records (runner.report)."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from runner.config import first_line
+from runner.launch.sweep import notes
+from runner.launch.sweep_lines import grouped_warnings
+from runner.launch.terminal import print_answer
+from runner.record import naming
+from runner.record.result import Status
+from runner.record.sweep_file import read_sweep_file
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+log = logging.getLogger(__name__)
+
+
+def import_report_meanwhile() -> None:
+    """Once nothing is timed any more, import what the summary and the report need (pandas, matplotlib,
+    scipy's t quantile: most of a second) while the workers write their records."""
+
+    def load() -> None:
+        from scipy.special import stdtrit  # noqa: F401
+
+        from runner.report import plots
+
+        plots._pyplot()
+
+    threading.Thread(target=load, name="import-report", daemon=True).start()
+
+
+def write_files(frame: pd.DataFrame, sweep_dir: Path) -> list[Path]:
+    """The report and summary.md in the sweep folder (and each job's MLflow note); the files written."""
+    from runner import report
+
+    files = []
+    try:
+        files = report.write_report(frame, sweep_dir / "report")
+    except Exception as error:  # a plot that cannot be drawn must not hide the results
+        log.warning(f"could not write the sweep's report ({first_line(error)})")
+    summary = sweep_dir / "summary.md"
+    answer = report.answer(frame)
+    summary.write_text(f"# Sweep summary\n\n{answer.markdown}\n{answer.details}")
+    notes.note_comparisons(report.compare(frame))
+    return [summary, *files]
+
+
+def print_table(frame: pd.DataFrame, sweep_dir: Path) -> None:
+    """One row per job: what varied, status, the table's columns in human units; then what failed."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from runner import report
+    from runner.record.table import SWEEP_COLUMNS
+
+    headers, cells = report.human_table(frame, SWEEP_COLUMNS)
+    table = Table(title=f"Sweep: {len(frame)} jobs in {sweep_dir}", title_justify="left")
+    for header in headers:
+        table.add_column(header, overflow="fold")
+    for row in cells:
+        row[1] = _status(row[1])
+        table.add_row(*row)
+    # Into a file or pipe: as wide as the table needs, so no heading is folded into pieces.
+    console = Console() if sys.stdout.isatty() else Console(width=max(160, Console(width=1000).measure(table).maximum))
+    console.print(table)
+    for line in report.setup_notes(frame):
+        console.print(f"[yellow]{line}[/]", highlight=False)
+    print_answer(console, report.answer(frame))
+    for _, row in frame[frame["status"] != Status.FINISHED].iterrows():
+        console.print(f"[bold red]{row['status']}[/] job {_job(row)}: {row['error']}", highlight=False)
+    _log_warnings(frame)
+    _print_link(console, sweep_dir)
+
+
+def _log_warnings(frame) -> None:
+    """The jobs' warnings, each once with the jobs it concerns (runner.launch.sweep_lines.grouped_warnings)."""
+    if "warnings" not in frame:
+        return
+    rows = frame[frame["warnings"].map(bool)]
+    for line in grouped_warnings((_job(row), list(row["warnings"])) for _, row in rows.iterrows()):
+        log.warning(line)
+
+
+def _print_link(console, sweep_dir: Path) -> None:
+    """The parent run and how to open it in the MLflow UI."""
+    info = read_sweep_file(sweep_dir)
+    if info.get("parent_run_id"):
+        from runner.launch.terminal import ui_lines
+
+        console.print(f"MLflow parent run {info['parent_run_id']} ({naming.sweep_title(info)})", highlight=False)
+        for line in ui_lines(info["uri"], f"#/runs/{info['parent_run_id']}"):
+            console.print(line.strip(), highlight=False, soft_wrap=True)
+
+
+def _job(row) -> str:
+    """A job's number (its directory under the sweep), as Hydra and the table's run names count it."""
+    return Path(row["run_dir"]).name
+
+
+def _status(status: str) -> str:
+    colours: dict[str, str] = {Status.FINISHED: "green", Status.FAILED: "bold red"}
+    return f"[{colours.get(status, 'yellow')}]{status}[/]"

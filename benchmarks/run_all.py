@@ -455,15 +455,16 @@ def write_report() -> None:
 
 
 def kept_sections(text: str) -> str:
-    """The sections benchmarks/parity.py, rounds.py and aa.py wrote, as they are."""
+    """The sections benchmarks/parity.py, rounds.py, aa.py, aa_apart.py and history_sim.py wrote, as they are."""
     import aa
     import aa_apart
+    import history_sim
     import parity
     import rounds
 
     sections = []
-    markers = (parity, rounds, aa, aa_apart)
-    for begin, end in (*((m.BEGIN, m.END) for m in markers), aa.RESOLVE):
+    markers = (parity, rounds, aa, aa_apart, history_sim)
+    for begin, end in (*((m.BEGIN, m.END) for m in markers), aa.RESOLVE, history_sim.CHOICE):
         if begin in text and end in text:
             sections.append(text[text.index(begin) : text.index(end) + len(end)])
     return "\n\n".join(sections)

@@ -1,0 +1,308 @@
+"""Steps in one case's history: where its typical time moved to a new level and stayed, by how much, and whether
+that is a regression, an improvement, only suspicious, or too little data to say.
+
+The series is one case on one machine, its runs in time order, each a typical time with (where it has one) an
+interval. The detector works on log times, so a step is a ratio and noise is relative. `find_steps` is the entry.
+
+- The noise. Each run's own spread comes from its interval (taken as a 95% interval on the log scale: half its
+  width over 1.96; a run without one takes the median of the others'). Runs made apart spread more than their
+  intervals say (the machine drifts between them: ratio.APART_SD), so each run's variance is its own plus an
+  extra, tau^2, that the series itself shows, plus FLOOR^2 (no timing is known better than 0.1%). tau is where
+  the squared differences between consecutive runs, each over its expected variance and capped at CAP, average
+  what a capped chi-square with 1 degree of freedom does: a step spoils one difference, a stray run two, and
+  the cap keeps either from counting for more than a 2-sigma difference, so tau is the spread within the levels,
+  not across them. Its degrees of freedom: one per two differences (neighbours share a run).
+- The fit (asv's approach, its own code): the partition into constant levels that minimises the weighted L1
+  distance of the log times from each level's weighted median (each run weighted by sqrt(2) / its sd: the
+  likelihood of Laplace noise of that sd) plus a penalty per step, found exactly by dynamic programming. L1
+  rather than squares: a single slow run among its neighbours (a busy machine; a 29% move between two sweeps in
+  BENCHMARKS.md's A/A apart) moves no median, and as no level may be shorter than MIN_SEGMENT runs (the newest
+  level of the newest part aside), cutting one stray run out gains nothing. A part of more than LONGEST runs is
+  fitted in windows of LONGEST that overlap by half, each window's steps kept from its middle (a series of 1,000
+  runs: about 1 s).
+- Which steps are real, the default threshold: a step's size is the difference of the typical log times of the
+  levels either side (each level's weighted mean, weights 1 / variance, its runs first pulled in to OUTLYING sds
+  of its weighted median where it has 3 or more), and its standard error comes from their runs' variances. A
+  step is kept when it is at least sqrt(SCHWARZ ln n) standard errors, n the runs of its part (the Schwarz
+  criterion, BIC: one more step, its place and its new level, must buy ln n of log-likelihood; the fit's penalty
+  is the same, half that square), as a Student t quantile at the noise's degrees of freedom. That is the
+  smallest change this series' noise resolves at that place: in 40 runs that scatter 3.2% (ratio.APART_SD and
+  PROCESS_SD together), a step with 20 runs either side must be 3.1%, with 2 runs after it 7.3%, with 1 run
+  after it 10.4%. The weakest step short of it is merged away and the others measured again, until every step
+  left is resolved. `threshold` (0.05: 5%, either way: |log ratio| >= log 1.05) adds a floor on a step's size;
+  a step the noise does not resolve is never kept, whatever the threshold.
+- The interval of a step: the ratio after / before, exp(size), with a 95% (ratio.LEVEL) interval, Student's t
+  on the standard error above. Steps found by a search are the larger ones: on simulated series the intervals of
+  steps near the resolution held the true ratio less often than 95% (BENCHMARKS.md).
+- The labels: a step with at least 2 runs after it is a REGRESSION (slower) or an IMPROVEMENT (faster). A step
+  with only the newest run after it is SUSPICIOUS, either way (TorchBench: two violations in a row at the end
+  make a regression, one does not). Where the newest part of the series has fewer than MIN_POINTS runs (2 either
+  side of a step), the list ends with an INSUFFICIENT step at that part's first run, its ratio and interval NaN;
+  an empty series gives that step at index 0.
+- Known changes: a run marked `known_change` (a new machine, a new version a curator expects to differ) starts
+  a new part; each part is fitted alone (their noise estimated together), so no step is reported at a mark. An
+  older part of fewer than MIN_POINTS runs is not examined.
+
+Runs whose typical time is not a positive number are left out (a mark on one moves to the next run); the steps'
+indices are those of `points`. The detector assumes the noise of one run independent of the last: slow phases of
+the machine that outlast a run raise its false alarms (BENCHMARKS.md, "History: finding steps", which has the
+detection rate, the false alarms and the error in the position on simulated series: benchmarks/history_sim.py).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from enum import StrEnum
+
+import numpy as np
+
+from runner.report.ratio import LEVEL, OUTLYING
+
+MIN_POINTS = 4  # a part of fewer runs is insufficient data: 2 either side of a step
+MIN_SEGMENT = 2  # the fewest runs in a level, the newest level aside (1: suspicious)
+LONGEST = 300  # the most points fitted at once: a longer part is fitted in overlapping windows (_partition)
+FLOOR = 0.001  # the smallest sd of a log time: no timing is known better than 0.1%
+CAP = 3.841  # a squared difference counts for at most this many times its expected variance (chi-square 1, p 0.95)
+# E min(X, CAP) for X chi-square with 1 degree of freedom: P(chi2_3 < CAP) + CAP P(chi2_1 >= CAP), as x f_1(x) = f_3(x)
+CAPPED_MEAN = (
+    math.erf(math.sqrt(CAP / 2))
+    - math.sqrt(2 * CAP / math.pi) * math.exp(-CAP / 2)
+    + CAP * math.erfc(math.sqrt(CAP / 2))
+)
+SCHWARZ = 2.0  # a step must be sqrt(SCHWARZ ln n) standard errors (the Schwarz criterion: 2)
+
+
+@dataclass(frozen=True)
+class Point:
+    """One run of the series, in time order."""
+
+    typical_s: float  # its typical time
+    low_s: float  # its interval's bounds on the time (NaN where it has none)
+    high_s: float
+    known_change: bool = False  # a curator's mark: the distribution changes here, no alert at this point
+
+
+class Label(StrEnum):
+    REGRESSION = "regression"
+    IMPROVEMENT = "improvement"
+    SUSPICIOUS = "suspicious"
+    INSUFFICIENT = "insufficient data"
+
+
+@dataclass(frozen=True)
+class Step:
+    index: int  # the first point after the step
+    ratio: float  # after / before (typical times of the levels)
+    low: float  # its interval
+    high: float
+    label: Label
+
+
+@dataclass(frozen=True)
+class _Series:
+    logs: np.ndarray  # log typical times of the usable points
+    sds: np.ndarray  # each point's own sd of its log time, from its interval (0 where none is known at all)
+    index: np.ndarray  # each usable point's index in `points`
+    parts: tuple[tuple[int, int], ...]  # [start, end) of each part between known changes
+
+
+def find_steps(points: Sequence[Point], threshold: float | None = None) -> list[Step]:
+    """The steps in one case's series (see the module's docstring), in time order; the last is INSUFFICIENT where
+    the newest part is too short to tell. `threshold`: the smallest step reported (0.05: 5%, either way), besides
+    the smallest that the series' noise resolves."""
+    series = _series(points)
+    floor = math.log1p(threshold) if threshold else 0.0
+    steps = _fit(series, *_noise(series), floor)
+    newest = series.parts[-1] if series.parts else (0, 0)
+    if newest[1] - newest[0] < MIN_POINTS:
+        first = int(series.index[newest[0]]) if newest[1] > newest[0] else 0
+        steps.append(Step(first, math.nan, math.nan, math.nan, Label.INSUFFICIENT))
+    return steps
+
+
+def _fit(series: _Series, extra: float, df: int, floor: float) -> list[Step]:
+    """The steps resolved in each part of MIN_POINTS or more, at `extra` sd between runs."""
+    variances = extra**2 + series.sds**2 + FLOOR**2
+    found: list[Step] = []
+    for start, end in series.parts:
+        if end - start < MIN_POINTS:
+            continue
+        logs, var = series.logs[start:end], variances[start:end]
+        needed = _student(df, _normal_cdf(math.sqrt(SCHWARZ * math.log(end - start))))
+        starts = _partition(logs, var, needed**2 / 2, newest=end == len(series.logs))
+        for step in _resolved(logs, var, starts, needed, floor, df):
+            found.append(replace(step, index=int(series.index[start + step.index])))
+    return found
+
+
+def _series(points: Sequence[Point]) -> _Series:
+    """The usable points' log times and own sds, and the parts that known changes split them into."""
+    logs: list[float] = []
+    sds: list[float] = []
+    index: list[int] = []
+    starts: list[int] = []
+    marked, z95 = False, _student(math.inf, (1 + LEVEL) / 2)
+    for i, point in enumerate(points):
+        marked = marked or point.known_change
+        if not (math.isfinite(point.typical_s) and point.typical_s > 0):
+            continue
+        if marked and index:
+            starts.append(len(index))
+        marked = False
+        logs.append(math.log(point.typical_s))
+        index.append(i)
+        low, high = point.low_s, point.high_s
+        usable = math.isfinite(low) and math.isfinite(high) and 0 < low <= high
+        sds.append((math.log(high) - math.log(low)) / (2 * z95) if usable else math.nan)
+    known = np.array(sds, dtype=float)
+    if np.isfinite(known).any():  # a point without an interval is taken to be like the others (asv does so)
+        known = np.where(np.isfinite(known), known, np.nanmedian(known))
+    else:
+        known = np.zeros(len(known))
+    edges = [0, *starts, len(index)]
+    parts = tuple((a, b) for a, b in zip(edges[:-1], edges[1:], strict=True) if b > a)
+    return _Series(np.array(logs, dtype=float), known, np.array(index, dtype=int), parts)
+
+
+def _noise(series: _Series) -> tuple[float, int]:
+    """The extra sd (log scale) between runs beyond their intervals, from consecutive runs' differences within
+    parts (see the module's docstring), and the degrees of freedom it is taken to have: one per two differences
+    (neighbouring differences share a run), at least 1."""
+    squares = [np.diff(series.logs[a:b]) ** 2 for a, b in series.parts]
+    known = [series.sds[a : b - 1] ** 2 + series.sds[a + 1 : b] ** 2 + 2 * FLOOR**2 for a, b in series.parts]
+    df = sum((b - a - 1) // 2 for a, b in series.parts)
+    if not df:
+        return 0.0, 1
+    return _extra_sd(np.concatenate(squares), np.concatenate(known), 2.0), df
+
+
+def _extra_sd(squares: np.ndarray, known: np.ndarray, scale: float) -> float:
+    """The sd whose variance, `scale` times, beside the variances `known`, gives the capped squares their expected
+    mean: mean(min(square / (scale extra^2 + known), CAP)) = CAPPED_MEAN (0 where the known variances already give
+    less). The mean falls as the variance grows: bisection."""
+
+    def excess(extra: float) -> float:
+        return float(np.mean(np.minimum(squares / (scale * extra + known), CAP))) - CAPPED_MEAN
+
+    if excess(0.0) <= 0:
+        return 0.0
+    low, high = 0.0, float(squares.max()) / (scale * CAPPED_MEAN)  # there every term is at most CAPPED_MEAN
+    for _ in range(60):
+        middle = (low + high) / 2
+        low, high = (middle, high) if excess(middle) > 0 else (low, middle)
+    return math.sqrt((low + high) / 2)
+
+
+def _l1_costs(logs: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """costs[start, k]: the weighted L1 distance of logs[start:start + k] from their weighted median (inf beyond
+    the series' end)."""
+    n = len(logs)
+    costs = np.full((n, n + 1), np.inf)
+    for start in range(n):
+        values, mass = logs[start:], weights[start:]
+        order = np.argsort(values, kind="stable")
+        ranked, ranked_mass = values[order], mass[order]
+        inside = order[None, :] < np.arange(1, len(values) + 1)[:, None]  # row k - 1: the first k points
+        held = np.where(inside, ranked_mass[None, :], 0.0)
+        cumulative = np.cumsum(held, axis=1)
+        median = ranked[np.argmax(cumulative >= cumulative[:, -1:] / 2, axis=1)]
+        costs[start, 1 : len(values) + 1] = (held * np.abs(ranked[None, :] - median[:, None])).sum(axis=1)
+    return costs
+
+
+def _optimal(logs: np.ndarray, weights: np.ndarray, penalty: float, single_last: bool) -> list[int]:
+    """The first index of each level after the first, of the partition that minimises the weighted L1 cost plus
+    `penalty` per step, exactly (dynamic programming): levels of MIN_SEGMENT points or more, the last of 1 where
+    `single_last`."""
+    n = len(logs)
+    costs = _l1_costs(logs, weights)
+    best = np.full(n + 1, np.inf)
+    best[0] = -penalty
+    previous = np.zeros(n + 1, dtype=int)
+    for end in range(1, n + 1):
+        shortest = 1 if end == n and single_last else MIN_SEGMENT
+        starts = np.arange(0, end - shortest + 1)
+        if not len(starts):
+            continue
+        totals = best[starts] + costs[starts, end - starts] + penalty
+        pick = int(np.argmin(totals))
+        best[end], previous[end] = totals[pick], starts[pick]
+    cuts, end = [], n
+    while end > 0:
+        end = int(previous[end])
+        cuts.append(end)
+    return sorted(cuts)[1:]
+
+
+def _partition(logs: np.ndarray, variances: np.ndarray, penalty: float, newest: bool) -> list[int]:
+    """_optimal over a part, each point weighted sqrt(2) / its sd (Laplace noise of that sd); its last level may be
+    a single run where it is the `newest` part. A part longer than LONGEST points is fitted in windows of LONGEST,
+    each starting half a window after the last, each window's cuts kept from its middle half (its first and last
+    quarters too where they are the part's ends)."""
+    n, weights = len(logs), math.sqrt(2) / np.sqrt(variances)
+    if n <= LONGEST:
+        return _optimal(logs, weights, penalty, single_last=newest)
+    quarter, cuts = LONGEST // 4, set()
+    for start in range(0, n, 2 * quarter):
+        end = min(start + LONGEST, n)
+        found = _optimal(logs[start:end], weights[start:end], penalty, single_last=newest and end == n)
+        keep = (start + quarter if start else 0, start + 3 * quarter if end < n else n)
+        cuts |= {start + cut for cut in found if keep[0] <= start + cut < keep[1]}
+        if end == n:
+            break
+    return sorted(cuts)
+
+
+def _level(logs: np.ndarray, variances: np.ndarray) -> tuple[float, float]:
+    """A level's typical log time and its standard error: the weighted mean (weights 1 / variance) of its points,
+    each first pulled in to OUTLYING sds of their weighted median where there are 3 or more."""
+    weights = 1 / variances
+    if len(logs) >= 3:
+        order = np.argsort(logs)
+        cumulative = np.cumsum(weights[order])
+        median = logs[order][int(np.argmax(cumulative >= cumulative[-1] / 2))]
+        bound = OUTLYING * np.sqrt(variances)
+        logs = np.clip(logs, median - bound, median + bound)
+    return float(np.sum(weights * logs) / np.sum(weights)), float(1 / math.sqrt(np.sum(weights)))
+
+
+def _resolved(
+    logs: np.ndarray, variances: np.ndarray, starts: list[int], needed: float, floor: float, df: int
+) -> list[Step]:
+    """The steps that the noise resolves and that reach `floor` (log scale), the weakest of the others merged
+    away first (their indices those of `logs`)."""
+    starts = list(starts)
+    while True:
+        edges = [0, *starts, len(logs)]
+        levels = [_level(logs[a:b], variances[a:b]) for a, b in zip(edges[:-1], edges[1:], strict=True)]
+        sizes = np.array([after[0] - before[0] for before, after in zip(levels[:-1], levels[1:], strict=True)])
+        errors = np.array(
+            [math.hypot(before[1], after[1]) for before, after in zip(levels[:-1], levels[1:], strict=True)]
+        )
+        if not len(starts):
+            return []
+        margin = np.abs(sizes) / np.maximum(needed * errors, floor)
+        if margin.min() >= 1:
+            break
+        del starts[int(np.argmin(margin))]
+    half = _student(df, (1 + LEVEL) / 2) * errors
+    steps = []
+    for at, size, width in zip(starts, sizes, half, strict=True):
+        label = Label.REGRESSION if size > 0 else Label.IMPROVEMENT
+        if at == len(logs) - 1:
+            label = Label.SUSPICIOUS
+        steps.append(Step(at, math.exp(size), math.exp(size - width), math.exp(size + width), label))
+    return steps
+
+
+def _normal_cdf(z: float) -> float:
+    return 0.5 * math.erfc(-z / math.sqrt(2))
+
+
+def _student(df: float, probability: float) -> float:
+    """Student's t quantile (the normal's where df is infinite)."""
+    from scipy.special import ndtri, stdtrit
+
+    return float(ndtri(probability)) if math.isinf(df) else float(stdtrit(df, probability))

@@ -5,6 +5,8 @@ runner report --tracking-uri URI --experiment NAME --out DIR [--parent RUN_ID]
 runner report --sweep-dir DIR --out DIR
 runner compare BEFORE AFTER [--tracking-uri URI] [--factor 1.1]
 runner sync RUN_DIR... [--tracking-uri URI]
+runner history [DIR...] [--tracking-uri URI] [--experiment NAME] [--case KEY] [--json] [--html DIR] [--fail-on LABELS]
+runner history --mark RUN_ID --why TEXT
 runner --version
 """
 
@@ -60,11 +62,67 @@ def _parser() -> argparse.ArgumentParser:
     compare.add_argument("--factor", type=float, default=1.1, help="smallest change called one (default 1.1)")
     compare.set_defaults(command=_compare)
 
+    _history_parser(commands, uri_help)
+
     sync = commands.add_parser("sync", help="upload runs (or whole sweeps) kept locally to MLflow")
     sync.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN_DIR")
     sync.add_argument("--tracking-uri", help="upload here instead of the URI the run was made with")
     sync.set_defaults(command=_sync)
     return parser
+
+
+def _history_parser(commands, uri_help: str) -> None:
+    history = commands.add_parser("history", help="each case's runs over time on one machine, and the steps in them")
+    history.add_argument("dirs", nargs="*", type=Path, metavar="DIR", help="run or sweep directories (else MLflow)")
+    history.add_argument("--tracking-uri", help=uri_help)
+    history.add_argument("--experiment", help="only this MLflow experiment (default: every one)")
+    history.add_argument("--case", help="only this case (a run's `case` tag)")
+    history.add_argument("--machine", help="only this machine (a run's `machine` tag)")
+    history.add_argument("--json", action="store_true", help="print the histories as JSON, for other tools")
+    history.add_argument("--html", type=Path, metavar="DIR", help="write a page per case and an index.html here")
+    history.add_argument("--fail-on", default="", metavar="LABELS", help="exit 1 on a step so labelled: regression,...")
+    history.add_argument("--mark", metavar="RUN_ID", help="mark a known change at this run (no alert there) and exit")
+    history.add_argument("--why", default="known change", help="what changed, with --mark (e.g. 'new machine')")
+    history.set_defaults(command=_history)
+
+
+def _history(args: argparse.Namespace) -> int:
+    from runner.report import history, history_page
+
+    uri = args.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
+    if args.mark:
+        if not uri:
+            raise LookupError("--mark needs --tracking-uri (or MLFLOW_TRACKING_URI)")
+        tracking.set_tags(uri, args.mark, {history.CHANGE_TAG: args.why})
+        print(f"marked run {args.mark}: {args.why} (no alert at it; the series before and after are fitted apart)")
+        return 0
+    labels = history.fail_labels(args.fail_on)
+    if args.dirs:
+        found = history.from_dirs([d for path in args.dirs for d in _run_dirs(path)])
+    elif uri:
+        found = history.from_rows(tracking.history_rows(uri, args.experiment, args.case, args.machine))
+        for h in found:
+            tracking.set_tags(uri, h.entries[-1].run_id, {"history.verdict": history.verdict(h)})
+    else:
+        raise LookupError("give run or sweep directories, or --tracking-uri (or MLFLOW_TRACKING_URI)")
+    if not found:
+        raise LookupError("no finished run with a case and a typical time there")
+    print(history.to_json(found) if args.json else "\n".join(history.lines(found)))
+    if args.html:
+        print(f"wrote {history_page.write(found, args.html)}", file=sys.stderr if args.json else sys.stdout)
+    failing = history.failing(found, labels)
+    for line in failing:
+        print(f"failing: {line}", file=sys.stderr)
+    return 1 if failing else 0
+
+
+def _run_dirs(path: Path) -> list[Path]:
+    from runner import report
+    from runner.record.result import RESULT_FILE
+
+    if not path.is_dir():
+        raise FileNotFoundError(f"{path} is not a directory")
+    return [path] if (path / RESULT_FILE).exists() else report.sweep_run_dirs(path)
 
 
 def _report(args: argparse.Namespace) -> int:

@@ -3,6 +3,7 @@ swept keys and title. Used with and without MLflow (runner report reads run dire
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Collection
 from pathlib import Path
@@ -123,6 +124,21 @@ def run_name(config: dict, swept: dict[str, str] | None = None, job: str | None 
     rest = "-".join(parts)
     name = " · ".join([*varied, rest] if rest else varied)
     return " ".join([name, *([f"#{job}"] if job is not None else [])])
+
+
+NOT_CASE = ("seed", "isolation", "timing.", "tracking.")  # how often, where and with which draw: not what ran
+
+
+def case(config: dict, copied: Collection[str]) -> tuple[str, str]:
+    """The run's case for its history (`runner history`): a short key (a hash) shared by every run of the same
+    work on the same configuration, seed and timing budget aside, and the case as a person reads it."""
+    params = {k: v for k, v in run_params(config, copied).items() if not k.startswith(NOT_CASE)}
+    text = " ".join(f"{k}={params[k]}" for k in sorted(params))
+    said = [f"{_short(k)}={v}" for k, v in sorted(params.items()) if k in BEYOND_NAME and v != "None"]
+    return hashlib.sha1(text.encode()).hexdigest()[:16], " ".join([run_name(config), *said])
+
+
+BEYOND_NAME = ("batch_size", "threads", "model.n", "model.size", "model.arch", "optimizer.name")  # not in run_name
 
 
 def _short(key: str) -> str:

@@ -10,6 +10,8 @@ is a before/after one: `runner compare` (runner.report.before_after).
 
 from __future__ import annotations
 
+import hashlib
+
 import pandas as pd
 
 # environment key -> how a person reads it; all of them must agree for two runs to share a setup
@@ -17,6 +19,14 @@ MACHINE = {"hostname": "host", "cpu": "CPU", "cpu_count": "cores", "gpu_driver":
 VERSIONS = {"python": "Python", "git_commit": "runner commit", "git_dirty": "uncommitted changes"}
 FRAMEWORK = ("framework", "framework_version")  # one version per framework within a setup
 COLUMNS = tuple(f"env.{k}" for k in (*MACHINE, *VERSIONS, *FRAMEWORK))
+
+
+def machine(environment: dict) -> tuple[str, str]:
+    """The machine a run ran on, for its history: a short key (a hash of MACHINE's facts) and the machine as a
+    person reads it ('host · AMD EPYC 7B13 · 2 cores')."""
+    facts = [str(environment.get(k, "")) for k in MACHINE]
+    name = " · ".join(f"{v} cores" if k == "cpu_count" else v for k, v in zip(MACHINE, facts, strict=True) if v)
+    return hashlib.sha1("|".join(facts).encode()).hexdigest()[:16], name
 
 
 def environment_columns(environment: dict) -> dict[str, str]:

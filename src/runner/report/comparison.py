@@ -25,6 +25,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from statistics import NormalDist
 
 import numpy as np
 
@@ -175,6 +176,15 @@ def compare(
         busy = max(run.busy, baseline.busy)
         verdict, reason = Verdict.CANNOT_TELL, f"looks {verdict}, but the machine was busy: {busy:.1f} other runnable"
     return Comparison(value, low, high, verdict, reason, over.basis(), over.resolution)
+
+
+def apart_interval(typical_s: float, processes: int = 1, level: float = 0.95) -> tuple[float, float]:
+    """A run's typical time as one point of a history (runner.report.history): the interval runs made apart get
+    around it. Two such runs compare as `compare(..., apart=True)` has them, the machine's drift between them
+    (APART_SD, half its variance to each) and each one's processes' own offsets (PROCESS_SD, averaged over them)."""
+    sd = math.sqrt(APART_SD**2 / 2 + PROCESS_SD**2 / processes)
+    half = NormalDist().inv_cdf((1 + level) / 2) * sd
+    return typical_s * math.exp(-half), typical_s * math.exp(half)
 
 
 def _verdict(ratio: float, low: float, high: float, factor: float, basis: str) -> tuple[Verdict, str | None]:

@@ -16,7 +16,7 @@ What identifies a run (its params and name) is runner.record.naming's, with or w
 """
 
 from runner.tracking.link import TRACKING_FILE, read_link, write_link, write_pending
-from runner.tracking.search import download_tensors, runs_of, search_runs
+from runner.tracking.search import download_tensors, history_rows, runs_of, search_runs, set_tags
 from runner.tracking.store import (
     check_reachable,
     check_store_path,
@@ -59,6 +59,8 @@ __all__ = [
     "retry_on_lock",
     "runs_of",
     "search_runs",
+    "set_tags",
+    "history_rows",
     "store_lock",
     "sync",
     "sync_one",

@@ -76,3 +76,51 @@ def _run_row(run) -> dict:
     row.update({f"metrics.{k}": v for k, v in (stored_metric(*item) for item in run.data.metrics.items())})
     row.update(environment_columns(_recorded_environment(tags)))
     return row
+
+
+def history_rows(uri: str, experiment: str | None, case: str | None = None, machine: str | None = None) -> list[dict]:
+    """The finished runs that carry a case (runner.record.naming.case), of one experiment or of all, only those of
+    `case` and `machine` where given: MLflow filters on the tags (an index lookup, not a scan of the store). Each as
+    {"run_id", "start_time" (ms), "status", "tags.*", "metrics.*" (seconds), "env.*"}."""
+    from mlflow.entities import ViewType
+
+    mlflow = client(uri)
+    if experiment:
+        found = mlflow.get_experiment_by_name(experiment)
+        if found is None:
+            raise LookupError(f"no experiment named {experiment!r} at {uri}")
+        experiments = [found.experiment_id]
+    else:
+        experiments = [e.experiment_id for e in mlflow.search_experiments(view_type=ViewType.ACTIVE_ONLY)]
+    query = ["attributes.status = 'FINISHED'", f"tags.`case` = '{case}'" if case else "tags.`case` LIKE '%'"]
+    if machine:
+        query.append(f"tags.`machine` = '{machine}'")
+    runs, token = [], None
+    while True:  # MLflow pages search results
+        page = mlflow.search_runs(experiments, " and ".join(query), max_results=10_000, page_token=token)
+        runs += page
+        token = page.token
+        if not token:
+            break
+    return [_history_row(run) for run in runs]
+
+
+def set_tags(uri: str, run_id: str, tags: dict[str, str]) -> None:
+    """Tag a run that exists (a known change's mark, a history's verdict on its newest run)."""
+    from runner.tracking.store import retry_on_lock
+
+    mlflow = client(uri)
+    try:
+        mlflow.get_run(run_id)
+    except Exception as error:
+        raise LookupError(f"no run {run_id} at {uri} ({first_line(error)})") from None
+    for key, value in tags.items():
+        retry_on_lock(mlflow.set_tag, run_id, key, value[:5000])
+
+
+def _history_row(run) -> dict:
+    row = {"run_id": run.info.run_id, "start_time": run.info.start_time, "status": run.info.status}
+    row.update({f"tags.{k}": v for k, v in run.data.tags.items()})
+    row.update({f"metrics.{k}": v for k, v in (stored_metric(*item) for item in run.data.metrics.items())})
+    row.update({f"env.{k}": v for k, v in _recorded_environment(run.data.tags).items()})
+    return row

@@ -1,0 +1,194 @@
+"""`runner history`: every case's series of runs on one machine, and the steps in it (when did it get slower, by how
+much, is it real).
+
+A case is the same work on the same configuration, seed and timing budget aside (runner.record.naming.case); a
+machine, the host, CPU and driver (runner.record.setups.machine); every run carries both as MLflow tags (`case`,
+`machine`), so a case's history is one filtered search, not a scan of the store. Each run is one point: its typical
+time, with the interval that runs made apart get (runner.report.comparison.apart_interval: the machine's drift
+between runs and each process's own offset, calibrated by A/A runs). runner.report.steps finds the steps; a run
+tagged `history.change` (runner history --mark RUN_ID) is a known change (a new machine, a driver): no alert there.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from runner.record import naming, setups
+from runner.record.result import Result, ResultUnreadable, Status
+from runner.record.table import format_interval, format_ratio, format_seconds
+from runner.report.comparison import apart_interval
+from runner.report.steps import Label, Point, Step, find_steps
+
+CHANGE_TAG = "history.change"  # a curator's mark: the distribution changes at this run (why, as its value)
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One run of a case's series."""
+
+    run_id: str  # its MLflow run id, or its directory where it was read from one
+    started: float  # epoch seconds
+    typical_s: float
+    processes: int = 1
+    change: str = ""  # why the distribution changes here, where a curator marked it
+    version: str = ""  # what it ran with: the framework's version and the runner's commit
+
+    def point(self) -> Point:
+        low, high = apart_interval(self.typical_s, self.processes)
+        return Point(self.typical_s, low, high, known_change=bool(self.change))
+
+
+@dataclass
+class History:
+    """A case on one machine: its runs in time order and the steps found in them."""
+
+    case: str
+    case_name: str
+    machine: str
+    machine_name: str
+    entries: list[Entry] = field(default_factory=list)
+    steps: list[Step] = field(default_factory=list)
+
+    def newest_step(self) -> Step | None:
+        return max(self.steps, key=lambda s: s.index, default=None)
+
+
+def build(entries: list[tuple[str, str, str, str, Entry]]) -> list[History]:
+    """Histories from (case, case name, machine, machine name, entry) tuples, each series in time order with its
+    steps; the ones with a regression first, the newest regression first."""
+    found: dict[tuple[str, str], History] = {}
+    for case, case_name, machine, machine_name, entry in entries:
+        found.setdefault((case, machine), History(case, case_name, machine, machine_name)).entries.append(entry)
+    for history in found.values():
+        history.entries.sort(key=lambda e: e.started)
+        history.steps = find_steps([e.point() for e in history.entries])
+    return sorted(found.values(), key=_urgency)
+
+
+def _urgency(history: History) -> tuple:
+    regressions = [s for s in history.steps if s.label == Label.REGRESSION]
+    newest = max((history.entries[s.index].started for s in regressions), default=0.0)
+    return (not regressions, -newest, history.case_name)
+
+
+def from_rows(rows: list[dict]) -> list[History]:
+    """Histories from tracking.history_rows (MLflow runs with their case and machine tags)."""
+    entries = []
+    for row in rows:
+        typical = row.get("metrics.time_typical_s")
+        if row.get("status") != Status.FINISHED or typical is None or math.isnan(typical):
+            continue
+        entry = Entry(
+            run_id=row["run_id"],
+            started=row["start_time"] / 1000,
+            typical_s=float(typical),
+            processes=int(row.get("metrics.n_processes") or 1),
+            change=row.get(f"tags.{CHANGE_TAG}") or "",
+            version=_version(row),
+        )
+        entries.append((row["tags.case"], row["tags.case_name"], row["tags.machine"], row["tags.machine_name"], entry))
+    return build(entries)
+
+
+def from_dirs(run_dirs: list[Path]) -> list[History]:
+    """Histories from run directories (result.json), for runs kept on disk rather than in MLflow."""
+    entries = []
+    for run_dir in run_dirs:
+        try:
+            result = Result.load(run_dir)
+        except ResultUnreadable:
+            continue
+        typical = result.metrics.get("time_typical_s")
+        if result.status != Status.FINISHED or typical is None or not result.environment:
+            continue
+        case, case_name = naming.case(result.config, result.copied_keys)
+        machine, machine_name = setups.machine(result.environment)
+        env = result.environment
+        version = f"{env.get('framework', '')} {env.get('framework_version', '')} @ {env.get('git_commit', '')}"
+        processes = int(result.metrics.get("n_processes") or 1)
+        entry = Entry(str(run_dir), result.started or 0.0, float(typical), processes, version=version.strip())
+        entries.append((case, case_name, machine, machine_name, entry))
+    return build(entries)
+
+
+def _version(row: dict) -> str:
+    framework = f"{row.get('env.framework', '')} {row.get('env.framework_version', '')}".strip()
+    commit = row.get("env.git_commit") or ""
+    return f"{framework} @ {commit[:10]}" if commit else framework
+
+
+def step_record(history: History, step: Step) -> dict:
+    """A step for --json: the first run after it (id, start), after / before with its interval, its label."""
+    first = history.entries[step.index]
+    return {
+        "run_id": first.run_id,
+        "start_time": datetime.fromtimestamp(first.started, UTC).isoformat(),
+        "index": step.index,
+        "ratio": step.ratio,
+        "low": step.low,
+        "high": step.high,
+        "label": str(step.label),
+    }
+
+
+def to_json(histories: list[History]) -> str:
+    """Per case and machine: its names, its runs and the steps found (step_record)."""
+    return json.dumps(
+        [
+            {
+                "case": h.case,
+                "case_name": h.case_name,
+                "machine": h.machine,
+                "machine_name": h.machine_name,
+                "runs": [asdict(e) for e in h.entries],
+                "steps": [step_record(h, s) for s in h.steps],
+            }
+            for h in histories
+        ],
+        indent=1,
+    )
+
+
+def describe_step(history: History, step: Step) -> str:
+    """'regression: 1.10x [1.06–1.14] from run 3f2a… (2026-11-26 14:02, torch 2.14.1 @ 0f5a11b)'."""
+    first = history.entries[step.index]
+    when = datetime.fromtimestamp(first.started, UTC).strftime("%Y-%m-%d %H:%M")
+    interval = format_interval((step.low, step.high))
+    where = f"run {first.run_id[:12]} ({when}{', ' + first.version if first.version else ''})"
+    return f"{step.label}: {format_ratio(step.ratio)}{f' [{interval[:-1]}]' if interval else ''} from {where}"
+
+
+def lines(histories: list[History]) -> list[str]:
+    """What `runner history` prints: per case and machine, its runs, its newest time and each step."""
+    out = []
+    for h in histories:
+        newest = h.entries[-1]
+        out.append(f"{h.case_name} on {h.machine_name}: {len(h.entries)} runs, now {format_seconds(newest.typical_s)}")
+        out += [f"  {describe_step(h, s)}" for s in h.steps] or ["  no step"]
+    return out
+
+
+def failing(histories: list[History], labels: set[str]) -> list[str]:
+    """The steps whose label is one of `labels` (runner history --fail-on), as printed."""
+    return [f"{h.case_name}: {describe_step(h, s)}" for h in histories for s in h.steps if str(s.label) in labels]
+
+
+def fail_labels(text: str) -> set[str]:
+    """--fail-on's labels ('regression,suspicious'), each checked against the labels a step can have."""
+    labels = {label.strip() for label in text.split(",") if label.strip()}
+    allowed = {str(label) for label in Label}
+    if labels - allowed:
+        raise LookupError(
+            f"--fail-on {text}: {', '.join(sorted(labels - allowed))} is no label ({', '.join(sorted(allowed))})"
+        )
+    return labels
+
+
+def verdict(history: History) -> str:
+    """The history's word on its newest run (its `history.verdict` tag): its newest step, or that there is none."""
+    step = history.newest_step()
+    return describe_step(history, step) if step else f"no step in {len(history.entries)} runs"

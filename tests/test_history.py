@@ -1,0 +1,143 @@
+"""`runner history`: runs carry their case and machine as tags, a case's series is found by a filtered search, and a
+known slowdown is found at the run it started, with no alarm elsewhere and none at a marked known change."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+from helpers import runner_cli
+
+from runner import tracking
+from runner.record import naming, setups
+from runner.record.result import Result, Status
+from runner.report.comparison import apart_interval
+from runner.tracking.upload import log_to_mlflow
+
+CONFIG = {
+    "backend": {"name": "numpy"},
+    "model": {"name": "mlp", "hidden": 64},
+    "task": {"name": "gradients"},
+    "mode": {"name": "eager"},
+    "device": {"name": "cpu"},
+    "dtype": "float32",
+    "batch_size": 32,
+    "seed": 0,
+    "threads": None,
+    "timing": {"max_time_s": 1.0},
+    "tracking": {"experiment": "history"},
+}
+MACHINE = {"hostname": "box", "cpu": "AMD EPYC 7B13", "cpu_count": 2, "python": "3.11.7", "framework": "numpy"}
+
+
+def test_a_case_is_the_work_and_its_setting_not_the_seed_nor_the_budget():
+    key, name = naming.case(CONFIG, ())
+    assert naming.case({**CONFIG, "seed": 7, "timing": {"max_time_s": 9.0}}, ())[0] == key
+    assert naming.case({**CONFIG, "batch_size": 64}, ())[0] != key
+    assert naming.case({**CONFIG, "backend": {"name": "torch"}}, ())[0] != key
+    assert name == "numpy-mlp-gradients-eager-cpu-float32 batch_size=32"
+
+
+def test_a_machine_is_its_host_cpu_and_driver():
+    key, name = setups.machine(MACHINE)
+    assert setups.machine({**MACHINE, "python": "3.12"})[0] == key  # a version is not the machine
+    assert setups.machine({**MACHINE, "cpu_count": 16})[0] != key
+    assert name == "box · AMD EPYC 7B13 · 2 cores"
+
+
+def test_a_point_gets_the_interval_of_runs_made_apart():
+    low, high = apart_interval(1e-4)
+    assert low < 1e-4 < high and math.log(high / 1e-4) == pytest.approx(1.96 * math.sqrt(0.03**2 / 2 + 0.012**2), 0.01)
+    assert apart_interval(1e-4, processes=4)[1] < high  # more processes average their offsets
+
+
+def _store(tmp_path, seconds: list[float]) -> tuple[str, list[str]]:
+    """A store holding one run per value, an hour apart, as single runs of the same case record themselves."""
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    ids = []
+    for i, value in enumerate(seconds):
+        run_dir = tmp_path / f"run{i:02d}"
+        run_dir.mkdir()
+        started = 1.79e9 + 3600 * i
+        metrics = {
+            "time_typical_s": value,
+            "time_median_s": value,
+            "time_iqr_s": 0.0,
+            "first_call_s": value,
+            "n_processes": 1,
+        }
+        result = Result(Status.FINISHED, CONFIG, metrics, MACHINE, started=started, ended=started + 5)
+        result.save(run_dir)
+        ids.append(log_to_mlflow(run_dir, uri, "history"))
+    return uri, ids
+
+
+@pytest.fixture(scope="module")
+def slowed(tmp_path_factory):
+    """14 runs of one case, the work 10% slower from the 8th on (index 7), each with the noise of runs made apart."""
+    rng = np.random.default_rng(3)
+    values = [100e-6 * (1.1 if i >= 7 else 1.0) * math.exp(rng.normal(0, 0.01)) for i in range(14)]
+    return _store(tmp_path_factory.mktemp("history"), values)
+
+
+def test_every_run_is_tagged_with_its_case_and_machine(slowed):
+    uri, ids = slowed
+    rows = tracking.history_rows(uri, "history")
+    assert len(rows) == 14 and {r["tags.case"] for r in rows} == {naming.case(CONFIG, ())[0]}
+    assert {r["tags.machine_name"] for r in rows} == {"box · AMD EPYC 7B13 · 2 cores"}
+    assert len(tracking.history_rows(uri, None, case="0" * 16)) == 0  # the filter, not a scan, picks the case
+
+
+def test_history_finds_the_slowdown_at_the_run_it_started(slowed, tmp_path):
+    uri, ids = slowed
+    result = runner_cli("history", "--tracking-uri", uri, "--json", "--html", str(tmp_path / "page"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    (case,) = json.loads(result.stdout)
+    assert [(s["index"], s["label"], s["run_id"]) for s in case["steps"]] == [(7, "regression", ids[7])]
+    step = case["steps"][0]
+    assert step["low"] < 1.1 < step["high"] and step["ratio"] == pytest.approx(1.1, rel=0.03)
+    assert (tmp_path / "page" / "index.html").read_text().count("regression") >= 1
+    assert len(list((tmp_path / "page").glob("*.png"))) == 1
+    run = tracking.search.client(uri).get_run(ids[-1])
+    assert run.data.tags["history.verdict"].startswith("regression: 1.1")
+
+
+def test_fail_on_regression_exits_1_for_ci(slowed):
+    uri, _ = slowed
+    result = runner_cli("history", "--tracking-uri", uri, "--fail-on", "regression")
+    assert result.returncode == 1 and "failing: numpy-mlp-gradients" in result.stderr
+    refused = runner_cli("history", "--tracking-uri", uri, "--fail-on", "slower")
+    assert refused.returncode == 1 and refused.stderr.startswith("error: --fail-on slower: slower is no label")
+
+
+def test_a_marked_known_change_raises_no_alert(tmp_path):
+    rng = np.random.default_rng(5)
+    values = [100e-6 * (1.1 if i >= 7 else 1.0) * math.exp(rng.normal(0, 0.01)) for i in range(14)]
+    uri, ids = _store(tmp_path, values)
+    marked = runner_cli("history", "--tracking-uri", uri, "--mark", ids[7], "--why", "new machine")
+    assert marked.returncode == 0, marked.stderr
+    result = runner_cli("history", "--tracking-uri", uri, "--json", "--fail-on", "regression")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)[0]["steps"] == []
+
+
+@pytest.mark.heavy  # five fresh processes that import MLflow; the tests above cover each option in-process or once
+def test_the_history_page_commands_run_as_printed(slowed, tmp_path):
+    """docs/history.md's `runner history` commands, against this store instead of the user's (the page's --mark
+    takes the newest run's id): each ends as the page says (exit 1 only with --fail-on, as a regression is here)."""
+    from runner.config import PROJECT_ROOT
+
+    uri, ids = slowed
+    page = (PROJECT_ROOT / "docs" / "history.md").read_text()
+    commands = [line.split()[1:] for line in page.splitlines() if line.startswith(".venv/bin/runner history")]
+    assert len(commands) >= 5
+    for args in commands:
+        args = [a.replace("sqlite:///outputs/mlflow.db", uri).replace("RUN_ID", ids[-1]) for a in args]
+        args = [str(tmp_path / a) if a == "history/" else a for a in args]
+        if "--why" in args:  # the page quotes the reason
+            at = args.index("--why")
+            args = [*args[: at + 1], " ".join(args[at + 1 :]).strip('"')]
+        result = runner_cli(*args)
+        assert result.returncode == (1 if "--fail-on" in args else 0), (args, result.stderr[-2000:])

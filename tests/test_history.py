@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -102,6 +103,16 @@ def test_history_finds_the_slowdown_at_the_run_it_started(slowed, tmp_path):
     assert len(list((tmp_path / "page").glob("*.png"))) == 1
     run = tracking.search.client(uri).get_run(ids[-1])
     assert run.data.tags["history.verdict"].startswith("regression: 1.1")
+
+
+def test_a_sweep_that_measured_the_slowdown_says_so_in_its_closing_lines(slowed):
+    from runner.report.history import regressed_here
+
+    uri, ids = slowed
+    store = Path(uri.removeprefix("sqlite:///")).parent
+    (line,) = regressed_here(uri, sorted(store.glob("run*"))[7:])  # the runs after the step, as a sweep's jobs
+    assert line.startswith("history: numpy-mlp-gradients") and f"run {ids[7][:12]}" in line and "regression" in line
+    assert regressed_here(uri, sorted(store.glob("run*"))[:7]) == []  # runs before the step: nothing to say
 
 
 def test_fail_on_regression_exits_1_for_ci(slowed):

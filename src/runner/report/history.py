@@ -192,3 +192,27 @@ def verdict(history: History) -> str:
     """The history's word on its newest run (its `history.verdict` tag): its newest step, or that there is none."""
     step = history.newest_step()
     return describe_step(history, step) if step else f"no step in {len(history.entries)} runs"
+
+
+def regressed_here(uri: str, run_dirs: list[Path]) -> list[str]:
+    """A sweep's closing lines: for each case these runs measured, on their machine, its newest step where it is a
+    regression (or suspicious) that starts at one of these runs."""
+    from runner import tracking
+
+    ours, cases = set(), set()
+    for run_dir in run_dirs:
+        run_id = tracking.read_link(run_dir).get("run_id")
+        try:
+            result = Result.load(run_dir)
+        except ResultUnreadable:
+            continue
+        if run_id and result.status == Status.FINISHED and result.environment:
+            ours.add(run_id)
+            cases.add((naming.case(result.config, result.copied_keys)[0], setups.machine(result.environment)[0]))
+    lines = []
+    for case, machine in sorted(cases):
+        for h in from_rows(tracking.history_rows(uri, None, case, machine)):
+            step = h.newest_step()
+            if step and step.label in (Label.REGRESSION, Label.SUSPICIOUS) and h.entries[step.index].run_id in ours:
+                lines.append(f"history: {h.case_name}: {describe_step(h, step)} (runner history --case {case})")
+    return lines

@@ -77,6 +77,7 @@ def print_table(frame: pd.DataFrame, sweep_dir: Path) -> None:
     for _, row in frame[frame["status"] != Status.FINISHED].iterrows():
         console.print(f"[bold red]{row['status']}[/] job {_job(row)}: {row['error']}", highlight=False)
     _log_warnings(frame)
+    _print_history(frame, sweep_dir)
     _print_link(console, sweep_dir)
 
 
@@ -87,6 +88,20 @@ def _log_warnings(frame) -> None:
     rows = frame[frame["warnings"].map(bool)]
     for line in grouped_warnings((_job(row), list(row["warnings"])) for _, row in rows.iterrows()):
         log.warning(line)
+
+
+def _print_history(frame, sweep_dir: Path) -> None:
+    """A line for each case this sweep measured whose history on this machine steps up at this sweep's runs."""
+    from runner.report.history import regressed_here
+
+    uri = read_sweep_file(sweep_dir).get("uri")
+    if not uri or "run_dir" not in frame:
+        return
+    try:
+        for line in regressed_here(uri, [Path(d) for d in frame["run_dir"]]):
+            log.warning(line)
+    except Exception as error:  # the sweep's results stand without its history
+        log.warning(f"could not read the history of the cases measured ({first_line(error)})")
 
 
 def _print_link(console, sweep_dir: Path) -> None:

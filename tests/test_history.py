@@ -152,3 +152,10 @@ def test_the_history_page_commands_run_as_printed(slowed, tmp_path):
             args = [*args[: at + 1], " ".join(args[at + 1 :]).strip('"')]
         result = runner_cli(*args)
         assert result.returncode == (1 if "--fail-on" in args else 0), (args, result.stderr[-2000:])
+
+
+def test_a_short_history_says_it_is_too_short_to_tell(tmp_path):
+    uri, _ = _store(tmp_path, [100e-6, 101e-6])
+    result = runner_cli("history", "--tracking-uri", uri)
+    assert result.returncode == 0, result.stderr
+    assert "insufficient data: 2 runs since" in result.stdout and "nan" not in result.stdout

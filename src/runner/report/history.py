@@ -21,7 +21,7 @@ from runner.record import naming, setups
 from runner.record.result import Result, ResultUnreadable, Status
 from runner.record.table import format_interval, format_ratio, format_seconds
 from runner.report.comparison import apart_interval
-from runner.report.steps import Label, Point, Step, find_steps
+from runner.report.steps import MIN_POINTS, Label, Point, Step, find_steps
 
 CHANGE_TAG = "history.change"  # a curator's mark: the distribution changes at this run (why, as its value)
 
@@ -154,9 +154,13 @@ def to_json(histories: list[History]) -> str:
 
 
 def describe_step(history: History, step: Step) -> str:
-    """'regression: 1.10x [1.06–1.14] from run 3f2a… (2026-11-26 14:02, torch 2.14.1 @ 0f5a11b)'."""
+    """'regression: 1.10x [1.06–1.14] from run 3f2a… (2026-11-26 14:02, torch 2.14.1 @ 0f5a11b)', or 'insufficient
+    data: 2 runs since 2026-11-26 14:02, 4 tell a step'."""
     first = history.entries[step.index]
     when = datetime.fromtimestamp(first.started, UTC).strftime("%Y-%m-%d %H:%M")
+    if step.label == Label.INSUFFICIENT:
+        runs = len(history.entries) - step.index
+        return f"{step.label}: {runs} run{'s' if runs != 1 else ''} since {when}, {MIN_POINTS} tell a step"
     interval = format_interval((step.low, step.high))
     where = f"run {first.run_id[:12]} ({when}{', ' + first.version if first.version else ''})"
     return f"{step.label}: {format_ratio(step.ratio)}{f' [{interval[:-1]}]' if interval else ''} from {where}"

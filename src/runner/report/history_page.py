@@ -76,8 +76,8 @@ def _plot(h: History, path: Path) -> None:
     for i, e in enumerate(h.entries):
         if e.change:
             ax.annotate(e.change, (i, typical[i] * 1e6), rotation=90, fontsize=8, va="bottom")
-    ax.set_xlabel("run, in time order")
-    ax.set_ylabel("typical time per call (µs; bars: 95% interval of runs made apart)")
+    ax.set_xlabel("run, in time order (bars: the 95% interval of runs made apart)")
+    ax.set_ylabel("typical time per call (µs)")
     ax.set_title(f"{h.case_name}\non {h.machine_name}", loc="left", fontsize=9)
     ax.grid(alpha=0.3)
     fig.tight_layout()

@@ -154,6 +154,8 @@ def test_keras_mobilenetv2_same_seed_same_outputs_on_tensorflow_torch_and_jax(tm
     for run in runs.values():
         saved = json.loads((run / "result.json").read_text())
         assert saved["status"] == "FINISHED" and len(saved["predictions"]) == 2
+        # against the same model in float64 on Keras's TensorFlow backend, within float32's tolerance
+        assert saved["metrics"]["within_reference_tolerance"] == 1.0, saved["metrics"]["max_rel_err_vs_reference"]
 
 
 KERAS_SAVE = """

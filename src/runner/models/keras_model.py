@@ -13,6 +13,12 @@ layouts (HWIO kernels, (in, out) dense kernels) on both backends (`own_layout`),
 of a TensorFlow run and a torch run compare directly. Inputs are NCHW, like every image in the runner,
 and are transposed to Keras's channels-last inside the model call.
 
+The reference (`max_rel_err_vs_reference`): the same model, weights and inputs in float64 on Keras's TensorFlow
+backend, computed in a subprocess (`python -m runner.models.keras_model`, `own_reference`). TensorFlow is the one
+Keras backend that keeps float64: on torch and JAX `keras.backend.result_type` turns float64 into float32, so
+BatchNormalization, `ops.mean` and (torch) `ops.matmul` round a float64 model to float32 there; a float64 run
+on them says so (`describe`, `run_warnings`; docs/models.md has the numbers).
+
 Nothing heavy is imported at module level: the combination rules import this class before any framework.
 """
 
@@ -20,9 +26,13 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import json
 import os
+import subprocess
 import sys
+import tempfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -34,12 +44,28 @@ from runner.models.vision import top5
 
 DEFAULT_IMAGE_SIZE = 224
 KERAS_POLICIES = {"bf16_mixed": "mixed_bfloat16", "fp16_mixed": "mixed_float16"}  # precision= -> Keras's policy
+REFERENCE_BACKEND = "tensorflow"  # the Keras backend whose float64 is float64 throughout (see FLOAT32_INSIDE)
+# Where a float64 MobileNetV2 computes in float32 because keras.backend.result_type("float64", "float32") is float32
+# on every Keras backend but TensorFlow (keras/src/backend/common/dtypes.py, BIT64_TO_BIT32_DTYPE; keras-team/keras
+# #23704): measured layer by layer against TensorFlow in float64, each layer fed TensorFlow's float64 input (Keras
+# 3.15.1). The other layers (Conv2D, DepthwiseConv2D, ReLU, Add, padding) agreed to 2.4e-15. Layers of other
+# architectures may do the same: the warning names these where the model has them, and the mechanism always.
+FLOAT32_INSIDE = {
+    "torch": {
+        "BatchNormalization": "BatchNormalization",
+        "GlobalAveragePooling2D": "ops.mean (GlobalAveragePooling2D)",
+        "Dense": "ops.matmul (Dense)",
+    },
+    "jax": {"BatchNormalization": "BatchNormalization", "GlobalAveragePooling2D": "ops.mean (GlobalAveragePooling2D)"},
+}
 
 
 class KerasModel(Workload):
     """A Keras application (weights=None, logits out), its variables exposed as the runner's parameters."""
 
-    numpy_reference = False  # no numpy implementation: agreement is checked between TensorFlow and torch
+    # No numpy implementation, but a float64 reference all the same: the same Keras model in float64 on TensorFlow,
+    # in a subprocess (own_reference), which the tasks ask for before computing one in numpy.
+    numpy_reference = True
     gradients = per_example_gradients = jacobian = None
     makes_images = False
     own_layout = True  # Keras's layouts on every backend: the runner converts nothing
@@ -55,21 +81,18 @@ class KerasModel(Workload):
         precision: str = "full",
     ):
         self.keras = import_keras(importlib.import_module(backend_module).KERAS_BACKEND)
-        self.name, self.arch, self.image_size = arch, arch, image_size
+        self.name, self.arch, self.image_size, self.dtype = arch, arch, image_size, str(dtype)
         self.keras.config.set_floatx(str(dtype))  # variables and computation in the run's dtype
         self.mixed = precision in KERAS_POLICIES  # float32 variables, computation in the policy's dtype
         self.keras.config.set_dtype_policy(KERAS_POLICIES.get(precision, str(dtype)))  # process-wide: set every time
         self.model = build_application(self.keras, arch, image_size)
+        self._trainable_names, self._other_names = variable_names(self.model)
         variables = self.model.trainable_variables + self.model.non_trainable_variables
-        names = [v.path for v in variables]
-        if len(set(names)) != len(names):  # paths are unique in keras.applications; number them if not
-            names = [f"{i}.{name}" for i, name in enumerate(names)]
-        self._trainable_names = names[: len(self.model.trainable_variables)]
-        self._other_names = names[len(self.model.trainable_variables) :]
-        self._variables = dict(zip(names, variables, strict=True))
+        self._variables = dict(zip(self._trainable_names + self._other_names, variables, strict=True))
         self.spec = {n: tuple(v.shape) for n, v in self._variables.items() if _is_float(v)}
         # Integer state (a Normalization layer's count) stays Keras's own: not a parameter.
         self._fixed = {n: v.value for n, v in self._variables.items() if not _is_float(v)}
+        self._reference_failures: list[str] = []
 
     # -- parameters ----------------------------------------------------------------------------
 
@@ -175,7 +198,79 @@ class KerasModel(Workload):
         return {"predictions": top5(y)}
 
     def describe(self, ops, params: dict, inputs: dict, task: str) -> dict[str, str]:
-        return {"keras_dtype_policy": self.keras.config.dtype_policy().name}
+        described = {
+            "keras_dtype_policy": self.keras.config.dtype_policy().name,
+            "keras_reference": f"the same model in float64 on Keras's {REFERENCE_BACKEND} backend (a subprocess)",
+        }
+        if self.dtype == "float64":
+            inside = self.float32_inside()
+            described["keras_float64"] = f"float32 inside: {inside}" if inside else "float64 throughout"
+        return described
+
+    # -- float64 on this backend, and the reference -------------------------------------------------------------
+
+    def float32_inside(self) -> str:
+        """'' where Keras keeps float64 on this backend; else what computes in float32 there, and why, in words."""
+        keras = self.keras
+        kept = keras.backend.result_type("float64", "float32")
+        if kept == "float64":
+            return ""
+        backend = keras.backend.backend()
+        classes = {type(layer).__name__ for layer in self.model.layers}
+        seen = [what for name, what in FLOAT32_INSIDE.get(backend, {}).items() if name in classes]
+        return (
+            f"{', '.join(seen) if seen else 'the ops that promote dtypes'} compute in float32 "
+            f"(keras.backend.result_type('float64', 'float32') is {kept} on Keras's {backend} backend, "
+            "keras-team/keras#23704)"
+        )
+
+    def run_warnings(self) -> list[str]:
+        """What makes this run's numbers not what dtype= says, and a reference that could not be computed."""
+        found = list(self._reference_failures)
+        inside = self.float32_inside() if self.dtype == "float64" else ""
+        if inside:
+            found.append(
+                f"dtype=float64 is float32 in part: {inside}; its results carry float32's error against the same "
+                f"model in float64 on {REFERENCE_BACKEND} (max_rel_err_vs_reference), which training amplifies"
+            )
+        return found
+
+    def own_reference(self, task: Any, setup: Any, params: dict, inputs: dict) -> dict[str, np.ndarray]:
+        """The task's results from the same model, weights (`params`: every float variable, as the run holds them)
+        and inputs, in float64 on Keras's TensorFlow backend, in a subprocess (a process holds one Keras backend,
+        and TensorFlow is the one that keeps float64). {} for a task it does not know, or where the subprocess
+        failed (then `run_warnings` says why)."""
+        from runner.tasks.builtin import Gradients, Inference
+        from runner.tasks.train_step import TrainStep
+
+        request: dict[str, Any] = {"arch": self.arch, "image_size": self.image_size}
+        if isinstance(task, TrainStep):
+            request.update(task="train_step", optimizer=vars(task.optimizer), steps=task.checked_steps)
+        elif isinstance(task, Gradients):
+            request.update(task="gradients", per_example=bool(setup.per_example))
+        elif isinstance(task, Inference):
+            request.update(task="inference")
+        else:
+            return {}
+        arrays: dict[str, Any] = {f"params/{k}": np.asarray(v, np.float64) for k, v in params.items()}
+        arrays.update({f"inputs/{k}": np.asarray(v, np.float64) for k, v in inputs.items()})
+        with tempfile.TemporaryDirectory(prefix="keras-reference-") as folder:
+            np.savez(Path(folder, "arrays.npz"), **arrays)
+            Path(folder, "request.json").write_text(json.dumps(request))
+            done = subprocess.run(
+                [sys.executable, "-m", "runner.models.keras_model", folder],
+                env=_reference_env(),
+                capture_output=True,
+                text=True,
+            )
+            if done.returncode != 0:
+                last = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
+                self._reference_failures.append(
+                    f"no reference: the float64 Keras run on {REFERENCE_BACKEND} failed ({last[:300]})"
+                )
+                return {}
+            with np.load(Path(folder, "results.npz")) as results:
+                return {k: results[k] for k in results.files}
 
 
 # -- helpers -------------------------------------------------------------------------------------
@@ -195,6 +290,15 @@ def import_keras(backend: str):
     import keras
 
     return keras
+
+
+def variable_names(model) -> tuple[list[str], list[str]]:
+    """The runner's names of a model's trainable and other variables: their paths, numbered where not unique."""
+    variables = model.trainable_variables + model.non_trainable_variables
+    names = [v.path for v in variables]
+    if len(set(names)) != len(names):  # paths are unique in keras.applications; number them if not
+        names = [f"{i}.{name}" for i, name in enumerate(names)]
+    return names[: len(model.trainable_variables)], names[len(model.trainable_variables) :]
 
 
 def _keras_device(keras, device: str) -> str:
@@ -273,3 +377,79 @@ def _draw(rng: np.random.Generator, name: str, variable) -> np.ndarray:
     if initial.size and np.all(initial == initial.flat[0]):
         return initial  # a constant (layer scale, ...): the same on every backend already
     return rng.standard_normal(shape) * 0.02
+
+
+# -- the float64 reference, in its own process (python -m runner.models.keras_model FOLDER) -------------------------
+
+
+def _reference_env() -> dict[str, str]:
+    """Keras on TensorFlow, on the CPU (the run's GPU memory stays the run's; float64 on the CPU, as numpy's
+    reference is), finding this runner first."""
+    source = str(Path(__file__).resolve().parents[2])
+    path = os.pathsep.join(p for p in (source, os.environ.get("PYTHONPATH", "")) if p)
+    quiet = {"TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": ""}
+    return {**os.environ, **quiet, "KERAS_BACKEND": REFERENCE_BACKEND, "PYTHONPATH": path}
+
+
+def compute_reference(folder: Path) -> None:
+    """FOLDER/request.json and arrays.npz in, FOLDER/results.npz out: the task's results in float64 on Keras's
+    TensorFlow backend, as the run computes them (stateless_call for inference and gradients, Keras's
+    train_on_batch for train_step)."""
+    request = json.loads((folder / "request.json").read_text())
+    with np.load(folder / "arrays.npz") as stored:
+        arrays: dict[str, Any] = {k: stored[k] for k in stored.files}
+    keras = import_keras(REFERENCE_BACKEND)
+    keras.config.set_floatx("float64")
+    keras.config.set_dtype_policy("float64")
+    model = build_application(keras, request["arch"], request["image_size"])
+    trainable_names, other_names = variable_names(model)
+    x = arrays["inputs/x"].transpose(0, 2, 3, 1)
+    labels: Any = arrays.get("inputs/labels")  # None for inference
+    if request["task"] == "train_step":
+        results = _reference_training(keras, model, trainable_names, arrays, x, labels, request)
+    else:
+        import tensorflow as tf
+
+        trainable = [tf.constant(arrays[f"params/{n}"]) for n in trainable_names]
+        fixed = [v.value for v in model.non_trainable_variables]
+        others = [
+            tf.constant(arrays[f"params/{n}"]) if f"params/{n}" in arrays else v
+            for n, v in zip(other_names, fixed, strict=True)
+        ]
+
+        def forward(x):
+            return model.stateless_call(trainable, others, x, training=False)[0]
+
+        if request["task"] == "inference":
+            results = {"outputs/y": forward(x).numpy()}
+        else:
+
+            def gradients(x, labels) -> list[np.ndarray]:
+                with tf.GradientTape() as tape:
+                    tape.watch(trainable)
+                    loss = tf.reduce_sum(tf.square(forward(x) - labels))
+                return [g.numpy() for g in tape.gradient(loss, trainable)]
+
+            if request["per_example"]:
+                each = [gradients(x[i : i + 1], labels[i : i + 1]) for i in range(len(x))]
+                grads = [np.stack(g) for g in zip(*each, strict=True)]
+            else:
+                grads = gradients(x, labels)
+            results = {f"gradients/{n}": g for n, g in zip(trainable_names, grads, strict=True)}
+    np.savez(folder / "results.npz", **results)
+
+
+def _reference_training(keras, model, names: list[str], arrays: dict, x, labels, request: dict) -> dict:
+    """KerasModel.train_step's steps: the trainable weights assigned (batch-norm statistics keep Keras's initial
+    values: train_on_batch normalizes with the batch's), Keras's optimizer and mean squared error, tf.function."""
+    for name, variable in zip(names, model.trainable_variables, strict=True):
+        variable.assign(arrays[f"params/{name}"])
+    optimizer = keras_optimizer(keras, Optimizer(**request["optimizer"]), "float64")
+    model.compile(optimizer, "mean_squared_error", jit_compile=False)
+    for _ in range(request["steps"]):
+        model.train_on_batch(x, labels)
+    return {f"trained/{n}": np.asarray(v.numpy()) for n, v in zip(names, model.trainable_variables, strict=True)}
+
+
+if __name__ == "__main__":
+    compute_reference(Path(sys.argv[1]))

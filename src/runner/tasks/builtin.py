@@ -7,7 +7,7 @@ from types import ModuleType
 
 import numpy as np
 
-from runner.tasks import Setup, Task, TaskRun, float64, timed_call
+from runner.tasks import Setup, Task, TaskRun, float64, own_reference, timed_call, with_workload_warnings
 
 
 class Inference(Task):
@@ -18,11 +18,14 @@ class Inference(Task):
         forward, _ = setup.model()
         step = timed_call(b, b.compile_model(forward, setup.mode, setup.device), setup.mode, setup.device,
                           setup.params, setup.inputs["x"])  # fmt: skip
-        return TaskRun(step, lambda out: {"outputs/y": b.to_numpy(out)})
+        return TaskRun(step, lambda out: {"outputs/y": b.to_numpy(out)}, with_workload_warnings(setup))
 
     def reference(self, setup: Setup, params: dict, inputs: dict) -> dict[str, np.ndarray]:
         from runner.backends import numpy_backend
 
+        own = own_reference(self, setup, params, inputs)
+        if own is not None:
+            return own
         return {"outputs/y": setup.workload.forward(numpy_backend, float64(params), float64(inputs)["x"])}
 
 
@@ -43,9 +46,12 @@ class Gradients(Task):
         step = timed_call(
             b, fn, mode, setup.device, b.trainable(setup.params), setup.inputs["x"], setup.inputs["labels"]
         )
-        return TaskRun(step, partial(_gradient_results, b, setup.per_example))
+        return TaskRun(step, partial(_gradient_results, b, setup.per_example), with_workload_warnings(setup))
 
     def reference(self, setup: Setup, params: dict, inputs: dict) -> dict[str, np.ndarray]:
+        own = own_reference(self, setup, params, inputs)
+        if own is not None:
+            return own
         workload = setup.workload
         method = workload.per_example_gradients if setup.per_example else workload.gradients
         if method is None:
@@ -70,9 +76,12 @@ class Jacobian(Task):
         forward, _ = setup.model()
         fn = b.batch_jacobian(b.compile_model(forward, mode, setup.device), mode, setup.workload.jacobian)
         step = timed_call(b, fn, mode, setup.device, setup.params, setup.inputs["x"])
-        return TaskRun(step, lambda out: {"outputs/jacobian": b.to_numpy(out)})
+        return TaskRun(step, lambda out: {"outputs/jacobian": b.to_numpy(out)}, with_workload_warnings(setup))
 
     def reference(self, setup: Setup, params: dict, inputs: dict) -> dict[str, np.ndarray]:
+        own = own_reference(self, setup, params, inputs)
+        if own is not None:
+            return own
         if setup.workload.jacobian is None:
             return {}
         return {"outputs/jacobian": setup.workload.jacobian(float64(params), float64(inputs)["x"])}

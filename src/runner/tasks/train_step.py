@@ -18,7 +18,7 @@ import numpy as np
 
 from runner.backends.optimizers import Optimizer
 from runner.config import ConfigError
-from runner.tasks import Setup, Task, TaskRun, float64
+from runner.tasks import Setup, Task, TaskRun, float64, own_reference, with_workload_warnings
 
 
 class TrainStep(Task):
@@ -48,9 +48,12 @@ class TrainStep(Task):
             # a copy: torch on the CPU hands out a view of the live weights
             return {f"trained/{k}": np.array(b.from_native_layout(b.to_numpy(v))) for k, v in weights().items()}
 
-        return TaskRun(timed, trained, partial(_diverged, b, weights))
+        return TaskRun(timed, trained, with_workload_warnings(setup, partial(_diverged, b, weights)))
 
     def reference(self, setup: Setup, held: dict, inputs: dict) -> dict[str, np.ndarray]:
+        own = own_reference(self, setup, held, inputs)
+        if own is not None:
+            return own
         backprop = setup.workload.gradients
         if backprop is None:
             return {}

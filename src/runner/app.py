@@ -15,7 +15,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from runner.launch import isolation, preflight  # registers the structured configs and resolvers
+from runner.launch import isolation, preflight, rounds  # registers the structured configs and resolvers
 from runner.launch.job_return import job_return
 from runner.launch.sweep import lifecycle
 from runner.launch.sweep.callback import closed_when_stopped
@@ -33,7 +33,9 @@ def main(cfg: DictConfig) -> float:
     multirun = hydra_cfg.mode == RunMode.MULTIRUN
     parent = lifecycle.parent_run_id(hydra_cfg.sweep.dir) if multirun else None
     environment.export_ray_job_id()
-    return job_return(run_dir, isolation.execute(cfg, run_dir, parent), multirun)
+    alone = not multirun and rounds.wanted(cfg)  # a single run in rounds, as a sweep's jobs: it carries an interval
+    result = rounds.measure_alone(cfg, run_dir) if alone else isolation.execute(cfg, run_dir, parent)
+    return job_return(run_dir, result, multirun)
 
 
 def cli(argv: list[str] | None = None, config_path: str = CONFIG_PATH) -> None:

@@ -151,6 +151,18 @@ class Coordinator:
             raise Stopped(interrupted)
 
 
+def measure_alone(cfg: DictConfig, run_dir: Path) -> Result:
+    """A single run measured as a sweep's job is (its turns over timing.rounds rounds, handed to its timing.processes
+    worker processes in rotation), so that it carries an interval over them, as a history's point and `runner
+    compare` of two single runs need; returns its record."""
+    coordinator = Coordinator()
+    ended = coordinator.set_up(cfg, Path(run_dir), None)
+    if ended is not None:  # refused or crashed before its turns: its record
+        return ended
+    coordinator.run()
+    return coordinator.outcomes[Path(run_dir)]
+
+
 def _rounds(jobs: list[_Waiting], first_round: int) -> None:
     """Every round's turns, until every comparison resolves timing.resolve (from MIN_ROUNDS_TO_STOP rounds on) or
     the rounds are over; a progress line after the first round, every few seconds and after the last, with the

@@ -159,3 +159,9 @@ def test_a_short_history_says_it_is_too_short_to_tell(tmp_path):
     result = runner_cli("history", "--tracking-uri", uri)
     assert result.returncode == 0, result.stderr
     assert "insufficient data: 2 runs since" in result.stdout and "nan" not in result.stdout
+
+
+def test_a_store_that_is_not_there_is_one_line_and_stays_not_there(tmp_path):
+    result = runner_cli("history", "--tracking-uri", f"sqlite:///{tmp_path}/none/mlflow.db")
+    assert result.returncode == 1 and result.stderr.startswith("error: no MLflow store at ")
+    assert not (tmp_path / "none").exists()

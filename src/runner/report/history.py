@@ -171,7 +171,8 @@ def lines(histories: list[History]) -> list[str]:
     out = []
     for h in histories:
         newest = h.entries[-1]
-        out.append(f"{h.case_name} on {h.machine_name}: {len(h.entries)} runs, now {format_seconds(newest.typical_s)}")
+        runs = f"{len(h.entries)} run{'s' if len(h.entries) != 1 else ''}"
+        out.append(f"{h.case_name} on {h.machine_name}: {runs}, now {format_seconds(newest.typical_s)}")
         out += [f"  {describe_step(h, s)}" for s in h.steps] or ["  no step"]
     return out
 

@@ -84,6 +84,7 @@ def history_rows(uri: str, experiment: str | None, case: str | None = None, mach
     {"run_id", "start_time" (ms), "status", "tags.*", "metrics.*" (seconds), "env.*"}."""
     from mlflow.entities import ViewType
 
+    _must_exist(uri)
     mlflow = client(uri)
     if experiment:
         found = mlflow.get_experiment_by_name(experiment)
@@ -105,10 +106,20 @@ def history_rows(uri: str, experiment: str | None, case: str | None = None, mach
     return [_history_row(run) for run in runs]
 
 
+def _must_exist(uri: str) -> None:
+    """A command that reads a local store finds it (MLflow would create an empty one, folders and all)."""
+    from runner.tracking.store import sqlite_path
+
+    path = sqlite_path(uri)
+    if path is not None and not path.is_file():
+        raise LookupError(f"no MLflow store at {path} (tracking URI {uri})")
+
+
 def set_tags(uri: str, run_id: str, tags: dict[str, str]) -> None:
     """Tag a run that exists (a known change's mark, a history's verdict on its newest run)."""
     from runner.tracking.store import retry_on_lock
 
+    _must_exist(uri)
     mlflow = client(uri)
     try:
         mlflow.get_run(run_id)

@@ -5,8 +5,9 @@
     .venv/bin/python benchmarks/run_all.py workload_parity   # only the named rows, printed
 
 The parity section (benchmarks/parity.py: every backend x workload beside a hand-written loop), the
-rounds section (benchmarks/rounds.py: a comparison on a busy machine) and the A/A section
-(benchmarks/aa.py: sweeps of identical jobs) are kept as they are.
+rounds section (benchmarks/rounds.py: a comparison on a busy machine), the A/A sections
+(benchmarks/aa.py, aa_apart.py: sweeps of identical jobs) and the history sections (benchmarks/history_sim.py,
+history_real.py, history_scale.py) are kept as they are.
 Rows: harness overhead vs timeit, workload parity vs hand-written loops and torch.utils.benchmark,
 machine limit (matmul GFLOP/s vs the best bare BLAS call), start-up, noise vs a fixed-count loop,
 the per-job cost of isolation=process, a new MLflow store (its time, and kills while it is created),
@@ -455,16 +456,22 @@ def write_report() -> None:
 
 
 def kept_sections(text: str) -> str:
-    """The sections benchmarks/parity.py, rounds.py, aa.py, aa_apart.py and history_sim.py wrote, as they are."""
+    """The sections benchmarks/parity.py, rounds.py, aa.py, aa_apart.py, history_sim.py, history_real.py and
+    history_scale.py wrote, and the prose kept beside them, as they are."""
     import aa
     import aa_apart
+    import history_real
+    import history_scale
     import history_sim
     import parity
     import rounds
 
     sections = []
     markers = (parity, rounds, aa, aa_apart, history_sim)
-    for begin, end in (*((m.BEGIN, m.END) for m in markers), aa.RESOLVE, history_sim.CHOICE):
+    kept = (*((m.BEGIN, m.END) for m in markers), aa.RESOLVE, history_sim.CHOICE)
+    kept += ((history_real.BEGIN, history_real.END), history_real.NOTES)
+    kept += ((history_scale.BEGIN, history_scale.END), history_scale.NOTES)
+    for begin, end in kept:
         if begin in text and end in text:
             sections.append(text[text.index(begin) : text.index(end) + len(end)])
     return "\n\n".join(sections)

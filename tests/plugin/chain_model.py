@@ -1,0 +1,48 @@
+"""A workload for history tests: x through `layers` dense layers of one weight, h = relu(h @ w.T).
+
+Its work can grow without its config changing, as a library upgrade changes a model's work unseen: the
+environment variable RUNNER_TEST_EXTRA_WORK (a fraction, e.g. 0.1) adds that share of layers (10 layers, 0.1: 11).
+The case key (runner.record.naming.case) comes from the config, so a run with the extra work is the same case, one
+point further along its history: benchmarks/history_real.py slows it from a chosen sweep on.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from runner.models import Workload
+
+EXTRA_WORK = "RUNNER_TEST_EXTRA_WORK"
+
+
+def extra_work() -> float:
+    """The share of extra work asked for by RUNNER_TEST_EXTRA_WORK (0 where it is unset or empty)."""
+    text = os.environ.get(EXTRA_WORK, "").strip()
+    return float(text) if text else 0.0
+
+
+class ChainModel(Workload):
+    name = "chain"
+    gradients = per_example_gradients = jacobian = None
+
+    def __init__(self, features: int = 128, layers: int = 10):
+        self.features = features
+        self.layers = max(1, round(layers * (1 + extra_work())))  # the layers it runs: its config's, plus the extra
+
+    def init_params(self, rng: np.random.Generator) -> dict[str, np.ndarray]:
+        # He's scale: relu halves the variance, the weight doubles it, so h keeps its size through the layers
+        return {"w": rng.standard_normal((self.features, self.features)) * np.sqrt(2.0 / self.features)}
+
+    def make_inputs(self, rng: np.random.Generator, batch_size: int) -> dict[str, np.ndarray]:
+        return {"x": rng.standard_normal((batch_size, self.features))}
+
+    def examples_per_call(self, batch_size: int) -> int:
+        return batch_size
+
+    def forward(self, ops, params: dict, x):
+        h = x
+        for _ in range(self.layers):
+            h = ops.relu(ops.linear(h, params["w"]))
+        return h

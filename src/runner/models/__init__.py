@@ -104,6 +104,16 @@ class Workload:
         """The settings that set this workload's size, as a refusal names them: 'model.n=4096'."""
         return f"batch_size={batch_size}"
 
+    def own_reference(self, request: dict[str, Any], params: dict, inputs: dict) -> dict[str, np.ndarray] | None:
+        """The task's float64 results computed by the workload itself (request: {"task": "inference"}, ... as the
+        task describes it), or None: the task computes them in numpy. model=keras runs the same model in float64 on
+        Keras's TensorFlow backend."""
+        return None
+
+    def run_warnings(self) -> list[str]:
+        """What the run should be told once it is over, beside the task's own warnings."""
+        return []
+
     def interpret(self, y: np.ndarray) -> dict:
         """What a person reads of the outputs: {"predictions": per example top-5} or {"images": NCHW}."""
         return {}

@@ -14,7 +14,7 @@ of a TensorFlow run and a torch run compare directly. Inputs are NCHW, like ever
 and are transposed to Keras's channels-last inside the model call.
 
 The reference (`max_rel_err_vs_reference`): the same model, weights and inputs in float64 on Keras's TensorFlow
-backend, computed in a subprocess (`python -m runner.models.keras_model`, `own_reference`). TensorFlow is the one
+backend, computed in a subprocess (runner.models.keras_reference, `own_reference`). TensorFlow is the one
 Keras backend that keeps float64: on torch and JAX `keras.backend.result_type` turns float64 into float32, so
 BatchNormalization, `ops.mean` and (torch) `ops.matmul` round a float64 model to float32 there; a float64 run
 on them says so (`describe`, `run_warnings`; docs/models.md has the numbers).
@@ -24,13 +24,7 @@ Nothing heavy is imported at module level: the combination rules import this cla
 
 from __future__ import annotations
 
-import difflib
 import importlib
-import json
-import os
-import subprocess
-import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -40,11 +34,16 @@ from runner.backends.optimizers import Optimizer, keras_optimizer
 from runner.config import ConfigError
 from runner.models import Workload
 from runner.models.architectures import N_CLASSES
+from runner.models.keras_apps import (
+    DEFAULT_IMAGE_SIZE,
+    REFERENCE_BACKEND,
+    build_application,
+    import_keras,
+    variable_names,
+)
 from runner.models.vision import top5
 
-DEFAULT_IMAGE_SIZE = 224
 KERAS_POLICIES = {"bf16_mixed": "mixed_bfloat16", "fp16_mixed": "mixed_float16"}  # precision= -> Keras's policy
-REFERENCE_BACKEND = "tensorflow"  # the Keras backend whose float64 is float64 throughout (see FLOAT32_INSIDE)
 # Where a float64 MobileNetV2 computes in float32 because keras.backend.result_type("float64", "float32") is float32
 # on every Keras backend but TensorFlow (keras/src/backend/common/dtypes.py, BIT64_TO_BIT32_DTYPE; keras-team/keras
 # #23704): measured layer by layer against TensorFlow in float64, each layer fed TensorFlow's float64 input (Keras
@@ -235,70 +234,22 @@ class KerasModel(Workload):
             )
         return found
 
-    def own_reference(self, task: Any, setup: Any, params: dict, inputs: dict) -> dict[str, np.ndarray]:
+    def own_reference(self, request: dict[str, Any], params: dict, inputs: dict) -> dict[str, np.ndarray] | None:
         """The task's results from the same model, weights (`params`: every float variable, as the run holds them)
-        and inputs, in float64 on Keras's TensorFlow backend, in a subprocess (a process holds one Keras backend,
-        and TensorFlow is the one that keeps float64). {} for a task it does not know, or where the subprocess
-        failed (then `run_warnings` says why)."""
-        from runner.tasks.builtin import Gradients, Inference
-        from runner.tasks.train_step import TrainStep
+        and inputs, in float64 on Keras's TensorFlow backend (runner.models.keras_reference). {} for a task it does
+        not know, or where that failed (then `run_warnings` says why)."""
+        from runner.models import keras_reference
 
-        request: dict[str, Any] = {"arch": self.arch, "image_size": self.image_size}
-        if isinstance(task, TrainStep):
-            request.update(task="train_step", optimizer=vars(task.optimizer), steps=task.checked_steps)
-        elif isinstance(task, Gradients):
-            request.update(task="gradients", per_example=bool(setup.per_example))
-        elif isinstance(task, Inference):
-            request.update(task="inference")
-        else:
+        if request["task"] not in keras_reference.TASKS:
             return {}
-        arrays: dict[str, Any] = {f"params/{k}": np.asarray(v, np.float64) for k, v in params.items()}
-        arrays.update({f"inputs/{k}": np.asarray(v, np.float64) for k, v in inputs.items()})
-        with tempfile.TemporaryDirectory(prefix="keras-reference-") as folder:
-            np.savez(Path(folder, "arrays.npz"), **arrays)
-            Path(folder, "request.json").write_text(json.dumps(request))
-            done = subprocess.run(
-                [sys.executable, "-m", "runner.models.keras_model", folder],
-                env=_reference_env(),
-                capture_output=True,
-                text=True,
-            )
-            if done.returncode != 0:
-                last = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
-                self._reference_failures.append(
-                    f"no reference: the float64 Keras run on {REFERENCE_BACKEND} failed ({last[:300]})"
-                )
-                return {}
-            with np.load(Path(folder, "results.npz")) as results:
-                return {k: results[k] for k in results.files}
+        request = {**request, "arch": self.arch, "image_size": self.image_size}
+        results, failure = keras_reference.compute(request, params, inputs)
+        if failure:
+            self._reference_failures.append(failure)
+        return results
 
 
 # -- helpers -------------------------------------------------------------------------------------
-
-
-def import_keras(backend: str):
-    """Keras 3 on `backend`; one line when this process already imported it with another backend."""
-    if "keras" in sys.modules:
-        loaded = sys.modules["keras"]
-        if loaded.backend.backend() != backend:
-            raise ConfigError(
-                f"Keras is already running on {loaded.backend.backend()} in this process and cannot switch to "
-                f"{backend}: run model=keras in a fresh process (isolation=process)"
-            )
-        return loaded
-    os.environ["KERAS_BACKEND"] = backend
-    import keras
-
-    return keras
-
-
-def variable_names(model) -> tuple[list[str], list[str]]:
-    """The runner's names of a model's trainable and other variables: their paths, numbered where not unique."""
-    variables = model.trainable_variables + model.non_trainable_variables
-    names = [v.path for v in variables]
-    if len(set(names)) != len(names):  # paths are unique in keras.applications; number them if not
-        names = [f"{i}.{name}" for i, name in enumerate(names)]
-    return names[: len(model.trainable_variables)], names[len(model.trainable_variables) :]
 
 
 def _keras_device(keras, device: str) -> str:
@@ -307,46 +258,6 @@ def _keras_device(keras, device: str) -> str:
     if device == "cuda":
         return "gpu:0"
     return "cpu" if keras.backend.backend() == "torch" else "cpu:0"
-
-
-def applications(keras) -> list[str]:
-    return sorted(name for name in dir(keras.applications) if name[:1].isupper())
-
-
-def build_application(keras, arch: str, image_size: int):
-    """keras.applications.<arch>, seedless (weights=None), logits out; one line for an unknown arch or size."""
-    known = applications(keras)
-    if arch not in known:
-        lowered = {name.lower(): name for name in known}
-        close = difflib.get_close_matches(arch.lower(), list(lowered), n=5, cutoff=0.4)
-        hint = f"closest: {', '.join(lowered[c] for c in close)}" if close else f"e.g. {', '.join(known[:5])}"
-        raise ConfigError(f"model.arch={arch} is not a keras.applications model ({hint})")
-    model = _try_build(keras, arch, image_size)
-    if model is None:
-        smallest = _smallest_size(keras, arch, image_size)
-        raise ConfigError(
-            f"model.arch={arch} cannot take {image_size}x{image_size} images (data.image_size): the smallest size "
-            f"it takes is {smallest} (data.image_size={smallest})"
-        )
-    return model
-
-
-def _try_build(keras, arch: str, size: int):
-    try:
-        return getattr(keras.applications, arch)(weights=None, input_shape=(size, size, 3), classifier_activation=None)
-    except ValueError:
-        return None
-
-
-def _smallest_size(keras, arch: str, failing: int) -> int:
-    high = next((s for s in (DEFAULT_IMAGE_SIZE, 512) if _try_build(keras, arch, s) is not None), None)
-    if high is None:
-        raise ConfigError(f"model.arch={arch} cannot take {failing}x{failing} images (nor 224x224 or 512x512)")
-    low = failing if failing < high else 0
-    while high - low > 1:
-        middle = (low + high) // 2
-        low, high = (low, middle) if _try_build(keras, arch, middle) is not None else (middle, high)
-    return high
 
 
 def _preprocess_input(keras, arch: str):
@@ -377,79 +288,3 @@ def _draw(rng: np.random.Generator, name: str, variable) -> np.ndarray:
     if initial.size and np.all(initial == initial.flat[0]):
         return initial  # a constant (layer scale, ...): the same on every backend already
     return rng.standard_normal(shape) * 0.02
-
-
-# -- the float64 reference, in its own process (python -m runner.models.keras_model FOLDER) -------------------------
-
-
-def _reference_env() -> dict[str, str]:
-    """Keras on TensorFlow, on the CPU (the run's GPU memory stays the run's; float64 on the CPU, as numpy's
-    reference is), finding this runner first."""
-    source = str(Path(__file__).resolve().parents[2])
-    path = os.pathsep.join(p for p in (source, os.environ.get("PYTHONPATH", "")) if p)
-    quiet = {"TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": ""}
-    return {**os.environ, **quiet, "KERAS_BACKEND": REFERENCE_BACKEND, "PYTHONPATH": path}
-
-
-def compute_reference(folder: Path) -> None:
-    """FOLDER/request.json and arrays.npz in, FOLDER/results.npz out: the task's results in float64 on Keras's
-    TensorFlow backend, as the run computes them (stateless_call for inference and gradients, Keras's
-    train_on_batch for train_step)."""
-    request = json.loads((folder / "request.json").read_text())
-    with np.load(folder / "arrays.npz") as stored:
-        arrays: dict[str, Any] = {k: stored[k] for k in stored.files}
-    keras = import_keras(REFERENCE_BACKEND)
-    keras.config.set_floatx("float64")
-    keras.config.set_dtype_policy("float64")
-    model = build_application(keras, request["arch"], request["image_size"])
-    trainable_names, other_names = variable_names(model)
-    x = arrays["inputs/x"].transpose(0, 2, 3, 1)
-    labels: Any = arrays.get("inputs/labels")  # None for inference
-    if request["task"] == "train_step":
-        results = _reference_training(keras, model, trainable_names, arrays, x, labels, request)
-    else:
-        import tensorflow as tf
-
-        trainable = [tf.constant(arrays[f"params/{n}"]) for n in trainable_names]
-        fixed = [v.value for v in model.non_trainable_variables]
-        others = [
-            tf.constant(arrays[f"params/{n}"]) if f"params/{n}" in arrays else v
-            for n, v in zip(other_names, fixed, strict=True)
-        ]
-
-        def forward(x):
-            return model.stateless_call(trainable, others, x, training=False)[0]
-
-        if request["task"] == "inference":
-            results = {"outputs/y": forward(x).numpy()}
-        else:
-
-            def gradients(x, labels) -> list[np.ndarray]:
-                with tf.GradientTape() as tape:
-                    tape.watch(trainable)
-                    loss = tf.reduce_sum(tf.square(forward(x) - labels))
-                return [g.numpy() for g in tape.gradient(loss, trainable)]
-
-            if request["per_example"]:
-                each = [gradients(x[i : i + 1], labels[i : i + 1]) for i in range(len(x))]
-                grads = [np.stack(g) for g in zip(*each, strict=True)]
-            else:
-                grads = gradients(x, labels)
-            results = {f"gradients/{n}": g for n, g in zip(trainable_names, grads, strict=True)}
-    np.savez(folder / "results.npz", **results)
-
-
-def _reference_training(keras, model, names: list[str], arrays: dict, x, labels, request: dict) -> dict:
-    """KerasModel.train_step's steps: the trainable weights assigned (batch-norm statistics keep Keras's initial
-    values: train_on_batch normalizes with the batch's), Keras's optimizer and mean squared error, tf.function."""
-    for name, variable in zip(names, model.trainable_variables, strict=True):
-        variable.assign(arrays[f"params/{name}"])
-    optimizer = keras_optimizer(keras, Optimizer(**request["optimizer"]), "float64")
-    model.compile(optimizer, "mean_squared_error", jit_compile=False)
-    for _ in range(request["steps"]):
-        model.train_on_batch(x, labels)
-    return {f"trained/{n}": np.asarray(v.numpy()) for n, v in zip(names, model.trainable_variables, strict=True)}
-
-
-if __name__ == "__main__":
-    compute_reference(Path(sys.argv[1]))

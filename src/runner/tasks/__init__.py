@@ -1,7 +1,7 @@
 """Tasks: what a job computes and times on its workload, each a class named by `conf/task/NAME.yaml`'s `_target_`.
 
 A task builds the timed call from a backend's primitives, computes its float64 numpy reference (or asks the
-workload for its own: `own_reference`, model=keras's float64 run on TensorFlow), and yields
+workload for its own: `workload.own_reference`, model=keras's float64 run on TensorFlow), and yields
 results keyed by their tensors.h5 path ("outputs/y", "gradients/dense.weight", "trained/dense.weight"), so
 recording and comparison never need to know which task ran. The built-in ones are in `runner.tasks.builtin`
 and `runner.tasks.train_step`; a task of your own is a subclass of `Task` and its yaml (docs/models.md).
@@ -93,20 +93,10 @@ class Task:
         return {}
 
 
-def own_reference(task: Task, setup: Setup, params: dict, inputs: dict) -> dict[str, np.ndarray] | None:
-    """The workload's own float64 reference for `task` where it computes one (`workload.own_reference`: model=keras
-    runs the same model in float64 on Keras's TensorFlow backend), else None: the task computes it in numpy."""
-    computes = getattr(setup.workload, "own_reference", None)
-    return None if computes is None else computes(task, setup, params, inputs)
-
-
 def with_workload_warnings(setup: Setup, task_warnings: Callable[[], list[str]] = list) -> Callable[[], list[str]]:
-    """The task's warnings and the workload's own (`workload.run_warnings()` where it has one: model=keras says where
-    Keras computes a float64 model in float32), read after timing and the reference."""
-    workload_warnings = getattr(setup.workload, "run_warnings", None)
-    if workload_warnings is None:
-        return task_warnings
-    return lambda: task_warnings() + workload_warnings()
+    """The task's warnings and the workload's own (`workload.run_warnings()`: model=keras says where Keras computes a
+    float64 model in float32), read after timing and the reference."""
+    return lambda: task_warnings() + setup.workload.run_warnings()
 
 
 def build_task(task_cfg: DictConfig) -> Task:

@@ -7,7 +7,7 @@ from types import ModuleType
 
 import numpy as np
 
-from runner.tasks import Setup, Task, TaskRun, float64, own_reference, timed_call, with_workload_warnings
+from runner.tasks import Setup, Task, TaskRun, float64, timed_call, with_workload_warnings
 
 
 class Inference(Task):
@@ -23,7 +23,7 @@ class Inference(Task):
     def reference(self, setup: Setup, params: dict, inputs: dict) -> dict[str, np.ndarray]:
         from runner.backends import numpy_backend
 
-        own = own_reference(self, setup, params, inputs)
+        own = setup.workload.own_reference({"task": "inference"}, params, inputs)
         if own is not None:
             return own
         return {"outputs/y": setup.workload.forward(numpy_backend, float64(params), float64(inputs)["x"])}
@@ -49,7 +49,7 @@ class Gradients(Task):
         return TaskRun(step, partial(_gradient_results, b, setup.per_example), with_workload_warnings(setup))
 
     def reference(self, setup: Setup, params: dict, inputs: dict) -> dict[str, np.ndarray]:
-        own = own_reference(self, setup, params, inputs)
+        own = setup.workload.own_reference({"task": "gradients", "per_example": setup.per_example}, params, inputs)
         if own is not None:
             return own
         workload = setup.workload
@@ -79,7 +79,7 @@ class Jacobian(Task):
         return TaskRun(step, lambda out: {"outputs/jacobian": b.to_numpy(out)}, with_workload_warnings(setup))
 
     def reference(self, setup: Setup, params: dict, inputs: dict) -> dict[str, np.ndarray]:
-        own = own_reference(self, setup, params, inputs)
+        own = setup.workload.own_reference({"task": "jacobian"}, params, inputs)
         if own is not None:
             return own
         if setup.workload.jacobian is None:

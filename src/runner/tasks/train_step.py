@@ -18,7 +18,7 @@ import numpy as np
 
 from runner.backends.optimizers import Optimizer
 from runner.config import ConfigError
-from runner.tasks import Setup, Task, TaskRun, float64, own_reference, with_workload_warnings
+from runner.tasks import Setup, Task, TaskRun, float64, with_workload_warnings
 
 
 class TrainStep(Task):
@@ -51,7 +51,8 @@ class TrainStep(Task):
         return TaskRun(timed, trained, with_workload_warnings(setup, partial(_diverged, b, weights)))
 
     def reference(self, setup: Setup, held: dict, inputs: dict) -> dict[str, np.ndarray]:
-        own = own_reference(self, setup, held, inputs)
+        request = {"task": "train_step", "optimizer": vars(self.optimizer), "steps": self.checked_steps}
+        own = setup.workload.own_reference(request, held, inputs)
         if own is not None:
             return own
         backprop = setup.workload.gradients

@@ -59,6 +59,7 @@ def _rel(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.abs(a - b).max() / np.abs(b).max())
 
 
+@pytest.mark.heavy  # Keras on torch in a fresh process (~25 s): Keras on other backends is the heavy set's
 def test_keras_on_torch_says_where_a_float64_model_computes_in_float32(tmp_path):
     """The record's words, from Keras itself: on torch result_type demotes float64, so the float64 MobileNetV2 names
     the layers that compute in float32 (measured on Keras 3.15.1) and warns; in float32 nothing is said."""

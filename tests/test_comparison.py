@@ -72,7 +72,7 @@ def test_the_verdict_reads_the_same_everywhere():
 def _one_run(rng, seconds: float, busy: float = 0.0) -> Timings:
     rounds = np.repeat(np.arange(1, 11), 3)
     samples = seconds * np.exp(rng.normal(0, 0.01, rounds.size))
-    return Timings(((samples, rounds, None),), float(np.median(samples)), busy)
+    return Timings(((samples, rounds, None),), (float(np.median(samples)),), busy)
 
 
 def test_runs_measured_apart_on_a_busy_machine_are_not_called_slower():

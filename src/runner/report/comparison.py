@@ -23,7 +23,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
 from statistics import NormalDist
 
@@ -88,17 +88,16 @@ class Comparison:
 class Timings:
     """One side of a comparison: a run, or a configuration's replicates pooled. `replicates` holds each one's
     samples (seconds per call, with the round and worker process of each); it is empty where the samples are not
-    on this machine, and `median_s` then stands in for the typical time."""
+    on this machine, and the median of the replicates' medians then stands in for the typical time."""
 
     replicates: tuple[Job, ...] = ()
-    median_s: float = math.nan
+    medians_s: tuple[float, ...] = ()  # each replicate's median (time_median_s)
     busy: float = 0.0  # other runnable threads while it was timed, on average (machine_other_runnable)
-    medians_s: tuple[float, ...] = field(default=())  # each replicate's median, where samples are missing
 
     def typical_s(self) -> float:
         """The geometric mean of the replicates' typical times (one replicate: its own)."""
         if not self.replicates:
-            return self.median_s
+            return float(np.median(self.medians_s)) if self.medians_s else math.nan
         return float(np.exp(np.mean(np.log([typical_s(job[0], job[1]) for job in self.replicates]))))
 
     def rounds(self, tame: bool = True) -> tuple[np.ndarray, np.ndarray]:

@@ -192,8 +192,7 @@ def timings(runs: pd.DataFrame) -> Timings:
     replicates: tuple[Job, ...] = ()
     if all(s is not None for s in samples):
         replicates = tuple(zip(cast(list[np.ndarray], samples), rounds, processes, strict=True))
-    median = float(np.median(medians))
-    return Timings(replicates, median, 0.0 if pd.isna(busy) else float(busy), tuple(medians.tolist()))
+    return Timings(replicates, tuple(medians.tolist()), 0.0 if pd.isna(busy) else float(busy))
 
 
 def table(frame: pd.DataFrame) -> pd.DataFrame:

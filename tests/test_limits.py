@@ -31,10 +31,10 @@ def test_huge_matmul_refused_before_allocating_with_the_estimate(cli, tmp_path):
 
 def test_memory_estimate_counts_draws_copies_and_reference():
     n = 1000
-    host, device, reference = limits.memory_needed(Matmul(n), 1, "inference", False, 4, "cpu", True)
+    host, device, reference = limits.memory_needed(Matmul(n).array_elements(1, "inference", False), 4, "cpu", True)
     assert reference == 8 * 2 * n * n and device == 0
     assert host == 8 * n * n + 4 * 2 * n * n + reference  # float64 draw, float32 input and result, reference
-    host, device, reference = limits.memory_needed(Matmul(n), 1, "inference", False, 2, "cuda", False)
+    host, device, reference = limits.memory_needed(Matmul(n).array_elements(1, "inference", False), 2, "cuda", False)
     assert (host, device, reference) == (8 * n * n + 2 * n * n, 2 * 2 * n * n, 0)
 
 
@@ -58,11 +58,12 @@ def test_reference_hint_only_where_it_would_help(monkeypatch):
 def test_long_matmul_announced_up_front(monkeypatch):
     monkeypatch.setattr(limits, "host_float64_flops", lambda: 50e9)
     timing = {"max_time_s": 5.0, "min_warmup_calls": 3}
-    note = limits.cost_note(Matmul(20000), 1, "inference", "float32", "cpu", True, timing)
+    note = limits.cost_note(Matmul(20000).task_flops(1, "inference"), "float32", "cpu", True, timing)
     assert "one call ≈ 3 min" in note and "at least 6 calls ≈ 16 min" in note
     assert "float64 reference ≈ 5 min (check_reference=false skips it)" in note and "1.6e+13 FLOP" in note
-    assert limits.cost_note(Matmul(1000), 1, "inference", "float32", "cpu", True, timing) == ""
-    assert "reference" not in limits.cost_note(Matmul(20000), 1, "inference", "float32", "cpu", False, timing)
+    assert limits.cost_note(Matmul(1000).task_flops(1, "inference"), "float32", "cpu", True, timing) == ""
+    flops = Matmul(20000).task_flops(1, "inference")
+    assert "reference" not in limits.cost_note(flops, "float32", "cpu", False, timing)
 
 
 def test_check_reference_false_skips_the_reference(make_config, tmp_path):

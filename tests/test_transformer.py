@@ -265,7 +265,7 @@ def test_the_memory_estimate_grows_with_the_square_of_seq_len():
 
     def host_bytes(seq_len: int) -> int:
         model = small(seq_len=seq_len, d_model=64, heads=8)
-        return memory_needed(model, 8, "gradients", False, 4, "cpu", False)[0]
+        return memory_needed(model.array_elements(8, "gradients", False), 4, "cpu", False)[0]
 
     second_difference = host_bytes(3072) - 2 * host_bytes(2048) + host_bytes(1024)  # = 2 * 1024^2 * (s^2 term)
     probabilities_and_scores = 2 * 8 * 8 * 2  # per s^2: 2 arrays x batch 8 x heads 8 x layers 2

@@ -2,7 +2,7 @@
 
 A backend is a module (named by `module:` in conf/backend/NAME.yaml) that implements `Backend` and
 the op families its yaml lists under `ops:` (`DenseOps`, `ConvOps`, `AttentionOps`, `LayoutOps`,
-`TorchModuleOps`, `KerasOps`). Its yaml also declares the dtypes, devices and modes it can run, which
+`TorchModuleOps`, `KerasOps`, `DecoderOps`). Its yaml also declares the dtypes, devices and modes it can run, which
 `runner.config.check_combination` reads.
 tests/test_backend_contract.py checks every backend module against these protocols.
 
@@ -173,6 +173,64 @@ class AttentionOps(Protocol):
         picks one), for the record."""
 
 
+class DecoderOps(Protocol):
+    """Op family `decoder`: what the GPT-2 decoder and its generation are written with (runner.models.decoder).
+    Weights keep GPT-2's layout on every backend: projections (in, out), embeddings (vocab, d). Activations are
+    (batch, seq, d); heads (batch, heads, seq, head size). `start` is a step's first position, a python int or what
+    `position` made of one."""
+
+    def layer_norm(self, x: Any, weight: Any, bias: Any, eps: float = 1e-5) -> Any: ...
+
+    def gelu_tanh(self, x: Any) -> Any:
+        """GPT-2's GELU, the tanh approximation."""
+
+    def affine(self, x: Any, weight: Any, bias: Any) -> Any:
+        """x @ weight + bias, weight (in, out)."""
+
+    def embed(self, table: Any, ids: Any) -> Any:
+        """The rows of table (vocab, d) for integer ids (batch, seq)."""
+
+    def positions_embedded(self, table: Any, start: Any, ids: Any) -> Any:
+        """The rows start .. start + seq - 1 of the position table."""
+
+    def unembed(self, x: Any, table: Any) -> Any:
+        """x @ table.T: the head tied to the token embedding."""
+
+    def split_heads(self, qkv: Any, heads: int) -> tuple[Any, Any, Any]:
+        """(batch, seq, 3 d) packed queries | keys | values -> three (batch, heads, seq, d / heads)."""
+
+    def merge_heads(self, x: Any) -> Any: ...
+
+    def causal_attention(self, q: Any, k: Any, v: Any, start: Any) -> Any:
+        """Queries at positions start, start + 1, ... over keys at positions 0, 1, ...: a key is seen by the queries
+        at its position and after (in a cache, the positions not written yet are masked)."""
+
+    def write_cache(self, buffer: Any, new: Any, start: Any) -> Any:
+        """`new` (batch, heads, t, size) written at positions start .. start + t - 1 of the buffer: the buffer
+        after the write (the same object where the framework writes in place)."""
+
+    def last_position(self, x: Any) -> Any: ...
+
+    def greedy(self, logits: Any) -> Any:
+        """(batch, vocab) -> the most likely ids, (batch, 1) integers."""
+
+    def token_ids(self, array: np.ndarray, device: str) -> Any:
+        """Integer ids from numpy, on the device."""
+
+    def position(self, start: int, device: str) -> Any:
+        """A step's first position as the compiled step takes it (a device scalar: no retracing per token)."""
+
+    def new_cache(self, layers: int, shape: tuple[int, ...], dtype: str, device: str) -> list:
+        """[[keys, values] per layer], each of `shape`, zeros."""
+
+    def decoder_step(self, fn: Callable, params: dict, cache: list, mode: str, device: str) -> Callable:
+        """fn(params, cache, ids, start) -> (logits, next ids, cache), compiled for the mode as the framework's users
+        write a decode step, as step(ids, start) -> (logits, next ids); the cache kept between calls."""
+
+    def compilations(self, step: Callable) -> int | None:
+        """How many times a step from decoder_step was traced or compiled, where the framework says; None."""
+
+
 class LayoutOps(Protocol):
     """Op family `layout`: conversions and reshapes, for the memory-layout workloads."""
 
@@ -200,6 +258,7 @@ OP_FAMILIES: dict[str, type] = {
     "conv": ConvOps,
     "attention": AttentionOps,
     "layout": LayoutOps,
+    "decoder": DecoderOps,
     "torch_module": TorchModuleOps,
     "keras": KerasOps,
 }

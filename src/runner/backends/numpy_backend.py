@@ -214,3 +214,25 @@ def _method(table: dict, method: str, what: str):
     if method not in table:
         raise ConfigError(f"backend=numpy has no {what} method {method!r} (allowed: {', '.join(table)})")
     return table[method]
+
+
+# -- op family `decoder` (model=gpt2): in runner.backends.numpy_decoder, imported with the backend -------------
+
+from runner.backends.numpy_decoder import (  # noqa: E402, F401 - the backend's function set
+    affine,
+    causal_attention,
+    compilations,
+    decoder_step,
+    embed,
+    gelu_tanh,
+    greedy,
+    last_position,
+    merge_heads,
+    new_cache,
+    position,
+    positions_embedded,
+    split_heads,
+    token_ids,
+    unembed,
+    write_cache,
+)

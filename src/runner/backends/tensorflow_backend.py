@@ -360,3 +360,25 @@ def data_pointer(array) -> int:
     """Where the bytes live. tf.Tensor.numpy() returns a copy; _numpy() is the view of the CPU buffer."""
     host = array._numpy() if isinstance(array, tf.Tensor) else array
     return host.__array_interface__["data"][0]
+
+
+# -- op family `decoder` (model=gpt2): in runner.backends.tf_decoder, imported with the backend -------------
+
+from runner.backends.tf_decoder import (  # noqa: E402, F401 - the backend's function set
+    affine,
+    causal_attention,
+    compilations,
+    decoder_step,
+    embed,
+    gelu_tanh,
+    greedy,
+    last_position,
+    merge_heads,
+    new_cache,
+    position,
+    positions_embedded,
+    split_heads,
+    token_ids,
+    unembed,
+    write_cache,
+)

@@ -96,19 +96,22 @@ def _prepare(spec: JobSpec, progress: ProgressLine) -> Prepared:
     task = build_task(spec.task_settings)
     check_known_wrong(spec.model_settings, c)  # before the framework is imported
     backend, device, precision_env, start_s = _start_backend(spec, workload, progress)
-    cost = limits.check_fits(workload, spec, device, task.like)  # refuses what cannot fit: before any allocation
+    cost = limits.check_fits(workload, spec, device, task)  # refuses what cannot fit: before any allocation
     if cost:
         print(f"note: {cost}", file=sys.stderr, flush=True)
     progress.phase("building the model and inputs")
     rng = np.random.default_rng(spec.seed)
     state, weights_s = _place_weights(spec, workload, backend, device, rng)
     inputs64 = load_inputs(spec.data_settings, workload, rng, spec.batch_size)
-    inputs = {k: backend.asarray(v, device, c["dtype"]) for k, v in inputs64.items()}
+    inputs = {k: _place_input(backend, v, device, c["dtype"]) for k, v in inputs64.items()}
     params = {k: v for k, v in state.items() if workload.trainable(k)}
     constants = {k: v for k, v in state.items() if not workload.trainable(k)}  # e.g. batch-norm running statistics
     progress.phase("building the task (tracing where the mode compiles)")
-    setup = Setup(backend, workload, c["mode"], device, params, inputs, constants, spec.per_example, spec.precision)
+    setup = Setup(
+        backend, workload, c["mode"], device, params, inputs, constants, spec.per_example, spec.precision, c["dtype"]
+    )
     task_run = task.build(setup)
+    timing["series"].update(task_run.series)
     return Prepared(
         spec=spec,
         choices=c,
@@ -130,6 +133,13 @@ def _prepare(spec: JobSpec, progress: ProgressLine) -> Prepared:
         timing=timing,
         precision_env=precision_env,
     )
+
+
+def _place_input(backend: ModuleType, array: np.ndarray, device: str, dtype: str) -> Any:
+    """An input on the device: in the run's dtype, or as token ids where it holds integers (model=gpt2)."""
+    if np.issubdtype(array.dtype, np.integer):
+        return backend.token_ids(array, device)
+    return backend.asarray(array, device, dtype)
 
 
 def _start_backend(spec: JobSpec, workload, progress: ProgressLine) -> tuple[ModuleType, str, dict, float]:
@@ -233,21 +243,19 @@ def _energy(job: Prepared, measurement: Measurement) -> tuple[dict, dict]:
 
 def _metrics(job: Prepared, measurement: Measurement, results: dict, first_output) -> dict:
     from runner import precision
-    from runner.tasks import errors_vs_reference
 
     metrics = timing_metrics(measurement, job.examples_per_call)
     metrics["load_s"] = job.load_s
     metrics.update(series_metrics(job.timing["series"]))
     metrics.update(memory_metrics(job.backend, job.device))
     if job.spec.check_reference and job.workload.numpy_reference:
-        reference = job.task.reference(job.setup, job.params_held, job.inputs_held)
-        metrics.update(errors_vs_reference(results, reference))
+        metrics.update(job.task.agreement(job.setup, job.params_held, job.inputs_held, results))
         metrics.update(precision.tolerance_metrics(metrics, job.spec.dtype, job.spec.precision, job.device))
     flops = job.workload.flops_per_call()
     if flops and "time_median_s" in metrics:
         metrics["gflops_per_s"] = flops / metrics["time_median_s"] / 1e9
     if metrics.get("time_median_s"):
-        metrics.update(job.task.metrics(metrics["time_median_s"]))
+        metrics.update(job.task.metrics(metrics["time_median_s"], measurement.samples.columns))
     metrics.update(job.workload.extra_metrics(job.backend, job.state, job.inputs, first_output))
     return metrics
 

@@ -23,11 +23,9 @@ PROBE_N = 1024  # float64 matmul used to gauge this CPU's rate: 2 GFLOP, tens of
 # mostly measure BLAS threads waiting for each other on a busy machine)
 
 
-def memory_needed(
-    workload, batch_size: int, task: str, per_example: bool, itemsize: int, device: str, reference: bool
-) -> tuple[int, int, int]:
-    """(host bytes, device bytes, the float64 reference's share of host bytes) this job holds at once."""
-    e = workload.array_elements(batch_size, task, per_example)
+def memory_needed(e: dict[str, int], itemsize: int, device: str, reference: bool) -> tuple[int, int, int]:
+    """(host bytes, device bytes, the float64 reference's share of host bytes) a job whose arrays have `e` elements
+    (Workload.array_elements) holds at once."""
     held = e["weights"] + e["inputs"]
     made = e["results"] + e.get("activations", 0)  # what a call makes: its results, and what it keeps meanwhile
     native = itemsize * (held + made)
@@ -71,9 +69,9 @@ def free_device_bytes() -> int | None:
         return None
 
 
-def cost_note(workload, batch_size: int, task: str, dtype: str, device: str, reference: bool, timing: dict) -> str:
-    """One line announcing a call or a float64 reference estimated to outlast timing.max_time_s; '' if none."""
-    flops = workload.task_flops(batch_size, task)
+def cost_note(flops: float | None, dtype: str, device: str, reference: bool, timing: dict) -> str:
+    """One line announcing a call of `flops` or its float64 reference estimated to outlast timing.max_time_s; ''
+    if none."""
     budget = timing["max_time_s"]
     if not flops or flops / SURELY_SLOWER_FLOPS <= budget:  # no need to gauge the CPU (0.2 s) for this
         return ""
@@ -127,19 +125,21 @@ def format_duration(seconds: float) -> str:
 ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
 
 
-def check_fits(workload, spec: JobSpec, device: str, like: str | None = None) -> str:
+def check_fits(workload, spec: JobSpec, device: str, task=None) -> str:
     """Refuse (ConfigError) a job that cannot fit on `device` (as the backend resolved it); return the cost
     note for one that will run long ('' if not). Runs before any array is allocated. Workloads that do not
     describe their arrays (a user's own `_target_`) are not checked; they state their sizes for the built-in
-    tasks, the one a task runs `like` (runner.tasks.Task)."""
-    task = like or spec.task
-    elements = workload.array_elements(spec.batch_size, task, spec.per_example)
+    tasks, and the task (runner.tasks.Task, where given) asks for those of the one it runs like, or its own."""
+    if task is not None:
+        elements, flops = task.array_elements(workload, spec.batch_size, spec.per_example), task.flops
+    else:
+        elements, flops = workload.array_elements(spec.batch_size, spec.task, spec.per_example), None
     if elements is None:
         return ""
+    calls = flops(workload, spec.batch_size) if flops else workload.task_flops(spec.batch_size, spec.task)
     reference = spec.check_reference and workload.numpy_reference
-    itemsize = ITEMSIZE[spec.dtype]
-    needed = memory_needed(workload, spec.batch_size, task, spec.per_example, itemsize, device, reference)
+    needed = memory_needed(elements, ITEMSIZE[spec.dtype], device, reference)
     what = "inputs, weights, results" + (", activations" if elements.get("activations") else "")
     label = f"model={spec.model} {workload.size_setting(spec.batch_size)} dtype={spec.dtype}"
     check_memory(label, *needed, device, what)
-    return cost_note(workload, spec.batch_size, task, spec.dtype, device, reference, spec.timing)
+    return cost_note(calls, spec.dtype, device, reference, spec.timing)

@@ -10,7 +10,7 @@ and `runner.tasks.train_step`; a task of your own is a subclass of `Task` and it
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import partial
 from types import ModuleType
 from typing import Any, ClassVar, cast
@@ -28,6 +28,8 @@ class TaskRun:
     step: Callable[[], object]  # the call that is timed
     results: Callable[[object], dict[str, np.ndarray]]  # the first call's output -> {h5 path: numpy array}
     warnings: Callable[[], list[str]] = list  # read after timing: what makes these timings not what they claim
+    # per-sample series of the task's own beside timing.series' (runner.measure.samples.Series's methods)
+    series: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -43,6 +45,7 @@ class Setup:
     constants: dict  # weights that enter the model but are not trained (batch-norm statistics)
     per_example: bool  # the mode computes one result per example (conf/mode/NAME.yaml)
     precision: str = "full"  # conf/precision/NAME.yaml: mixed policies wrap the model (Backend.with_precision)
+    dtype: str = "float32"  # the run's dtype: what the task allocates beside the weights is made in it
 
     def model(self) -> tuple[Callable, Callable]:
         """forward(params, x) and loss(params, x, labels) on this backend under the run's precision policy (its
@@ -84,9 +87,22 @@ class Task:
         the backend holds them, back in numpy; {} where there is none."""
         return {}
 
-    def metrics(self, time_median_s: float) -> dict[str, float]:
-        """Metrics of its own, from the median seconds per call."""
+    def agreement(self, setup: Setup, params: dict, inputs: dict, results: dict[str, np.ndarray]) -> dict[str, float]:
+        """How the results agree with the float64 reference: errors_vs_reference of `reference`, for most tasks."""
+        return errors_vs_reference(results, self.reference(setup, params, inputs))
+
+    def metrics(self, time_median_s: float, samples: dict[str, list]) -> dict[str, float]:
+        """Metrics of its own, from the median seconds per call and the samples' columns (its series among them)."""
         return {}
+
+    def array_elements(self, workload: Any, batch_size: int, per_example: bool) -> dict[str, int] | None:
+        """Element counts for the memory check (runner.measure.limits): the workload's for the task this one runs
+        like."""
+        return workload.array_elements(batch_size, self.like, per_example)
+
+    def flops(self, workload: Any, batch_size: int) -> float | None:
+        """FLOPs of one call, for the cost note: the workload's for the task this one runs like."""
+        return workload.task_flops(batch_size, self.like)
 
     def describe(self, setup: Setup) -> dict[str, str]:
         """What ran, in words, for result.json's environment (e.g. how the training step was compiled)."""

@@ -67,7 +67,7 @@ class TrainStep(Task):
             params, state = self.optimizer.update(params, grads, state, np.sqrt, convention)
         return {f"trained/{k}": v for k, v in params.items()}
 
-    def metrics(self, time_median_s: float) -> dict[str, float]:
+    def metrics(self, time_median_s: float, samples: dict[str, list]) -> dict[str, float]:
         return {"steps_per_s": 1.0 / time_median_s}
 
     def describe(self, setup: Setup) -> dict[str, str]:

@@ -1,0 +1,98 @@
+"""Op family `decoder` in JAX (model=gpt2): the prompt's step (prefill) and the one-token decode step each under
+jax.jit, the key/value cache donated to them and written in place with dynamic_update_slice, as JAX decoders
+(keras_hub's, MaxText's) are written. BENCHMARKS.md compares this with the whole decode in one jitted
+lax.fori_loop."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from runner.backends.jax_backend import DTYPES, _jax_device
+
+
+def affine(x: jax.Array, weight: jax.Array, bias: jax.Array) -> jax.Array:
+    return x @ weight + bias  # weight (in, out): GPT-2's Conv1D
+
+
+def gelu_tanh(x: jax.Array) -> jax.Array:
+    return jax.nn.gelu(x, approximate=True)
+
+
+def embed(table: jax.Array, ids: jax.Array) -> jax.Array:
+    return jnp.take(table, ids, axis=0)
+
+
+def positions_embedded(table: jax.Array, start, ids: jax.Array) -> jax.Array:
+    return jax.lax.dynamic_slice_in_dim(table, start, ids.shape[1], axis=0)
+
+
+def unembed(x: jax.Array, table: jax.Array) -> jax.Array:
+    return x @ table.T
+
+
+def split_heads(qkv: jax.Array, heads: int) -> tuple[jax.Array, ...]:
+    batch, seq, three_d = qkv.shape
+    split = qkv.reshape(batch, seq, 3, heads, three_d // 3 // heads).transpose(2, 0, 3, 1, 4)
+    return split[0], split[1], split[2]
+
+
+def merge_heads(x: jax.Array) -> jax.Array:
+    batch, heads, seq, size = x.shape
+    return x.transpose(0, 2, 1, 3).reshape(batch, seq, heads * size)
+
+
+def causal_attention(q: jax.Array, k: jax.Array, v: jax.Array, start) -> jax.Array:
+    scores = jnp.einsum("bhqd,bhkd->bhqk", q, k) / jnp.sqrt(jnp.asarray(q.shape[-1], q.dtype))
+    seen = jnp.arange(k.shape[-2])[None, :] <= start + jnp.arange(q.shape[-2])[:, None]
+    weights = jax.nn.softmax(jnp.where(seen, scores, -jnp.inf), axis=-1)
+    return jnp.einsum("bhqk,bhkd->bhqd", weights, v)
+
+
+def write_cache(buffer: jax.Array, new: jax.Array, start) -> jax.Array:
+    zero = jnp.zeros((), jnp.asarray(start).dtype)
+    return jax.lax.dynamic_update_slice(buffer, new.astype(buffer.dtype), (zero, zero, start, zero))
+
+
+def last_position(x: jax.Array) -> jax.Array:
+    return x[:, -1]
+
+
+def greedy(logits: jax.Array) -> jax.Array:
+    return jnp.argmax(logits, axis=-1)[:, None]
+
+
+def token_ids(array: np.ndarray, device: str) -> jax.Array:
+    return jax.device_put(np.asarray(array, np.int32), _jax_device(device))
+
+
+def position(start: int, device: str) -> jax.Array:
+    return jax.device_put(np.int32(start), _jax_device(device))
+
+
+def new_cache(layers: int, shape: tuple[int, ...], dtype: str, device: str) -> list:
+    zeros = np.zeros(shape, np.dtype(DTYPES[dtype]))
+    return [[jax.device_put(zeros, _jax_device(device)) for _ in range(2)] for _ in range(layers)]
+
+
+def decoder_step(fn: Callable, params: dict, cache: list, mode: str, device: str) -> Callable:
+    """step(ids, start) -> (logits, next ids). Under jit (mode=function, xla) the cache is donated: XLA writes the
+    step's keys and values into the same buffers; the holder `cache` then names the returned arrays."""
+    compiled = fn if mode == "eager" else jax.jit(fn, donate_argnums=(1,))
+
+    def step(ids: jax.Array, start) -> tuple[jax.Array, jax.Array]:
+        logits, next_ids, written = compiled(params, cache, ids, start)
+        cache[:] = [list(kv) for kv in written]
+        return logits, next_ids
+
+    step.compiled = compiled  # type: ignore[attr-defined]  # read by compilations()
+    return step
+
+
+def compilations(step: Callable) -> int | None:
+    """How many times the step was compiled (once for its one input shape: more means recompiling); None in eager."""
+    size = getattr(getattr(step, "compiled", None), "_cache_size", None)
+    return size() if size else None

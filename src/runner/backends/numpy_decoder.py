@@ -1,0 +1,92 @@
+"""Op family `decoder` in NumPy, written out (model=gpt2): the float64 reference and backend=numpy's generation."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from runner.backends.numpy_backend import DTYPES
+
+
+def affine(x: np.ndarray, weight: np.ndarray, bias: np.ndarray) -> np.ndarray:
+    return x @ weight + bias  # weight (in, out): GPT-2's Conv1D
+
+
+def gelu_tanh(x: np.ndarray) -> np.ndarray:
+    c = np.asarray(np.sqrt(2 / np.pi), x.dtype)
+    return 0.5 * x * (1 + np.tanh(c * (x + np.asarray(0.044715, x.dtype) * x**3)))
+
+
+def embed(table: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    return table[ids]
+
+
+def positions_embedded(table: np.ndarray, start: int, ids: np.ndarray) -> np.ndarray:
+    return table[start : start + ids.shape[1]]
+
+
+def unembed(x: np.ndarray, table: np.ndarray) -> np.ndarray:
+    return x @ table.T
+
+
+def split_heads(qkv: np.ndarray, heads: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(batch, seq, 3 d) -> queries, keys, values, each (batch, heads, seq, d / heads)."""
+    batch, seq, three_d = qkv.shape
+    split = qkv.reshape(batch, seq, 3, heads, three_d // 3 // heads).transpose(2, 0, 3, 1, 4)
+    return split[0], split[1], split[2]
+
+
+def merge_heads(x: np.ndarray) -> np.ndarray:
+    batch, heads, seq, size = x.shape
+    return x.transpose(0, 2, 1, 3).reshape(batch, seq, heads * size)
+
+
+def causal_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, start: int) -> np.ndarray:
+    """Queries at positions start, start + 1, ... over keys at 0 .. k's length - 1: key j is seen by the query at
+    position i where j <= i (those after it are masked: in a cache, not written yet)."""
+    scores = (q @ k.swapaxes(-1, -2)) * np.asarray(1 / np.sqrt(q.shape[-1]), q.dtype)
+    seen = np.arange(k.shape[-2])[None, :] <= start + np.arange(q.shape[-2])[:, None]
+    scores = np.where(seen, scores, -np.inf)
+    weights = np.exp(scores - scores.max(-1, keepdims=True))
+    return (weights / weights.sum(-1, keepdims=True)) @ v
+
+
+def write_cache(buffer: np.ndarray, new: np.ndarray, start: int) -> np.ndarray:
+    buffer[:, :, start : start + new.shape[2]] = new  # in place
+    return buffer
+
+
+def last_position(x: np.ndarray) -> np.ndarray:
+    return x[:, -1]
+
+
+def greedy(logits: np.ndarray) -> np.ndarray:
+    return logits.argmax(-1)[:, None]
+
+
+def token_ids(array: np.ndarray, device: str) -> np.ndarray:
+    return np.asarray(array, np.int64)
+
+
+def position(start: int, device: str) -> int:
+    return start
+
+
+def new_cache(layers: int, shape: tuple[int, ...], dtype: str, device: str) -> list:
+    return [[np.zeros(shape, DTYPES[dtype]) for _ in range(2)] for _ in range(layers)]
+
+
+def decoder_step(fn: Callable, params: dict, cache: list, mode: str, device: str) -> Callable:
+    """fn(params, cache, ids, start) -> (logits, next ids, cache) as a step(ids, start); the cache is written in
+    place."""
+
+    def step(ids: np.ndarray, start: int) -> tuple[np.ndarray, np.ndarray]:
+        logits, next_ids, _ = fn(params, cache, ids, start)
+        return logits, next_ids
+
+    return step
+
+
+def compilations(step: Callable) -> int | None:
+    return None  # nothing is compiled

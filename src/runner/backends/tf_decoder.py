@@ -1,0 +1,101 @@
+"""Op family `decoder` in TensorFlow (model=gpt2): the key/value cache in tf.Variables of fixed shape, written in
+place at each step's positions, and each step in one tf.function (XLA-compiled in mode=xla) whose inputs keep one
+shape from token to token, so it is traced once (`tf_function_traces` in the record says so)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import tensorflow as tf
+
+from runner.backends.tensorflow_backend import DTYPES, _tf_device
+
+
+def affine(x: tf.Tensor, weight: tf.Tensor, bias: tf.Tensor) -> tf.Tensor:
+    return tf.tensordot(x, weight, 1) + bias  # weight (in, out): GPT-2's Conv1D, as Keras's Dense takes rank 3
+
+
+def gelu_tanh(x: tf.Tensor) -> tf.Tensor:
+    """tf.nn.gelu(approximate=True)'s formula with its constants made in x's dtype (tf.nn.gelu rounds them to
+    float32 first, off by about 1e-9 in float64)."""
+    c, a = tf.constant(np.sqrt(2 / np.pi), x.dtype), tf.constant(0.044715, x.dtype)
+    return 0.5 * x * (1 + tf.tanh(c * (x + a * x**3)))
+
+
+def embed(table: tf.Tensor, ids: tf.Tensor) -> tf.Tensor:
+    return tf.gather(table, ids)
+
+
+def positions_embedded(table: tf.Tensor, start, ids: tf.Tensor) -> tf.Tensor:
+    return tf.gather(table, start + tf.range(tf.shape(ids)[1]))
+
+
+def unembed(x: tf.Tensor, table: tf.Tensor) -> tf.Tensor:
+    return tf.tensordot(x, table, [[x.shape.rank - 1], [1]])
+
+
+def split_heads(qkv: tf.Tensor, heads: int) -> list[tf.Tensor]:
+    batch, seq, three_d = qkv.shape
+    split = tf.reshape(qkv, (-1, seq, 3, heads, three_d // 3 // heads))
+    return tf.unstack(tf.transpose(split, (2, 0, 3, 1, 4)))
+
+
+def merge_heads(x: tf.Tensor) -> tf.Tensor:
+    _, heads, seq, size = x.shape
+    return tf.reshape(tf.transpose(x, (0, 2, 1, 3)), (-1, seq, heads * size))
+
+
+def causal_attention(q: tf.Tensor, k, v, start) -> tf.Tensor:
+    """Keras MultiHeadAttention's computation: queries scaled, einsum to scores, masked softmax, einsum to values."""
+    scores = tf.einsum("bhqd,bhkd->bhqk", q * tf.constant(1 / np.sqrt(q.shape[-1]), q.dtype), k)
+    seen = tf.range(k.shape[-2])[None, :] <= start + tf.range(q.shape[-2])[:, None]
+    weights = tf.nn.softmax(tf.where(seen, scores, tf.constant(-np.inf, scores.dtype)), axis=-1)
+    return tf.einsum("bhqk,bhkd->bhqd", weights, v)
+
+
+def write_cache(buffer: tf.Variable, new: tf.Tensor, start) -> tf.Variable:
+    buffer[:, :, start : start + new.shape[2]].assign(new)
+    return buffer
+
+
+def last_position(x: tf.Tensor) -> tf.Tensor:
+    return x[:, -1]
+
+
+def greedy(logits: tf.Tensor) -> tf.Tensor:
+    return tf.argmax(logits, axis=-1, output_type=tf.int32)[:, None]
+
+
+def token_ids(array: np.ndarray, device: str) -> tf.Tensor:
+    with tf.device(_tf_device(device)):
+        return tf.identity(tf.constant(np.asarray(array, np.int32)))
+
+
+def position(start: int, device: str) -> tf.Tensor:
+    with tf.device(_tf_device(device)):
+        return tf.identity(tf.constant(start, tf.int32))
+
+
+def new_cache(layers: int, shape: tuple[int, ...], dtype: str, device: str) -> list:
+    with tf.device(_tf_device(device)):
+        return [[tf.Variable(tf.zeros(shape, DTYPES[dtype]), trainable=False) for _ in range(2)] for _ in range(layers)]
+
+
+def decoder_step(fn: Callable, params: dict, cache: list, mode: str, device: str) -> Callable:
+    """step(ids, start) -> (logits, next ids); the weights and the cache's variables are captured, not arguments
+    (tf.function would flatten a dict argument on every call), and the cache is written in place."""
+
+    def step(ids: tf.Tensor, start) -> tuple[tf.Tensor, tf.Tensor]:
+        logits, next_ids, _ = fn(params, cache, ids, start)
+        return logits, next_ids
+
+    if mode == "eager":
+        return step
+    return tf.function(step, jit_compile=mode == "xla")
+
+
+def compilations(step: Callable) -> int | None:
+    """How many times the step was traced (once for its one input shape: more means retracing); None in eager."""
+    count = getattr(step, "experimental_get_tracing_count", None)
+    return count() if count else None

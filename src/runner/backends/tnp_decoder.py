@@ -1,0 +1,63 @@
+"""Op family `decoder` in tf.experimental.numpy (model=gpt2): the arithmetic in NumPy's words; the cache, its
+writes and the tf.function around each step are TensorFlow's (runner.backends.tf_decoder), as tnp code uses them."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from runner.backends.tf_decoder import (  # noqa: F401 - re-exported: the op family's function set
+    compilations,
+    decoder_step,
+    new_cache,
+    position,
+    token_ids,
+    write_cache,
+)
+from runner.backends.tnp_backend import tnp
+
+
+def affine(x, weight, bias):
+    return tnp.matmul(x, weight) + bias
+
+
+def gelu_tanh(x):
+    return 0.5 * x * (1 + tnp.tanh(float(np.sqrt(2 / np.pi)) * (x + 0.044715 * x**3)))
+
+
+def embed(table, ids):
+    return tnp.take(table, ids, axis=0)
+
+
+def positions_embedded(table, start, ids):
+    return tnp.take(table, start + tnp.arange(ids.shape[1]), axis=0)
+
+
+def unembed(x, table):
+    return tnp.matmul(x, tnp.transpose(table))
+
+
+def split_heads(qkv, heads: int):
+    batch, seq, three_d = qkv.shape
+    split = tnp.transpose(tnp.reshape(qkv, (-1, seq, 3, heads, three_d // 3 // heads)), (2, 0, 3, 1, 4))
+    return split[0], split[1], split[2]
+
+
+def merge_heads(x):
+    _, heads, seq, size = x.shape
+    return tnp.reshape(tnp.transpose(x, (0, 2, 1, 3)), (-1, seq, heads * size))
+
+
+def causal_attention(q, k, v, start):
+    scores = tnp.matmul(q, tnp.swapaxes(k, -1, -2)) / float(np.sqrt(q.shape[-1]))
+    seen = tnp.arange(k.shape[-2])[None, :] <= start + tnp.arange(q.shape[-2])[:, None]
+    scores = tnp.where(seen, scores, -np.inf)
+    weights = tnp.exp(scores - tnp.max(scores, axis=-1, keepdims=True))
+    return tnp.matmul(weights / tnp.sum(weights, axis=-1, keepdims=True), v)
+
+
+def last_position(x):
+    return x[:, -1]
+
+
+def greedy(logits):
+    return tnp.argmax(logits, axis=-1)[:, None]

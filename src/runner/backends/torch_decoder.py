@@ -1,0 +1,99 @@
+"""Op family `decoder` in PyTorch (model=gpt2): a preallocated (static) key/value cache written with index_copy_,
+scaled_dot_product_attention over it, and the decode step under torch.compile in mode=function (CUDA graphs,
+torch.compile's reduce-overhead mode, on cuda), as HF's static cache runs GPT-2."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from runner.backends.torch_backend import DTYPES
+
+
+def affine(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    return torch.matmul(x, weight) + bias  # weight (in, out): GPT-2's Conv1D
+
+
+def gelu_tanh(x: torch.Tensor) -> torch.Tensor:
+    return F.gelu(x, approximate="tanh")
+
+
+def embed(table: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    return F.embedding(ids, table)
+
+
+def positions_embedded(table: torch.Tensor, start, ids: torch.Tensor) -> torch.Tensor:
+    return F.embedding(_positions(start, ids.shape[1], table.device), table)
+
+
+def unembed(x: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
+    return F.linear(x, table)  # table (vocab, d) is the head's (out, in)
+
+
+def split_heads(qkv: torch.Tensor, heads: int) -> tuple[torch.Tensor, ...]:
+    batch, seq, three_d = qkv.shape
+    return qkv.view(batch, seq, 3, heads, three_d // 3 // heads).permute(2, 0, 3, 1, 4).unbind(0)
+
+
+def merge_heads(x: torch.Tensor) -> torch.Tensor:
+    batch, heads, seq, size = x.shape
+    return x.transpose(1, 2).reshape(batch, seq, heads * size)
+
+
+def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, start) -> torch.Tensor:
+    seen = torch.arange(k.shape[-2], device=q.device)[None, :] <= _positions(start, q.shape[-2], q.device)[:, None]
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=seen)
+
+
+def write_cache(buffer: torch.Tensor, new: torch.Tensor, start) -> torch.Tensor:
+    return buffer.index_copy_(2, _positions(start, new.shape[2], buffer.device), new)
+
+
+def _positions(start, count: int, device) -> torch.Tensor:
+    return start + torch.arange(count, device=device)
+
+
+def last_position(x: torch.Tensor) -> torch.Tensor:
+    return x[:, -1]
+
+
+def greedy(logits: torch.Tensor) -> torch.Tensor:
+    return logits.argmax(-1, keepdim=True)
+
+
+def token_ids(array: np.ndarray, device: str) -> torch.Tensor:
+    return torch.from_numpy(np.asarray(array, np.int64)).to(device)
+
+
+def position(start: int, device: str) -> torch.Tensor:
+    return torch.tensor(start, device=device)
+
+
+def new_cache(layers: int, shape: tuple[int, ...], dtype: str, device: str) -> list:
+    return [[torch.zeros(shape, dtype=DTYPES[dtype], device=device) for _ in range(2)] for _ in range(layers)]
+
+
+def decoder_step(fn: Callable, params: dict, cache: list, mode: str, device: str) -> Callable:
+    """step(ids, start) -> (logits, next ids), the cache written in place. mode=function: torch.compile with static
+    shapes (the prompt's and one token's: two graphs, not one with a dynamic length); on cuda its reduce-overhead
+    mode, whose CUDA graphs need the cache at a fixed address (torch._dynamo.mark_static_address)."""
+    if mode == "function":
+        if device == "cuda":
+            for buffer in (b for layer in cache for b in layer):
+                torch._dynamo.mark_static_address(buffer)
+        fn = torch.compile(fn, dynamic=False, mode="reduce-overhead" if device == "cuda" else None)
+
+    @torch.inference_mode()
+    def step(ids: torch.Tensor, start) -> tuple[torch.Tensor, torch.Tensor]:
+        logits, next_ids, _ = fn(params, cache, ids, start)
+        return logits, next_ids
+
+    return step
+
+
+def compilations(step: Callable) -> int | None:
+    """Not read from torch.compile (its counters are process-wide): None."""
+    return None

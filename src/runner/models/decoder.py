@@ -1,0 +1,181 @@
+"""A GPT-2 language model, written once against the backend ops of family `decoder` (model=gpt2, task=generate).
+
+    ids (batch, seq) token ids
+    x = wte[ids] + wpe[positions]                                       token and learned position embeddings
+    for each layer i:  x = x + c_proj(attention(c_attn(ln_1(x))))      causal multi-head self-attention
+                       x = x + mlp.c_proj(gelu_tanh(mlp.c_fc(ln_2(x))))  GPT-2's GELU: the tanh approximation
+    logits = ln_f(x) @ wte.T                                            the head tied to the token embedding
+
+Weights carry GPT-2's own names and layout (its checkpoint's `h.0.attn.c_attn.weight` is (in, out), a Conv1D), kept
+as they are on every backend (`own_layout`), so `model.weights=` takes a GPT-2 state dict saved locally.
+
+Generation keeps a key/value cache of fixed shape, (batch, heads, context, head size) per layer and for keys and
+values, written at each step's positions; attention runs over the whole buffer with the positions not yet written
+masked, as static caches do (HF's StaticCache, keras_hub's), so a compiled decode step has one shape for every token.
+Without a cache (`forward`), the same attention runs over the sequence's own keys and values.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from runner.config import ConfigError, require_positive
+from runner.models import Workload
+
+
+def gpt2_spec(layers: int, d_model: int, vocab_size: int, context: int) -> dict[str, tuple]:
+    """{GPT-2 checkpoint name: shape}: embeddings, the blocks, the final norm (the head is the token embedding)."""
+    spec: dict[str, tuple] = {"wte.weight": (vocab_size, d_model), "wpe.weight": (context, d_model)}
+    for i in range(layers):
+        p = f"h.{i}."
+        for norm in ("ln_1", "ln_2"):
+            spec[p + f"{norm}.weight"] = spec[p + f"{norm}.bias"] = (d_model,)
+        spec[p + "attn.c_attn.weight"], spec[p + "attn.c_attn.bias"] = (d_model, 3 * d_model), (3 * d_model,)
+        spec[p + "attn.c_proj.weight"], spec[p + "attn.c_proj.bias"] = (d_model, d_model), (d_model,)
+        spec[p + "mlp.c_fc.weight"], spec[p + "mlp.c_fc.bias"] = (d_model, 4 * d_model), (4 * d_model,)
+        spec[p + "mlp.c_proj.weight"], spec[p + "mlp.c_proj.bias"] = (4 * d_model, d_model), (d_model,)
+    spec["ln_f.weight"] = spec["ln_f.bias"] = (d_model,)
+    return spec
+
+
+class Decoder(Workload):
+    name = "gpt2"
+    own_layout = True  # GPT-2's (in, out) projections and (vocab, d) embeddings on every backend
+    spec: dict[str, tuple]  # always: set in __init__
+
+    def __init__(
+        self,
+        layers: int = 2,
+        d_model: int = 64,
+        heads: int = 4,
+        vocab_size: int = 512,
+        context: int = 128,
+        prompt_len: int = 16,
+    ):
+        require_positive(
+            layers=layers, d_model=d_model, heads=heads, vocab_size=vocab_size, context=context, prompt_len=prompt_len
+        )
+        if d_model % heads:
+            raise ConfigError(
+                f"model.d_model={d_model} is not divisible by model.heads={heads}: each head takes d_model / heads "
+                "features"
+            )
+        if prompt_len > context:
+            raise ConfigError(f"model.prompt_len={prompt_len} is longer than the model's context ({context} tokens)")
+        self.layers, self.d_model, self.heads = layers, d_model, heads
+        self.vocab_size, self.context, self.prompt_len = vocab_size, context, prompt_len
+        self.spec = gpt2_spec(layers, d_model, vocab_size, context)
+
+    def init_params(self, rng: np.random.Generator) -> dict[str, np.ndarray]:
+        """GPT-2's initialisation: N(0, 0.02), the residual branches' last projections scaled by 1/sqrt(2 layers);
+        biases and norms mildly off their defaults, so every parameter matters to the checks."""
+        residual_scale = 1 / np.sqrt(2 * self.layers)
+        params = {}
+        for name, shape in self.spec.items():
+            if len(shape) == 2:
+                scale = residual_scale if name.endswith("c_proj.weight") else 1.0
+                params[name] = 0.02 * scale * rng.standard_normal(shape)
+            elif name.endswith("weight"):  # a norm's scale
+                params[name] = 1 + 0.1 * rng.standard_normal(shape)
+            else:
+                params[name] = 0.02 * rng.standard_normal(shape)
+        return params
+
+    def make_inputs(self, rng: np.random.Generator, batch_size: int) -> dict[str, np.ndarray]:
+        """A seeded prompt: (batch, prompt_len) token ids drawn uniformly from the vocabulary."""
+        return {"x": rng.integers(0, self.vocab_size, (batch_size, self.prompt_len))}
+
+    def examples_per_call(self, batch_size: int) -> int:
+        return batch_size
+
+    def size_setting(self, batch_size: int) -> str:
+        return f"model.prompt_len={self.prompt_len} batch_size={batch_size}"
+
+    def check_length(self, length: int, setting: str) -> None:
+        """Refuse a sequence (prompt and new tokens) longer than the learned positions."""
+        if length > self.context:
+            raise ConfigError(
+                f"{setting}: {length} tokens do not fit the model's context of {self.context} positions "
+                f"(model.context): lower them"
+            )
+
+    # -- written once, run on every backend's ops --------------------------------------------
+
+    def forward(self, ops: Any, params: dict, x: Any) -> Any:
+        """Logits (batch, seq, vocab) of a whole sequence of ids, without a cache."""
+        h = self._embed(ops, params, x, 0)
+        for i in range(self.layers):
+            h, _ = self._block(ops, params, i, h, None, 0)
+        return self._logits(ops, params, h)
+
+    def step(self, ops: Any, params: dict, cache: list, ids: Any, start: Any) -> tuple[Any, Any, list]:
+        """One generation step with the cache: ids (batch, t) at positions start .. start + t - 1 (the prompt at 0,
+        or one new token) -> (the last position's logits (batch, vocab), the greedy next ids (batch, 1), the cache
+        with this step's keys and values written)."""
+        h = self._embed(ops, params, ids, start)
+        written = []
+        for i in range(self.layers):
+            h, kv = self._block(ops, params, i, h, cache[i], start)
+            written.append(kv)
+        logits = self._logits(ops, params, ops.last_position(h))
+        return logits, ops.greedy(logits), written
+
+    def _embed(self, ops: Any, params: dict, ids: Any, start: Any) -> Any:
+        return ops.embed(params["wte.weight"], ids) + ops.positions_embedded(params["wpe.weight"], start, ids)
+
+    def _block(self, ops: Any, p: dict, i: int, x: Any, cache: Any, start: Any) -> tuple[Any, Any]:
+        n = f"h.{i}."
+        h = ops.layer_norm(x, p[n + "ln_1.weight"], p[n + "ln_1.bias"])
+        q, k, v = ops.split_heads(ops.affine(h, p[n + "attn.c_attn.weight"], p[n + "attn.c_attn.bias"]), self.heads)
+        if cache is not None:  # this step's keys and values join those before them
+            k, v = ops.write_cache(cache[0], k, start), ops.write_cache(cache[1], v, start)
+        attended = ops.merge_heads(ops.causal_attention(q, k, v, start))
+        x = x + ops.affine(attended, p[n + "attn.c_proj.weight"], p[n + "attn.c_proj.bias"])
+        h = ops.layer_norm(x, p[n + "ln_2.weight"], p[n + "ln_2.bias"])
+        h = ops.gelu_tanh(ops.affine(h, p[n + "mlp.c_fc.weight"], p[n + "mlp.c_fc.bias"]))
+        return x + ops.affine(h, p[n + "mlp.c_proj.weight"], p[n + "mlp.c_proj.bias"]), (k, v)
+
+    def _logits(self, ops: Any, params: dict, h: Any) -> Any:
+        return ops.unembed(ops.layer_norm(h, params["ln_f.weight"], params["ln_f.bias"]), params["wte.weight"])
+
+    def cache_shape(self, batch_size: int, length: int) -> tuple[int, int, int, int]:
+        """One layer's keys (or values): (batch, heads, length, head size)."""
+        return batch_size, self.heads, length, self.d_model // self.heads
+
+    # -- the float64 reference ----------------------------------------------------------------
+
+    def own_reference(self, request: dict[str, Any], params: dict, inputs: dict) -> dict[str, np.ndarray] | None:
+        """task=inference: the logits in float64 numpy (token ids stay integers)."""
+        from runner.backends import numpy_backend
+
+        if request["task"] != "inference":
+            return None
+        params64 = {k: np.asarray(v, np.float64) for k, v in params.items()}
+        return {"outputs/y": self.forward(numpy_backend, params64, np.asarray(inputs["x"]))}
+
+    # -- sizes: the memory check and the cost note ------------------------------------------
+
+    def array_elements(self, batch_size: int, task: str, per_example: bool) -> dict[str, int]:
+        """Weights, the prompt, the logits of a whole sequence and one layer's activations (inference)."""
+        return self.generation_elements(batch_size, self.prompt_len, 0)
+
+    def generation_elements(self, batch_size: int, length: int, new_tokens: int) -> dict[str, int]:
+        """Weights, the prompt, each step's logits kept for the check, the cache of `length` positions (counted as
+        activations: what the generation holds meanwhile) and one layer's activations over the prompt."""
+        weights = sum(int(np.prod(shape)) for shape in self.spec.values())
+        tokens = batch_size * self.prompt_len
+        cache = self.layers * 2 * int(np.prod(self.cache_shape(batch_size, length)))
+        layer = tokens * 12 * self.d_model + 2 * batch_size * self.heads * self.prompt_len * length
+        logits = batch_size * max(new_tokens, self.prompt_len) * self.vocab_size
+        return {"weights": weights, "inputs": tokens, "results": logits, "activations": cache + layer}
+
+    def task_flops(self, batch_size: int, task: str) -> float:
+        return self.generation_flops(batch_size, self.prompt_len, 0)
+
+    def generation_flops(self, batch_size: int, prompt_len: int, new_tokens: int) -> float:
+        """Multiply-adds x 2 of the prefill and each new token (attention over the whole cache buffer)."""
+        d, length = self.d_model, prompt_len + new_tokens
+        per_token = self.layers * (2 * 12 * d * d + 4 * length * d) + 2 * d * self.vocab_size
+        return float(batch_size * per_token * (prompt_len + max(new_tokens - 1, 0)))

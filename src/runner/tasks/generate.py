@@ -1,0 +1,185 @@
+"""task=generate: greedy generation with a key/value cache, timed token by token (model=gpt2).
+
+One timed call is one whole generation for the batch: the prompt's step (prefill), which makes the first new token,
+then `new_tokens - 1` decode steps, each taking the token before it. Every token is brought to the host as it is made,
+as a server streams it, and the clock is read there: the first token's time is the time to first token (TTFT), each
+later one's the time per output token (TPOT). The `token_latency_s` series keeps them beside every timing sample, a
+row per sample (the mean over the sample's calls, one call where a generation outlasts a block), so they travel with
+the samples through interleaved rounds and worker processes and reach tensors.h5 as `timings/token_latency_s`.
+
+Checked: every step's logits against a float64 NumPy recomputation of the whole sequence without a cache (the
+generated tokens fed back in), and the greedy tokens against that reference's wherever its top two logits are
+further apart than twice the logits' error (there, the argmax cannot differ); the backend's own recomputation
+without a cache against its cached steps.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+import numpy as np
+
+from runner.config import require_positive
+from runner.tasks import Setup, Task, TaskRun, errors_vs_reference, float64, with_workload_warnings
+
+TOKEN_SERIES = "token_latency_s"
+
+
+class Generation:
+    """The timed call: prefill, then the decode steps, the cache reused from call to call (the positions a call has
+    not written are masked, so what an earlier call left there is never read)."""
+
+    def __init__(self, setup: Setup, new_tokens: int, clock: Callable[[], float] = time.perf_counter):
+        b, workload, device = setup.backend, setup.workload, setup.device
+        self.backend, self.clock, self.prompt = b, clock, setup.inputs["x"]
+        batch, prompt_len = (int(n) for n in self.prompt.shape)
+        shape = workload.cache_shape(batch, prompt_len + new_tokens)
+        self.cache = b.new_cache(workload.layers, shape, setup.dtype, device)
+        step = partial(workload.step, b)
+        self.prefill = b.decoder_step(step, setup.params, self.cache, setup.mode, device)
+        self.decode = b.decoder_step(step, setup.params, self.cache, setup.mode, device)
+        self.starts = [b.position(prompt_len + i, device) for i in range(new_tokens - 1)]
+        self.zero = b.position(0, device)
+        self.latencies: list[list[float]] = []  # per call: seconds to each token
+        self.first_logits: list[np.ndarray] | None = None  # the first call's logits of every step, on the host
+
+    def __call__(self) -> np.ndarray:
+        """One generation: the new tokens, (batch, new_tokens), on the host."""
+        b, clock = self.backend, self.clock
+        keep = self.first_logits is None
+        kept: list[np.ndarray] = []
+        latencies = []
+        began = clock()
+        logits, ids = self.prefill(self.prompt, self.zero)
+        tokens = [b.to_numpy(ids)]
+        latencies.append(clock() - began)
+        for start in self.starts:
+            if keep:
+                kept.append(b.to_numpy(logits))  # between the clock reads: untimed
+            began = clock()
+            logits, ids = self.decode(ids, start)
+            tokens.append(b.to_numpy(ids))
+            latencies.append(clock() - began)
+        if keep:
+            self.first_logits = [*kept, b.to_numpy(logits)]
+        self.latencies.append(latencies)
+        return np.concatenate(tokens, axis=1)
+
+    def compilations(self) -> dict[str, str]:
+        """How often the prefill and the decode step were traced or compiled, where the framework says."""
+        counts = {"prefill": self.backend.compilations(self.prefill), "decode": self.backend.compilations(self.decode)}
+        return {f"{step}_compilations": str(n) for step, n in counts.items() if n is not None}
+
+
+class TokenLatencies:
+    """`token_latency_s`, a per-sample series (runner.measure.samples.Series's methods: tasks sit below measure):
+    a row per timing sample, the seconds to each new token (the first: TTFT), averaged over the sample's calls."""
+
+    def __init__(self, generation: Generation):
+        self.generation = generation
+        self.mark = 0
+
+    def start(self) -> None:
+        pass
+
+    def before_block(self) -> None:
+        self.mark = len(self.generation.latencies)
+
+    def after_block(self, calls: int) -> list[float]:
+        return np.mean(self.generation.latencies[self.mark :], axis=0).tolist()
+
+    def end(self, values: list) -> list:
+        return values
+
+    def metrics(self) -> dict[str, float]:
+        return {}  # Generate.metrics reads every process's rows
+
+
+class Generate(Task):
+    """Greedy generation of `new_tokens` tokens after the model's prompt: outputs/tokens and outputs/logits."""
+
+    like = "generate"
+
+    def __init__(self, name: str, new_tokens: int = 16):
+        super().__init__(name)
+        require_positive(new_tokens=new_tokens)
+        self.new_tokens = new_tokens
+        self.batch_size = 0  # known once built
+
+    def build(self, setup: Setup) -> TaskRun:
+        batch, prompt_len = setup.inputs["x"].shape
+        self.batch_size = int(batch)
+        setup.workload.check_length(int(prompt_len) + self.new_tokens, "model.prompt_len + task.new_tokens")
+        generation = Generation(setup, self.new_tokens)
+        self.generation = generation
+        return TaskRun(
+            generation,
+            partial(_results, generation),
+            with_workload_warnings(setup),
+            series={TOKEN_SERIES: TokenLatencies(generation)},
+        )
+
+    def agreement(self, setup: Setup, params: dict, inputs: dict, results: dict) -> dict[str, float]:
+        """Every step's logits against float64 NumPy's over the prompt and the tokens generated, without a cache; the
+        tokens against that reference's greedy choice where it is decided; the backend's own logits without a cache
+        against its cached steps."""
+        from runner.backends import numpy_backend
+
+        tokens, logits = results["outputs/tokens"], results["outputs/logits"]
+        sequence = np.concatenate([inputs["x"], tokens[:, :-1]], axis=1)  # each step's input: the tokens before it
+        start = inputs["x"].shape[1] - 1
+        reference = setup.workload.forward(numpy_backend, float64(params), sequence)[:, start:]
+        metrics = errors_vs_reference({"outputs/logits": logits}, {"outputs/logits": reference})
+        metrics.update(token_agreement(tokens, reference, metrics["max_abs_err_vs_reference"]))
+        forward, _ = setup.model()
+        again = setup.backend.to_numpy(forward(setup.params, setup.backend.token_ids(sequence, setup.device)))
+        recomputed = errors_vs_reference({"l": logits}, {"l": np.asarray(again[:, start:], np.float64)})
+        metrics["cache_vs_recompute_max_rel_err"] = recomputed["max_rel_err_vs_reference"]
+        return metrics
+
+    def array_elements(self, workload: Any, batch_size: int, per_example: bool) -> dict[str, int] | None:
+        return workload.generation_elements(batch_size, workload.prompt_len + self.new_tokens, self.new_tokens)
+
+    def flops(self, workload: Any, batch_size: int) -> float | None:
+        return workload.generation_flops(batch_size, workload.prompt_len, self.new_tokens)
+
+    def describe(self, setup: Setup) -> dict[str, str]:
+        return self.generation.compilations() if hasattr(self, "generation") else {}
+
+    def metrics(self, time_median_s: float, samples: dict[str, list]) -> dict[str, float]:
+        """TTFT, TPOT's percentiles over every token of every sample, tokens per second (end to end, and of the decode
+        steps alone)."""
+        rows = np.asarray(samples.get(TOKEN_SERIES) or [], dtype=float)
+        metrics = {"tokens_per_s": self.batch_size * self.new_tokens / time_median_s}
+        if rows.ndim != 2 or not len(rows):
+            return metrics
+        metrics["ttft_s"] = float(np.median(rows[:, 0]))
+        if rows.shape[1] > 1:
+            decode = rows[:, 1:]
+            p50, p90, p99 = np.percentile(decode, [50, 90, 99])
+            metrics.update(tpot_p50_s=float(p50), tpot_p90_s=float(p90), tpot_p99_s=float(p99))
+            metrics["decode_tokens_per_s"] = self.batch_size / float(np.median(decode.mean(axis=1)))
+        return metrics
+
+
+def token_agreement(tokens: np.ndarray, reference_logits: np.ndarray, error: float) -> dict[str, float]:
+    """tokens_decided: how many steps the reference's top two logits are further apart than twice the logits' largest
+    error (there the argmax cannot differ: every logit is off by less than half the gap); tokens_differ: how many of
+    those chose another token than the reference (0 unless greedy decoding is wrong); first_undecided_token: the
+    first step that is not decided (-1: none), where another backend may fairly choose otherwise."""
+    top_two = np.sort(reference_logits, axis=-1)[..., -2:]
+    decided = top_two[..., 1] - top_two[..., 0] > 2 * error
+    differ = decided & (tokens != reference_logits.argmax(-1))
+    undecided = np.flatnonzero(~decided.all(axis=0))
+    return {
+        "tokens_decided": float(decided.sum()),
+        "tokens_differ": float(differ.sum()),
+        "first_undecided_token": float(undecided[0]) if undecided.size else -1.0,
+    }
+
+
+def _results(generation: Generation, tokens: np.ndarray) -> dict[str, np.ndarray]:
+    return {"outputs/tokens": tokens, "outputs/logits": np.stack(generation.first_logits or [], axis=1)}

@@ -45,6 +45,9 @@ class Workload:
     # task=train_step through the workload's own training API instead of the backend's (model=keras: Keras's
     # train_on_batch), with Backend.train_step's arguments and result and its OPTIMIZER_CONVENTION beside it
     train_step: Callable[..., tuple[Callable, Callable[[], dict]]] | None = None
+    # task=generate through the workload's own generation API (keras_hub's generate()): generate(backend, params,
+    # prompt, new_tokens) -> the new tokens (batch, new_tokens) in numpy; its tokens are timed as a whole
+    generate: Callable[[Any, dict, Any, int], np.ndarray] | None = None
 
     def init_params(self, rng: np.random.Generator) -> Params:
         raise NotImplementedError

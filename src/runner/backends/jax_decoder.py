@@ -81,7 +81,7 @@ def new_cache(layers: int, shape: tuple[int, ...], dtype: str, device: str) -> l
 def decoder_step(fn: Callable, params: dict, cache: list, mode: str, device: str) -> Callable:
     """step(ids, start) -> (logits, next ids). Under jit (mode=function, xla) the cache is donated: XLA writes the
     step's keys and values into the same buffers; the holder `cache` then names the returned arrays."""
-    compiled = fn if mode == "eager" else jax.jit(fn, donate_argnums=(1,))
+    compiled = fn if mode == "eager" else jax.jit(_own(fn), donate_argnums=(1,))
 
     def step(ids: jax.Array, start) -> tuple[jax.Array, jax.Array]:
         logits, next_ids, written = compiled(params, cache, ids, start)
@@ -90,6 +90,12 @@ def decoder_step(fn: Callable, params: dict, cache: list, mode: str, device: str
 
     step.compiled = compiled  # type: ignore[attr-defined]  # read by compilations()
     return step
+
+
+def _own(fn: Callable) -> Callable:
+    """fn as a function of its own: jax.jit keeps one cache per function, so the prefill's and the decode step's
+    compilations are counted apart."""
+    return lambda *args: fn(*args)
 
 
 def compilations(step: Callable) -> int | None:

@@ -174,3 +174,10 @@ def test_the_terminal_ends_on_the_answer_with_a_pooled_table_only_where_seeds_we
     lines = console.export_text().strip().splitlines()
     assert lines[-1] == pooled.sentence(answer.pooled)
     assert any(line.startswith("Seeds pooled") for line in lines) == (seeds > 1)
+
+
+def test_a_generation_sweep_says_the_time_per_token_of_the_fastest():
+    frame = sweep({"numpy": 2e-3, "jax": 5e-4})
+    frame["metrics.tpot_p50_s"] = np.where(frame["params.backend.name"] == "jax", 1.3e-4, 5e-4)
+    said = pooled.sentence(pooled.pool(frame))
+    assert said.startswith("jax fastest (") and f" a generation, {format_seconds(1.3e-4)} a token); numpy " in said

@@ -173,3 +173,11 @@ def test_task_inference_gives_the_logits_of_the_prompt(tmp_path):
     outcome = run_and_record(cfg, tmp_path)
     assert outcome.status == "FINISHED", outcome.error
     assert outcome.metrics["within_reference_tolerance"] == 1.0
+
+
+def test_the_report_draws_each_runs_time_per_token(tmp_path):
+    from runner.report import runs_from_dirs, write_report
+
+    run(tmp_path / "run", "backend=numpy")
+    written = write_report(runs_from_dirs([tmp_path / "run"]), tmp_path / "report")
+    assert tmp_path / "report" / "token_latency.png" in written

@@ -29,7 +29,13 @@ from runner.report.frames import (
     table,
     work_keys,
 )
-from runner.report.plots import plot_speedup_vs_size, plot_speedups, plot_time_vs_size, plot_times
+from runner.report.plots import (
+    plot_speedup_vs_size,
+    plot_speedups,
+    plot_time_vs_size,
+    plot_times,
+    plot_token_latency,
+)
 from runner.report.pooled import Answer, answer
 
 __all__ = [
@@ -66,6 +72,7 @@ def write_report(frame: pd.DataFrame, out_dir: Path) -> list[Path]:
         plot_time_vs_size(frame, out_dir / "time_vs_size.png"),
         plot_speedups(frame, out_dir / "speedup.png"),
         plot_speedup_vs_size(frame, out_dir / "speedup_vs_size.png"),
+        plot_token_latency(frame, out_dir / "token_latency.png"),
     )
     return written + [p for p in plots if p is not None]
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from runner.record.result import Status
@@ -267,6 +268,35 @@ def _ratios_by_size(timed: pd.DataFrame) -> pd.DataFrame:
         for (name, _), c in zip(series, found, strict=True):
             ratios.setdefault(name, {})[size] = c.ratio
     return pd.DataFrame(ratios).sort_index()
+
+
+def plot_token_latency(frame: pd.DataFrame, path: Path) -> Path | None:
+    """task=generate: each run's time per token against the token's position (the median over its samples; the
+    first token is the prefill's), one panel per workload; None where no run on this machine recorded them."""
+    from runner.record.result import read_timings
+
+    timed = _timed(frame)
+    rows = {i: read_timings(Path(d), "token_latency_s") for i, d in timed.get("run_dir", pd.Series()).items()}
+    rows = {i: r for i, r in rows.items() if r is not None and r.ndim == 2 and not np.isnan(r).all()}
+    if not rows:
+        return None
+    from matplotlib.ticker import FuncFormatter, MaxNLocator
+
+    groups = workloads(timed.loc[list(rows)], PANEL_KEYS)
+    plt = _pyplot()
+    fig, axes = plt.subplots(len(groups), 1, figsize=(9, 3.5 * len(groups)), squeeze=False)
+    for ax, (title, group) in zip(axes[:, 0], groups, strict=True):
+        for (i, _), label in zip(group.iterrows(), _panel_labels(group), strict=True):
+            ax.plot(np.arange(1, rows[i].shape[1] + 1), np.nanmedian(rows[i], axis=0), marker=".", label=label)
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: format_seconds(value)))
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_ylim(bottom=0)
+        ax.set_title(title, loc="left", fontsize=10)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
+    axes[-1, 0].set_xlabel("new token (1: the first, after the prompt's prefill)")
+    fig.suptitle("Time to each new token (median over the samples)")
+    return _save(fig, path)
 
 
 def _size_label(timed: pd.DataFrame) -> str:

@@ -197,7 +197,7 @@ def full_size_vision(command: Command) -> bool:
 
 def preset_transformer(command: Command) -> bool:
     """Whether the command builds a BERT-base or GPT-2-small sized transformer: over 100 million weights."""
-    return bool(re.search(r"\bmodel=transformer_(bert_base|gpt2_small)\b", " ".join(command.args)))
+    return bool(re.search(r"\bmodel=(transformer_bert_base|(transformer_)?gpt2_small)\b", " ".join(command.args)))
 
 
 @functools.cache

@@ -11,7 +11,24 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from runner.backends.jax_backend import DTYPES, _jax_device
+__all__ = [  # op family `decoder` (runner.backends.DecoderOps): what its backend module takes in
+    "affine",
+    "causal_attention",
+    "compilations",
+    "decoder_step",
+    "embed",
+    "gelu_tanh",
+    "greedy",
+    "last_position",
+    "merge_heads",
+    "new_cache",
+    "position",
+    "positions_embedded",
+    "split_heads",
+    "token_ids",
+    "unembed",
+    "write_cache",
+]
 
 
 def affine(x: jax.Array, weight: jax.Array, bias: jax.Array) -> jax.Array:
@@ -74,7 +91,7 @@ def position(start: int, device: str) -> jax.Array:
 
 
 def new_cache(layers: int, shape: tuple[int, ...], dtype: str, device: str) -> list:
-    zeros = np.zeros(shape, np.dtype(DTYPES[dtype]))
+    zeros = np.zeros(shape, jnp.dtype(dtype))
     return [[jax.device_put(zeros, _jax_device(device)) for _ in range(2)] for _ in range(layers)]
 
 
@@ -90,6 +107,10 @@ def decoder_step(fn: Callable, params: dict, cache: list, mode: str, device: str
 
     step.compiled = compiled  # type: ignore[attr-defined]  # read by compilations()
     return step
+
+
+def _jax_device(device: str) -> jax.Device:
+    return jax.devices("gpu" if device == "cuda" else "cpu")[0]
 
 
 def _own(fn: Callable) -> Callable:

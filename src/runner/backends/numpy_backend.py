@@ -216,23 +216,4 @@ def _method(table: dict, method: str, what: str):
     return table[method]
 
 
-# -- op family `decoder` (model=gpt2): in runner.backends.numpy_decoder, imported with the backend -------------
-
-from runner.backends.numpy_decoder import (  # noqa: E402, F401 - the backend's function set
-    affine,
-    causal_attention,
-    compilations,
-    decoder_step,
-    embed,
-    gelu_tanh,
-    greedy,
-    last_position,
-    merge_heads,
-    new_cache,
-    position,
-    positions_embedded,
-    split_heads,
-    token_ids,
-    unembed,
-    write_cache,
-)
+from runner.backends.numpy_decoder import *  # noqa: E402, F403 - op family `decoder` (model=gpt2)

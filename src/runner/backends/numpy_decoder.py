@@ -6,7 +6,24 @@ from collections.abc import Callable
 
 import numpy as np
 
-from runner.backends.numpy_backend import DTYPES
+__all__ = [  # op family `decoder` (runner.backends.DecoderOps): what its backend module takes in
+    "affine",
+    "causal_attention",
+    "compilations",
+    "decoder_step",
+    "embed",
+    "gelu_tanh",
+    "greedy",
+    "last_position",
+    "merge_heads",
+    "new_cache",
+    "position",
+    "positions_embedded",
+    "split_heads",
+    "token_ids",
+    "unembed",
+    "write_cache",
+]
 
 
 def affine(x: np.ndarray, weight: np.ndarray, bias: np.ndarray) -> np.ndarray:
@@ -74,7 +91,7 @@ def position(start: int, device: str) -> int:
 
 
 def new_cache(layers: int, shape: tuple[int, ...], dtype: str, device: str) -> list:
-    return [[np.zeros(shape, DTYPES[dtype]) for _ in range(2)] for _ in range(layers)]
+    return [[np.zeros(shape, np.dtype(dtype)) for _ in range(2)] for _ in range(layers)]
 
 
 def decoder_step(fn: Callable, params: dict, cache: list, mode: str, device: str) -> Callable:

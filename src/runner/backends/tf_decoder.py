@@ -9,7 +9,24 @@ from collections.abc import Callable
 import numpy as np
 import tensorflow as tf
 
-from runner.backends.tensorflow_backend import DTYPES, _tf_device
+__all__ = [  # op family `decoder` (runner.backends.DecoderOps): what its backend module takes in
+    "affine",
+    "causal_attention",
+    "compilations",
+    "decoder_step",
+    "embed",
+    "gelu_tanh",
+    "greedy",
+    "last_position",
+    "merge_heads",
+    "new_cache",
+    "position",
+    "positions_embedded",
+    "split_heads",
+    "token_ids",
+    "unembed",
+    "write_cache",
+]
 
 
 def affine(x: tf.Tensor, weight: tf.Tensor, bias: tf.Tensor) -> tf.Tensor:
@@ -79,7 +96,9 @@ def position(start: int, device: str) -> tf.Tensor:
 
 def new_cache(layers: int, shape: tuple[int, ...], dtype: str, device: str) -> list:
     with tf.device(_tf_device(device)):
-        return [[tf.Variable(tf.zeros(shape, DTYPES[dtype]), trainable=False) for _ in range(2)] for _ in range(layers)]
+        return [
+            [tf.Variable(tf.zeros(shape, tf.as_dtype(dtype)), trainable=False) for _ in range(2)] for _ in range(layers)
+        ]
 
 
 def decoder_step(fn: Callable, params: dict, cache: list, mode: str, device: str) -> Callable:
@@ -93,6 +112,10 @@ def decoder_step(fn: Callable, params: dict, cache: list, mode: str, device: str
     if mode == "eager":
         return step
     return tf.function(step, jit_compile=mode == "xla")
+
+
+def _tf_device(device: str) -> str:
+    return "/GPU:0" if device == "cuda" else "/CPU:0"
 
 
 def compilations(step: Callable) -> int | None:

@@ -4,6 +4,7 @@ writes and the tf.function around each step are TensorFlow's (runner.backends.tf
 from __future__ import annotations
 
 import numpy as np
+import tensorflow as tf
 
 from runner.backends.tf_decoder import (  # noqa: F401 - re-exported: the op family's function set
     compilations,
@@ -13,7 +14,28 @@ from runner.backends.tf_decoder import (  # noqa: F401 - re-exported: the op fam
     token_ids,
     write_cache,
 )
-from runner.backends.tnp_backend import tnp
+
+tnp = tf.experimental.numpy
+
+
+__all__ = [  # op family `decoder` (runner.backends.DecoderOps): what its backend module takes in
+    "affine",
+    "causal_attention",
+    "compilations",
+    "decoder_step",
+    "embed",
+    "gelu_tanh",
+    "greedy",
+    "last_position",
+    "merge_heads",
+    "new_cache",
+    "position",
+    "positions_embedded",
+    "split_heads",
+    "token_ids",
+    "unembed",
+    "write_cache",
+]
 
 
 def affine(x, weight, bias):

@@ -350,23 +350,4 @@ def data_pointer(array) -> int:
     return array.data_ptr() if isinstance(array, torch.Tensor) else array.__array_interface__["data"][0]
 
 
-# -- op family `decoder` (model=gpt2): in runner.backends.torch_decoder, imported with the backend -------------
-
-from runner.backends.torch_decoder import (  # noqa: E402, F401 - the backend's function set
-    affine,
-    causal_attention,
-    compilations,
-    decoder_step,
-    embed,
-    gelu_tanh,
-    greedy,
-    last_position,
-    merge_heads,
-    new_cache,
-    position,
-    positions_embedded,
-    split_heads,
-    token_ids,
-    unembed,
-    write_cache,
-)
+from runner.backends.torch_decoder import *  # noqa: E402, F403 - op family `decoder` (model=gpt2)

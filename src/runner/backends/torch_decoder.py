@@ -10,7 +10,24 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from runner.backends.torch_backend import DTYPES
+__all__ = [  # op family `decoder` (runner.backends.DecoderOps): what its backend module takes in
+    "affine",
+    "causal_attention",
+    "compilations",
+    "decoder_step",
+    "embed",
+    "gelu_tanh",
+    "greedy",
+    "last_position",
+    "merge_heads",
+    "new_cache",
+    "position",
+    "positions_embedded",
+    "split_heads",
+    "token_ids",
+    "unembed",
+    "write_cache",
+]
 
 
 def affine(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
@@ -73,7 +90,7 @@ def position(start: int, device: str) -> torch.Tensor:
 
 
 def new_cache(layers: int, shape: tuple[int, ...], dtype: str, device: str) -> list:
-    return [[torch.zeros(shape, dtype=DTYPES[dtype], device=device) for _ in range(2)] for _ in range(layers)]
+    return [[torch.zeros(shape, dtype=getattr(torch, dtype), device=device) for _ in range(2)] for _ in range(layers)]
 
 
 def decoder_step(fn: Callable, params: dict, cache: list, mode: str, device: str) -> Callable:

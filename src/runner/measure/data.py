@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 import zlib
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from omegaconf import DictConfig
@@ -43,6 +44,13 @@ def load_inputs(data_cfg: DictConfig, workload, rng: np.random.Generator, batch_
         x = read_hdf5(Path(data_cfg.path), data_cfg.dataset, batch_size, crop)
         return _with_labels(workload, rng, x, data_cfg.path)
     return _with_labels(workload, rng, _stack(images, data_cfg.path), data_cfg.path)
+
+
+def place_input(backend: Any, array: np.ndarray, device: str, dtype: str) -> Any:
+    """An input on the device: in the run's dtype, or as token ids where it holds integers (model=gpt2)."""
+    if np.issubdtype(array.dtype, np.integer):
+        return backend.token_ids(array, device)
+    return backend.asarray(array, device, dtype)
 
 
 def _with_labels(workload, rng: np.random.Generator, x: np.ndarray, source: str) -> dict[str, np.ndarray]:

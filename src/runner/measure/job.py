@@ -80,7 +80,7 @@ def _run_job(spec: JobSpec, before_timing: Callable[[], object], turns: Turns | 
 
 def _prepare(spec: JobSpec, progress: ProgressLine) -> Prepared:
     from runner.measure import limits
-    from runner.measure.data import load_inputs
+    from runner.measure.data import load_inputs, place_input
     from runner.measure.samples import build_series
     from runner.measure.timing import keep_freed_memory
     from runner.models import build_workload, check_known_wrong
@@ -103,7 +103,7 @@ def _prepare(spec: JobSpec, progress: ProgressLine) -> Prepared:
     rng = np.random.default_rng(spec.seed)
     state, weights_s = _place_weights(spec, workload, backend, device, rng)
     inputs64 = load_inputs(spec.data_settings, workload, rng, spec.batch_size)
-    inputs = {k: _place_input(backend, v, device, c["dtype"]) for k, v in inputs64.items()}
+    inputs = {k: place_input(backend, v, device, c["dtype"]) for k, v in inputs64.items()}
     params = {k: v for k, v in state.items() if workload.trainable(k)}
     constants = {k: v for k, v in state.items() if not workload.trainable(k)}  # e.g. batch-norm running statistics
     progress.phase("building the task (tracing where the mode compiles)")
@@ -133,13 +133,6 @@ def _prepare(spec: JobSpec, progress: ProgressLine) -> Prepared:
         timing=timing,
         precision_env=precision_env,
     )
-
-
-def _place_input(backend: ModuleType, array: np.ndarray, device: str, dtype: str) -> Any:
-    """An input on the device: in the run's dtype, or as token ids where it holds integers (model=gpt2)."""
-    if np.issubdtype(array.dtype, np.integer):
-        return backend.token_ids(array, device)
-    return backend.asarray(array, device, dtype)
 
 
 def _start_backend(spec: JobSpec, workload, progress: ProgressLine) -> tuple[ModuleType, str, dict, float]:

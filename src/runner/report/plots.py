@@ -276,8 +276,8 @@ def plot_token_latency(frame: pd.DataFrame, path: Path) -> Path | None:
     from runner.record.result import read_timings
 
     timed = _timed(frame)
-    rows = {i: read_timings(Path(d), "token_latency_s") for i, d in timed.get("run_dir", pd.Series()).items()}
-    rows = {i: r for i, r in rows.items() if r is not None and r.ndim == 2 and not np.isnan(r).all()}
+    read = {i: read_timings(Path(d), "token_latency_s") for i, d in timed.get("run_dir", pd.Series()).items()}
+    rows = {i: r for i, r in read.items() if r is not None and r.ndim == 2 and not np.isnan(r).all()}
     if not rows:
         return None
     from matplotlib.ticker import FuncFormatter, MaxNLocator

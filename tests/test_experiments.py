@@ -28,6 +28,7 @@ COVERED_IN_PROCESS = {
     "horse2zebra": "test_vision.py::test_cyclegan_on_an_image_writes_png",
     "tensor_conversion": "test_numerics.py::test_the_conversion_and_reshape_variants_say_whether_they_copy",
     "view_vs_reshape": "test_numerics.py::test_the_conversion_and_reshape_variants_say_whether_they_copy",
+    "generation": "test_generation.py::test_every_backend_generates_the_reference_tokens",
 }
 
 
@@ -65,5 +66,8 @@ def test_experiment_runs_as_one_command(scratch, tmp_path, name):
         assert copied[("torch", "view")] == 0.0 and copied[("torch", "transpose_contiguous")] == 1.0
         assert copied[("numpy", "reshape")] == 0.0 and copied[("numpy", "transpose_reshape")] == 1.0
         assert copied[("jax", "transpose")] == 1.0  # jax arrays are immutable buffers: XLA writes a new one
+    if name == "generation":
+        assert all(r["metrics"]["tokens_differ"] == 0 for r in results)
+        assert " a token)" in result.stdout  # the answer names the fastest's time per token
     if name == "horse2zebra":
         assert all((tmp_path / "sweep" / str(job) / "images" / "000.png").exists() for job in range(len(results)))

@@ -181,3 +181,13 @@ def test_the_report_draws_each_runs_time_per_token(tmp_path):
     run(tmp_path / "run", "backend=numpy")
     written = write_report(runs_from_dirs([tmp_path / "run"]), tmp_path / "report")
     assert tmp_path / "report" / "token_latency.png" in written
+
+
+def test_reduced_precision_is_the_runs_dtype_and_mixed_policies_are_refused(tmp_path):
+    outcome = run(tmp_path / "bf16", "backend=jax", "mode=function", "dtype=bfloat16")
+    assert outcome.metrics["within_reference_tolerance"] == 1.0 and outcome.metrics["tokens_differ"] == 0
+    cfg = compose([*FAST, "model=gpt2", "task=generate", "backend=torch", "precision=bf16_mixed", "tracking=none"])
+    refused = run_and_record(cfg, tmp_path / "mixed")
+    assert refused.error == (
+        "model=gpt2 runs only precision=full or precision=default or precision=tf32, not precision=bf16_mixed"
+    )

@@ -38,6 +38,8 @@ class Generation:
         batch, prompt_len = (int(n) for n in self.prompt.shape)
         shape = workload.cache_shape(batch, prompt_len + new_tokens)
         self.cache = b.new_cache(workload.layers, shape, setup.dtype, device)
+        itemsize = 2 if setup.dtype == "bfloat16" else np.dtype(setup.dtype).itemsize
+        self.cache_bytes = workload.layers * 2 * int(np.prod(shape)) * itemsize
         step = partial(workload.step, b)
         self.prefill = b.decoder_step(step, setup.params, self.cache, setup.mode, device)
         self.decode = b.decoder_step(step, setup.params, self.cache, setup.mode, device)
@@ -129,6 +131,7 @@ class Generate(Task):
         require_positive(new_tokens=new_tokens)
         self.new_tokens = new_tokens
         self.batch_size = 0  # known once built
+        self.generation: Generation | WholeGeneration | None = None
 
     def build(self, setup: Setup) -> TaskRun:
         batch, prompt_len = setup.inputs["x"].shape
@@ -172,13 +175,15 @@ class Generate(Task):
         return workload.generation_flops(batch_size, workload.prompt_len, self.new_tokens)
 
     def describe(self, setup: Setup) -> dict[str, str]:
-        return self.generation.compilations() if hasattr(self, "generation") else {}
+        return self.generation.compilations() if self.generation else {}
 
     def metrics(self, time_median_s: float, samples: dict[str, list]) -> dict[str, float]:
         """TTFT, TPOT's percentiles over every token of every sample, tokens per second (end to end, and of the decode
-        steps alone)."""
+        steps alone), the key/value cache's size."""
         rows = np.asarray(samples.get(TOKEN_SERIES) or [], dtype=float)
         metrics = {"tokens_per_s": self.batch_size * self.new_tokens / time_median_s}
+        if isinstance(self.generation, Generation):
+            metrics["kv_cache_mb"] = self.generation.cache_bytes / 1e6
         if rows.ndim != 2 or not len(rows) or np.isnan(rows).all():  # no rows, or not observable
             return metrics
         metrics["ttft_s"] = float(np.median(rows[:, 0]))

@@ -32,6 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+import generation_loops  # noqa: E402 - beside this file
 import train_loops  # noqa: E402 - beside this file
 import transformer_loops  # noqa: E402 - beside this file
 
@@ -43,6 +44,7 @@ PAIRED_BUDGETS = 3  # the paired phase lasts this many budgets ...
 MIN_PAIRS = 15  # ... and at least this many pairs (resnet18 at 0.8 s a call: 5 pairs could not tell 1.07 from 0.99)
 BACKENDS = ("numpy", "torch", "tensorflow", "jax")
 TRANSFORMER = transformer_loops.OVERRIDES  # 2 layers, d_model 256, 4 heads, seq_len 128, batch 8
+GENERATION = generation_loops.OVERRIDES  # GPT-2: 2 layers, d_model 128, prompt 16 + 16 new tokens, batch 1
 WORKLOADS = {  # row -> the runner's overrides
     "mlp_gradients_eager": ("model=mlp", "task=gradients", "mode=eager"),
     "mlp_gradients_compiled": ("model=mlp", "task=gradients", "mode=function"),
@@ -54,6 +56,8 @@ WORKLOADS = {  # row -> the runner's overrides
     "transformer_gradients": (*TRANSFORMER, "task=gradients", "mode=eager"),
     "mlp_train_step_eager": ("model=mlp", "task=train_step", "optimizer=sgd", "mode=eager"),
     "mlp_train_step_compiled": ("model=mlp", "task=train_step", "optimizer=sgd", "mode=function"),
+    generation_loops.EAGER: (*GENERATION, "mode=eager"),
+    generation_loops.COMPILED: (*GENERATION, "mode=function"),
 }
 BATCH, N = 32, 1000  # the MLP's batch (the runner's default) and the matmul's size, as in WORKLOADS
 Loops = dict[str, list[tuple[str, Callable[[], object]]]]  # row -> [(idiom, call)]
@@ -129,6 +133,7 @@ def torch_loops(device: str) -> Loops:
         "matmul": [("a @ a", lambda: a @ a)],
         **transformer_loops.torch_transformer_loops(device),
         **train_loops.torch_train_loops(device),
+        **generation_loops.torch_generation_loops(device),
     }
 
 
@@ -183,6 +188,7 @@ def tensorflow_loops(device: str) -> Loops:
         "matmul": [("tf.matmul(a, a)", lambda: tf.matmul(a, a))],
         **transformer_loops.tensorflow_transformer_loops(device),
         **train_loops.tensorflow_train_loops(device),
+        **generation_loops.tensorflow_generation_loops(device),
     }
 
 
@@ -245,6 +251,7 @@ def jax_loops(device: str) -> Loops:
         ],
         "matmul": [("a @ a", lambda: ready(a @ a))],
         **train_loops.jax_train_loops(device),
+        **generation_loops.jax_generation_loops(device),
     }
 
 
@@ -271,22 +278,23 @@ def runner_step(cfg) -> tuple[Callable[[], object], Callable[[], None]]:
     """The call the runner times for this config, built as `runner.measure.job.run_job` builds it."""
     from runner.backends import load_backend
     from runner.config import choices
-    from runner.measure.data import load_inputs
-    from runner.models import build_workload, initial_weights
+    from runner.measure.data import load_inputs, place_input
+    from runner.models import backend_for, build_workload, initial_weights
     from runner.tasks import Setup, build_task
 
     c = choices(cfg)
-    backend = load_backend(cfg.backend.module)
-    device = backend.prepare(c["device"], c["dtype"])
     workload = build_workload(cfg.model)
+    backend = backend_for(workload, load_backend(cfg.backend.module))  # own_layout: GPT-2's weights as they are
+    device = backend.prepare(c["device"], c["dtype"])
     rng = np.random.default_rng(cfg.seed)
     weights = initial_weights(cfg.model, workload, rng)
     state = {k: backend.asarray(backend.to_native_layout(v), device, c["dtype"]) for k, v in weights.items()}
     inputs64 = load_inputs(cfg.data, workload, rng, cfg.batch_size)
-    inputs = {k: backend.asarray(v, device, c["dtype"]) for k, v in inputs64.items()}
+    inputs = {k: place_input(backend, v, device, c["dtype"]) for k, v in inputs64.items()}  # ids stay integers
     params = {k: v for k, v in state.items() if workload.trainable(k)}
     constants = {k: v for k, v in state.items() if not workload.trainable(k)}
-    setup = Setup(backend, workload, c["mode"], device, params, inputs, constants, bool(cfg.mode.per_example))
+    per_example = bool(cfg.mode.per_example)
+    setup = Setup(backend, workload, c["mode"], device, params, inputs, constants, per_example, dtype=c["dtype"])
     return build_task(cfg.task).build(setup).step, backend.synchronizer(device)
 
 
@@ -333,6 +341,8 @@ def measure_row(backend: str, device: str, row: str, idiom: str, call, budget: f
     cfg = compose_row(backend, device, row, budget)
     job = run_job(JobSpec.of(cfg)).metrics  # the runner's own number for the row, as a user gets it
     step, sync = runner_step(cfg)
+    if row in generation_loops.ROWS:  # the same tokens, or the two sides do not do the same work
+        generation_loops.same_tokens(step(), call(), row)
     ours, theirs = paired_blocks(step, call, sync, PAIRED_BUDGETS * budget)
     ratios = sorted(x / y for x, y in zip(ours, theirs, strict=True))
     return {
@@ -408,7 +418,7 @@ def table_row(r: dict) -> str:
     )
 
 
-FINDINGS = (  # measured on 2026-11-23 with this script's pairing, 1 thread, on the shared 2-core VM
+FINDINGS = (  # measured on 2026-11-23 (and as each says) with this script's pairing, 1 thread, on the shared 2-core VM
     "What parity found and what changed (the numbers are one measurement, 1 intra-op thread):",
     "",
     "- torch gradients were timed through `torch.func.grad`; a user writes `torch.autograd.grad` on leaf tensors. "
@@ -445,6 +455,37 @@ FINDINGS = (  # measured on 2026-11-23 with this script's pairing, 1 thread, on 
     "`MultiHeadAttention`, `LayerNormalization` and `Dense` in inference and 0.87 in gradients (the same "
     "computation, plus Keras's layer calls and three separate `EinsumDense` projections): the runner keeps the "
     "einsum form, which is also what `MultiHeadAttention` computes inside.",
+    "- GPT-2 generation rows (model=gpt2 task=generate: 2 layers, d_model 128, 4 heads, vocab 2048, a 16-token prompt "
+    "and 16 new tokens, batch 1, float32, greedy with a static cache; measured three times on 2026-11-26 on the "
+    "2-core AMD EPYC VM, load average 3.0-5.0, by `parity.py --threads 1 --backends torch,tensorflow,jax --rows "
+    "gpt2_generate_eager,gpt2_generate_compiled --out -`, apart from the rows above) against generation loops written "
+    "by hand in `benchmarks/generation_loops.py`, each token fetched to the host at every step as the runner streams "
+    "it (the tokens asserted equal to the runner's, every step's logits checked against float64 without a cache). "
+    "torch eager (static cache written by `index_copy_`, `F.scaled_dot_product_attention` with a boolean mask over "
+    "the whole cache): 1.170 (1.138-1.218, 87 pairs), 1.157 (1.098-1.226) and 1.111 (1.027-1.236), MISSES the target. "
+    "The cause is in the runner's torch decoder ops: every op that takes the step's `start` rebuilds its positions "
+    "(`start + torch.arange(count)`: the position embedding and each cache write, 5 a step at 2 layers) and every "
+    "layer rebuilds the mask (`arange(cache length) <= positions`), 9 `torch.arange` a step at ~11 µs each with their "
+    "adds and compares (~0.17 ms of a 1-2 ms step, per `torch.profiler` and timeit); the hand loop makes both once a "
+    "step, as HF (cache_position, one causal mask) and nanoGPT do. With the runner's ops patched in a scratch "
+    "process: as they are 1.162 and 1.143, `torch.arange` cached per length 1.072 and 1.048, positions and mask made "
+    "once a step 0.938 and 0.945. TensorFlow (one `tf.function` step over `tf.Variable` weights, caches and "
+    "position): 0.932 (0.907-0.949), 0.910 (0.829-1.008) and 0.940 (0.902-0.967). JAX (jitted prefill and decode "
+    "step, cache donated): 1.049 (0.952-1.235), 1.043 (0.964-1.338, re-measured, first attempt 1.059) and, at load 5, "
+    "1.154 (1.030-1.399, first attempt 1.144): on the target's edge, with the widest spread of the three. Taken apart "
+    "in direct pairs at load 5, no piece of the runner's is 5%: its jitted steps called in a bare loop / the hand "
+    "loop 0.999-1.026, its `to_numpy` / `np.asarray` 1.003-1.016 (the bfloat16 dtype check: 1.6 µs a token), its "
+    "`Generation` loop (clock reads, bookkeeping) / that bare loop 0.996-1.005. The JAX hand loop first fetched each "
+    "token with `jax.device_get` (0.772): that costs 0.37 ms more a step than `np.asarray` (1.10 against 0.73 ms a "
+    "decode step), so both sides now use `np.asarray`. Per-step jit against the whole decode in one jitted "
+    "`lax.fori_loop` (`generation_loops.py --threads 1`, same pairing): per step / fori_loop = 1.933 (1.710-2.136), "
+    "1.931 (1.698-2.110) and 1.970 (1.749-2.384), 5.9-7.2 against 3.2-3.6 ms; fetching every token is 1.16x of it "
+    "(per step with the tokens fetched at the end: 1.71x fori_loop), the rest is a jit dispatch a token (~0.19 ms: "
+    "the weights' dict flattened, the cache donated, an executable launched). The runner keeps per-step jit: it "
+    "streams and times each token (TTFT, TPOT), which a fori_loop only gives at the end (its first token comes with "
+    "the last); fori_loop is the choice where only the whole sequence is wanted, by a margin that is per-token "
+    "overhead and narrows as the model grows. torch mode=function is not a row: its two graphs compile in ~66 s on "
+    "this VM (then 18.6 ms a generation, eager's time).",
 )
 
 
@@ -495,6 +536,7 @@ def conditions(args, load_before: float, load_after: float) -> str:
         f"before, {load_after:.2f} after); Python {platform.python_version()}; budget {args.budget:g} s "
         f"(paired phase {PAIRED_BUDGETS * args.budget:g} s per row); "
         f"{threads}; float32; MLP batch {BATCH}; matmul n={N}; transformer {transformer_loops.describe()}; "
+        f"GPT-2 generation {generation_loops.describe()}; "
         f"{datetime.date.today().isoformat()}."
     )
 

@@ -12,7 +12,7 @@
 #   3. the cuda parity rows (benchmarks/parity.py --device cuda, torch, and JAX where it sees the GPU);
 #   4. python3 -m pytest -m gpu, with --junitxml (each test's outcome, a skip's reason) and -rA, in what is left
 #      (its slowest tests come last in tests/test_gpu.py);
-#   5. the compiled parity rows (torch.compile: tens of seconds a row), if time is left;
+#   5. the compiled parity rows (torch.compile: tens of seconds a row) and the generation rows, if time is left;
 #   6. writes summary.md (scripts/gpu_check_summary.py): the GPU's name and driver, each test's result, the
 #      parity rows, the sweep's answer line and the bfloat16 matmul's TFLOP/s against the chip's peak.
 # The output folder is $OUT when set (what a lent GPU machine sends back: 8 files at most, so it gets 5), else
@@ -35,7 +35,8 @@ PARITY_S=90
 PYTEST_S=330
 PARITY_COMPILED_S=60
 PARITY_ROWS=matmul,mlp_inference,mlp_gradients_eager,mlp_jacobian,resnet18_inference_b8,transformer_inference,transformer_gradients,mlp_train_step_eager
-PARITY_COMPILED_ROWS=mlp_gradients_compiled,mlp_train_step_compiled  # torch.compile: tens of seconds a row
+# torch.compile: tens of seconds a row; GPT-2 generation: JAX compiles a prefill and a decode step
+PARITY_COMPILED_ROWS=mlp_gradients_compiled,mlp_train_step_compiled,gpt2_generate_eager,gpt2_generate_compiled
 
 usage() { echo "usage: scripts/gpu-check.sh [--out DIR] [--dry-run]"; }
 

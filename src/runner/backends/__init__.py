@@ -177,7 +177,7 @@ class DecoderOps(Protocol):
     """Op family `decoder`: what the GPT-2 decoder and its generation are written with (runner.models.decoder).
     Weights keep GPT-2's layout on every backend: projections (in, out), embeddings (vocab, d). Activations are
     (batch, seq, d); heads (batch, heads, seq, head size). `start` is a step's first position, a python int or what
-    `position` made of one."""
+    `position` made of one; `where` is what step_index made of it."""
 
     def layer_norm(self, x: Any, weight: Any, bias: Any, eps: float = 1e-5) -> Any: ...
 
@@ -190,8 +190,17 @@ class DecoderOps(Protocol):
     def embed(self, table: Any, ids: Any) -> Any:
         """The rows of table (vocab, d) for integer ids (batch, seq)."""
 
-    def positions_embedded(self, table: Any, start: Any, ids: Any) -> Any:
-        """The rows start .. start + seq - 1 of the position table."""
+    def step_index(self, start: Any, ids: Any) -> Any:
+        """Where a step's ids (batch, seq) go: positions start .. start + seq - 1, in the form this backend's
+        positions_embedded, write_cache and attention_mask take (its start, or the positions themselves), made once
+        a step."""
+
+    def attention_mask(self, where: Any, queries: int, keys: int) -> Any:
+        """(queries, keys) booleans: the query at position p sees the keys at positions 0 .. p (in a cache, the
+        positions not written yet are masked)."""
+
+    def positions_embedded(self, table: Any, where: Any, ids: Any) -> Any:
+        """The rows of the position table at the step's positions."""
 
     def unembed(self, x: Any, table: Any) -> Any:
         """x @ table.T: the head tied to the token embedding."""
@@ -201,13 +210,13 @@ class DecoderOps(Protocol):
 
     def merge_heads(self, x: Any) -> Any: ...
 
-    def causal_attention(self, q: Any, k: Any, v: Any, start: Any) -> Any:
-        """Queries at positions start, start + 1, ... over keys at positions 0, 1, ...: a key is seen by the queries
-        at its position and after (in a cache, the positions not written yet are masked)."""
+    def causal_attention(self, q: Any, k: Any, v: Any, mask: Any) -> Any:
+        """Scaled dot-product attention of q (batch, heads, queries, size) over k, v (batch, heads, keys, size) where
+        the mask (attention_mask) allows."""
 
-    def write_cache(self, buffer: Any, new: Any, start: Any) -> Any:
-        """`new` (batch, heads, t, size) written at positions start .. start + t - 1 of the buffer: the buffer
-        after the write (the same object where the framework writes in place)."""
+    def write_cache(self, buffer: Any, new: Any, where: Any) -> Any:
+        """`new` (batch, heads, t, size) written at the step's positions of the buffer: the buffer after the write
+        (the same object where the framework writes in place)."""
 
     def last_position(self, x: Any) -> Any: ...
 

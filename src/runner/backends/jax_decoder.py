@@ -13,6 +13,7 @@ import numpy as np
 
 __all__ = [  # op family `decoder` (runner.backends.DecoderOps): what its backend module takes in
     "affine",
+    "attention_mask",
     "causal_attention",
     "compilations",
     "decoder_step",
@@ -25,6 +26,7 @@ __all__ = [  # op family `decoder` (runner.backends.DecoderOps): what its backen
     "position",
     "positions_embedded",
     "split_heads",
+    "step_index",
     "token_ids",
     "unembed",
     "write_cache",
@@ -43,8 +45,16 @@ def embed(table: jax.Array, ids: jax.Array) -> jax.Array:
     return jnp.take(table, ids, axis=0)
 
 
-def positions_embedded(table: jax.Array, start, ids: jax.Array) -> jax.Array:
-    return jax.lax.dynamic_slice_in_dim(table, start, ids.shape[1], axis=0)
+def step_index(start, ids: jax.Array):
+    return start  # dynamic_slice and dynamic_update_slice take it
+
+
+def attention_mask(where, queries: int, keys: int) -> jax.Array:
+    return jnp.arange(keys)[None, :] <= where + jnp.arange(queries)[:, None]
+
+
+def positions_embedded(table: jax.Array, where, ids: jax.Array) -> jax.Array:
+    return jax.lax.dynamic_slice_in_dim(table, where, ids.shape[1], axis=0)
 
 
 def unembed(x: jax.Array, table: jax.Array) -> jax.Array:
@@ -62,16 +72,15 @@ def merge_heads(x: jax.Array) -> jax.Array:
     return x.transpose(0, 2, 1, 3).reshape(batch, seq, heads * size)
 
 
-def causal_attention(q: jax.Array, k: jax.Array, v: jax.Array, start) -> jax.Array:
+def causal_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.Array:
     scores = jnp.einsum("bhqd,bhkd->bhqk", q, k) / jnp.sqrt(jnp.asarray(q.shape[-1], q.dtype))
-    seen = jnp.arange(k.shape[-2])[None, :] <= start + jnp.arange(q.shape[-2])[:, None]
-    weights = jax.nn.softmax(jnp.where(seen, scores, -jnp.inf), axis=-1)
+    weights = jax.nn.softmax(jnp.where(mask, scores, -jnp.inf), axis=-1)
     return jnp.einsum("bhqk,bhkd->bhqd", weights, v)
 
 
-def write_cache(buffer: jax.Array, new: jax.Array, start) -> jax.Array:
-    zero = jnp.zeros((), jnp.asarray(start).dtype)
-    return jax.lax.dynamic_update_slice(buffer, new.astype(buffer.dtype), (zero, zero, start, zero))
+def write_cache(buffer: jax.Array, new: jax.Array, where) -> jax.Array:
+    zero = jnp.zeros((), jnp.asarray(where).dtype)
+    return jax.lax.dynamic_update_slice(buffer, new.astype(buffer.dtype), (zero, zero, where, zero))
 
 
 def last_position(x: jax.Array) -> jax.Array:

@@ -8,6 +8,7 @@ import numpy as np
 
 __all__ = [  # op family `decoder` (runner.backends.DecoderOps): what its backend module takes in
     "affine",
+    "attention_mask",
     "causal_attention",
     "compilations",
     "decoder_step",
@@ -20,6 +21,7 @@ __all__ = [  # op family `decoder` (runner.backends.DecoderOps): what its backen
     "position",
     "positions_embedded",
     "split_heads",
+    "step_index",
     "token_ids",
     "unembed",
     "write_cache",
@@ -39,8 +41,16 @@ def embed(table: np.ndarray, ids: np.ndarray) -> np.ndarray:
     return table[ids]
 
 
-def positions_embedded(table: np.ndarray, start: int, ids: np.ndarray) -> np.ndarray:
-    return table[start : start + ids.shape[1]]
+def step_index(start: int, ids: np.ndarray) -> int:
+    return start  # slices take it
+
+
+def attention_mask(where: int, queries: int, keys: int) -> np.ndarray:
+    return np.arange(keys)[None, :] <= where + np.arange(queries)[:, None]
+
+
+def positions_embedded(table: np.ndarray, where: int, ids: np.ndarray) -> np.ndarray:
+    return table[where : where + ids.shape[1]]
 
 
 def unembed(x: np.ndarray, table: np.ndarray) -> np.ndarray:
@@ -59,18 +69,15 @@ def merge_heads(x: np.ndarray) -> np.ndarray:
     return x.transpose(0, 2, 1, 3).reshape(batch, seq, heads * size)
 
 
-def causal_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, start: int) -> np.ndarray:
-    """Queries at positions start, start + 1, ... over keys at 0 .. k's length - 1: key j is seen by the query at
-    position i where j <= i (those after it are masked: in a cache, not written yet)."""
+def causal_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray) -> np.ndarray:
     scores = (q @ k.swapaxes(-1, -2)) * np.asarray(1 / np.sqrt(q.shape[-1]), q.dtype)
-    seen = np.arange(k.shape[-2])[None, :] <= start + np.arange(q.shape[-2])[:, None]
-    scores = np.where(seen, scores, -np.inf)
+    scores = np.where(mask, scores, -np.inf)
     weights = np.exp(scores - scores.max(-1, keepdims=True))
     return (weights / weights.sum(-1, keepdims=True)) @ v
 
 
-def write_cache(buffer: np.ndarray, new: np.ndarray, start: int) -> np.ndarray:
-    buffer[:, :, start : start + new.shape[2]] = new  # in place
+def write_cache(buffer: np.ndarray, new: np.ndarray, where: int) -> np.ndarray:
+    buffer[:, :, where : where + new.shape[2]] = new  # in place
     return buffer
 
 

@@ -11,6 +11,7 @@ import tensorflow as tf
 
 __all__ = [  # op family `decoder` (runner.backends.DecoderOps): what its backend module takes in
     "affine",
+    "attention_mask",
     "causal_attention",
     "compilations",
     "decoder_step",
@@ -23,6 +24,7 @@ __all__ = [  # op family `decoder` (runner.backends.DecoderOps): what its backen
     "position",
     "positions_embedded",
     "split_heads",
+    "step_index",
     "token_ids",
     "unembed",
     "write_cache",
@@ -44,8 +46,16 @@ def embed(table: tf.Tensor, ids: tf.Tensor) -> tf.Tensor:
     return tf.gather(table, ids)
 
 
-def positions_embedded(table: tf.Tensor, start, ids: tf.Tensor) -> tf.Tensor:
-    return tf.gather(table, start + tf.range(tf.shape(ids)[1]))
+def step_index(start, ids: tf.Tensor):
+    return start  # slices and ranges take it
+
+
+def attention_mask(where, queries: int, keys: int) -> tf.Tensor:
+    return tf.range(keys)[None, :] <= where + tf.range(queries)[:, None]
+
+
+def positions_embedded(table: tf.Tensor, where, ids: tf.Tensor) -> tf.Tensor:
+    return tf.gather(table, where + tf.range(tf.shape(ids)[1]))
 
 
 def unembed(x: tf.Tensor, table: tf.Tensor) -> tf.Tensor:
@@ -63,16 +73,15 @@ def merge_heads(x: tf.Tensor) -> tf.Tensor:
     return tf.reshape(tf.transpose(x, (0, 2, 1, 3)), (-1, seq, heads * size))
 
 
-def causal_attention(q: tf.Tensor, k, v, start) -> tf.Tensor:
+def causal_attention(q: tf.Tensor, k, v, mask: tf.Tensor) -> tf.Tensor:
     """Keras MultiHeadAttention's computation: queries scaled, einsum to scores, masked softmax, einsum to values."""
     scores = tf.einsum("bhqd,bhkd->bhqk", q * tf.constant(1 / np.sqrt(q.shape[-1]), q.dtype), k)
-    seen = tf.range(k.shape[-2])[None, :] <= start + tf.range(q.shape[-2])[:, None]
-    weights = tf.nn.softmax(tf.where(seen, scores, tf.constant(-np.inf, scores.dtype)), axis=-1)
+    weights = tf.nn.softmax(tf.where(mask, scores, tf.constant(-np.inf, scores.dtype)), axis=-1)
     return tf.einsum("bhqk,bhkd->bhqd", weights, v)
 
 
-def write_cache(buffer: tf.Variable, new: tf.Tensor, start) -> tf.Variable:
-    buffer[:, :, start : start + new.shape[2]].assign(new)
+def write_cache(buffer: tf.Variable, new: tf.Tensor, where) -> tf.Variable:
+    buffer[:, :, where : where + new.shape[2]].assign(new)
     return buffer
 
 

@@ -7,10 +7,12 @@ import numpy as np
 import tensorflow as tf
 
 from runner.backends.tf_decoder import (  # noqa: F401 - re-exported: the op family's function set
+    attention_mask,
     compilations,
     decoder_step,
     new_cache,
     position,
+    step_index,
     token_ids,
     write_cache,
 )
@@ -20,6 +22,7 @@ tnp = tf.experimental.numpy
 
 __all__ = [  # op family `decoder` (runner.backends.DecoderOps): what its backend module takes in
     "affine",
+    "attention_mask",
     "causal_attention",
     "compilations",
     "decoder_step",
@@ -32,6 +35,7 @@ __all__ = [  # op family `decoder` (runner.backends.DecoderOps): what its backen
     "position",
     "positions_embedded",
     "split_heads",
+    "step_index",
     "token_ids",
     "unembed",
     "write_cache",
@@ -50,8 +54,8 @@ def embed(table, ids):
     return tnp.take(table, ids, axis=0)
 
 
-def positions_embedded(table, start, ids):
-    return tnp.take(table, start + tnp.arange(ids.shape[1]), axis=0)
+def positions_embedded(table, where, ids):
+    return tnp.take(table, where + tnp.arange(ids.shape[1]), axis=0)
 
 
 def unembed(x, table):
@@ -69,10 +73,9 @@ def merge_heads(x):
     return tnp.reshape(tnp.transpose(x, (0, 2, 1, 3)), (-1, seq, heads * size))
 
 
-def causal_attention(q, k, v, start):
+def causal_attention(q, k, v, mask):
     scores = tnp.matmul(q, tnp.swapaxes(k, -1, -2)) / float(np.sqrt(q.shape[-1]))
-    seen = tnp.arange(k.shape[-2])[None, :] <= start + tnp.arange(q.shape[-2])[:, None]
-    scores = tnp.where(seen, scores, -np.inf)
+    scores = tnp.where(mask, scores, -np.inf)
     weights = tnp.exp(scores - tnp.max(scores, axis=-1, keepdims=True))
     return tnp.matmul(weights / tnp.sum(weights, axis=-1, keepdims=True), v)
 

@@ -12,6 +12,7 @@ import torch.nn.functional as F
 
 __all__ = [  # op family `decoder` (runner.backends.DecoderOps): what its backend module takes in
     "affine",
+    "attention_mask",
     "causal_attention",
     "compilations",
     "decoder_step",
@@ -24,6 +25,7 @@ __all__ = [  # op family `decoder` (runner.backends.DecoderOps): what its backen
     "position",
     "positions_embedded",
     "split_heads",
+    "step_index",
     "token_ids",
     "unembed",
     "write_cache",
@@ -42,8 +44,17 @@ def embed(table: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
     return F.embedding(ids, table)
 
 
-def positions_embedded(table: torch.Tensor, start, ids: torch.Tensor) -> torch.Tensor:
-    return F.embedding(_positions(start, ids.shape[1], table.device), table)
+def step_index(start, ids: torch.Tensor) -> torch.Tensor:
+    """The step's positions as a tensor, made once a step (torch.arange costs ~10 µs a call on the CPU)."""
+    return start + torch.arange(ids.shape[1], device=ids.device)
+
+
+def attention_mask(where: torch.Tensor, queries: int, keys: int) -> torch.Tensor:
+    return torch.arange(keys, device=where.device)[None, :] <= where[:, None]
+
+
+def positions_embedded(table: torch.Tensor, where: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    return F.embedding(where, table)
 
 
 def unembed(x: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
@@ -60,17 +71,12 @@ def merge_heads(x: torch.Tensor) -> torch.Tensor:
     return x.transpose(1, 2).reshape(batch, seq, heads * size)
 
 
-def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, start) -> torch.Tensor:
-    seen = torch.arange(k.shape[-2], device=q.device)[None, :] <= _positions(start, q.shape[-2], q.device)[:, None]
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=seen)
+def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
 
 
-def write_cache(buffer: torch.Tensor, new: torch.Tensor, start) -> torch.Tensor:
-    return buffer.index_copy_(2, _positions(start, new.shape[2], buffer.device), new)
-
-
-def _positions(start, count: int, device) -> torch.Tensor:
-    return start + torch.arange(count, device=device)
+def write_cache(buffer: torch.Tensor, new: torch.Tensor, where: torch.Tensor) -> torch.Tensor:
+    return buffer.index_copy_(2, where, new)
 
 
 def last_position(x: torch.Tensor) -> torch.Tensor:

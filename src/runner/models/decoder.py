@@ -105,33 +105,35 @@ class Decoder(Workload):
 
     def forward(self, ops: Any, params: dict, x: Any) -> Any:
         """Logits (batch, seq, vocab) of a whole sequence of ids, without a cache."""
-        h = self._embed(ops, params, x, 0)
+        where = ops.step_index(0, x)
+        h, mask = self._embed(ops, params, x, where), ops.attention_mask(where, x.shape[1], x.shape[1])
         for i in range(self.layers):
-            h, _ = self._block(ops, params, i, h, None, 0)
+            h, _ = self._block(ops, params, i, h, None, where, mask)
         return self._logits(ops, params, h)
 
     def step(self, ops: Any, params: dict, cache: list, ids: Any, start: Any) -> tuple[Any, Any, list]:
         """One generation step with the cache: ids (batch, t) at positions start .. start + t - 1 (the prompt at 0,
         or one new token) -> (the last position's logits (batch, vocab), the greedy next ids (batch, 1), the cache
         with this step's keys and values written)."""
-        h = self._embed(ops, params, ids, start)
+        where = ops.step_index(start, ids)  # the step's positions and attention mask, made once for every layer
+        h, mask = self._embed(ops, params, ids, where), ops.attention_mask(where, ids.shape[1], cache[0][0].shape[2])
         written = []
         for i in range(self.layers):
-            h, kv = self._block(ops, params, i, h, cache[i], start)
+            h, kv = self._block(ops, params, i, h, cache[i], where, mask)
             written.append(kv)
         logits = self._logits(ops, params, ops.last_position(h))
         return logits, ops.greedy(logits), written
 
-    def _embed(self, ops: Any, params: dict, ids: Any, start: Any) -> Any:
-        return ops.embed(params["wte.weight"], ids) + ops.positions_embedded(params["wpe.weight"], start, ids)
+    def _embed(self, ops: Any, params: dict, ids: Any, where: Any) -> Any:
+        return ops.embed(params["wte.weight"], ids) + ops.positions_embedded(params["wpe.weight"], where, ids)
 
-    def _block(self, ops: Any, p: dict, i: int, x: Any, cache: Any, start: Any) -> tuple[Any, Any]:
+    def _block(self, ops: Any, p: dict, i: int, x: Any, cache: Any, where: Any, mask: Any) -> tuple[Any, Any]:
         n = f"h.{i}."
         h = ops.layer_norm(x, p[n + "ln_1.weight"], p[n + "ln_1.bias"])
         q, k, v = ops.split_heads(ops.affine(h, p[n + "attn.c_attn.weight"], p[n + "attn.c_attn.bias"]), self.heads)
         if cache is not None:  # this step's keys and values join those before them
-            k, v = ops.write_cache(cache[0], k, start), ops.write_cache(cache[1], v, start)
-        attended = ops.merge_heads(ops.causal_attention(q, k, v, start))
+            k, v = ops.write_cache(cache[0], k, where), ops.write_cache(cache[1], v, where)
+        attended = ops.merge_heads(ops.causal_attention(q, k, v, mask))
         x = x + ops.affine(attended, p[n + "attn.c_proj.weight"], p[n + "attn.c_proj.bias"])
         h = ops.layer_norm(x, p[n + "ln_2.weight"], p[n + "ln_2.bias"])
         h = ops.gelu_tanh(ops.affine(h, p[n + "mlp.c_fc.weight"], p[n + "mlp.c_fc.bias"]))

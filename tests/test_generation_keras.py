@@ -63,8 +63,8 @@ def test_keras_hub_logits_are_the_numpy_decoders_on_the_same_weights():
         y = ops.to_numpy(model.forward(ops, placed, ops.token_ids(x, "cpu")))
         assert y.shape == (3, 9, SIZES["vocab_size"]) and str(y.dtype) == dtype
         assert np.abs(y - reference).max() <= bound * np.abs(reference).max(), dtype
-        # the reference path: ops without Keras (the tasks' forward(numpy_backend, ...)) are model=gpt2's own
-        np.testing.assert_array_equal(model.forward(numpy_backend, params, x), reference)
+        # the reference every implementation is checked against: model=gpt2's float64 NumPy forward
+        np.testing.assert_array_equal(model.reference_logits(params, x), reference)
 
 
 @pytest.mark.parametrize(

@@ -148,14 +148,17 @@ class Decoder(Workload):
 
     # -- the float64 reference ----------------------------------------------------------------
 
-    def own_reference(self, request: dict[str, Any], params: dict, inputs: dict) -> dict[str, np.ndarray] | None:
-        """task=inference: the logits in float64 numpy (token ids stay integers)."""
+    def reference_logits(self, params: dict, ids: np.ndarray) -> np.ndarray:
+        """The logits of a whole sequence in float64 NumPy, without a cache: what every implementation of this model
+        (keras_hub's too) is checked against."""
         from runner.backends import numpy_backend
 
-        if request["task"] != "inference":
-            return None
         params64 = {k: np.asarray(v, np.float64) for k, v in params.items()}
-        return {"outputs/y": self.forward(numpy_backend, params64, np.asarray(inputs["x"]))}
+        return Decoder.forward(self, numpy_backend, params64, np.asarray(ids))
+
+    def own_reference(self, request: dict[str, Any], params: dict, inputs: dict) -> dict[str, np.ndarray] | None:
+        """task=inference: the logits in float64 numpy (token ids stay integers)."""
+        return {"outputs/y": self.reference_logits(params, inputs["x"])} if request["task"] == "inference" else None
 
     # -- sizes: the memory check and the cost note ------------------------------------------
 

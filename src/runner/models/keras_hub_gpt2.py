@@ -123,7 +123,7 @@ class KerasHubGPT2(Decoder):
 
     def _build(self, array: Any) -> Any:
         self._keras = keras = import_keras(importlib.import_module(self.backend_module).KERAS_BACKEND)
-        import keras_hub  # type: ignore[import-untyped]  # no py.typed; pyproject's mypy overrides could list it
+        import keras_hub
 
         self._device = _keras_device(keras, array)
         with keras.device(self._device):
@@ -158,10 +158,8 @@ class KerasHubGPT2(Decoder):
     # -- what the tasks call ----------------------------------------------------------------------------
 
     def forward(self, ops: Any, params: dict, x: Any) -> Any:
-        """Logits (batch, seq, vocab) of the Keras model called on the whole sequence, without a cache. On ops without
-        Keras (the float64 NumPy reference the tasks compute with `forward(numpy_backend, ...)`): model=gpt2's own."""
-        if not hasattr(ops, "KERAS_BACKEND"):
-            return super().forward(ops, params, x)
+        """Logits (batch, seq, vocab) of the Keras model called on the whole sequence, without a cache (the float64
+        reference is model=gpt2's NumPy forward: Decoder.reference_logits)."""
         lm = self._model(ops, params, x)
         keras = self._keras
         with keras.device(self._device):

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from runner.config import require_positive
-from runner.tasks import Setup, Task, TaskRun, errors_vs_reference, float64, with_workload_warnings
+from runner.tasks import Setup, Task, TaskRun, errors_vs_reference, with_workload_warnings
 
 TOKEN_SERIES = "token_latency_s"
 
@@ -151,12 +151,10 @@ class Generate(Task):
         """Every step's logits against float64 NumPy's over the prompt and the tokens generated, without a cache; the
         tokens against that reference's greedy choice where it is decided; the backend's own logits without a cache
         against its cached steps."""
-        from runner.backends import numpy_backend
-
         tokens = results["outputs/tokens"]
         sequence = np.concatenate([inputs["x"], tokens[:, :-1]], axis=1)  # each step's input: the tokens before it
         start = inputs["x"].shape[1] - 1
-        reference = setup.workload.forward(numpy_backend, float64(params), sequence)[:, start:]
+        reference = setup.workload.reference_logits(params, sequence)[:, start:]
         forward, _ = setup.model()
         again = setup.backend.to_numpy(forward(setup.params, setup.backend.token_ids(sequence, setup.device)))
         recomputed = np.asarray(again[:, start:], np.float64)  # the backend's own, without a cache

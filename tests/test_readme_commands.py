@@ -249,6 +249,16 @@ COVERED_IN_PROCESS = {
         "test_numerics.py::test_per_example_gradients_sum_to_batch_gradient[tensorflow-vectorized_map]"
     ),
     "backend=tensorflow mode=function task=jacobian": "test_numerics.py::test_batch_jacobian_is_analytic",
+    "model=gpt2 task=generate backend=jax mode=function": (
+        "test_generation.py::test_every_backend_generates_the_reference_tokens[jax-function-float32]"
+    ),
+    "model=gpt2 task=generate backend=torch task.new_tokens=32 batch_size=4": (
+        "test_generation.py::test_every_backend_generates_the_reference_tokens[torch-eager-float32]"
+    ),
+    "+experiment=generation variant=numpy,torch,jax_function task.new_tokens=4 model.prompt_len=4": (
+        "test_generation.py (each backend), test_pooled.py (the answer per token)"
+    ),
+    "model=gpt2_keras_hub task=generate backend=jax": "test_generation_keras.py (jax, in its own process: heavy)",
 }
 
 

@@ -32,7 +32,7 @@ __all__ = [  # op family `decoder` (runner.backends.DecoderOps): what its backen
 
 
 def affine(x: tf.Tensor, weight: tf.Tensor, bias: tf.Tensor) -> tf.Tensor:
-    return tf.tensordot(x, weight, 1) + bias  # weight (in, out): GPT-2's Conv1D, as Keras's Dense takes rank 3
+    return tf.matmul(x, weight) + bias  # weight (in, out): GPT-2's Conv1D; a broadcasting batch matmul, one op
 
 
 def gelu_tanh(x: tf.Tensor) -> tf.Tensor:
@@ -59,7 +59,7 @@ def positions_embedded(table: tf.Tensor, where, ids: tf.Tensor) -> tf.Tensor:
 
 
 def unembed(x: tf.Tensor, table: tf.Tensor) -> tf.Tensor:
-    return tf.tensordot(x, table, [[x.shape.rank - 1], [1]])
+    return tf.matmul(x, table, transpose_b=True)
 
 
 def split_heads(qkv: tf.Tensor, heads: int) -> list[tf.Tensor]:

@@ -471,6 +471,8 @@ FINDINGS = (  # measured on 2026-11-23 (and as each says) with this script's pai
     "process: as they are 1.162 and 1.143, `torch.arange` cached per length 1.072 and 1.048, positions and mask made "
     "once a step 0.938 and 0.945. The runner now makes both once a step (`step_index`, `attention_mask` of the "
     "`decoder` ops): 1.024 (0.899-1.142, 39 pairs) on the same day at load 4.5. "
+    "At load 0.6-0.9 later that day (`--backends jax,tensorflow --rows gpt2_generate_compiled`, the TensorFlow ops' "
+    "projections now one `tf.matmul` each): JAX 1.046 (0.988-1.122, 243 pairs), TensorFlow 0.890 (0.857-0.918). "
     "TensorFlow (one `tf.function` step over `tf.Variable` weights, caches and "
     "position): 0.932 (0.907-0.949), 0.910 (0.829-1.008) and 0.940 (0.902-0.967). JAX (jitted prefill and decode "
     "step, cache donated): 1.049 (0.952-1.235), 1.043 (0.964-1.338, re-measured, first attempt 1.059) and, at load 5, "

@@ -396,6 +396,22 @@ def test_cuda_parity_benchmark_writes_rows_with_the_gpu_name(tmp_path):
     assert all("NVIDIA" in row or "H100" in row or "H200" in row for row in rows)
 
 
+# -- generation on cuda ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("backend", "mode"), [("torch", "eager"), ("jax", "function"), ("tensorflow", "function")])
+def test_cuda_generation_agrees_token_for_token(cli, tmp_path, backend, mode):
+    """model=gpt2 task=generate on the GPU: every step's logits against float64 NumPy, the tokens where decided, each
+    token timed after it reached the host (the clock after the device's work, not after its launch)."""
+    needs_gpu(backend)
+    saved, f = _run(cli, tmp_path, f"backend={backend}", "device=cuda", f"mode={mode}", "model=gpt2", "task=generate")
+    f.close()
+    m = saved["metrics"]
+    assert m["within_reference_tolerance"] == 1.0 and m["tokens_differ"] == 0
+    assert m["tpot_p50_s"] > 0 and m["ttft_s"] > 0
+    assert saved["environment"]["device"] == "cuda"
+
+
 # -- the slowest last (torch.compile, max-autotune, out of memory): a check stopped at its limit loses these -------
 
 
@@ -420,6 +436,16 @@ def test_cuda_every_mode_gradients(cli, tmp_path, mode):
     f.close()
     assert saved["metrics"]["max_rel_err_vs_reference"] < 1e-4
     assert saved["metrics"]["load_s"] > 0
+
+
+def test_cuda_generation_with_cuda_graphs(cli, tmp_path):
+    """torch.compile's reduce-overhead mode (CUDA graphs) for the decode step, the cache at a static address: each
+    step's logits and token are read before the next replay overwrites them."""
+    saved, f = _run(cli, tmp_path, "backend=torch", "device=cuda", "mode=function", "model=gpt2", "task=generate")
+    f.close()
+    m = saved["metrics"]
+    assert m["within_reference_tolerance"] == 1.0 and m["tokens_differ"] == 0
+    assert m["cache_vs_recompute_max_rel_err"] < REL_TOLERANCE["float32"]
 
 
 def test_cuda_graphs_output_read_before_it_is_overwritten(cli, tmp_path):

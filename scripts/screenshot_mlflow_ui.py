@@ -5,8 +5,9 @@ a run's description expanded ("Show more"), charts waited for until none is load
     python scripts/screenshot_mlflow_ui.py OUT_DIR NAME=URL[@HEIGHT] ...
 
 A NAME ending in -as-opened is captured without expanding anything: the page as it opens.
-Prints one line per picture, `PATH  <- URL`, and what the page's first screen says (its visible text, cut),
-so that a test can check it without looking. Used by scripts/screenshot-mlflow-ui.sh.
+Prints one line per picture, `PATH  <- URL`, and writes beside it what the page's first screen shows (its visible
+text, not what a collapsed box hides), so that a test can check it without looking.
+Used by scripts/screenshot-mlflow-ui.sh.
 """
 
 from __future__ import annotations
@@ -127,15 +128,30 @@ def shoot(browser: Chromium, url: str, path: Path, height: int, expand: bool = T
     return text
 
 
-# The text of the page's main column that lies on the first screen, in reading order.
+# The text the page's first screen shows, in reading order: each text's own box on the screen and not hidden by an
+# ancestor that clips its overflow (a collapsed description keeps its rows in the page, below its visible lines).
 FIRST_SCREEN = """(() => {
+  const hidden = (element, middle) => {
+    for (let a = element; a && a !== document.body; a = a.parentElement) {
+      const style = getComputedStyle(a);
+      if (style.display === 'none' || style.visibility === 'hidden' || style.opacity === '0') return true;
+      if (/hidden|clip|auto|scroll/.test(style.overflowY)) {
+        const box = a.getBoundingClientRect();
+        if (middle < box.top || middle > box.bottom) return true;
+      }
+    }
+    return false;
+  };
   const out = [];
   const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
   while (walker.nextNode()) {
     const node = walker.currentNode, text = node.textContent.trim();
     if (!text || !node.parentElement) continue;
-    const r = node.parentElement.getBoundingClientRect();
-    if (r.width > 0 && r.height > 0 && r.top >= 0 && r.bottom <= window.innerHeight) out.push(text);
+    const range = document.createRange();
+    range.selectNodeContents(node);
+    const r = range.getBoundingClientRect();
+    if (!(r.width > 0 && r.height > 0 && r.top >= 0 && r.bottom <= window.innerHeight)) continue;
+    if (!hidden(node.parentElement, (r.top + r.bottom) / 2)) out.push(text);
   }
   return out.join(' | ');
 })()"""

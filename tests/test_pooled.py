@@ -122,6 +122,21 @@ def test_the_short_table_fits_the_ui_and_the_parent_gets_metrics_and_tags():
     assert pooled.tags(found) == {"verdict": pooled.sentence(found), "fastest": "numpy"}
 
 
+def test_the_parent_names_its_answer_so_that_sweeps_share_a_column():
+    """Per configuration (`torch.time_ratio`) every backend got its own mostly empty column across sweeps; the
+    ranks' names are the same in every sweep of one workload."""
+    found = pooled.pool(sweep({"numpy": 18e-6, "torch": 18e-6 * 29, "jax": 18e-6 * 250}))
+    metrics = pooled.metrics(found)
+    assert metrics["fastest.time_typical_us"] == metrics["numpy.time_typical_us"]
+    assert metrics["next_fastest.time_ratio"] == metrics["torch.time_ratio"]
+    assert metrics["next_fastest.time_ratio_ci_high"] == metrics["torch.time_ratio_ci_high"]
+    assert metrics["slowest.time_ratio"] == metrics["jax.time_ratio"]
+    other = pooled.metrics(pooled.pool(sweep({"tensorflow": 1e-4, "torch": 3e-4}, seed=1)))
+    assert {k for k in metrics if not k.startswith(("numpy.", "torch.", "jax."))} == {
+        k for k in other if not k.startswith(("tensorflow.", "torch."))
+    }
+
+
 def test_each_workload_gets_its_own_answer():
     small, large = sweep({"numpy": 1e-5, "torch": 3e-5}), sweep({"numpy": 2e-3, "torch": 1e-3}, seed=1)
     small["params.model.hidden"], large["params.model.hidden"] = 64, 4096
@@ -181,3 +196,26 @@ def test_a_generation_sweep_says_the_time_per_token_of_the_fastest():
     frame["metrics.tpot_p50_s"] = np.where(frame["params.backend.name"] == "jax", 1.3e-4, 5e-4)
     said = pooled.sentence(pooled.pool(frame))
     assert said.startswith("jax fastest (") and f" a generation, {format_seconds(1.3e-4)} a token); numpy " in said
+
+
+def test_a_training_sweep_says_what_it_timed_and_a_default_one_does_not():
+    """The task, optimizer, model and precision a sweep fixed open its answer where not the defaults (issue 48):
+    without them 'torch fastest (363 µs)' hid that a training step with Adam was timed."""
+    frame = sweep({"torch": 3.6e-4, "tensorflow": 3.6e-4 * 23})
+    assert pooled.sentence(pooled.pool(frame)).startswith("torch fastest (")  # gradients on mlp: the defaults
+    frame["params.task.name"], frame["params.optimizer.name"] = "train_step", "adam"
+    found = pooled.pool(frame)
+    said = pooled.sentence(found)
+    assert said.startswith(f"train_step (adam) on mlp: torch fastest ({format_seconds(found[0].time_s)} a step); ")
+    assert pooled.tags(pooled.pool(frame))["verdict"] == said
+    frame["params.precision.name"] = "bf16_mixed"
+    assert pooled.sentence(pooled.pool(frame)).startswith("train_step (adam) on mlp in bf16_mixed precision: torch")
+
+
+def test_what_varies_is_not_said_as_what_was_timed():
+    small, large = sweep({"numpy": 1e-5, "torch": 3e-5}), sweep({"numpy": 2e-3, "torch": 1e-3}, seed=1)
+    small["params.model.name"], large["params.model.name"] = "mlp", "transformer"
+    both = pd.concat([small, large], ignore_index=True)
+    both["params.task.name"] = "inference"
+    said = pooled.sentence(pooled.pool(both))
+    assert said.startswith("inference · mlp: numpy fastest") and ". transformer: torch fastest" in said

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import h5py
 import pytest
@@ -56,6 +57,9 @@ def test_cli_run_tracked_in_mlflow(cli, tmp_path):
     assert shown["throughput_per_s"] == pytest.approx(saved["metrics"]["throughput_per_s"], rel=1e-3)  # not a time
     assert not [name for name in shown if name.endswith("_s") and "per_s" not in name]
     assert "time_p50_us" not in shown  # the median again
+    error = saved["metrics"]["max_rel_err_vs_reference"]  # 1e-7: its bar would read 0.00, its log10 reads -7
+    assert shown["max_rel_err_vs_reference_log10"] == pytest.approx(math.log10(error), abs=1e-3)
+    assert "max_rel_err_vs_reference" not in shown and "reference_tolerance" not in shown
     assert run.data.params["backend.name"] == "numpy"
     assert run.data.tags["mlflow.source.git.commit"] == saved["environment"]["git_commit"]
     assert run.data.tags["mlflow.source.git.branch"] == saved["environment"]["git_branch"]
@@ -65,7 +69,8 @@ def test_cli_run_tracked_in_mlflow(cli, tmp_path):
         ends_ms = [int(end * 1000) for end in f["timings/sample_end_unix_s"][()]]
         samples_us = f["timings/samples_s"][()] * 1e6
     assert [point.timestamp for point in history] == ends_ms  # each sample's own time
-    assert [point.value for point in history] == pytest.approx(samples_us)
+    assert [point.value for point in history] == pytest.approx(samples_us, rel=1e-3)
+    assert all(float(f"{point.value:.4g}") == point.value for point in history)  # no raw digits in the runs list
     assert len(set(ends_ms)) > 1
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert {"tensors.h5", "result.json", "hydra"} <= artifacts
@@ -249,6 +254,32 @@ def test_a_result_json_recorded_before_copied_keys_loads(make_config, tmp_path):
     (tmp_path / "result.json").write_text(json.dumps(saved))
     result = Result.load(tmp_path)
     assert result.copied_keys == {} and result.config == saved["config"]
+
+
+def test_every_metric_the_ui_charts_reads_something_other_than_0_00_and_reads_back():
+    """MLflow's bar charts print a metric with two decimals: errors, their tolerance and energies go in a unit that
+    shows them, a CPU steal of zero (any machine not a VM) is not logged; runner report reads them back."""
+    from runner.tracking.upload import stored_metric, ui_metric
+
+    recorded = {
+        "max_abs_err_vs_reference": 1.09e-05,
+        "max_rel_err_vs_reference": 2.03e-07,
+        "reference_tolerance": 1e-05,
+        "cache_vs_recompute_max_rel_err": 3e-12,
+        "energy_per_call_j": 3.2e-05,
+        "examples_per_j": 1.0e06,
+        "machine_steal_pct": 0.57,
+        "time_median_s": 5e-08,
+    }
+    for name, value in recorded.items():
+        shown = ui_metric(name, value)
+        assert shown is not None and abs(shown[1]) >= 0.005 and f"{shown[1]:.2f}" != "0.00", name
+        back = stored_metric(*shown)
+        assert back[0] == name and back[1] == pytest.approx(value, rel=3e-3), name
+    assert ui_metric("max_rel_err_vs_reference", 2.03e-07) == ("max_rel_err_vs_reference_log10", -6.693)
+    assert ui_metric("max_abs_err_vs_reference", 0.0) is None  # exact: no logarithm (the description says 0)
+    assert ui_metric("machine_steal_pct", 0.0) is None
+    assert ui_metric("within_reference_tolerance", 0.0) == ("within_reference_tolerance", 0.0)  # a no, not a nothing
 
 
 def git_dirty() -> str:

@@ -47,6 +47,7 @@ def test_sweep_is_one_parent_run_with_a_child_per_job(failing_sweep):
     assert parent.data.params["backend.name"] == "numpy,torch"  # the name its jobs' params have
     assert "tracking.uri" not in parent.data.params  # where it was logged is not a param, as for its jobs
     assert parent.data.metrics["n_failed"] == 1 and parent.data.metrics["n_finished"] == 1
+    assert "n_killed" not in parent.data.metrics  # none was: no bar reading 0.00
     assert {c.data.tags["mlflow.parentRunId"] for c in children} == {parent.info.run_id}
     by_backend = {c.data.params["backend.name"]: c for c in children}
     assert by_backend["numpy"].info.status == "FAILED" and "bfloat16" in by_backend["numpy"].data.tags["error"]
@@ -61,6 +62,23 @@ def test_sweep_is_one_parent_run_with_a_child_per_job(failing_sweep):
     pooled, jobs = [block.splitlines() for block in description.split("\n\n") if block.startswith("|")]
     assert "time / fastest" in pooled[0] and len(pooled) == 2 + 1 and pooled[2].startswith("| torch |")
     assert len(jobs) == 2 + 2 and jobs[0].count("|") - 1 <= 8 and "p99" not in jobs[0]  # heading, rule, 2 jobs
+
+
+def test_a_sweep_that_fixes_what_it_times_is_named_by_it(make_config):
+    """A training sweep's parent named 'sweep backend=torch,tensorflow' did not say it timed train_step with Adam
+    (issue 48): the task, optimizer, model and precision it fixes are in its name where not the defaults."""
+    from runner.launch.sweep.lifecycle import timed
+    from runner.record.naming import sweep_title
+
+    said = timed(make_config("task=train_step", "optimizer=adam"), {"backend": "torch,tensorflow"})
+    assert said == "train_step (adam) on mlp"
+    info = {"overrides": ["backend=torch,tensorflow", "task=train_step", "optimizer=adam"], "sweep_dir": "/s"}
+    assert sweep_title({**info, "timed": said}) == "sweep of train_step (adam) on mlp: backend=torch,tensorflow"
+    assert timed(make_config(), {"backend": "numpy,torch"}) == ""  # the defaults: named by what it sweeps alone
+    assert timed(make_config("task=train_step"), {"task": "train_step,gradients"}) == ""  # swept, not fixed
+    assert timed(make_config("model=transformer", "precision=bf16_mixed"), {}) == (
+        "gradients on transformer in bf16_mixed precision"
+    )
 
 
 def test_a_description_too_long_for_mlflow_is_cut_at_a_line_and_says_where_the_rest_is():

@@ -36,17 +36,31 @@ def tracking_lines(run_dir: Path) -> list[str]:
     link = read_link_or_empty(run_dir)
     if not link.get("run_id"):
         return []
-    return [f"  MLflow run      {link['run_id']}", *ui_lines(link["uri"], f"#/runs/{link['run_id']}")]
+    return [f"  MLflow run      {link['run_id']}", *ui_lines(link["uri"], link["run_id"])]
 
 
-def ui_lines(uri: str, fragment: str) -> list[str]:
-    """How a person opens `fragment` of the MLflow UI for the store at `uri`."""
-    if uri.startswith(("http://", "https://")):
-        return [f"  open            {uri.rstrip('/')}/{fragment}"]
-    return [
-        f"  browse with     mlflow ui --backend-store-uri {uri}",
-        f"  then open       http://127.0.0.1:5000/{fragment}",
-    ]
+UI_PORT = 5000  # `mlflow ui`'s own default, given in the command so that the command and the link agree
+MODEL_TRAINING = "workflowType=machine_learning"  # MLflow 3's UI opens on its GenAI view otherwise
+
+
+def ui_lines(uri: str, run_id: str, runs_list: bool = False) -> list[str]:
+    """How a person opens a run in the MLflow UI for the store at `uri`: the command that serves a local store
+    and the run's page in its experiment's model-training view; with `runs_list`, the experiment's runs list
+    with the runner's columns (tracking.RUNS_VIEW)."""
+    from runner import tracking
+
+    served = uri.startswith(("http://", "https://"))
+    base = uri.rstrip("/") if served else f"http://127.0.0.1:{UI_PORT}"
+    lines = [] if served else [f"  browse with     mlflow ui --backend-store-uri {uri} --port {UI_PORT}"]
+    label = "open" if served else "then open"
+    experiment = tracking.experiment_of(uri, run_id)
+    if experiment is None:
+        return [*lines, f"  {label:<16}{base}/#/runs/{run_id}"]
+    runs = f"{base}/#/experiments/{experiment}/runs"
+    lines.append(f"  {label:<16}{runs}/{run_id}?{MODEL_TRAINING}")
+    if runs_list:
+        lines.append(f"  {'runs list':<16}{runs}?{MODEL_TRAINING}&viewStateShareKey={tracking.RUNS_VIEW}")
+    return lines
 
 
 def print_answer(console, answer) -> None:

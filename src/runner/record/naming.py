@@ -3,6 +3,7 @@ swept keys and title. Used with and without MLflow (runner report reads run dire
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from collections.abc import Collection
@@ -158,9 +159,46 @@ def swept_keys(overrides: list[str], sweeper_params: dict | None = None) -> dict
 
 
 def sweep_title(info: dict) -> str:
-    """'sweep backend=numpy,torch × mode=eager,function': a parent run named by what it sweeps."""
+    """'sweep backend=numpy,torch × mode=eager,function': a parent run named by what it sweeps, and by what it
+    timed where that is not the default ('sweep of train_step (adam) on mlp: backend=torch,tensorflow')."""
     swept = swept_keys(info.get("overrides", []), info.get("sweeper_params"))
-    return "sweep " + (" × ".join(f"{k}={v}" for k, v in swept.items()) or Path(info["sweep_dir"]).name)
+    varied = " × ".join(f"{k}={v}" for k, v in swept.items()) or Path(info["sweep_dir"]).name
+    return f"sweep of {info['timed']}: {varied}" if info.get("timed") else f"sweep {varied}"
+
+
+TIMED_GROUPS = ("task", "optimizer", "model", "precision")  # what a sweep's title and answer name when not default
+
+
+def what_was_timed(fixed: dict[str, object]) -> str:
+    """What a sweep (or a set of runs) timed, where it fixed a task, optimizer, model or precision other than the
+    defaults of conf/config.yaml: 'train_step (adam) on mlp', 'inference on resnet', 'gradients on mlp in bf16_mixed
+    precision'; '' where each is the default or varies. `fixed`: a group (TIMED_GROUPS) -> its one choice; the
+    optimizer is said with task=train_step only (no other task reads it)."""
+    chosen = {g: str(v) for g, v in fixed.items() if g in TIMED_GROUPS and v not in (None, "", "None", "nan")}
+    if chosen.get("task") != "train_step":
+        chosen.pop("optimizer", None)
+    defaults = _group_defaults()
+    if all(defaults.get(g) == v for g, v in chosen.items()):
+        return ""
+    task = chosen.get("task", "")
+    if "optimizer" in chosen:
+        task += f" ({chosen['optimizer']})"
+    said = " on ".join(part for part in (task, chosen.get("model", "")) if part)
+    if chosen.get("precision", defaults.get("precision")) != defaults.get("precision"):
+        said += f" in {chosen['precision']} precision"
+    return said.strip()
+
+
+@functools.cache
+def _group_defaults() -> dict[str, str]:
+    """The default choice of each group, as conf/config.yaml's defaults list names it (task: gradients, ...)."""
+    from omegaconf import OmegaConf
+
+    from runner.locations import CONFIG_DIR
+
+    config = cast(dict, OmegaConf.to_container(OmegaConf.load(CONFIG_DIR / "config.yaml")))  # a mapping's: a dict
+    entries = config.get("defaults", [])
+    return {str(k): str(v) for e in entries if isinstance(e, dict) for k, v in e.items() if k in TIMED_GROUPS}
 
 
 def job_context(run_dir: Path) -> tuple[dict[str, str], str | None]:

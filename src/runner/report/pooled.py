@@ -17,6 +17,8 @@ from pathlib import Path
 import pandas as pd
 
 from runner.measure.machine_load import BUSY_OTHER_RUNNABLE
+from runner.record import naming
+from runner.record.naming import TIMED_GROUPS
 from runner.record.result import Status
 from runner.record.table import format_interval, format_ratio, format_seconds, ratio_figure
 from runner.report.comparison import Comparison, Verdict, versus_fastest
@@ -35,6 +37,7 @@ from runner.report.frames import (
 REPLICATE_KEYS = ("params.seed",)  # runs that differ only in these measure one configuration
 WIDE = 1.5  # an interval whose high / low exceeds this gives the size of a difference only roughly
 BARE = ("params.dtype",)  # keys shown as their value alone, as group choices (`backend.name`) are
+STEP_TASK = "train_step"  # its time per call is a training step's
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,8 @@ class Pooled:
     comparison: Comparison  # against the fastest configuration doing the same work
     busy: float = 0.0  # other runnable threads while timed, on average over its replicates
     per_token_s: float = math.nan  # task=generate: the median time per output token, over its replicates
+    task: str = ""  # the task it timed (params.task.name)
+    timed: str = ""  # what the runs timed where not the defaults: 'train_step (adam) on mlp' (naming.what_was_timed)
 
     @property
     def ratio(self) -> float:
@@ -87,6 +92,7 @@ def pool(frame: pd.DataFrame) -> list[Pooled]:
     titled = [k for k in work_keys(frame) if k in varied] + (["setup"] if several_setups else [])
     shown = [k for k in varied if k not in work_keys(frame)]
     out: list[Pooled] = []
+    said = what_was_timed(timed)
     for _, group in timed.groupby(same_work(timed), sort=False):
         configs = _configurations(group, varied)
         found = versus_fastest([timings(c) for c in configs], [_key(c.iloc[0], varied) for c in configs])
@@ -100,11 +106,23 @@ def pool(frame: pd.DataFrame) -> list[Pooled]:
                 comparison=c,
                 busy=timings(runs).busy,
                 per_token_s=_per_token(runs),
+                task=str(runs.iloc[0].get("params.task.name", "")),
+                timed=said,
             )
             for runs, c in zip(configs, found, strict=True)
         ]
         out += sorted(pooled, key=lambda p: (not p.is_fastest, p.ratio))
     return out
+
+
+def what_was_timed(frame: pd.DataFrame) -> str:
+    """The task, optimizer, model and precision the runs share, where not the defaults: 'train_step (adam) on mlp'."""
+    fixed = {}
+    for group in TIMED_GROUPS:
+        values = frame[f"params.{group}.name"].dropna().map(str).unique() if f"params.{group}.name" in frame else []
+        if len(values) == 1:
+            fixed[group] = values[0]
+    return naming.what_was_timed(fixed)
 
 
 def _per_token(runs: pd.DataFrame) -> float:
@@ -145,10 +163,10 @@ def _key(row: pd.Series, keys: list[str]) -> str:
 
 
 def _time_said(p: Pooled) -> str:
-    """'607 µs', or for a generation '607 µs a generation, 139 µs a token'."""
-    if math.isnan(p.per_token_s):
-        return format_seconds(p.time_s)
-    return f"{format_seconds(p.time_s)} a generation, {format_seconds(p.per_token_s)} a token"
+    """'607 µs', for a training step '363 µs a step', for a generation '607 µs a generation, 139 µs a token'."""
+    if not math.isnan(p.per_token_s):
+        return f"{format_seconds(p.time_s)} a generation, {format_seconds(p.per_token_s)} a token"
+    return f"{format_seconds(p.time_s)} a step" if p.task == STEP_TASK else format_seconds(p.time_s)
 
 
 def interval_text(p: Pooled) -> str:
@@ -162,12 +180,15 @@ def _interval(p: Pooled) -> str:
 
 def sentence(pooled: list[Pooled]) -> str:
     """The answer in one sentence per workload: 'numpy fastest; torch 29x [25–34]; jax 250x [200–310]; the
-    order is certain, the sizes uncertain: busy machine (1.2 other runnable threads)'."""
+    order is certain, the sizes uncertain: busy machine (1.2 other runnable threads)', opening on what was timed
+    where that is not the default ('train_step (adam) on mlp: torch fastest (363 µs a step); ...')."""
     parts = []
-    for title, group in _by_workload(pooled):
+    for i, (workload, group) in enumerate(_by_workload(pooled)):
+        title = " · ".join(t for t in (group[0].timed if i == 0 else "", workload) if t)
         if len(group) == 1:
             one = group[0]
-            parts.append(f"{title + ': ' if title else ''}{one.label} {format_seconds(one.time_s)} a call")
+            per = "a step" if one.task == STEP_TASK else "a call"
+            parts.append(f"{title + ': ' if title else ''}{one.label} {format_seconds(one.time_s)} {per}")
             continue
         steps = [f"{group[0].label} fastest ({_time_said(group[0])})"]
         steps += [
@@ -248,7 +269,25 @@ def metrics(pooled: list[Pooled]) -> dict[str, float]:
             "n_replicates": float(p.runs),
         }
         out |= {f"{p.key}.{name}": v for name, v in values.items() if not math.isnan(v)}
-    return out
+    return out | ranked_metrics(pooled)
+
+
+def ranked_metrics(pooled: list[Pooled]) -> dict[str, float]:
+    """The answer under names every sweep shares, so that the runs list shows one column across sweeps whatever
+    they compared: `fastest.time_typical_us`, `next_fastest.time_ratio` with its interval (the fastest's margin),
+    `slowest.time_ratio`; for a sweep of one workload (of several, the configurations' own names say which)."""
+    if not pooled or len({p.workload for p in pooled}) > 1:
+        return {}
+    out = {"fastest.time_typical_us": float(f"{pooled[0].time_s * 1e6:.3g}")}
+    if len(pooled) > 1:
+        following = pooled[1]
+        out |= {
+            "next_fastest.time_ratio": ratio_figure(following.ratio),
+            "next_fastest.time_ratio_ci_low": ratio_figure(following.low),
+            "next_fastest.time_ratio_ci_high": ratio_figure(following.high),
+            "slowest.time_ratio": ratio_figure(max(p.ratio for p in pooled)),
+        }
+    return {k: v for k, v in out.items() if not math.isnan(v)}
 
 
 def tags(pooled: list[Pooled]) -> dict[str, str]:

@@ -18,10 +18,12 @@ What identifies a run (its params and name) is runner.record.naming's, with or w
 from runner.tracking.link import TRACKING_FILE, read_link, write_link, write_pending
 from runner.tracking.search import download_tensors, history_rows, runs_of, search_runs, set_tags
 from runner.tracking.store import (
+    RUNS_VIEW,
     check_reachable,
     check_store_path,
     client,
     ensure_experiment,
+    experiment_of,
     open_store,
     retry_on_lock,
     store_lock,
@@ -43,6 +45,7 @@ from runner.tracking.upload import (
 __all__ = [
     "NOTE_LIMIT",
     "NO_RESULT",
+    "RUNS_VIEW",
     "TRACKING_FILE",
     "check_reachable",
     "check_store_path",
@@ -51,6 +54,7 @@ __all__ = [
     "create_parent_run",
     "download_tensors",
     "ensure_experiment",
+    "experiment_of",
     "fit_note",
     "log_comparison",
     "log_files",

@@ -74,6 +74,8 @@ def _run_row(run) -> dict:
     }
     row.update({f"params.{k}": v for k, v in run.data.params.items()})
     row.update({f"metrics.{k}": v for k, v in (stored_metric(*item) for item in run.data.metrics.items())})
+    if "metrics.machine_cpus" in row:  # measured, and no steal to log (upload.ZERO_SAYS_NOTHING)
+        row.setdefault("metrics.machine_steal_pct", 0.0)
     row.update(environment_columns(_recorded_environment(tags)))
     return row
 

@@ -126,8 +126,36 @@ def client(uri: str):
     return MlflowClient(tracking_uri=uri)
 
 
+# The runs list's columns without setup: MLflow's shared view state (an experiment tag the UI reads for
+# `?viewStateShareKey=RUNS_VIEW`): a sweep's verdict and one ratio column across sweeps (pooled.ranked_metrics),
+# each job's median and ratio. A column key is the UI's: `metrics.`NAME``.
+RUNS_VIEW = "tensor-runner"
+RUNS_VIEW_COLUMNS = (
+    "tags.`verdict`",
+    "metrics.`next_fastest.time_ratio`",
+    "metrics.`fastest.time_typical_us`",
+    "metrics.`time_median_us`",
+    "metrics.`time_ratio`",
+    "attributes.`Dataset`",
+)
+
+
+def runs_view_tag() -> tuple[str, str]:
+    import json
+
+    return f"mlflow.sharedViewState.{RUNS_VIEW}", json.dumps({"selectedColumns": list(RUNS_VIEW_COLUMNS)})
+
+
 # MLflow 3's UI opens an experiment on its GenAI overview unless this tag calls it a model-training one.
-EXPERIMENT_TAGS = {"mlflow.experimentKind": "custom_model_development"}
+EXPERIMENT_TAGS = {"mlflow.experimentKind": "custom_model_development", runs_view_tag()[0]: runs_view_tag()[1]}
+
+
+def experiment_of(uri: str, run_id: str) -> str | None:
+    """The id of the experiment a run is in (None where the store does not say): what the UI's links name."""
+    try:
+        return retry_on_lock(client(uri).get_run, run_id).info.experiment_id
+    except Exception:  # the link without its experiment still opens the run
+        return None
 
 
 def ensure_experiment(mlflow, uri: str, name: str) -> str:

@@ -7,7 +7,14 @@ from pathlib import Path
 
 from runner.locations import CONFIG_DIR
 from runner.record.naming import split_override, sweep_title
-from runner.tracking.store import check_reachable, client, ensure_experiment, open_store, retry_on_lock
+from runner.tracking.store import (
+    check_reachable,
+    client,
+    ensure_experiment,
+    open_store,
+    retry_on_lock,
+    runs_view_tag,
+)
 from runner.tracking.upload import fit_note, git_tags, log_files, user_name
 
 
@@ -34,6 +41,7 @@ def create_parent_run(info: dict) -> str:
 
     tags.update(git_tags(git_source()))
     run = retry_on_lock(mlflow.create_run, experiment_id, tags=tags)
+    retry_on_lock(mlflow.set_experiment_tag, experiment_id, *runs_view_tag())  # an experiment made before it too
     swept = dict(split_override(o) for o in info["overrides"])  # the last of a key wins
     params = [Param(param_name(k), v) for k, v in swept.items() if not k.startswith("tracking.")]  # as the jobs
     if params:
@@ -52,6 +60,9 @@ def param_name(key: str) -> str:
     return f"{key}.name" if (CONFIG_DIR / key).is_dir() else key
 
 
+UNLESS_SOME = ("n_failed", "n_killed")  # counts logged only where some jobs did not finish (n_finished < n_jobs)
+
+
 def close_parent_run(info: dict, counts: dict[str, int], files: list[Path], status: str, answer=None) -> None:
     """Log a sweep's job counts and summary files to its parent run and end it with `status`. Its `answer`
     (runner.report.pooled.Answer) goes first in the description the UI shows, its details after the command,
@@ -62,7 +73,8 @@ def close_parent_run(info: dict, counts: dict[str, int], files: list[Path], stat
     mlflow = client(uri)
     now = int(time.time() * 1000)
     try:
-        values = {**counts, **(answer.metrics() if answer else {})}
+        shown = {k: v for k, v in counts.items() if v or k not in UNLESS_SOME}  # no bar reading 0.00
+        values = {**shown, **(answer.metrics() if answer else {})}
         tags = [RunTag(k, v) for k, v in (answer.tags() if answer else {}).items()]
         metrics = [Metric(k, float(v), now, 0) for k, v in values.items()]
         retry_on_lock(mlflow.log_batch, run_id, metrics=metrics, tags=tags)

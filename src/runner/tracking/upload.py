@@ -4,6 +4,7 @@ sample, tags, description, files; one MLflow run per run_key, a partial upload r
 from __future__ import annotations
 
 import contextlib
+import math
 import re
 import sys
 import time
@@ -177,24 +178,47 @@ def note_content(result: Result) -> str:
 
 SECONDS = re.compile(r"(?<=_)s(?=_|$)")  # the unit in time_median_s, cpu_s_per_call; not in throughput_per_s
 MICROSECONDS = re.compile(r"(?<=_)us(?=_|$)")
+JOULES = re.compile(r"(?<=_)j$")  # energy_per_call_j; not examples_per_j
+MICROJOULES = re.compile(r"(?<=_)uj$")
+ERRORS = re.compile(r"(^|_)err(_|$)|^reference_tolerance$")  # max_rel_err_vs_reference, its tolerance
+LOG10 = "_log10"
 LEFT_OUT = ("time_p50_s",)  # the median again: result.json keeps it, the UI would show it twice
+ZERO_SAYS_NOTHING = ("machine_steal_pct",)  # no CPU steal (any machine not a VM): a bar reading 0.00
 DIGITS = 4  # significant digits MLflow shows of a metric (result.json keeps every digit): 18.57, not 18.570109987194883
+SHOWN = 0.005  # the UI's charts print a metric with two decimals (toFixed(2)): below this it reads "0.00"
 TRACE = "trace/time_sample_us"  # every sample, step = its index; the section `trace` is the UI's first chart
 
 
-def ui_metric(name: str, value: float) -> tuple[str, float]:
-    """A metric as MLflow shows it: seconds as microseconds, named so (time_median_s 1.8e-05 -> time_median_us
-    18.57), which the UI's tables and charts print legibly from a sigmoid's 50 ns (0.05) to a ResNet's first
-    call; result.json and the report CSVs keep seconds."""
+def ui_metric(name: str, value: float) -> tuple[str, float] | None:
+    """A metric as MLflow shows it, or None where it is not logged. The UI's charts print two decimals, so a
+    metric goes in a unit that shows it: seconds as microseconds, named so (time_median_s 1.8e-05 -> time_median_us
+    18.57), legible from a sigmoid's 50 ns (0.05) to a ResNet's first call; joules as microjoules (_uj); errors
+    and their tolerance, which span 1e-16 to 1 and would all read 0.00, as their base-10 logarithm (_log10:
+    max_rel_err_vs_reference 2.03e-07 -> max_rel_err_vs_reference_log10 -6.69 beside reference_tolerance_log10
+    -5; an exact result, log10 0, is left out, as is a CPU steal that reads 0.00). result.json and the report
+    CSVs keep seconds and the errors themselves."""
+    if name in LEFT_OUT or (name in ZERO_SAYS_NOTHING and abs(value) < SHOWN):
+        return None
     if "per_s" not in name and SECONDS.search(name):
         name, value = SECONDS.sub("us", name, count=1), value * 1e6
+    elif "per_j" not in name and JOULES.search(name):
+        name, value = JOULES.sub("uj", name), value * 1e6
+    elif ERRORS.search(name):
+        if not value > 0:  # exact (or not a number): no logarithm
+            return None
+        name, value = name + LOG10, math.log10(value)
     return name, float(f"{value:.{DIGITS}g}")
 
 
 def stored_metric(name: str, value: float) -> tuple[str, float]:
-    """ui_metric undone: a metric read back from MLflow under its result.json name, in seconds."""
+    """ui_metric undone: a metric read back from MLflow under its result.json name, in seconds, joules and
+    plain errors (to the 4 digits MLflow holds)."""
     if MICROSECONDS.search(name):
         return MICROSECONDS.sub("s", name, count=1), value / 1e6
+    if MICROJOULES.search(name):
+        return MICROJOULES.sub("j", name), value / 1e6
+    if name.endswith(LOG10) and ERRORS.search(name.removesuffix(LOG10)):
+        return name.removesuffix(LOG10), 10.0**value
     return name, value
 
 
@@ -203,14 +227,20 @@ def _metrics(result: Result, samples, sample_ends, ended_ms: int) -> list:
     timing trace), each stamped with the moment it ended (the job's end where a run did not record that)."""
     from mlflow.entities import Metric
 
-    numbers = {k: float(v) for k, v in result.metrics.items() if isinstance(v, int | float) and k not in LEFT_OUT}
-    metrics = [Metric(*ui_metric(k, v), ended_ms, 0) for k, v in numbers.items()]
+    numbers = {k: float(v) for k, v in result.metrics.items() if isinstance(v, int | float)}
+    shown = [m for m in (ui_metric(k, v) for k, v in numbers.items()) if m is not None]
+    metrics = [Metric(name, value, ended_ms, 0) for name, value in shown]
     if samples is None:
         return metrics
     if sample_ends is None or len(sample_ends) != len(samples):
         sample_ends = [ended_ms / 1000] * len(samples)
     stamped = enumerate(zip(samples, sample_ends, strict=True))
-    return metrics + [Metric(TRACE, float(v) * 1e6, _ms(end) or ended_ms, step) for step, (v, end) in stamped]
+    return metrics + [Metric(TRACE, _us(v), _ms(end) or ended_ms, step) for step, (v, end) in stamped]
+
+
+def _us(seconds: float) -> float:
+    """A timing sample in microseconds to DIGITS figures, as the other metrics (the runs list shows the last)."""
+    return float(f"{float(seconds) * 1e6:.{DIGITS}g}")
 
 
 def dataset_input(run_dir: Path, result: Result):

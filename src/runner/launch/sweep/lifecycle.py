@@ -22,6 +22,7 @@ from runner import tracking
 from runner.config import first_line
 from runner.launch import launchers
 from runner.launch.sweep import summary
+from runner.record import naming
 from runner.record.result import Status
 from runner.record.sweep_file import SWEEP_FILE, read_sweep_file, write_sweep_file
 
@@ -56,6 +57,7 @@ def start(config: DictConfig) -> Sweep:
         "parent_run_id": None,
         "started": time.strftime("%Y-%m-%d %H:%M:%S"),
     }
+    info["timed"] = timed(config, naming.swept_keys(overrides, info["sweeper_params"]))
     parallel = launchers.parallel_launcher(config.hydra.launcher)
     if parallel:
         log.warning(
@@ -77,6 +79,15 @@ def start(config: DictConfig) -> Sweep:
             log.warning(f"no parent run in MLflow at {info['uri']} ({info['error']})")
     write_sweep_file(sweep_dir, info)
     return Sweep(sweep_dir, info)
+
+
+def timed(config: DictConfig, swept: dict[str, str]) -> str:
+    """What the sweep times where it fixes a task, optimizer, model or precision other than the defaults
+    ('train_step (adam) on mlp'; runner.record.naming.what_was_timed), for its parent's name."""
+    from omegaconf import OmegaConf
+
+    fixed = {g: OmegaConf.select(config, f"{g}.name") for g in naming.TIMED_GROUPS if g not in swept}
+    return naming.what_was_timed(fixed)
 
 
 def refuse_local_devices(params: DictConfig | None) -> None:

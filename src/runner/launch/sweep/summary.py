@@ -111,7 +111,7 @@ def _print_link(console, sweep_dir: Path) -> None:
         from runner.launch.terminal import ui_lines
 
         console.print(f"MLflow parent run {info['parent_run_id']} ({naming.sweep_title(info)})", highlight=False)
-        for line in ui_lines(info["uri"], f"#/runs/{info['parent_run_id']}"):
+        for line in ui_lines(info["uri"], info["parent_run_id"], runs_list=True):
             console.print(line.strip(), highlight=False, soft_wrap=True)
 
 

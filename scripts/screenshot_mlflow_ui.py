@@ -131,13 +131,13 @@ def shoot(browser: Chromium, url: str, path: Path, height: int, expand: bool = T
 # The text the page's first screen shows, in reading order: each text's own box on the screen and not hidden by an
 # ancestor that clips its overflow (a collapsed description keeps its rows in the page, below its visible lines).
 FIRST_SCREEN = """(() => {
-  const hidden = (element, middle) => {
+  const hidden = (element, top, bottom) => {
     for (let a = element; a && a !== document.body; a = a.parentElement) {
       const style = getComputedStyle(a);
       if (style.display === 'none' || style.visibility === 'hidden' || style.opacity === '0') return true;
       if (/hidden|clip|auto|scroll/.test(style.overflowY)) {
         const box = a.getBoundingClientRect();
-        if (middle < box.top || middle > box.bottom) return true;
+        if (top < box.top - 1 || bottom > box.bottom + 1) return true;  // cut, or wholly hidden
       }
     }
     return false;
@@ -151,7 +151,7 @@ FIRST_SCREEN = """(() => {
     range.selectNodeContents(node);
     const r = range.getBoundingClientRect();
     if (!(r.width > 0 && r.height > 0 && r.top >= 0 && r.bottom <= window.innerHeight)) continue;
-    if (!hidden(node.parentElement, (r.top + r.bottom) / 2)) out.push(text);
+    if (!hidden(node.parentElement, r.top, r.bottom)) out.push(text);
   }
   return out.join(' | ');
 })()"""

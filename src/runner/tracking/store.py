@@ -136,7 +136,6 @@ RUNS_VIEW_COLUMNS = (
     "metrics.`fastest.time_typical_us`",
     "metrics.`time_median_us`",
     "metrics.`time_ratio`",
-    "attributes.`Dataset`",
 )
 
 

@@ -6,8 +6,8 @@
 
 The parity section (benchmarks/parity.py: every backend x workload beside a hand-written loop), the
 rounds section (benchmarks/rounds.py: a comparison on a busy machine), the A/A sections
-(benchmarks/aa.py, aa_apart.py: sweeps of identical jobs) and the history sections (benchmarks/history_sim.py,
-history_real.py, history_scale.py) are kept as they are.
+(benchmarks/aa.py, aa_apart.py: sweeps of identical jobs), the history sections (benchmarks/history_sim.py,
+history_real.py, history_scale.py) and the start-up section (benchmarks/startup.py) are kept as they are.
 Rows: harness overhead vs timeit, workload parity vs hand-written loops and torch.utils.benchmark,
 machine limit (matmul GFLOP/s vs the best bare BLAS call), start-up, noise vs a fixed-count loop,
 the per-job cost of isolation=process, a new MLflow store (its time, and kills while it is created),
@@ -456,8 +456,8 @@ def write_report() -> None:
 
 
 def kept_sections(text: str) -> str:
-    """The sections benchmarks/parity.py, rounds.py, aa.py, aa_apart.py, history_sim.py, history_real.py and
-    history_scale.py wrote, and the prose kept beside them, as they are."""
+    """The sections benchmarks/parity.py, rounds.py, aa.py, aa_apart.py, history_sim.py, history_real.py,
+    history_scale.py and startup.py wrote, and the prose kept beside them, as they are."""
     import aa
     import aa_apart
     import history_real
@@ -465,9 +465,10 @@ def kept_sections(text: str) -> str:
     import history_sim
     import parity
     import rounds
+    import startup
 
     sections = []
-    markers = (parity, rounds, aa, aa_apart, history_sim)
+    markers = (parity, rounds, aa, aa_apart, history_sim, startup)
     kept = (*((m.BEGIN, m.END) for m in markers), aa.RESOLVE, history_sim.CHOICE)
     kept += ((history_real.BEGIN, history_real.END), history_real.NOTES)
     kept += ((history_scale.BEGIN, history_scale.END), history_scale.NOTES)

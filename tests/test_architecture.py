@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import ast
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 from runner.config import PROJECT_ROOT
@@ -60,6 +62,19 @@ def test_heavy_frameworks_are_imported_only_where_chosen():
         if path.parent.name == "backends" and path.stem.endswith(("_backend", "_decoder")):
             continue
         assert not heavy, f"{path.relative_to(PROJECT_ROOT)} imports {sorted(heavy)} at module level"
+
+
+def test_start_up_imports_only_what_it_needs():
+    """`run.py --help` and `runner --version` import neither Hydra nor pandas; a job's worker process (forked from a
+    server that imported the app, the worker's modules and the upload of its record) neither: Hydra is imported where
+    configs are composed, pandas where frames are built (report/, record/setups.py)."""
+    code = (
+        "import sys; heavy = lambda: sorted({'hydra', 'pandas'} & set(sys.modules)); import runner.app, runner.cli;"
+        "print(heavy()); import runner.launch.isolation, runner.measure.job, runner.tracking; print(heavy())"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.splitlines() == ["[]", "[]"], done.stdout
 
 
 # Lower layers never import higher ones: where configs and outputs are, a run's config and its typed spec, then

@@ -9,25 +9,33 @@ import importlib.util
 import signal
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import hydra
-from hydra.core.hydra_config import HydraConfig
-from hydra.types import RunMode
-from omegaconf import DictConfig
-
-from runner.launch import isolation, preflight, rounds  # registers the structured configs and resolvers
-from runner.launch.job_return import job_return
-from runner.launch.sweep import lifecycle
-from runner.launch.sweep.callback import closed_when_stopped
-from runner.locations import CONFIG_PATH
+from runner.locations import CONFIG_DIR, CONFIG_PATH
 from runner.measure.stop import SIGTERM, Stopped
-from runner.record import environment
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
+
+# Imported where used, not here: `--help` is answered before Hydra starts (help_text), and what a job needs
+# (launch/, Hydra) comes with cli(). A worker's process imports this module too (as a spawned process re-imports
+# run.py), so each module-level import here is paid once more by every job.
+HELP_FLAGS = ("--help", "-h")
+MULTIRUN_FLAGS = ("-m", "--multirun")
 
 
 def main(cfg: DictConfig) -> float:
     """One job, run here (inline or in a worker process, as `isolation` says). Returns its median seconds per
     call (NaN where it did not finish), what Hydra's callbacks and sweepers see. In a sweep on this machine,
     the launcher (runner.launch.local_launcher) runs the jobs that compare in interleaved rounds instead."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    from runner.launch import isolation, rounds
+    from runner.launch.job_return import job_return
+    from runner.launch.sweep import lifecycle
+    from runner.record import environment
+
     hydra_cfg = HydraConfig.get()
     run_dir = Path(hydra_cfg.runtime.output_dir)
     multirun = hydra_cfg.mode == RunMode.MULTIRUN
@@ -44,8 +52,22 @@ def cli(argv: list[str] | None = None, config_path: str = CONFIG_PATH) -> None:
     with 130."""
     if argv is not None:
         sys.argv = [sys.argv[0], *argv]  # Hydra reads its overrides and flags from sys.argv
+    text = help_text(sys.argv[1:], config_path)
+    if text is not None:
+        print(text)
+        return
+    import hydra
+    from hydra.types import RunMode
+
+    from runner.launch import isolation, preflight
+    from runner.launch.sweep import lifecycle
+    from runner.launch.sweep.callback import closed_when_stopped
+
     _plugins_listable()
-    preflight.main()
+    cfg = preflight.main()
+    one_job = not any(arg in MULTIRUN_FLAGS for arg in sys.argv[1:])
+    if cfg is not None and one_job and cfg.hydra.mode != RunMode.MULTIRUN:
+        isolation.start_server(cfg)  # the job's worker process imports while Hydra composes the config (twice)
     signal.signal(signal.SIGTERM, _stop)  # scancel, kill, a closing session: like Ctrl-C, record and stop
     app = hydra.main(version_base="1.3", config_path=config_path, config_name="config")(main)
     try:
@@ -57,6 +79,35 @@ def cli(argv: list[str] | None = None, config_path: str = CONFIG_PATH) -> None:
         # Exit without the garbage collector's passes over every module loaded (MLflow alone loads ~2,000),
         # most of the interpreter's teardown time. Files and the MLflow store are closed already; atexit still runs.
         gc.freeze()
+
+
+def help_text(argv: list[str], config_path: str = CONFIG_PATH) -> str | None:
+    """What `--help` prints, rendered from the app's help template (hydra/help, chosen in config.yaml) without
+    starting Hydra: Hydra's own `--help` composes the whole config and lists every option of every group (the ~40
+    variants too) for its $APP_CONFIG_GROUPS and $HYDRA_CONFIG_GROUPS, whether the template shows them or not.
+    None where Hydra must answer: no --help, other arguments beside it (overrides, --config-name, ...), configs that
+    are not this app's folder, or a template that shows what only Hydra knows ($CONFIG, $FLAGS_HELP, the groups)."""
+    if not any(arg in HELP_FLAGS for arg in argv) or not all(arg in (*HELP_FLAGS, *MULTIRUN_FLAGS) for arg in argv):
+        return None
+    config_dir = CONFIG_DIR if config_path == CONFIG_PATH else Path(config_path)
+    if not (config_dir / "config.yaml").is_file():
+        return None
+    from omegaconf import DictConfig, OmegaConf
+
+    config = OmegaConf.load(config_dir / "config.yaml")
+    if not isinstance(config, DictConfig):
+        return None
+    defaults = [d for d in config.get("defaults", []) if not isinstance(d, str)]
+    chosen = [d["override hydra/help"] for d in defaults if "override hydra/help" in d]
+    template_file = config_dir / "hydra" / "help" / f"{chosen[-1] if chosen else ''}.yaml"
+    if not template_file.is_file():
+        return None  # Hydra's default help, which shows the config: Hydra's
+    settings = OmegaConf.merge(OmegaConf.load(template_file), config.get("hydra", {}).get("help", {}))
+    try:
+        text = str(OmegaConf.create({"hydra": {"help": settings}}).hydra.help.template)
+    except Exception:  # an interpolation of something else than hydra.help: Hydra resolves it
+        return None
+    return None if "$" in text else text
 
 
 def _plugins_listable() -> None:

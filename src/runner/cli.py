@@ -16,12 +16,14 @@ import argparse
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from runner import tracking, version
-from runner.config import ConfigError
-from runner.launch.sweep.sync import sync_sweep
-from runner.record.result import ResultUnreadable
+from runner import version
+from runner.errors import ConfigError
 from runner.record.sweep_file import SWEEP_FILE, read_sweep_file
+
+if TYPE_CHECKING:  # imported where used: `runner run` (its --help above all) and `runner --version` need none of it
+    from runner import tracking
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -32,6 +34,8 @@ def main(argv: list[str] | None = None) -> int:
         cli(argv[1:])
         return 0
     args = _parser().parse_args(argv)
+    from runner.record.result import ResultUnreadable
+
     try:
         return args.command(args)
     except (LookupError, FileNotFoundError, ConnectionError, ConfigError, ResultUnreadable) as error:
@@ -87,6 +91,7 @@ def _history_parser(commands, uri_help: str) -> None:
 
 
 def _history(args: argparse.Namespace) -> int:
+    from runner import tracking
     from runner.report import history, history_page
 
     uri = args.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
@@ -161,6 +166,8 @@ def _compare(args: argparse.Namespace) -> int:
 
 
 def _sync(args: argparse.Namespace) -> int:
+    from runner import tracking
+
     failures = 0
     for path in args.run_dirs:
         for synced in sync_path(path, args.tracking_uri):
@@ -171,6 +178,9 @@ def _sync(args: argparse.Namespace) -> int:
 
 def sync_path(path: Path, uri: str | None) -> list[tracking.Synced]:
     """Sync one run directory, or every job of a sweep directory (creating its parent run if missing)."""
+    from runner import tracking
+    from runner.launch.sweep.sync import sync_sweep
+
     if (path / tracking.TRACKING_FILE).exists():
         return [tracking.sync_one(path, uri)]
     if (path / SWEEP_FILE).exists():

@@ -14,7 +14,6 @@ from enum import Enum, StrEnum
 from pathlib import Path
 from typing import Any, cast
 
-from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 from runner.errors import ConfigError
@@ -120,14 +119,24 @@ class RunConfig:
 
 
 def register_configs() -> None:
+    """The schema conf/config.yaml names (`base_config`) in Hydra's ConfigStore, and the resolvers. Hydra's scan for
+    plugins runs this (hydra_plugins.tensor_runner) before it composes anything; compose() and the app run it too."""
+    from hydra.core.config_store import ConfigStore
+
     ConfigStore.instance().store(name="base_config", node=RunConfig)
+    register_resolvers()
+
+
+def register_resolvers() -> None:
+    """What the configs' `${runner.*:}` resolve with: at import, so that a job's worker, which never imports Hydra,
+    resolves its config too."""
     if not OmegaConf.has_resolver("runner.root"):
         OmegaConf.register_new_resolver("runner.root", lambda: str(output_root()))
     if not OmegaConf.has_resolver("runner.devices"):  # sweep values: the devices this machine has
         OmegaConf.register_new_resolver("runner.devices", lambda: "cpu,cuda" if nvidia_driver_present() else "cpu")
 
 
-register_configs()
+register_resolvers()
 
 
 def compose(overrides: list[str], config_dir: Path = CONFIG_DIR, return_hydra_config: bool = False) -> DictConfig:
@@ -136,6 +145,7 @@ def compose(overrides: list[str], config_dir: Path = CONFIG_DIR, return_hydra_co
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
+    register_configs()
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=str(config_dir), version_base="1.3"):

@@ -33,6 +33,25 @@ from typing import Protocol
 from runner.launch.messages import Ended, Fork, Forked
 
 FORK_TIMEOUT_S = 60.0  # a server that does not answer a fork request in this long is taken for dead
+# What each job imports on its way besides its backend (its inputs, limits and machine load, its progress line,
+# its record): imported once in the server, so that every worker forked from it starts with them.
+JOB_MODULES = (
+    "runner.measure.job",
+    "runner.measure.data",
+    "runner.measure.energy",
+    "runner.measure.idle_poll",
+    "runner.measure.limits",
+    "runner.measure.machine_load",
+    "runner.models.weights",
+    "runner.record.environment",
+    "runner.tasks.builtin",
+    "h5py",
+    "numpy.ma",
+    "psutil",
+    "rich.console",
+    "rich.status",
+    "threadpoolctl",
+)
 
 
 class ForkServerGone(RuntimeError):
@@ -179,6 +198,7 @@ def _serve(module: str, worker_main: Callable, connection: Connection, launcher:
         load_backend(module)
     except Exception:  # noqa: S110 - each worker imports it again and records why it cannot
         pass
+    _import_job_modules()
     workers: dict[int, int] = {}  # pidfd (readable once the worker has ended) -> pid
     me = os.getpid()
     while True:
@@ -200,6 +220,18 @@ def _serve(module: str, worker_main: Callable, connection: Connection, launcher:
                 os.close(pidfd)
         except (EOFError, OSError):  # the launcher is gone: the workers' parent-death signal follows this exit
             os._exit(0)
+
+
+def _import_job_modules() -> None:
+    """JOB_MODULES, and the version a record names, each where it can be had (a worker records what it cannot)."""
+    import importlib
+
+    import runner
+
+    for name in JOB_MODULES:
+        with contextlib.suppress(Exception):
+            importlib.import_module(name)
+    runner.version()
 
 
 def _run_worker(worker_main: Callable, target_args: tuple, context: dict, connection: Connection, server: int) -> None:

@@ -64,6 +64,13 @@ def execute(cfg: DictConfig, run_dir: Path, parent_run_id: str | None = None) ->
     return complete(cfg, run_dir, parent_run_id, result)
 
 
+def start_server(cfg: DictConfig) -> None:
+    """Start the fork server the job's worker will come from (Worker.start), so that it imports while Hydra composes."""
+    if str(cfg.isolation) == "process" and cfg.timing.fixed_layout:
+        with contextlib.suppress(ForkServerGone, OSError):  # Worker.start tries again, or spawns
+            ForkServer.for_backend(str(cfg.backend.module), worker_main, _start_fixed)
+
+
 def prepare(cfg: DictConfig, run_dir: Path, parent_run_id: str | None) -> None:
     """An empty run directory with a pending tracking.json, so `runner sync` can upload whatever it will hold."""
     run_dir = Path(run_dir)

@@ -11,12 +11,15 @@ import re
 import sys
 import tempfile
 from pathlib import Path
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import MissingConfigException
 
 from runner.config import CONFIG_DIR, ConfigError, check_values, compose, first_line
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
 
 MULTIRUN_FLAGS = ("-m", "--multirun")
 HYDRA_KEYS_CHECKED = ("hydra.searchpath", "hydra.run.dir", "hydra.sweep.dir")
@@ -27,10 +30,11 @@ class BadInput(ValueError):
     """One-line description of a bad override."""
 
 
-def check_argv(argv: list[str], config_dir: Path = CONFIG_DIR) -> None:
-    """Raise BadInput for the first override that cannot compose. Other Hydra flags are left alone."""
+def check_argv(argv: list[str], config_dir: Path = CONFIG_DIR) -> DictConfig | None:
+    """Raise BadInput for the first override that cannot compose. Other Hydra flags are left alone. Returns the
+    config of the run (of a sweep: of its first job) with its `hydra` node, None where Hydra's flags were left."""
     if any(arg.startswith("-") and arg not in MULTIRUN_FLAGS for arg in argv):
-        return  # --help, --cfg, -c job ... : Hydra's own business
+        return None  # --help, --cfg, -c job ... : Hydra's own business
     overrides = [arg for arg in argv if arg not in MULTIRUN_FLAGS]
     parsed = _parse(overrides)
     parsed = _parse(overrides + _experiment_sweeps(parsed, config_dir))
@@ -48,6 +52,7 @@ def check_argv(argv: list[str], config_dir: Path = CONFIG_DIR) -> None:
     _warn_unread(parsed, cfg)
     key = "sweep" if any(arg in MULTIRUN_FLAGS for arg in argv) else "run"
     check_writable(f"hydra.{key}.dir", str(cfg.hydra[key].dir))
+    return cfg
 
 
 def check_writable(key: str, folder: str) -> None:
@@ -199,10 +204,10 @@ def _composition_message(error: Exception, overrides: list[str], config_dir: Pat
     return head
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Exit with status 2 and one line on stderr when the overrides cannot compose."""
+def main(argv: list[str] | None = None) -> DictConfig | None:
+    """Exit with status 2 and one line on stderr when the overrides cannot compose; else check_argv's config."""
     try:
-        check_argv(sys.argv[1:] if argv is None else argv)
+        return check_argv(sys.argv[1:] if argv is None else argv)
     except BadInput as error:
         print(f"error: {error}", file=sys.stderr)
         raise SystemExit(2) from None

@@ -41,7 +41,6 @@ from runner.measure.stop import Stopped, StopReason, stop_reason
 from runner.measure.timing import Measurement
 from runner.record import naming
 from runner.record.result import Result, Status
-from runner.report.comparison import Timings, versus_fastest, work_key
 
 MIN_ROUNDS_TO_STOP = 8  # runner.report.ratio.MIN_BATCHES: an interval from fewer may look narrow by chance
 QUIET_WAIT_S = 0.05  # after its turn, a worker's threads (a spinning thread pool) may run this long at most
@@ -205,6 +204,8 @@ def widest_resolution(jobs: list[_Waiting]) -> float:
     """The widest resolution among the comparisons the sweep's table will make (each job against the fastest
     doing the same work, runner.report.comparison.versus_fastest); NaN where nothing is compared, inf where a
     comparison has no interval yet."""
+    from runner.report.comparison import Timings, versus_fastest  # runner.report's package imports pandas
+
     groups: dict[str, list[_Waiting]] = {}
     for job in jobs:
         if job.failed is None and len(job.measurement.samples):
@@ -224,6 +225,8 @@ def widest_resolution(jobs: list[_Waiting]) -> float:
 
 def work(cfg: DictConfig) -> str:
     """What two jobs must share to be compared (runner.report.comparison.work_key), from the job's flattened config."""
+    from runner.report.comparison import work_key  # here: a single run never imports runner.report (pandas)
+
     config = {k: OmegaConf.to_container(v, resolve=True) if isinstance(v, DictConfig) else v for k, v in cfg.items()}
     return work_key(naming.flatten({k: v for k, v in config.items() if k != "hydra"}))
 

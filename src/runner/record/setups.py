@@ -11,8 +11,10 @@ is a before/after one: `runner compare` (runner.report.before_after).
 from __future__ import annotations
 
 import hashlib
+from typing import TYPE_CHECKING
 
-import pandas as pd
+if TYPE_CHECKING:  # pandas only where frames are built: a job records and uploads its setup without it
+    import pandas as pd
 
 # environment key -> how a person reads it; all of them must agree for two runs to share a setup
 MACHINE = {"hostname": "host", "cpu": "CPU", "cpu_count": "cores", "gpu_driver": "NVIDIA driver"}
@@ -40,6 +42,8 @@ def setups(frame: pd.DataFrame) -> pd.Series:
     their machine and versions agree and, where a framework appears in several versions, they used the
     same one: the runs of its second version form a setup of their own, with the other frameworks'
     runs of the first."""
+    import pandas as pd
+
     if frame.empty or not set(COLUMNS) <= set(frame):
         return pd.Series(1, index=frame.index)
     facts = frame[[f"env.{k}" for k in (*MACHINE, *VERSIONS)]].astype(str)

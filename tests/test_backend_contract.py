@@ -141,7 +141,10 @@ def _workload_classes(monkeypatch) -> list[type]:
         PROJECT_ROOT / "tests" / "plugin" / "conf",
         PROJECT_ROOT / "examples" / "own_model" / "conf",
     ]
-    targets = {OmegaConf.load(p)._target_ for folder in folders for p in (folder / "model").glob("*.yaml")}
+    files = [p for folder in folders for p in (folder / "model").glob("*.yaml")]
+    files += list((PROJECT_ROOT / "conf" / "implementation").glob("*.yaml"))  # a model's other implementation
+    # a model file made of others by its defaults list (model=gpt2_keras_hub) names no class of its own
+    targets = {str(c._target_) for c in map(OmegaConf.load, files) if "_target_" in c}
     return [get_class(t) for t in sorted(targets) if not t.startswith("crash_model")]
 
 

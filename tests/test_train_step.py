@@ -64,6 +64,22 @@ def test_mlp_training_agrees_with_float64_reference(make_config, tmp_path, case)
     assert set(trained) == {"dense.weight", "dense.bias", "proj.weight"}
     assert all(np.abs(trained[k] - initial[k]).max() > 1e-4 for k in trained), "the steps did not move the weights"
     assert outcome.metrics["max_rel_err_vs_reference"] < TOLERANCE[dtype]
+    # the record says training progressed: the loss on the batch fell over the checked steps
+    assert 0 < outcome.metrics["loss_after"] < outcome.metrics["loss_before"]
+
+
+def test_loss_before_is_the_same_on_every_backend_and_a_diverged_run_says_so(make_config, tmp_path):
+    """loss_before is the loss at the shared initial weights (float64: one number on every backend); a learning rate
+    that blows the weights up records no NaN loss and says, in words, that the training diverged."""
+    before = {
+        backend: train(make_config, tmp_path / backend, f"backend={backend}", "dtype=float64")[0].metrics["loss_before"]
+        for backend in ("numpy", "torch")
+    }
+    assert before["torch"] == pytest.approx(before["numpy"], rel=1e-12)
+    outcome, _, _ = train(make_config, tmp_path / "diverged", "backend=numpy", "optimizer.lr=1e30")
+    assert "loss_after" not in outcome.metrics and outcome.metrics["loss_before"] > 0
+    said = " ".join(outcome.warnings)
+    assert "the training diverged in its first 10 steps: the loss went from" in said and "lower optimizer.lr" in said
 
 
 def _quadratic_loss(ops, params: dict, x, labels):

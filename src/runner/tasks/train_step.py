@@ -4,7 +4,8 @@ carried from call to call; each backend writes the step as its users do (`Backen
 Each timed call is one real step and nothing is reset between samples. The first call (tracing, compiling,
 building the optimizer's state) is the record's first_call_s. Right after it, before any other timed call,
 the step runs `checked_steps - 1` more times and the weights are read: trained/NAME in tensors.h5, checked
-against the same steps in float64 NumPy from the same weights and batch (runner.backends.optimizers).
+against the same steps in float64 NumPy from the same weights and batch (runner.backends.optimizers). The loss on
+the batch before and after those steps is the record's loss_before and loss_after: whether training progressed.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ class TrainStep(Task):
         if checked_steps < 1:
             raise ConfigError(f"task.checked_steps={checked_steps}: must be a positive integer")
         self.checked_steps = checked_steps
+        self.losses: dict[str, float] = {}  # loss_before, loss_after: read by the checked steps (build's `trained`)
 
     def build(self, setup: Setup) -> TaskRun:
         b, scale = setup.backend, _per_label(setup.inputs["labels"])
@@ -40,15 +42,20 @@ class TrainStep(Task):
 
         backprop = setup.workload.gradients and partial(_scaled, setup.workload.gradients, scale)
         step, weights = _owner(setup).train_step(loss, setup.params, self.optimizer, setup.mode, setup.device, backprop)
-        timed = partial(step, setup.inputs["x"], setup.inputs["labels"])
+        x, labels = setup.inputs["x"], setup.inputs["labels"]
+        timed = partial(step, x, labels)
+        self.losses = {}
 
         def trained(first_output: object) -> dict[str, np.ndarray]:
             for _ in range(self.checked_steps - 1):
                 timed()
+            now = weights()
+            before, after = loss(setup.params, x, labels), loss(now, x, labels)  # untimed, eager
+            self.losses = {"loss_before": _value(b, before), "loss_after": _value(b, after)}
             # a copy: torch on the CPU hands out a view of the live weights
-            return {f"trained/{k}": np.array(b.from_native_layout(b.to_numpy(v))) for k, v in weights().items()}
+            return {f"trained/{k}": np.array(b.from_native_layout(b.to_numpy(v))) for k, v in now.items()}
 
-        return TaskRun(timed, trained, with_workload_warnings(setup, partial(_diverged, b, weights)))
+        return TaskRun(timed, trained, with_workload_warnings(setup, partial(_diverged, b, weights, self)))
 
     def reference(self, setup: Setup, held: dict, inputs: dict) -> dict[str, np.ndarray]:
         request = {"task": "train_step", "optimizer": vars(self.optimizer), "steps": self.checked_steps}
@@ -68,7 +75,10 @@ class TrainStep(Task):
         return {f"trained/{k}": v for k, v in params.items()}
 
     def metrics(self, time_median_s: float, samples: dict[str, list]) -> dict[str, float]:
-        return {"steps_per_s": 1.0 / time_median_s}
+        """Steps per second, and the loss on the batch before and after the checked steps (where finite: a diverged
+        step's NaN is said in the warnings)."""
+        finite = {k: v for k, v in self.losses.items() if np.isfinite(v)}
+        return {"steps_per_s": 1.0 / time_median_s, **finite}
 
     def describe(self, setup: Setup) -> dict[str, str]:
         owner = _owner(setup)
@@ -92,12 +102,25 @@ def _scaled(backprop: Callable, scale: float, params: dict, x: Any, labels: Any)
     return {k: g * scale for k, g in backprop(params, x, labels).items()}
 
 
-def _diverged(backend: ModuleType, weights: Callable[[], dict]) -> list[str]:
-    """Training that diverged while timed computes on NaN and inf, at speeds of their own: say so."""
+def _value(backend: ModuleType, loss: Any) -> float:
+    """A loss as a Python float (a torch loss off its graph first)."""
+    return float(np.asarray(backend.to_numpy(loss), np.float64))
+
+
+def _diverged(backend: ModuleType, weights: Callable[[], dict], task: TrainStep) -> list[str]:
+    """Training that diverged computes on NaN and inf, at speeds of their own: say so, with the loss where the
+    checked steps already left it NaN or inf."""
+    losses = task.losses
+    said = []
+    if losses and not all(np.isfinite(v) for v in losses.values()):
+        said.append(
+            f"the training diverged in its first {task.checked_steps} steps: the loss went from "
+            f"{losses['loss_before']:.4g} to {losses['loss_after']:.4g} (lower optimizer.lr)"
+        )
     bad = [k for k, v in weights().items() if not np.isfinite(backend.to_numpy(v)).all()]
-    if not bad:
-        return []
-    return [f"the training diverged while timed: {', '.join(bad)} hold NaN or inf (lower optimizer.lr)"]
+    if bad:
+        said.append(f"the training diverged while timed: {', '.join(bad)} hold NaN or inf (lower optimizer.lr)")
+    return said
 
 
 def _how_compiled(backend: Any, mode: str) -> dict[str, str]:

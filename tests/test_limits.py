@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from runner.config import ConfigError
+from runner.config import ConfigError, TimingConfig
 from runner.measure import limits
 from runner.models.op_workloads import Matmul
 
@@ -57,7 +57,7 @@ def test_reference_hint_only_where_it_would_help(monkeypatch):
 
 def test_long_matmul_announced_up_front(monkeypatch):
     monkeypatch.setattr(limits, "host_float64_flops", lambda: 50e9)
-    timing = {"max_time_s": 5.0, "min_warmup_calls": 3}
+    timing = TimingConfig(max_time_s=5.0, min_warmup_calls=3)
     note = limits.cost_note(Matmul(20000).task_flops(1, "inference"), "float32", "cpu", True, timing)
     assert "one call ≈ 3 min" in note and "at least 6 calls ≈ 16 min" in note
     assert "float64 reference ≈ 5 min (check_reference=false skips it)" in note and "1.6e+13 FLOP" in note

@@ -20,7 +20,7 @@ from runner.launch import isolation, preflight
 from runner.measure.job import non_finite_warnings, run_and_record
 from runner.measure.samples import Samples
 from runner.measure.stop import Stopped, stop_reason
-from runner.measure.timing import measure
+from runner.measure.timing import LoopSettings, measure
 from runner.models.mlp import MLP
 from runner.models.op_workloads import Matmul, Sigmoid
 from runner.record.result import LOG_FILE, RESULT_FILE, TENSORS_FILE, Result, write_tensors
@@ -114,7 +114,10 @@ def test_zero_size_is_a_failed_run_not_a_throughput(tmp_path):
 def test_max_time_bounds_warm_up_and_says_so():
     clock = FakeClock()
     measurement, _ = measure(
-        clock.step(0.001), lambda: None, min_warmup_calls=10**12, max_time_s=0.05, min_repeats=1, clock=clock
+        clock.step(0.001),
+        lambda: None,
+        LoopSettings(min_warmup_calls=10**12, max_time_s=0.05, min_repeats=1),
+        clock=clock,
     )
     assert measurement.warmup_cut_short
     assert measurement.samples_s  # the rest of the budget still measured
@@ -123,7 +126,7 @@ def test_max_time_bounds_warm_up_and_says_so():
 def test_max_time_bounds_block_calibration():
     clock = FakeClock()
     measurement, _ = measure(
-        clock.step(0.001), lambda: None, min_block_s=60.0, max_time_s=0.05, min_repeats=1, clock=clock
+        clock.step(0.001), lambda: None, LoopSettings(min_block_s=60.0, max_time_s=0.05, min_repeats=1), clock=clock
     )
     assert measurement.warmup_cut_short
     assert measurement.samples_s

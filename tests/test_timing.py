@@ -7,13 +7,22 @@ import re
 import subprocess
 import sys
 import time
+from dataclasses import fields, replace
 
 import numpy as np
 import pytest
 from fake_clock import FakeClock
 
+from runner.config import TimingConfig
 from runner.measure.samples import Samples, Series
-from runner.measure.timing import Measurement, MeasurementFailed, MeasurementInterrupted, affordable_rounds, measure
+from runner.measure.timing import (
+    LoopSettings,
+    Measurement,
+    MeasurementFailed,
+    MeasurementInterrupted,
+    affordable_rounds,
+    measure,
+)
 
 FORWARD_PASS_FAULTS = """
 import resource, sys
@@ -32,7 +41,7 @@ print((resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / 10)
 """
 
 
-QUICK = dict(warmup_s=0.0, min_warmup_calls=1, min_block_s=0.0)  # one call a block, one block of warm-up
+QUICK = LoopSettings(warmup_s=0.0, min_warmup_calls=1, min_block_s=0.0)  # one call a block, one block of warm-up
 
 
 def test_statistics_from_samples():
@@ -49,12 +58,14 @@ def test_first_call_timed_apart_and_blocks_reach_min_block():
     m, first = measure(
         clock.step(0.00015, first=0.05),  # a slow first call, like tracing or compilation
         lambda: None,
-        warmup_s=0.0,
-        min_warmup_calls=1,
-        min_repeats=5,
-        max_time_s=0.2,
-        target_rel_iqr=float("inf"),
-        min_block_s=0.001,
+        LoopSettings(
+            warmup_s=0.0,
+            min_warmup_calls=1,
+            min_repeats=5,
+            max_time_s=0.2,
+            target_rel_iqr=float("inf"),
+            min_block_s=0.001,
+        ),
         clock=clock,
     )
     assert first == 1 and m.first_call_s == pytest.approx(0.05)
@@ -75,10 +86,7 @@ def test_the_device_is_synced_at_both_clock_reads_of_every_block():
     measure(
         lambda: (events.append("c"), step()),
         lambda: events.append("s"),
-        **{**QUICK, "min_block_s": 0.0025},
-        min_repeats=3,
-        max_time_s=1.0,
-        target_rel_iqr=float("inf"),
+        replace(QUICK, min_block_s=0.0025, min_repeats=3, max_time_s=1.0, target_rel_iqr=float("inf")),
         clock=read,
     )
     timeline = "".join(events)  # s: sync, r: clock read, c: call
@@ -93,10 +101,7 @@ def test_time_cap_stops_a_measurement_whose_spread_never_settles():
     m, _ = measure(
         clock.step(0.0005, 0.003),
         lambda: None,
-        **QUICK,
-        min_repeats=3,
-        max_time_s=0.1,
-        target_rel_iqr=0.001,
+        replace(QUICK, min_repeats=3, max_time_s=0.1, target_rel_iqr=0.001),
         clock=clock,
     )
     assert m.block_size == 1 and m.stopped_by == "time cap"
@@ -111,10 +116,8 @@ def test_blocks_of_an_even_count_average_an_alternation_and_the_spread_stops():
     m, _ = measure(
         clock.step(0.0005, 0.003),
         lambda: None,
-        **{**QUICK, "min_block_s": 0.0032},  # one call (3 ms) is short of it, two (3.5 ms) are not
-        min_repeats=10,
-        max_time_s=0.1,
-        target_rel_iqr=0.03,
+        # min_block_s: one call (3 ms) is short of it, two (3.5 ms) are not
+        replace(QUICK, min_block_s=0.0032, min_repeats=10, max_time_s=0.1, target_rel_iqr=0.03),
         clock=clock,
     )
     assert m.block_size == 2 and m.stopped_by == "spread"
@@ -130,12 +133,14 @@ def test_warm_up_lasts_warmup_s_and_at_least_min_warmup_calls_in_whole_blocks(wa
     m, _ = measure(
         clock.step(0.001),
         lambda: None,
-        warmup_s=warmup_s,
-        min_warmup_calls=min_warmup_calls,
-        min_block_s=0.0025,  # blocks of 5 calls
-        min_repeats=3,
-        max_time_s=1.0,
-        target_rel_iqr=float("inf"),
+        LoopSettings(
+            warmup_s=warmup_s,
+            min_warmup_calls=min_warmup_calls,
+            min_block_s=0.0025,  # blocks of 5 calls
+            min_repeats=3,
+            max_time_s=1.0,
+            target_rel_iqr=float("inf"),
+        ),
         clock=clock,
     )
     assert m.block_size == 5 and m.warmup_calls == calls and not m.warmup_cut_short
@@ -146,11 +151,13 @@ def test_max_time_cuts_warm_up_short_and_sampling_ends_at_the_cap():
     m, _ = measure(
         clock.step(0.001),
         lambda: None,
-        warmup_s=1.0,
-        min_warmup_calls=1,
-        min_block_s=0.0025,  # blocks of 5 calls: calibration takes 1 + 2 + 5 ms
-        min_repeats=10**6,  # the spread never stops it
-        max_time_s=0.1,
+        LoopSettings(
+            warmup_s=1.0,
+            min_warmup_calls=1,
+            min_block_s=0.0025,  # blocks of 5 calls: calibration takes 1 + 2 + 5 ms
+            min_repeats=10**6,  # the spread never stops it
+            max_time_s=0.1,
+        ),
         clock=clock,
     )
     # warm-up may run to half of max_time_s (50 ms): 9 blocks from 8 ms to 53 ms; then samples to 100 ms and past
@@ -161,7 +168,9 @@ def test_max_time_cuts_warm_up_short_and_sampling_ends_at_the_cap():
 
 def test_max_time_cuts_block_calibration_short():
     clock = FakeClock()
-    m, _ = measure(clock.step(0.001), lambda: None, min_block_s=60.0, max_time_s=0.1, min_repeats=10**6, clock=clock)
+    m, _ = measure(
+        clock.step(0.001), lambda: None, LoopSettings(min_block_s=60.0, max_time_s=0.1, min_repeats=10**6), clock=clock
+    )
     # blocks of 1, 2, 5, 10 and 20 calls end at 38 ms, one of 50 calls past half of max_time_s: that one is kept
     assert m.warmup_cut_short and m.block_size == 50 and m.warmup_calls == 0
     assert m.samples_s == pytest.approx([0.001]) and m.stopped_by == "time cap"
@@ -176,7 +185,7 @@ def test_interrupt_keeps_samples():
             raise KeyboardInterrupt
 
     with pytest.raises(MeasurementInterrupted) as caught:
-        measure(fn, lambda: None, **QUICK, min_repeats=100, max_time_s=10, target_rel_iqr=0.0, clock=clock)
+        measure(fn, lambda: None, replace(QUICK, min_repeats=100, max_time_s=10, target_rel_iqr=0.0), clock=clock)
     # what was measured before Ctrl-C survives: calls 4 to 20 (after the first, calibration's and warm-up's)
     assert len(caught.value.measurement.samples_s) == 17
     assert caught.value.measurement.stopped_by == "interrupted"
@@ -192,7 +201,7 @@ def test_the_real_clock_times_real_calls():
         time.sleep(0.02 if calls[0] == 1 else 0.001)
 
     start = time.perf_counter()
-    m, _ = measure(fn, lambda: None, **QUICK, min_repeats=10**6, max_time_s=0.05)
+    m, _ = measure(fn, lambda: None, replace(QUICK, min_repeats=10**6, max_time_s=0.05))
     assert time.perf_counter() - start >= 0.05 + m.first_call_s and m.stopped_by == "time cap"
     assert m.first_call_s >= 0.02 and m.samples_s and min(m.samples_s) >= 0.001 - 1e-9  # 1e-9: float rounding
 
@@ -245,10 +254,7 @@ def test_first_output_kept_before_the_next_call_and_energy_spans_the_samples():
     m, kept = measure(
         fn,
         lambda: None,
-        **QUICK,
-        min_repeats=3,
-        max_time_s=0.05,
-        target_rel_iqr=1.0,
+        replace(QUICK, min_repeats=3, max_time_s=0.05, target_rel_iqr=1.0),
         keep=lambda out: list(out),
         energy=Meter(),
         clock=clock,
@@ -289,14 +295,19 @@ class FakeClockEnd(Series):
 
 
 # a turn samples to its end whatever the spread: the coordinator stops the rounds once the comparisons resolve
-FAST_TURNS = dict(**QUICK, min_repeats=3, target_rel_iqr=float("inf"))
+FAST_TURNS = replace(QUICK, min_repeats=3, target_rel_iqr=float("inf"))
 
 
 def test_turns_sample_only_when_given_a_turn_and_label_each_sample_with_its_round():
     clock, turns = FakeClock(), ScriptedTurns([1, 2, 7])
     ends = {"sample_end_s": FakeClockEnd(clock)}
     m, _ = measure(
-        clock.step(0.0002), lambda: None, max_time_s=0.3, rounds=3, turns=turns, series=ends, **FAST_TURNS, clock=clock
+        clock.step(0.0002),
+        lambda: None,
+        replace(FAST_TURNS, max_time_s=0.3, rounds=3),
+        turns=turns,
+        series=ends,
+        clock=clock,
     )
     assert turns.ready_at == 0 and turns.affordable == 3  # set up and warm, no sample yet
     # calibration and warm-up (a call each) leave 299.6 ms: a third of it is 500 samples of 0.2 ms
@@ -312,7 +323,12 @@ def test_a_turn_lasts_at_most_the_sampling_budget_over_the_rounds():
     clock, turns = FakeClock(), ScriptedTurns([1, 2])
     ends = {"sample_end_s": FakeClockEnd(clock)}
     measure(
-        clock.step(0.001), lambda: None, max_time_s=0.4, rounds=4, turns=turns, series=ends, **FAST_TURNS, clock=clock
+        clock.step(0.001),
+        lambda: None,
+        replace(FAST_TURNS, max_time_s=0.4, rounds=4),
+        turns=turns,
+        series=ends,
+        clock=clock,
     )
     # the 0.4 s, less 2 ms of calibration and warm-up, shared by 4 turns: 99.5 ms, reached by the 100th sample
     # (uncapped, the first turn would use it all)
@@ -336,7 +352,13 @@ def test_a_step_failing_in_a_later_turn_keeps_the_samples_of_the_earlier_ones():
             return round_
 
     with pytest.raises(MeasurementFailed) as caught:
-        measure(fn, lambda: None, max_time_s=0.3, rounds=4, turns=FailInRound3([1, 2, 3, 4]), **FAST_TURNS, clock=clock)
+        measure(
+            fn,
+            lambda: None,
+            replace(FAST_TURNS, max_time_s=0.3, rounds=4),
+            turns=FailInRound3([1, 2, 3, 4]),
+            clock=clock,
+        )
     assert set(caught.value.measurement.samples.rounds) == {1, 2}
     assert caught.value.measurement.stopped_by == "failed"
     assert "CUDA out of memory" in str(caught.value.__cause__)
@@ -351,7 +373,13 @@ def test_a_job_whose_block_outlasts_a_turn_takes_fewer_rounds():
     assert affordable_rounds(40, sampling_s=0.3, block_s=0.02, warmup_s=0.2) == 7  # not fewer than 8 blocks a turn
     clock, turns = FakeClock(), ScriptedTurns([1, 2])
     slow = clock.step(0.06)
-    measure(slow, lambda: None, max_time_s=0.2, rounds=40, turns=turns, **{**FAST_TURNS, "warmup_s": 0.01}, clock=clock)
+    measure(
+        slow,
+        lambda: None,
+        replace(FAST_TURNS, max_time_s=0.2, rounds=40, warmup_s=0.01),
+        turns=turns,
+        clock=clock,
+    )
     # calibration and warm-up (60 ms each) leave 80 ms of the 0.2 s: one round, a turn of two 60 ms blocks
     assert turns.affordable == 1 and [len(samples) for samples, _ in turns.turns] == [2, 2]
     calls_outside_samples = slow() - 1 - sum(len(samples) for samples, _ in turns.turns)
@@ -383,9 +411,21 @@ def test_every_turn_starts_with_a_re_warm_of_a_block_unless_the_block_is_long():
     turns = Counting([1, 2, 3])
     turns.extra = []
     measure(
-        counted, lambda: None, max_time_s=0.6, rounds=3, turns=turns, **{**FAST_TURNS, "warmup_s": 0.015}, clock=clock
+        counted,
+        lambda: None,
+        replace(FAST_TURNS, max_time_s=0.6, rounds=3, warmup_s=0.015),
+        turns=turns,
+        clock=clock,
     )
     assert turns.extra == [1, 1, 1]
+
+
+def test_the_loop_obeys_the_timing_settings_of_the_same_names():
+    """measure() takes the loop's share of timing.* (runner.config.TimingConfig), typed: a timing.* key it does not
+    use (timing.poll_idle, timing.series, ...) never reaches it."""
+    loop = LoopSettings.of(TimingConfig(max_time_s=1.5, rounds=7, poll_idle=True))
+    assert (loop.max_time_s, loop.rounds, loop.processes, loop.warmup_s) == (1.5, 7, 3, 0.2)
+    assert {f.name for f in fields(LoopSettings)} < {f.name for f in fields(TimingConfig)}
 
 
 def test_noise_within_turns_leaves_out_the_drift_between_rounds():

@@ -94,6 +94,12 @@ class TimingConfig:
     poll_idle: bool = False  # idle CPUs poll, not halt, while a job is timed (/dev/cpu_dma_latency, root)
     series: dict[str, str] = field(default_factory=dict)  # a value beside every sample (conf/config.yaml)
 
+    @classmethod
+    def of(cls, node: DictConfig) -> TimingConfig:
+        """The composed timing.* as this dataclass, every value resolved (a job's worker gets its config as a
+        plain node, without the schema): what runner.spec.JobSpec carries."""
+        return cls(**cast(dict, OmegaConf.to_container(node, resolve=True)))  # a DictConfig's container is a dict
+
 
 @dataclass
 class RunConfig:

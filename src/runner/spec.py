@@ -9,11 +9,11 @@ built from whatever its node holds. Building a spec checks nothing: the combinat
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import cast
 
 from omegaconf import DictConfig, OmegaConf
 
-from runner.config import choices
+from runner.config import TimingConfig, choices
 
 
 @dataclass(frozen=True)
@@ -31,7 +31,7 @@ class JobSpec:
     seed: int
     threads: int | None
     check_reference: bool
-    timing: dict[str, Any]  # timing.*, plain values
+    timing: TimingConfig  # timing.*, resolved
     model_settings: DictConfig = field(repr=False)  # the model's node: what its workload is built from
     task_settings: DictConfig = field(repr=False)  # the task's node: what its Task is built from (runner.tasks)
     data_settings: DictConfig = field(repr=False)
@@ -50,7 +50,7 @@ class JobSpec:
             seed=int(cfg.seed),
             threads=None if cfg.threads is None else int(cfg.threads),
             check_reference=bool(cfg.check_reference),
-            timing=cast(dict, OmegaConf.to_container(cfg.timing, resolve=True)),  # a DictConfig's: a dict
+            timing=TimingConfig.of(cfg.timing),
             model_settings=cfg.model,
             task_settings=cfg.task,
             data_settings=cfg.data,

@@ -20,6 +20,7 @@ from runner.measure.progress import ProgressLine
 from runner.measure.stop import stop_reason
 from runner.measure.timing import (
     NOISY_REL_IQR,
+    LoopSettings,
     Measurement,
     MeasurementFailed,
     MeasurementInterrupted,
@@ -32,6 +33,7 @@ from runner.spec import JobSpec
 from runner.tasks import Setup, Task, TaskRun, build_task
 
 if TYPE_CHECKING:
+    from runner.measure.samples import Series
     from runner.models import Workload
 
 WEIGHTS_RECORD_LIMIT = 2_000_000  # weights are written to tensors.h5 when they have fewer elements
@@ -43,7 +45,7 @@ def run_job(spec: JobSpec, before_timing: Callable[[], object] = lambda: None, t
     `before_timing` is called once everything is set up, just before the first timed call; `turns`,
     where given, hands out the sampling in interleaved rounds (runner.launch.rounds)."""
     label = f"{spec.backend} {spec.model} {spec.task} {spec.mode}"
-    with ProgressLine(label, max_time_s=float(spec.timing["max_time_s"])) as progress:
+    with ProgressLine(label, max_time_s=float(spec.timing.max_time_s)) as progress:
         return _run_job(spec, before_timing, turns, progress)
 
 
@@ -67,7 +69,8 @@ class Prepared:
     load_s: float
     cost: str | None  # the up-front cost note (runner.measure.limits)
     malloc_keeps_freed: bool
-    timing: dict  # timing.* for measure(), "series" built (runner.measure.samples)
+    loop: LoopSettings  # what measure()'s loop obeys, from timing.*
+    series: dict[str, Series]  # timing.series' and the task's, built (runner.measure.samples)
     precision_env: dict  # what Backend.set_precision configured: the policy, the matmul precision reported
 
 
@@ -86,12 +89,10 @@ def _prepare(spec: JobSpec, progress: ProgressLine) -> Prepared:
     from runner.models import build_workload, check_known_wrong
 
     c = spec.choices()
-    timing = dict(spec.timing)
-    malloc_keeps_freed = timing.pop("keep_freed_memory") and keep_freed_memory()
-    timing.pop("fixed_layout")  # the worker's start (runner.launch.isolation) acted on it
-    timing.pop("resolve", None)  # the sweep's coordinator acts on it (runner.launch.rounds)
-    timing.pop("poll_idle", None)  # _measure holds it around measure()
-    timing["series"] = build_series(timing["series"])
+    # timing.fixed_layout: the worker's start acted on it (runner.launch.isolation); timing.resolve: the sweep's
+    # coordinator acts on it (runner.launch.rounds); timing.poll_idle: _measure holds it around measure()
+    malloc_keeps_freed = spec.timing.keep_freed_memory and keep_freed_memory()
+    series = build_series(spec.timing.series)
     workload = build_workload(spec.model_settings)
     task = build_task(spec.task_settings)
     check_known_wrong(spec.model_settings, c)  # before the framework is imported
@@ -111,7 +112,7 @@ def _prepare(spec: JobSpec, progress: ProgressLine) -> Prepared:
         backend, workload, c["mode"], device, params, inputs, constants, spec.per_example, spec.precision, c["dtype"]
     )
     task_run = task.build(setup)
-    timing["series"].update(task_run.series)
+    series.update(task_run.series)
     return Prepared(
         spec=spec,
         choices=c,
@@ -130,7 +131,8 @@ def _prepare(spec: JobSpec, progress: ProgressLine) -> Prepared:
         load_s=start_s + weights_s,
         cost=cost,
         malloc_keeps_freed=malloc_keeps_freed,
-        timing=timing,
+        loop=LoopSettings.of(spec.timing),
+        series=series,
         precision_env=precision_env,
     )
 
@@ -180,20 +182,21 @@ def _measure(job: Prepared, before_timing: Callable[[], object], turns: Turns | 
     before_timing()
     job.backend.reset_peak_memory(job.device)
     try:
-        with idle_poll.polling(bool(job.spec.timing.get("poll_idle"))) as idle_note:
+        with idle_poll.polling(job.spec.timing.poll_idle) as idle_note:
             meter_note = {**energy_note, **idle_note}  # what the environment records of both
             measurement, kept = measure(
                 job.task_run.step,
                 job.backend.synchronizer(job.device),
-                **job.timing,
+                job.loop,
                 progress=progress,
                 keep=lambda out: (out, job.task_run.results(out)),  # off the device before the next call reuses it
                 energy=meter,
                 turns=turns,
+                series=job.series,
             )
     except (MeasurementInterrupted, MeasurementFailed) as stopped:
         stopped.examples_per_call = job.examples_per_call  # the record's throughput counts real examples
-        stopped.series_metrics = series_metrics(job.timing["series"])
+        stopped.series_metrics = series_metrics(job.series)
         raise
     first_output, results = cast(tuple[Any, dict], kept)  # what `keep` returned for the first call
     return measurement, first_output, results, meter_note
@@ -239,7 +242,7 @@ def _metrics(job: Prepared, measurement: Measurement, results: dict, first_outpu
 
     metrics = timing_metrics(measurement, job.examples_per_call)
     metrics["load_s"] = job.load_s
-    metrics.update(series_metrics(job.timing["series"]))
+    metrics.update(series_metrics(job.series))
     metrics.update(memory_metrics(job.backend, job.device))
     if job.spec.check_reference and job.workload.numpy_reference:
         metrics.update(job.task.agreement(job.setup, job.params_held, job.inputs_held, results))
@@ -285,7 +288,7 @@ def _warnings(job: Prepared, measurement: Measurement, result: Result) -> list[s
     warnings = non_finite_warnings(result.tensors) + job.task_run.warnings()
     if measurement.warmup_cut_short:
         warnings.append(
-            f"warm-up cut short by timing.max_time_s={job.spec.timing['max_time_s']} after {measurement.warmup_calls} "
+            f"warm-up cut short by timing.max_time_s={job.spec.timing.max_time_s} after {measurement.warmup_calls} "
             "calls: the samples may include warm-up effects"
         )
     if job.cost:
@@ -298,11 +301,7 @@ def _warnings(job: Prepared, measurement: Measurement, result: Result) -> list[s
     spread = measurement.turn_rel_iqr()
     if spread > NOISY_REL_IQR:
         where = "within its turns " if len(set(measurement.samples.rounds)) > 1 else ""
-        hint = (
-            idle_poll.waking_hint(job.spec.threads, bool(job.spec.timing.get("poll_idle")))
-            if job.device == "cpu"
-            else ""
-        )
+        hint = idle_poll.waking_hint(job.spec.threads, job.spec.timing.poll_idle) if job.device == "cpu" else ""
         warnings.append(
             f"noisy measurement: {where}IQR is {spread:.0%} of the median; raise timing.max_time_s or quiet the machine"
             + hint

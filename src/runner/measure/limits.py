@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 
-from runner.config import ConfigError
+from runner.config import ConfigError, TimingConfig
 from runner.spec import JobSpec
 
 FLOAT64_BYTES = 8
@@ -69,10 +69,10 @@ def free_device_bytes() -> int | None:
         return None
 
 
-def cost_note(flops: float | None, dtype: str, device: str, reference: bool, timing: dict) -> str:
+def cost_note(flops: float | None, dtype: str, device: str, reference: bool, timing: TimingConfig) -> str:
     """One line announcing a call of `flops` or its float64 reference estimated to outlast timing.max_time_s; ''
     if none."""
-    budget = timing["max_time_s"]
+    budget = timing.max_time_s
     if not flops or flops / SURELY_SLOWER_FLOPS <= budget:  # no need to gauge the CPU (0.2 s) for this
         return ""
     rate64 = host_float64_flops()
@@ -82,7 +82,7 @@ def cost_note(flops: float | None, dtype: str, device: str, reference: bool, tim
         return ""
     parts = []
     if call_s > budget:  # first call, block calibration, warm-up, and at least one sample
-        calls = 3 + timing["min_warmup_calls"]
+        calls = 3 + timing.min_warmup_calls
         total = format_duration(calls * call_s)
         parts.append(f"one call ≈ {format_duration(call_s)}, at least {calls} calls ≈ {total}")
     if reference_s > budget:

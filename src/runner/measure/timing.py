@@ -10,13 +10,16 @@ from __future__ import annotations
 import ctypes
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Protocol
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from runner.measure.progress import SAMPLING, ProgressLine
 from runner.measure.samples import Samples, Series, typical_s
+
+if TYPE_CHECKING:
+    from runner.config import TimingConfig
 
 NOISY_REL_IQR = 0.1  # above this IQR/median the result is flagged as noisy
 # A turn starts with a re-warm (at least one block) unless its block is longer than this: the first block after
@@ -29,6 +32,25 @@ M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters (mallo
 MMAP_THRESHOLD_MAX = 32 * 2**20  # glibc's ceiling for M_MMAP_THRESHOLD on 64-bit machines
 
 Clock = Callable[[], float]  # seconds from any fixed point: time.perf_counter, or a test's fake clock
+
+
+@dataclass(frozen=True)
+class LoopSettings:
+    """What measure()'s loop obeys: the timing.* settings of the same names (runner.config.TimingConfig)."""
+
+    warmup_s: float = 0.2  # warm up at least this long ...
+    min_warmup_calls: int = 3  # ... and at least this many calls
+    min_repeats: int = 10  # samples before the spread may stop the measurement
+    max_time_s: float = 5.0  # everything after the first call ends within about this
+    target_rel_iqr: float = 0.03  # stop early once IQR/median is below this
+    min_block_s: float = 0.002  # calls are timed in blocks at least this long
+    rounds: int = 1  # with turns: the interleaved rounds wanted
+    processes: int = 1  # with turns: the worker processes the job's budget may pay for
+
+    @classmethod
+    def of(cls, timing: TimingConfig) -> LoopSettings:
+        """The loop's share of a job's timing.*."""
+        return cls(**{f.name: getattr(timing, f.name) for f in fields(cls)})
 
 
 @dataclass
@@ -131,34 +153,28 @@ class MeasurementFailed(Exception):
 def measure(
     fn: Callable[[], object],
     sync: Callable[[], None],
-    warmup_s: float = 0.2,
-    min_warmup_calls: int = 3,
-    min_repeats: int = 10,
-    max_time_s: float = 5.0,
-    target_rel_iqr: float = 0.03,
-    min_block_s: float = 0.002,
+    settings: LoopSettings,
     progress: ProgressLine | None = None,
     keep: Callable[[object], object] = lambda output: output,
     energy: EnergyMeter | None = None,
-    rounds: int = 1,
-    processes: int = 1,
     turns: Turns | None = None,
     series: dict[str, Series] | None = None,
     clock: Clock = time.perf_counter,
 ) -> tuple[Measurement, object]:
-    """Time `fn`; returns the measurement and keep(output of the first call).
+    """Time `fn` as `settings` say; returns the measurement and keep(output of the first call).
 
-    After the first call, everything (calibration, warm-up, repeats) ends within about max_time_s:
+    After the first call, everything (calibration, warm-up, repeats) ends within about settings.max_time_s:
     calibration and warm-up may take half of it, and are cut short (and say so) when they would take more.
     `keep` runs right after the first call, before any other: a step may reuse its output buffers
     (torch.compile's CUDA graphs replay into the same memory), so what is kept must be copied off first.
     `energy`, where given, is read over the sampling phase, with the device synchronised at both ends.
 
-    With `turns`, sampling happens in `rounds` turns (fewer where a block is too long for that many:
+    With `turns`, sampling happens in settings.rounds turns (fewer where a block is too long for that many:
     affordable_rounds) handed out by a coordinator, each a short re-warm and then samples; the turns share
     what calibration and warm-up left of max_time_s, as the single sampling phase does without `turns`; a job
-    measured in several `processes` takes its share of the rounds and of that time in each.
+    measured in several settings.processes takes its share of the rounds and of that time in each.
     Each of `series` adds a value to every sample (runner.measure.samples); `clock` times and stops everything."""
+    s = settings
     _phase(progress, "first call (tracing, compilation)")
     sync()
     start = clock()
@@ -167,20 +183,20 @@ def measure(
     measurement = Measurement(first_call_s=clock() - start)
     first_output = keep(first_output)
     start = clock()
-    warm_until, deadline = start + max_time_s / 2, start + max_time_s
+    warm_until, deadline = start + s.max_time_s / 2, start + s.max_time_s
     try:
         _phase(progress, "warm-up")
         timer = _Timer(fn, sync, clock)
-        block, calibrated, block_s = _calibrate_block(timer, min_block_s, warm_until)
-        measurement.warmup_calls, warmed = _warm_up(timer, block, warmup_s, min_warmup_calls, warm_until)
+        block, calibrated, block_s = _calibrate_block(timer, s.min_block_s, warm_until)
+        measurement.warmup_calls, warmed = _warm_up(timer, block, s.warmup_s, s.min_warmup_calls, warm_until)
         measurement.block_size = block
         measurement.warmup_cut_short = not (calibrated and warmed)
         _phase(progress, SAMPLING)
-        sampling = _Sampling(timer, measurement, min_repeats, target_rel_iqr, progress, energy, series or {})
+        sampling = _Sampling(timer, measurement, s.min_repeats, s.target_rel_iqr, progress, energy, series or {})
         if turns is None:
             sampling.run(1, deadline)
         else:
-            _take_turns(turns, sampling, deadline - clock(), (rounds, processes), block_s, warmup_s)
+            _take_turns(turns, sampling, deadline - clock(), (s.rounds, s.processes), block_s, s.warmup_s)
     except KeyboardInterrupt as interrupt:
         measurement.stopped_by = "interrupted"
         raise MeasurementInterrupted(measurement) from interrupt

@@ -13,6 +13,7 @@ from helpers import FAST_TIMING, compose_config, run_cli
 from omegaconf import OmegaConf
 
 from runner.backends import OP_FAMILIES, Backend, load_backend, protocol_functions
+from runner.backends.optimizers import CONVENTIONS
 from runner.config import CONFIG_DIR, PROJECT_ROOT, ConfigError, check_combination
 from runner.measure.job import run_and_record
 
@@ -51,6 +52,7 @@ def test_backend_module_implements_what_its_yaml_declares(yaml_path, monkeypatch
                     f"{declared.module}.{name} cannot be called as {protocol.__name__}: {error}"
                 ) from None
     assert set(declared.dtypes) <= set(module.DTYPES), "the yaml allows a dtype the module cannot make"
+    assert module.OPTIMIZER_CONVENTION in CONVENTIONS and set(module.TRAIN_STEP_COMPILED) <= set(declared.modes)
     assert set(declared.modes) <= KNOWN["mode"] and set(declared.devices) <= KNOWN["device"]
 
 

@@ -77,6 +77,10 @@ def batch_jacobian(forward: Callable, mode: str, numpy_backprop: Callable | None
     return numpy_backend.batch_jacobian(forward, mode, numpy_backprop)
 
 
+OPTIMIZER_CONVENTION = "torch"  # the written-out update (runner.backends.optimizers)
+TRAIN_STEP_COMPILED: dict[str, str] = {}  # no mode compiles the step
+
+
 def train_step(
     loss: Callable, params: dict, optimizer, mode: str, device: str, numpy_backprop: Callable | None
 ) -> tuple[Callable, Callable[[], dict]]:

@@ -31,6 +31,10 @@ class Backend(Protocol):
     """The functions every backend module defines."""
 
     DTYPES: dict[str, Any]  # dtype name -> the framework's dtype
+    # whose formulas its optimizers follow in train_step: "torch" or "keras" (runner.backends.optimizers)
+    OPTIMIZER_CONVENTION: str
+    # mode -> how train_step compiles the step in that mode (the record's train_step_compiled); {}: it says nothing
+    TRAIN_STEP_COMPILED: dict[str, str]
 
     def set_threads(self, threads: int) -> None:
         """Use `threads` intra-op threads (before the framework's first op)."""
@@ -92,9 +96,9 @@ class Backend(Protocol):
         numpy_backprop: Callable | None,
     ) -> tuple[Callable, Callable[[], dict]]:
         """task=train_step as the framework's users write it: (step(x, labels), weights()). Each call of step is one
-        step of the optimizer, the weights and its state carried from call to call; weights() reads them. A module
-        whose optimizers follow Keras's formulas sets OPTIMIZER_CONVENTION = "keras" (runner.backends.optimizers),
-        and TRAIN_STEP_COMPILED says how each compiled mode compiles the step."""
+        step of the optimizer, the weights and its state carried from call to call; weights() reads them.
+        OPTIMIZER_CONVENTION names whose formulas its optimizers follow (runner.backends.optimizers), and
+        TRAIN_STEP_COMPILED says how each compiled mode compiles the step."""
 
     def reset_peak_memory(self, device: str) -> None: ...
 

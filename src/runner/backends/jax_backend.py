@@ -142,6 +142,10 @@ def grad(loss: Callable, numpy_backprop: Callable | None) -> Callable:
     return jax.grad(loss)
 
 
+OPTIMIZER_CONVENTION = "torch"  # optax's formulas are torch.optim's
+TRAIN_STEP_COMPILED: dict[str, str] = {}  # the record names none (jax.jit of the update in function and xla)
+
+
 def train_step(
     loss: Callable, params: dict, optimizer: Optimizer, mode: str, device: str, numpy_backprop: Callable | None
 ) -> tuple[Callable, Callable[[], dict]]:

@@ -87,6 +87,10 @@ def _require(numpy_backprop: Callable | None, what: str) -> Callable:
     return numpy_backprop
 
 
+OPTIMIZER_CONVENTION = "torch"  # the written-out update (runner.backends.optimizers)
+TRAIN_STEP_COMPILED: dict[str, str] = {}  # no mode compiles the step
+
+
 def train_step(
     loss: Callable, params: dict, optimizer: Optimizer, mode: str, device: str, numpy_backprop: Callable | None
 ) -> tuple[Callable, Callable[[], dict]]:

@@ -69,6 +69,7 @@ def with_precision(fn: Callable, precision: str, device: str) -> Callable:
     return fn  # full: nothing to wrap
 
 
+OPTIMIZER_CONVENTION = "torch"  # the written-out update (runner.backends.optimizers)
 TRAIN_STEP_COMPILED = {
     "function": "tf.function of the whole step (tape and written-out update)",
     "xla": "tf.function(jit_compile=True) of the whole step (tape and written-out update)",

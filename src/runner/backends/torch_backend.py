@@ -97,6 +97,7 @@ def grad(loss: Callable, numpy_backprop: Callable | None) -> Callable:
 # How the compiled modes compile task=train_step, for the record: dynamo compiles the step's forward and the
 # optimizer's update as graphs of their own and runs loss.backward() between them, through AOTAutograd's
 # compiled backward.
+OPTIMIZER_CONVENTION = "torch"
 TRAIN_STEP_COMPILED = {
     mode: f"torch.compile({options}) of the whole step; graph break at loss.backward()"
     for mode, options in (("function", ""), ("xla", 'mode="max-autotune"'))

@@ -45,9 +45,15 @@ class Workload:
     # task=train_step through the workload's own training API instead of the backend's (model=keras: Keras's
     # train_on_batch), with Backend.train_step's arguments and result and its OPTIMIZER_CONVENTION beside it
     train_step: Callable[..., tuple[Callable, Callable[[], dict]]] | None = None
+    OPTIMIZER_CONVENTION = "torch"  # with train_step: whose formulas its optimizer follows, as a backend declares
     # task=generate through the workload's own generation API (keras_hub's generate()): generate(backend, params,
     # prompt, new_tokens) -> the new tokens (batch, new_tokens) in numpy; its tokens are timed as a whole
     generate: Callable[[Any, dict, Any, int], np.ndarray] | None = None
+
+    @property
+    def TRAIN_STEP_COMPILED(self) -> dict[str, str]:  # noqa: N802 - the name backend modules give it
+        """With train_step: mode -> how its step is compiled in that mode, as a backend declares; {}: nothing said."""
+        return {}
 
     def init_params(self, rng: np.random.Generator) -> Params:
         raise NotImplementedError

@@ -67,7 +67,7 @@ class TrainStep(Task):
             return {}
         params = float64({k: v for k, v in held.items() if k in setup.params})
         constants, inputs = float64({k: v for k, v in held.items() if k not in setup.params}), float64(inputs)
-        convention = getattr(_owner(setup), "OPTIMIZER_CONVENTION", "torch")
+        convention = _owner(setup).OPTIMIZER_CONVENTION
         state, backprop = self.optimizer.init(params), partial(_scaled, backprop, _per_label(inputs["labels"]))
         for _ in range(self.checked_steps):
             grads = backprop({**params, **constants}, inputs["x"], inputs["labels"])
@@ -82,13 +82,14 @@ class TrainStep(Task):
 
     def describe(self, setup: Setup) -> dict[str, str]:
         owner = _owner(setup)
-        convention = getattr(owner, "OPTIMIZER_CONVENTION", "torch")
-        return {"optimizer_convention": convention, **_how_compiled(owner, setup.mode)}
+        how = owner.TRAIN_STEP_COMPILED.get(setup.mode)
+        return {"optimizer_convention": owner.OPTIMIZER_CONVENTION, **({"train_step_compiled": how} if how else {})}
 
 
 def _owner(setup: Setup) -> Any:
     """Who writes the training step: the workload where it trains through its own API (model=keras:
-    train_on_batch, on every Keras backend), else the backend; its OPTIMIZER_CONVENTION is the reference's."""
+    train_on_batch, on every Keras backend), else the backend; its OPTIMIZER_CONVENTION is the reference's, its
+    TRAIN_STEP_COMPILED what the record says of each mode (both declared by every backend and every workload)."""
     return setup.workload if setup.workload.train_step is not None else setup.backend
 
 
@@ -121,8 +122,3 @@ def _diverged(backend: ModuleType, weights: Callable[[], dict], task: TrainStep)
     if bad:
         said.append(f"the training diverged while timed: {', '.join(bad)} hold NaN or inf (lower optimizer.lr)")
     return said
-
-
-def _how_compiled(backend: Any, mode: str) -> dict[str, str]:
-    note = getattr(backend, "TRAIN_STEP_COMPILED", {}).get(mode)
-    return {"train_step_compiled": note} if note else {}

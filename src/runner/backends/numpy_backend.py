@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import platform
 from collections.abc import Callable
 
 import numpy as np
@@ -115,10 +114,10 @@ def peak_device_mb(device: str) -> float | None:
 
 
 def environment(device: str) -> dict:
+    """No device_name: a CPU run's device is the CPU model (runner.record.environment.collect), not "x86_64"."""
     return {
         "framework": "numpy",
         "framework_version": np.__version__,
-        "device_name": platform.processor() or platform.machine(),
         "blas": _blas_name(),
         "blas_threads": _blas_threads(),
     }

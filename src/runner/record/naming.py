@@ -30,12 +30,36 @@ def flatten(config: dict, prefix: str = "") -> dict[str, str]:
 
 
 def run_params(config: dict, copied: Collection[str]) -> dict[str, str]:
-    """The run's parameters: the flattened config keys that apply to its model, data and mode.
+    """The run's parameters as a person reads them: the flattened config keys that apply to its model, data and
+    mode (config_params), in words rather than Python: `threads` left unset is `framework default` (not `None`),
+    any other unset key is left out, and the per-sample series are one param naming them (`timing.series` =
+    'sample_cpu_mhz, sample_end_unix_s, ...', not a class path per series). The whole resolved config stays in
+    result.json and the Hydra artifacts."""
+    params: dict[str, str] = {}
+    series = []
+    for key, value in config_params(config, copied).items():
+        if key.startswith(SERIES_PREFIX):
+            series.append(key.removeprefix(SERIES_PREFIX))
+        elif value != "None":
+            params[key] = value
+        elif key in UNSET_SAID:
+            params[key] = UNSET_SAID[key]
+    if series:
+        params[SERIES_PREFIX.rstrip(".")] = ", ".join(series)
+    return params
+
+
+SERIES_PREFIX = "timing.series."  # name -> a Series class path: the names are what a person reads
+UNSET_SAID = {"threads": "framework default"}  # an unset (None) key that says something; others are left out
+
+
+def config_params(config: dict, copied: Collection[str]) -> dict[str, str]:
+    """The flattened config keys that apply to the run's model, data and mode, as the config holds them (the
+    case key hashes these: runner history's cases stay the same whatever run_params shows).
 
     Left out: capability data (runner.config), where the run was logged (tracking.*), data settings the
     chosen data or model does not read, and the keys that copy another (`copied`, as Result.copied_keys
-    records them: model.image_size = ${data.image_size}). The whole resolved config stays in result.json
-    and the Hydra artifacts."""
+    records them: model.image_size = ${data.image_size})."""
     return {k: v for k, v in flatten(config).items() if applies(k, config) and not _under(k, copied)}
 
 
@@ -114,17 +138,39 @@ SWEEP_SYNTAX = (",", "range(", "choice(", "interval(", "glob(")
 
 def run_name(config: dict, swept: dict[str, str] | None = None, job: str | None = None) -> str:
     """'numpy-mlp-gradients-eager-cpu-float32' for a single run ('...-float32-bf16_mixed' under a precision policy
-    other than full). A sweep's job names what the sweep varies first, then the rest and its number:
-    'jax · seed=0 · mlp-gradients-eager-cpu-float32 #4' (a swept group by its choice alone), so a list that cuts
-    names still tells jobs apart; unique within a sweep, and apart from single runs."""
+    other than full; a training step names its optimizer: 'torch-mlp-train_step(adam)-eager-cpu-float32'). A
+    sweep's job names what the sweep varies first, then the rest and its number: 'jax · seed=0 ·
+    mlp-gradients-eager-cpu-float32 #4', a swept group by its choice alone ('torch', 'adam'; 'precision=full',
+    whose choice alone would not say what it is) and a key by its last part ('lr=0.1' for optimizer.lr), so the ~16
+    characters a runs list shows tell jobs apart; unique within a sweep, and apart from single runs."""
     swept = swept or {}
-    varied = [str(choice(config, k)) if k in NAME_GROUPS else f"{_short(k)}={v}" for k, v in swept.items()]
-    parts = [str(choice(config, key)) for key in NAME_GROUPS if key not in swept]
+    varied = [_varied(config, k, v) for k, v in swept.items()]
+    parts = [_part(config, key, swept) for key in NAME_GROUPS if key not in swept]
     if choice(config, "precision") not in (None, "full") and "precision" not in swept:
         parts.append(str(choice(config, "precision")))  # a policy other than the default one says so
     rest = "-".join(parts)
     name = " · ".join([*varied, rest] if rest else varied)
     return " ".join([name, *([f"#{job}"] if job is not None else [])])
+
+
+def _part(config: dict, key: str, swept: dict[str, str]) -> str:
+    """A group's choice in a run's name; a training step with its optimizer (what its time depends on beside the
+    model), unless the sweep varies the optimizer and says it first."""
+    said = str(choice(config, key))
+    optimizer = choice(config, "optimizer")
+    if key == "task" and said == "train_step" and optimizer and "optimizer" not in swept:
+        said += f"({optimizer})"
+    return said
+
+
+BARE = (*NAME_GROUPS, "optimizer", "model.arch")  # swept, a value that says what it is: torch, adam, MobileNetV2
+
+
+def _varied(config: dict, key: str, value: str) -> str:
+    """A swept key as a job's name says it: by its value where that says what it is ('torch', 'adam'), else by its
+    last part and value ('seed=1', 'lr=0.1', 'precision=full': 'full' alone would not say what is full)."""
+    said = choice(config, key) if isinstance(config.get(key), dict) or key in NAME_GROUPS else value
+    return str(said) if key in BARE else f"{key.rsplit('.', 1)[-1]}={said}"
 
 
 NOT_CASE = ("seed", "isolation", "timing.", "tracking.")  # how often, where and with which draw: not what ran
@@ -133,13 +179,13 @@ NOT_CASE = ("seed", "isolation", "timing.", "tracking.")  # how often, where and
 def case(config: dict, copied: Collection[str]) -> tuple[str, str]:
     """The run's case for its history (`runner history`): a short key (a hash) shared by every run of the same
     work on the same configuration, seed and timing budget aside, and the case as a person reads it."""
-    params = {k: v for k, v in run_params(config, copied).items() if not k.startswith(NOT_CASE)}
+    params = {k: v for k, v in config_params(config, copied).items() if not k.startswith(NOT_CASE)}
     text = " ".join(f"{k}={params[k]}" for k in sorted(params))
     said = [f"{_short(k)}={v}" for k, v in sorted(params.items()) if k in BEYOND_NAME and v != "None"]
     return hashlib.sha1(text.encode()).hexdigest()[:16], " ".join([run_name(config), *said])
 
 
-BEYOND_NAME = ("batch_size", "threads", "model.n", "model.size", "model.arch", "optimizer.name")  # not in run_name
+BEYOND_NAME = ("batch_size", "threads", "model.n", "model.size", "model.arch")  # not in run_name
 
 
 def _short(key: str) -> str:

@@ -47,7 +47,11 @@ def workloads(frame: pd.DataFrame, keys: Iterable[str] | None = None) -> list[tu
 
 
 def _workload_title(row: pd.Series, settings: list[str]) -> str:
+    """'mlp gradients, batch 32'; a training step names its optimizer: 'mlp train_step (adam), batch 32'."""
     title = f"{row.get('params.model.name', '?')} {row.get('params.task.name', '')}".strip()
+    optimizer = row.get("params.optimizer.name")
+    if row.get("params.task.name") == "train_step" and isinstance(optimizer, str) and optimizer:
+        title += f" ({optimizer})"
     if pd.notna(row.get("params.batch_size")):
         title += f", batch {int(row['params.batch_size'])}"
     for key in settings:

@@ -161,6 +161,7 @@ def note_content(result: Result) -> str:
         )
     if "throughput_per_s" in m:
         lines.append(f"{m['throughput_per_s']:.3g} examples/s")
+    lines += training_lines(result)
     if "max_rel_err_vs_reference" in m:
         within = {1.0: "within", 0.0: "beyond"}.get(m.get("within_reference_tolerance", -1.0))
         tolerance = f" ({within} its tolerance {m['reference_tolerance']:.2g})" if within else ""
@@ -174,6 +175,38 @@ def note_content(result: Result) -> str:
         device = env.get("cpu") if env.get("device") == "cpu" else env.get("device_name")  # not "x86_64"
         lines.append(f"on {device or '?'} ({framework})")
     return "  \n".join(lines)[:5000]
+
+
+# optimizer_convention (task=train_step's environment), said: how the framework writes the update the step times
+CONVENTION_SAID = {
+    ("sgd", "torch"): "torch's convention, as torch.optim and optax write momentum: v = momentum·v + g, w −= lr·v",
+    ("sgd", "keras"): "Keras's convention: v = momentum·v − lr·g, w += v (the same trajectory as torch's)",
+    ("adam", "torch"): "torch's convention, as torch.optim and optax write Adam: w −= lr·m̂/(√v̂ + eps)",
+    ("adam", "keras"): (
+        "Keras's convention: w −= lr·√(1−beta2^t)/(1−beta1^t)·m/(√v + eps), Kingma and Ba's epsilon hat, "
+        "so eps weighs differently in the first steps than in torch's"
+    ),
+}
+
+
+def training_lines(result: Result) -> list[str]:
+    """For task=train_step: the optimizer with its settings and its convention in words (env.optimizer_convention),
+    and the loss on the batch before and after the checked steps (whether training progressed)."""
+    c, m = result.config, result.metrics
+    task, optimizer = c.get("task"), c.get("optimizer")
+    if not (isinstance(task, dict) and task.get("name") == "train_step" and isinstance(optimizer, dict)):
+        return []
+    settings = ", ".join(f"{k} {v}" for k, v in optimizer.items() if k != "name")
+    line = f"optimizer {optimizer.get('name')} ({settings})"
+    convention = result.environment.get("optimizer_convention")
+    said = CONVENTION_SAID.get((str(optimizer.get("name")), str(convention)))
+    if said:
+        line += f"; optimizer_convention {convention}: {said}"
+    lines = [line]
+    if "loss_before" in m and "loss_after" in m:
+        before, after, steps = m["loss_before"], m["loss_after"], task.get("checked_steps", "the checked")
+        lines.append(f"loss on the batch {before:.4g} before training, {after:.4g} after {steps} steps")
+    return lines
 
 
 SECONDS = re.compile(r"(?<=_)s(?=_|$)")  # the unit in time_median_s, cpu_s_per_call; not in throughput_per_s

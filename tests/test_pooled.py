@@ -3,10 +3,14 @@ sentence, a short table, the parent run's metrics and tags, and speedup.png draw
 
 from __future__ import annotations
 
+import math
+from dataclasses import replace
+
 import numpy as np
 import pandas as pd
 import pytest
 
+from runner.config import PROJECT_ROOT
 from runner.measure.samples import typical_s
 from runner.record.table import format_ratio, format_seconds
 from runner.report import plots, pooled
@@ -69,10 +73,37 @@ def test_the_answer_says_who_is_fastest_and_by_how_much_in_one_sentence():
     assert "the order is certain" in sentence and "±" in sentence  # a quiet machine: how close the sizes are
 
 
-def test_a_busy_machine_leaves_the_sizes_uncertain():
+def test_the_sizes_are_said_in_the_intervals_own_terms_on_a_busy_machine_too():
+    """'the sizes uncertain: busy machine' sat beside ±5% intervals (issue 48): a busy machine is in the intervals
+    already; the sentence says how far they reach, and the machine is left to the warnings."""
     frame = sweep({"numpy": 1e-5, "torch": 3e-4})
     frame["metrics.machine_other_runnable"] = 2.0
-    assert "the sizes uncertain: busy machine (2.0 other runnable threads)" in pooled.sentence(pooled.pool(frame))
+    numpy, torch = found = pooled.pool(frame)
+    said = pooled.sentence(found)
+    far = max(torch.high / torch.ratio, torch.ratio / torch.low) - 1
+    assert said.endswith(f"the order is certain, the sizes known to ±{100 * far:.0f}%") and "busy" not in said
+    assert 0 < far < 0.2  # the figure beside it: a narrow interval
+
+
+def test_wide_intervals_and_no_interval_are_said_so():
+    frame = sweep({"numpy": 1e-5, "torch": 3e-4})
+    numpy, torch = pooled.pool(frame)
+    wide = replace(torch, comparison=replace(torch.comparison, low=torch.ratio / 1.6, high=torch.ratio * 1.3))
+    assert pooled.sizes_known([wide]) == "the sizes known only to ±60%"  # it spans more than WIDE
+    wider = replace(torch, comparison=replace(torch.comparison, low=torch.ratio / 29, high=torch.ratio * 2))
+    assert pooled.sizes_known([wider]) == "the sizes known only within a factor of 29"
+    apart = replace(torch, busy=2.0, comparison=replace(torch.comparison, low=math.nan, high=math.nan))
+    said = pooled.sentence([replace(numpy, busy=2.0), apart])
+    assert said.endswith("the sizes uncertain: no interval, and a busy machine (2.0 other runnable threads)")
+
+
+def test_how_to_read_this_is_the_section_of_the_docs():
+    """The words of the answer ('resolves', '1 of 5 comparisons', 'ratio from 9 rounds') are explained once, in
+    docs/sweeps.md, and the same text goes with every sweep to its parent run (how-to-read.md)."""
+    page = (PROJECT_ROOT / "docs" / "sweeps.md").read_text()
+    assert f"## How to read this\n\n{pooled.HOW_TO_READ}" in page
+    for words in ("resolves", "1 of 5 comparisons", "ratio from 9 rounds", "the sizes known to", "out of budget"):
+        assert words in pooled.HOW_TO_READ, words
 
 
 def test_identical_configurations_are_called_within_noise():
@@ -219,3 +250,87 @@ def test_what_varies_is_not_said_as_what_was_timed():
     both["params.task.name"] = "inference"
     said = pooled.sentence(pooled.pool(both))
     assert said.startswith("inference · mlp: numpy fastest") and ". transformer: torch fastest" in said
+
+
+def _labelled_ticks(axis) -> list[float]:
+    """The values of an axis's labelled ticks within its view."""
+    low, high = sorted(axis.get_view_interval())
+    axis.axes.figure.canvas.draw()
+    ticks = [t for t in axis.get_major_ticks() if t.label1.get_visible() and t.label1.get_text()]
+    return [t.get_loc() for t in ticks if low <= t.get_loc() <= high]
+
+
+@pytest.mark.parametrize("seconds", [(21e-6, 38e-6), (55e-6, 90e-6), (18e-6, 18e-6 * 250)])
+def test_log_axes_have_a_labelled_tick_near_the_values(seconds):
+    """A time axis from 21 to 38 µs had no label at all (matplotlib's log axis labels decades only, issue 48); each
+    value now has a labelled tick within a factor of 2.5, on the time and on the ratio axis."""
+    frame = sweep(dict(zip(("numpy", "torch"), seconds, strict=True)))
+    plt = plots._pyplot()
+    fig, (times, ratios) = plt.subplots(2, 1)
+    plots._time_panel(times, frame.sort_values("metrics.time_median_s"), "mlp gradients")
+    found = pooled.pool(frame)
+    plots._ratio_panel(ratios, found, "mlp gradients")
+    for axis, values in ((times.xaxis, frame["metrics.time_median_s"]), (ratios.xaxis, [p.ratio for p in found])):
+        ticks = _labelled_ticks(axis)
+        assert len(ticks) >= 2
+        assert all(min(max(t / v, v / t) for t in ticks) < 2.5 for v in values), (ticks, list(values))
+    plt.close(fig)
+
+
+def test_the_time_plot_says_it_draws_one_box_per_run(tmp_path):
+    """`time_per_config.png` was titled 'per configuration' over one box per run (issue 48)."""
+    frame = sweep({"numpy": 18e-6, "torch": 18e-6 * 29})
+    plt = plots._pyplot()
+    drawn = []
+    original = plt.Figure.savefig
+    plt.Figure.savefig = lambda fig, *a, **k: drawn.append(fig) or original(fig, *a, **k)
+    try:
+        plots.plot_times(frame, tmp_path / "time_per_config.png")
+    finally:
+        plt.Figure.savefig = original
+    (fig,) = drawn
+    assert fig._suptitle.get_text().startswith("Time per call of each run")
+    assert len(fig.axes[0].get_yticklabels()) == len(frame)  # a box per run: seeds not pooled here
+
+
+@pytest.fixture(scope="module")
+def tracked(tmp_path_factory):
+    """A tracked sweep of two configurations, seeds pooled, whose budget cannot resolve what it is asked to."""
+    from helpers import mlflow_runs, sweep_cli
+
+    tmp = tmp_path_factory.mktemp("answer")
+    done = sweep_cli(tmp, "backend=numpy", "dtype=float32,float64", "seed=0,1", "timing.resolve=0.001")
+    assert done.returncode == 0, done.stderr[-3000:]
+    (parent,), _ = mlflow_runs(tmp)
+    return tmp, done, parent
+
+
+def test_the_parent_says_how_to_read_it_draws_the_comparison_and_warns_as_the_terminal_did(tracked):
+    """The parent's description (issue 48): the sentence, a link to how to read it, the configurations' table, the
+    chart of time / the fastest with its intervals, and the sweep's warnings once, as the terminal printed them."""
+    from mlflow.tracking import MlflowClient
+
+    tmp, done, parent = tracked
+    run_id, experiment_id = parent.info.run_id, parent.info.experiment_id
+    description = parent.data.tags["mlflow.note.content"]
+    sentence, pointers, table = description.split("\n\n")[:3]
+    assert sentence == f"**{parent.data.tags['verdict']}**" and "the sizes known" in sentence
+    assert f"[how to read this](#/experiments/{experiment_id}/runs/{run_id}/artifacts/how-to-read.md)" in pointers
+    assert "the chart under the table" in pointers and "warning" in pointers
+    assert table.startswith("| configuration |")
+    chart = f"(get-artifact?path=report%2Fspeedup.png&run_uuid={run_id})"
+    assert description.index(chart) > description.index(table) > 0
+    printed = [line for line in done.stderr.splitlines() if line.startswith("warning: ")]
+    assert any(line.startswith("warning: out of budget: a comparison resolves only") for line in printed)
+    for line in printed:  # each once, after the chart, before the command
+        assert description.count(line) == 1, line
+        assert description.index(chart) < description.index(line) < description.index("`python run.py -m")
+    client = MlflowClient(f"sqlite:///{tmp}/mlflow.db")
+    artifacts = {a.path for a in client.list_artifacts(run_id)} | {
+        a.path for a in client.list_artifacts(run_id, "report")
+    }
+    assert {"how-to-read.md", "summary.md", "report/speedup.png"} <= artifacts
+    guide = client.download_artifacts(run_id, "how-to-read.md", str(tmp))
+    assert pooled.HOW_TO_READ in open(guide).read()
+    summary = (tmp / "sweep" / "summary.md").read_text()
+    assert all(f"{line}  \n" in summary for line in printed)  # summary.md carries them too

@@ -194,10 +194,22 @@ def _rounds(jobs: list[_Waiting], first_round: int) -> None:
     widest = widest_resolution(jobs)
     if resolve and widest > resolve:
         resolves = "has no interval" if math.isinf(widest) else f"resolves only {widest:.1%}"  # inf: an unstable job
-        log.warning(
+        line = (
             f"out of budget: a comparison {resolves} after {total} rounds (timing.resolve={resolve:g});"
             " a longer timing.max_time_s narrows it (the table's resolution column has each)"
         )
+        log.warning(line)
+        keep_warning(jobs[0].run_dir.parent, line)
+
+
+def keep_warning(sweep_dir: Path, line: str) -> None:
+    """A warning of the whole sweep, kept in its sweep.json (`warnings`) for its parent run's description, which
+    repeats what the terminal said; nothing where the jobs are no sweep's (a single run)."""
+    from runner.record.sweep_file import read_sweep_file, write_sweep_file
+
+    info = read_sweep_file(sweep_dir)
+    if info and line not in info.get("warnings", []):
+        write_sweep_file(sweep_dir, {**info, "warnings": [*info.get("warnings", []), line]})
 
 
 def widest_resolution(jobs: list[_Waiting]) -> float:

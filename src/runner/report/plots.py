@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -90,7 +91,8 @@ def _panels(plt, groups: list, rows_per_group: list[int]):
 
 
 def plot_times(frame: pd.DataFrame, path: Path) -> Path | None:
-    """Time per call, one panel per workload: box plots of the raw samples (median and IQR otherwise)."""
+    """Time per call of each run (a box of its raw samples; median and IQR where they are not here), one panel per
+    workload; speedup.png compares the configurations, seeds pooled."""
     if _timed(frame).empty:
         return None
     groups = workloads(_timed(frame), PANEL_KEYS)
@@ -98,8 +100,8 @@ def plot_times(frame: pd.DataFrame, path: Path) -> Path | None:
     fig, axes = _panels(plt, groups, [len(g) for _, g in groups])
     for ax, (title, group) in zip(axes, groups, strict=True):
         _time_panel(ax, group.sort_values("metrics.time_median_s"), title)
-    axes[-1].set_xlabel("time per call (box: median and IQR of the raw samples; log scale)")
-    fig.suptitle("Time per configuration, faster at the top of each panel")
+    axes[-1].set_xlabel("time per call (box: median and IQR of the run's raw samples; log scale)")
+    fig.suptitle("Time per call of each run, faster at the top of each panel")
     return _save(fig, path)
 
 
@@ -114,6 +116,7 @@ def _time_panel(ax, group: pd.DataFrame, title: str) -> None:
     ax.set_yticks(range(len(group)), _panel_labels(group))
     ax.set_ylim(len(group) - 0.5, -0.5)
     _seconds_axis(ax.xaxis)
+    _log_ticks(ax.xaxis)
     ax.set_title(title, loc="left", fontsize=10)
     ax.grid(axis="x", which="both", alpha=0.3)
 
@@ -162,6 +165,7 @@ def plot_time_vs_size(frame: pd.DataFrame, path: Path) -> Path | None:
             ax.errorbar(series["size"], series["metrics.time_median_s"], yerr=iqr, marker="o", capsize=3, label=name)
         _size_axis(ax, timed["size"])
         _seconds_axis(ax.yaxis)
+        _log_ticks(ax.yaxis)
         ax.set_xlabel(_size_label(timed))
         ax.set_ylabel("time per call (median, IQR bars)")
         ax.set_title(f"{title}: time against size", loc="left", fontsize=10)
@@ -229,6 +233,7 @@ def _ratio_panel(ax, found: list, title: str) -> None:
     ax.set_xscale("log")
     ax.set_xlim(0.8, np.nanmax([*ratios, *(ratios + highs)]) * 4)  # room for the labels
     ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}x"))
+    _log_ticks(ax.xaxis)
     ax.set_yticks(range(len(found)), [f"{p.label} ({p.runs} runs)" if p.runs > 1 else p.label for p in found])
     ax.set_ylim(len(found) - 0.5, -0.5)
     ax.axvline(1, color="black", linewidth=0.8)
@@ -313,6 +318,23 @@ def _seconds_axis(axis) -> None:
 
     axis.axes.set_xscale("log") if axis is axis.axes.xaxis else axis.axes.set_yscale("log")
     axis.set_major_formatter(FuncFormatter(lambda value, _: format_seconds(value)))
+    axis.set_minor_formatter(NullFormatter())
+
+
+LOG_TICKS = ((30, tuple(range(1, 10))), (3e3, (1, 2, 5)), (1e5, (1, 3)))  # an axis spanning up to: ticks at
+
+
+def _log_ticks(axis) -> None:
+    """Labelled ticks on a log axis near every value, however few decades it spans: at 1-9 of each decade over
+    up to 30x, 1, 2 and 5 over up to 3,000x, 1 and 3 over up to 1e5x, the decades beyond (matplotlib's own leave an
+    axis from 20 to 60 µs without a label). Call it once the data is drawn and the limits set."""
+    from matplotlib.ticker import LogLocator, NullFormatter
+
+    low, high = sorted(axis.get_view_interval())
+    span = high / low if low > 0 else math.inf
+    subs = next((subs for most, subs in LOG_TICKS if span <= most), (1,))
+    axis.set_major_locator(LogLocator(base=10, subs=subs, numticks=50))
+    axis.set_minor_locator(LogLocator(base=10, subs=tuple(range(1, 10)), numticks=50))
     axis.set_minor_formatter(NullFormatter())
 
 

@@ -180,7 +180,7 @@ def _interval(p: Pooled) -> str:
 
 def sentence(pooled: list[Pooled]) -> str:
     """The answer in one sentence per workload: 'numpy fastest; torch 29x [25–34]; jax 250x [200–310]; the
-    order is certain, the sizes uncertain: busy machine (1.2 other runnable threads)', opening on what was timed
+    order is certain, the sizes known to ±12%', opening on what was timed
     where that is not the default ('train_step (adam) on mlp: torch fastest (363 µs a step); ...')."""
     parts = []
     for i, (workload, group) in enumerate(_by_workload(pooled)):
@@ -208,7 +208,8 @@ def _by_workload(pooled: list[Pooled]) -> list[tuple[str, list[Pooled]]]:
 
 
 def _certainty(group: list[Pooled]) -> str:
-    """How far to trust the order and the sizes: the intervals, the verdicts and how busy the machine was."""
+    """How far to trust the order and the sizes, in the intervals' own terms (how a busy machine moved the rounds is
+    in them); how busy the machine was only where there is no interval."""
     others = group[1:]
     unstable = [p.label for p in group if p.verdict == Verdict.UNSTABLE]
     if unstable:
@@ -221,16 +222,52 @@ def _certainty(group: list[Pooled]) -> str:
         order = "the order is certain"
     else:
         order = "faster than the rest is certain, the order after it is not"
-    busy = max(p.busy for p in group)
-    if busy > BUSY_OTHER_RUNNABLE:
-        return f"{order}, the sizes uncertain: busy machine ({busy:.1f} other runnable threads)"
     bounded = [p for p in others if not math.isnan(p.low)]
-    if any(p.high / p.low > WIDE for p in bounded):
-        return f"{order}, the sizes only roughly (wide intervals)"
-    if bounded:
-        error = max(max(p.high / p.ratio, p.ratio / p.low) for p in bounded) - 1
-        return f"{order}, the sizes to ±{100 * error:.0f}%"
+    if bounded:  # in the intervals' own terms: a busy machine is in them already (its rounds widen them)
+        return f"{order}, {sizes_known(bounded)}"
+    busy = max(p.busy for p in group)
+    if busy > BUSY_OTHER_RUNNABLE:  # no interval to hold it: measured apart, or unstable
+        return f"{order}, the sizes uncertain: no interval, and a busy machine ({busy:.1f} other runnable threads)"
     return order
+
+
+def sizes_known(bounded: list[Pooled]) -> str:
+    """How well the intervals give the sizes: 'the sizes known to ±12%' (the widest interval's farther end from its
+    ratio), 'the sizes known only to ±40%' where an interval spans more than WIDE, 'the sizes known only
+    within a factor of 29' beyond ±100%."""
+    far = max(max(p.high / p.ratio, p.ratio / p.low) for p in bounded)
+    wide = any(p.high / p.low > WIDE for p in bounded)
+    if far >= 2:
+        return f"the sizes known only within a factor of {far:.2g}"
+    return f"the sizes known {'only ' if wide else ''}to ±{100 * (far - 1):.0f}%"
+
+
+HOW_TO_READ = """\
+A sweep's answer (the last lines in the terminal, the top of `summary.md` and of its parent run's description) reads
+like `numpy fastest (109 µs); torch 5.74x [4.11–8.02]; jax 180x [159–204]; the order is certain, the sizes known to
+±40%`:
+
+- **`torch 5.74x [4.11–8.02]`**: torch's time per call over the fastest configuration's (typical times: each turn's
+  fastest block, the median over rounds, the seeds' geometric mean), and that ratio's 95% interval, for all of the
+  sweep's comparisons together. The chart `report/speedup.png` draws the same figures.
+- **`the sizes known to ±40%`**: how far the interval farthest from its ratio reaches (`only` where an interval spans
+  more than 1.5x). A busy machine is in the intervals already: it makes the rounds disagree, which widens them; it is
+  named among the warnings, not as the reason. `the order is certain`: every interval lies above 1 and no two overlap;
+  `within noise: torch`: torch's interval holds 1; `the order is uncertain (...)`: a comparison without an interval,
+  or measurements that disagree.
+- **Verdicts**: `fastest`; `slower` or `faster` (the interval excludes 1); `within noise` (it holds 1); `cannot tell
+  (why)` (no interval: one round, no samples, an unstable fastest); `unstable: why` (its rounds or seeds disagree too
+  much for a verdict).
+- **`resolves 20.0%`** (a job's resolution): the smallest difference its comparison would call 9 times in 10 at the
+  spread it saw. A sweep measures in rounds until every comparison resolves `timing.resolve` (default 0.1, 10%);
+  `out of budget: a comparison resolves only 22.5% after 11 rounds` says its budget ran out first:
+  a longer `timing.max_time_s` narrows it.
+- **`ratio from 9 rounds, 1 of 5 comparisons`**: a round is every job taking one turn; the ratio is the geometric
+  mean of its 9 rounds' ratios. `1 of 5 comparisons`: the sweep compares 5 jobs with the fastest at once, so each
+  interval is at 1 - 0.05 / 5 and the five together at 95%. `1 round`: measured apart, no interval.
+- **Warnings** (`busy machine while timing`, `noisy measurement`, `out of budget`): each once, with the jobs it
+  concerns, under the terminal's table, in `summary.md` and in the parent run's description.
+"""
 
 
 TABLE_HEADERS = ["configuration", "runs", "time / call", "time / fastest configuration", "95% interval", "verdict"]

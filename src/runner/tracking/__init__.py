@@ -28,7 +28,7 @@ from runner.tracking.store import (
     retry_on_lock,
     store_lock,
 )
-from runner.tracking.sweeps import close_parent_run, create_parent_run
+from runner.tracking.sweeps import GUIDE, close_parent_run, create_parent_run
 from runner.tracking.upload import (
     NO_RESULT,
     NOTE_LIMIT,
@@ -43,6 +43,7 @@ from runner.tracking.upload import (
 )
 
 __all__ = [
+    "GUIDE",
     "NOTE_LIMIT",
     "NO_RESULT",
     "RUNS_VIEW",

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from pathlib import Path
+from urllib.parse import quote
 
 from runner.locations import CONFIG_DIR
 from runner.record.naming import split_override, sweep_title
@@ -63,10 +65,17 @@ def param_name(key: str) -> str:
 UNLESS_SOME = ("n_failed", "n_killed")  # counts logged only where some jobs did not finish (n_finished < n_jobs)
 
 
-def close_parent_run(info: dict, counts: dict[str, int], files: list[Path], status: str, answer=None) -> None:
+GUIDE = "how-to-read.md"  # a sweep's artifact that explains its answer's words (docs/sweeps.md#how-to-read-this)
+CHART = "report/speedup.png"  # each configuration's time / the fastest's with its interval (runner.report.plots)
+
+
+def close_parent_run(
+    info: dict, counts: dict[str, int], files: list[Path], status: str, answer=None, warnings: Sequence[str] = ()
+) -> None:
     """Log a sweep's job counts and summary files to its parent run and end it with `status`. Its `answer`
-    (runner.report.pooled.Answer) goes first in the description the UI shows, its details after the command,
-    its verdict into tags and its pooled figures into metrics (what the runs list can show)."""
+    (runner.report.pooled.Answer) goes first in the description the UI shows (with the chart and the sweep's
+    `warnings`, see description), its details after the command, its verdict into tags and its pooled figures into
+    metrics (what the runs list can show)."""
     from mlflow.entities import Metric, RunTag
 
     uri, run_id = info["uri"], info["parent_run_id"]
@@ -79,9 +88,36 @@ def close_parent_run(info: dict, counts: dict[str, int], files: list[Path], stat
         metrics = [Metric(k, float(v), now, 0) for k, v in values.items()]
         retry_on_lock(mlflow.log_batch, run_id, metrics=metrics, tags=tags)
         if answer:
-            note = fit_note(f"{answer.markdown}\n\n{opening(info)}\n\n{answer.details}")
+            logged = {f"report/{p.name}" if p.parent.name == "report" else p.name for p in files if p.exists()}
+            experiment_id = mlflow.get_run(run_id).info.experiment_id
+            note = fit_note(description(info, answer, warnings, logged, experiment_id))
             retry_on_lock(mlflow.set_tag, run_id, "mlflow.note.content", note)
         log_files(uri, run_id, [p for p in files if p.parent.name != "report"])
         log_files(uri, run_id, [p for p in files if p.parent.name == "report"], "report")
     finally:  # ended whatever could not be logged: never left RUNNING (sync logs the files again)
         retry_on_lock(mlflow.set_terminated, run_id, status)
+
+
+def description(info: dict, answer, warnings: Sequence[str], artifacts: set[str], experiment_id: str) -> str:
+    """A sweep parent's description: the answer's sentence; a line pointing to how to read it (GUIDE, an artifact
+    opened in the UI), to the chart and to the warnings; the configurations' table; the chart itself (CHART,
+    drawn from the run's artifacts); the sweep's warnings as the terminal printed them; then what was swept, where
+    and by what command, and a row per job."""
+    run_id = info["parent_run_id"]
+    headline, _, table = answer.markdown.partition("\n\n")
+    pointers = []
+    if GUIDE in artifacts:
+        pointers.append(f"[how to read this](#/experiments/{experiment_id}/runs/{run_id}/artifacts/{GUIDE})")
+    if CHART in artifacts:
+        pointers.append("the chart under the table")
+    if warnings:
+        count = f"{len(warnings)} warning{'s' * (len(warnings) != 1)}"
+        pointers.append(f"{count} under {'it' if CHART in artifacts else 'the table'}")
+    parts = [headline, " · ".join(pointers), table]
+    if CHART in artifacts:  # the UI's own address for an artifact, relative to the page: any host, port or prefix
+        address = f"get-artifact?path={quote(CHART, safe='')}&run_uuid={run_id}"
+        parts.append(f"![time / the fastest configuration, with 95% intervals]({address})")
+    if warnings:
+        parts.append("".join(f"warning: {line}  \n" for line in warnings).rstrip())
+    parts += [opening(info), answer.details]
+    return "\n\n".join(p for p in parts if p)

@@ -178,7 +178,8 @@ def close_parent(sweep: Sweep, statuses: list[str], status: str, files: list[Pat
     try:
         frame = report.runs_from_dirs(report.sweep_run_dirs(sweep.sweep_dir))
         answer = report.answer(frame) if not frame.empty else None
-        tracking.close_parent_run(sweep.info, counts, files, status, answer)
+        warnings = summary.sweep_warnings(frame, sweep.sweep_dir) if not frame.empty else []
+        tracking.close_parent_run(sweep.info, counts, files, status, answer, warnings)
         sweep.info["parent_closed"] = True
         write_sweep_file(sweep.sweep_dir, sweep.info)
     except Exception as error:

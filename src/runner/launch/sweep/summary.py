@@ -40,6 +40,8 @@ def import_report_meanwhile() -> None:
 def write_files(frame: pd.DataFrame, sweep_dir: Path) -> list[Path]:
     """The report and summary.md in the sweep folder (and each job's MLflow note); the files written."""
     from runner import report
+    from runner.report.pooled import HOW_TO_READ
+    from runner.tracking import GUIDE
 
     files = []
     try:
@@ -48,9 +50,26 @@ def write_files(frame: pd.DataFrame, sweep_dir: Path) -> list[Path]:
         log.warning(f"could not write the sweep's report ({first_line(error)})")
     summary = sweep_dir / "summary.md"
     answer = report.answer(frame)
-    summary.write_text(f"# Sweep summary\n\n{answer.markdown}\n{answer.details}")
+    said = "".join(f"warning: {line}  \n" for line in sweep_warnings(frame, sweep_dir))  # as the terminal said
+    summary.write_text(f"# Sweep summary\n\n{answer.markdown}\n" + (f"\n{said}\n" if said else "") + answer.details)
+    guide = sweep_dir / GUIDE
+    guide.write_text(f"# How to read this\n\n{HOW_TO_READ}")
     notes.note_comparisons(report.compare(frame))
-    return [summary, *files]
+    return [summary, guide, *files]
+
+
+def sweep_warnings(frame: pd.DataFrame, sweep_dir: Path) -> list[str]:
+    """What the terminal warned of the sweep, each once: the rounds' (out of budget, kept in sweep.json), then the
+    jobs' (a busy machine, a noisy measurement), each with the jobs it concerns; without the 'warning: '."""
+    return list(dict.fromkeys([*read_sweep_file(sweep_dir).get("warnings", []), *job_warnings(frame)]))
+
+
+def job_warnings(frame: pd.DataFrame) -> list[str]:
+    """The jobs' warnings, each once with the jobs it concerns (runner.launch.sweep_lines.grouped_warnings)."""
+    if "warnings" not in frame:
+        return []
+    rows = frame[frame["warnings"].map(bool)]
+    return grouped_warnings((_job(row), list(row["warnings"])) for _, row in rows.iterrows())
 
 
 def print_table(frame: pd.DataFrame, sweep_dir: Path) -> None:
@@ -83,10 +102,7 @@ def print_table(frame: pd.DataFrame, sweep_dir: Path) -> None:
 
 def _log_warnings(frame) -> None:
     """The jobs' warnings, each once with the jobs it concerns (runner.launch.sweep_lines.grouped_warnings)."""
-    if "warnings" not in frame:
-        return
-    rows = frame[frame["warnings"].map(bool)]
-    for line in grouped_warnings((_job(row), list(row["warnings"])) for _, row in rows.iterrows()):
+    for line in job_warnings(frame):
         log.warning(line)
 
 

@@ -37,7 +37,8 @@ def sync_sweep(sweep_dir: Path, uri: str | None) -> list[tracking.Synced]:
     statuses = [job_status(d) for d in run_dirs]
     # A sweep that never reached `finish` was stopped (its launcher killed): never FINISHED.
     status = info.get("status") or sweep_status(statuses, interrupted=True)
-    files = [p for p in [sweep_dir / "summary.md", *sorted((sweep_dir / "report").glob("*"))] if p.is_file()]
+    files = [sweep_dir / "summary.md", sweep_dir / tracking.GUIDE, *sorted((sweep_dir / "report").glob("*"))]
+    files = [p for p in files if p.is_file()]
     changed = any(synced.state != tracking.SyncState.ALREADY for synced in done)
     if changed or not info.get("parent_closed"):
         close_parent(Sweep(sweep_dir, info), statuses, status, files)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import math
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum, StrEnum
 from pathlib import Path
@@ -320,10 +321,17 @@ def class_named(key: str, path: str) -> type:
     return found
 
 
-def workload_arguments(model: DictConfig) -> dict:
-    """The model config's keys that are its class's constructor arguments."""
-    node = cast(dict, OmegaConf.to_container(model, resolve=True))  # a DictConfig's container is a dict
-    return {k: v for k, v in node.items() if k not in MODEL_META_KEYS}
+def workload_arguments(model: Mapping[str, Any]) -> dict:
+    """The model's settings that are its class's constructor arguments."""
+    return {k: v for k, v in plain(model).items() if k not in MODEL_META_KEYS}
+
+
+def plain(node: Mapping[str, Any]) -> dict[str, Any]:
+    """A config node's values as plain Python (a DictConfig resolved, enums as their names; a dict as it is): what
+    everything below this layer reads (runner.spec.JobSpec's settings)."""
+    if isinstance(node, DictConfig):
+        return cast(dict, OmegaConf.to_container(node, resolve=True, enum_to_str=True))  # a DictConfig's: a dict
+    return dict(node)
 
 
 def _fits(value: object, hint: object) -> bool:

@@ -1,19 +1,20 @@
 """One job, typed: its choices and the settings that run and record it, read once from the composed config.
 
 Everything that runs a job and writes its record (runner.measure, runner.record) reads a `JobSpec`, not the
-config; the model's and the data's own settings stay config nodes, since a workload of the user's own is
-built from whatever its node holds. Building a spec checks nothing: the combination rules
-(runner.config.check_combination) run in the job, so that a refused job is still recorded.
+config: no DictConfig below it. The model's, the task's and the data's own settings are their nodes as plain values
+(resolved dicts), since a workload or task of the user's own is built from whatever its node holds. Building a spec
+checks nothing: the combination rules (runner.config.check_combination) run in the job, so that a refused job is
+still recorded.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import cast
+from typing import Any, cast
 
 from omegaconf import DictConfig, OmegaConf
 
-from runner.config import TimingConfig, choices
+from runner.config import TimingConfig, choices, plain
 
 
 @dataclass(frozen=True)
@@ -32,9 +33,9 @@ class JobSpec:
     threads: int | None
     check_reference: bool
     timing: TimingConfig  # timing.*, resolved
-    model_settings: DictConfig = field(repr=False)  # the model's node: what its workload is built from
-    task_settings: DictConfig = field(repr=False)  # the task's node: what its Task is built from (runner.tasks)
-    data_settings: DictConfig = field(repr=False)
+    model_settings: dict[str, Any] = field(repr=False)  # the model's node: what its workload is built from
+    task_settings: dict[str, Any] = field(repr=False)  # the task's node: what its Task is built from (runner.tasks)
+    data_settings: dict[str, Any] = field(repr=False)  # the data's node: what the inputs are loaded from
     config: dict = field(repr=False)  # the resolved config, as result.json records it
     copied_keys: dict[str, str] = field(default_factory=dict)  # config key -> the key it copies
 
@@ -51,9 +52,9 @@ class JobSpec:
             threads=None if cfg.threads is None else int(cfg.threads),
             check_reference=bool(cfg.check_reference),
             timing=TimingConfig.of(cfg.timing),
-            model_settings=cfg.model,
-            task_settings=cfg.task,
-            data_settings=cfg.data,
+            model_settings=plain(cfg.model),
+            task_settings=plain(cfg.task),
+            data_settings=plain(cfg.data),
             config=cast(dict, OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)),
             copied_keys=copied_keys or {},
         )

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import struct
 import zlib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from omegaconf import DictConfig
 
 from runner.config import ConfigError
 from runner.models import Workload
@@ -25,25 +25,25 @@ IMAGENET_STD = np.array([0.229, 0.224, 0.225])
 DECODE_ERRORS = (OSError, SyntaxError, ValueError, EOFError, zlib.error, struct.error)
 
 
-def load_inputs(data_cfg: DictConfig, workload, rng: np.random.Generator, batch_size: int) -> dict[str, np.ndarray]:
+def load_inputs(data: Mapping[str, Any], workload, rng: np.random.Generator, batch_size: int) -> dict[str, np.ndarray]:
     """{"x": ..., "labels": ...} for the configured data source (at most batch_size examples from files)."""
-    source = str(getattr(data_cfg.name, "value", data_cfg.name))
+    source, path = str(data["name"]), data.get("path")  # a name: runner.config.DataSource, a StrEnum, or its str
     if source == "random":
         return workload.make_inputs(rng, batch_size)
     if type(workload).make_labels is Workload.make_labels:
         raise ConfigError(f"data={source} feeds images: it needs an image model (alexnet, resnet*, cyclegan)")
-    if not data_cfg.path:
+    if not path:
         raise ConfigError(f"data={source} needs data.path=FILE")
     crop = not workload.makes_images  # classifiers: resize 256 + centre crop 224; CycleGAN: resize 256
     prepare = workload.preprocess or (lambda image: preprocess(image, crop))  # a model's own
     if source == "image":
-        images = [prepare(open_image(path)) for path in image_files(Path(data_cfg.path))[:batch_size]]
+        images = [prepare(open_image(file)) for file in image_files(Path(path))[:batch_size]]
     elif source == "tfrecord":
-        images = [prepare(image) for image in read_tfrecord(Path(data_cfg.path), batch_size)]
+        images = [prepare(image) for image in read_tfrecord(Path(path), batch_size)]
     else:
-        x = read_hdf5(Path(data_cfg.path), data_cfg.dataset, batch_size, crop)
-        return _with_labels(workload, rng, x, data_cfg.path)
-    return _with_labels(workload, rng, _stack(images, data_cfg.path), data_cfg.path)
+        x = read_hdf5(Path(path), data["dataset"], batch_size, crop)
+        return _with_labels(workload, rng, x, path)
+    return _with_labels(workload, rng, _stack(images, path), path)
 
 
 def place_input(backend: Any, array: np.ndarray, device: str, dtype: str) -> Any:

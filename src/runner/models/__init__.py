@@ -10,13 +10,12 @@ their own package and config folder (README: *Bring your own model*).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
-from omegaconf import DictConfig, ListConfig
 
 from runner.config import ConfigError, class_named, workload_arguments
 
@@ -128,39 +127,39 @@ class Workload:
         return {}
 
 
-def build_workload(model_cfg: DictConfig) -> Workload:
-    """The workload object that `model._target_` names, built from the rest of the model config."""
-    cls = class_named("model._target_", model_cfg._target_)
+def build_workload(model: Mapping[str, Any]) -> Workload:
+    """The workload object that `model._target_` names, built from the rest of the model's settings."""
+    cls = class_named("model._target_", model["_target_"])
     if not (isinstance(cls, type) and issubclass(cls, Workload)):
-        raise ConfigError(f"model._target_={model_cfg._target_} must be a subclass of runner.models.Workload")
-    return cls(**workload_arguments(model_cfg))
+        raise ConfigError(f"model._target_={model['_target_']} must be a subclass of runner.models.Workload")
+    return cls(**workload_arguments(model))
 
 
-def check_known_wrong(model_cfg: DictConfig, choices: dict[str, str]) -> None:
+def check_known_wrong(model: Mapping[str, Any], choices: dict[str, str]) -> None:
     """Refuse (ConfigError, one line) a combination the model's yaml lists under `supports.known_wrong`: one that
     runs but computes wrong numbers, refused with the reason. Each entry names axis values (a value or a list) and
     `why`; it matches when every named axis matches."""
-    for entry in (model_cfg.get("supports") or {}).get("known_wrong") or []:
+    for entry in (model.get("supports") or {}).get("known_wrong") or []:
         axes = {axis: value for axis, value in entry.items() if axis != "why"}
         if all(
-            choices[axis] in (value if isinstance(value, ListConfig | list) else [value])
+            choices[axis] in (value if isinstance(value, Sequence) and not isinstance(value, str) else [value])
             for axis, value in axes.items()
         ):
             setting = " ".join(f"{axis}={choices[axis]}" for axis in axes)
             raise ConfigError(f"model={choices['model']} with {setting} is refused: {entry['why']}")
 
 
-def initial_weights(model_cfg: DictConfig, workload: Workload, rng: np.random.Generator) -> Params:
+def initial_weights(model: Mapping[str, Any], workload: Workload, rng: np.random.Generator) -> Params:
     """Seeded weights, or the file named by model.weights / torchvision's file when model.pretrained."""
     from runner.models.weights import match_spec, read_checkpoint
 
     seeded = workload.init_params(rng)  # drawn even when replaced, so inputs stay the same for a seed
-    own = workload.read_weights(Path(model_cfg.weights).expanduser()) if model_cfg.get("weights") else None
+    own = workload.read_weights(Path(model["weights"]).expanduser()) if model.get("weights") else None
     if own is not None:
         return own
-    if model_cfg.get("weights"):
-        path = Path(model_cfg.weights).expanduser()
-    elif model_cfg.get("pretrained"):
+    if model.get("weights"):
+        path = Path(model["weights"]).expanduser()
+    elif model.get("pretrained"):
         path = workload.pretrained_path()
         if not path.is_file():
             raise ConfigError(

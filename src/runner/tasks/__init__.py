@@ -9,16 +9,15 @@ and `runner.tasks.train_step`; a task of your own is a subclass of `Task` and it
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import partial
 from types import ModuleType
-from typing import Any, ClassVar, cast
+from typing import Any, ClassVar
 
 import numpy as np
-from omegaconf import DictConfig, OmegaConf
 
-from runner.config import ConfigError, class_named
+from runner.config import ConfigError, class_named, plain
 
 TASK_META_KEYS = ("_target_", "name")  # not constructor arguments
 
@@ -115,17 +114,17 @@ def with_workload_warnings(setup: Setup, task_warnings: Callable[[], list[str]] 
     return lambda: task_warnings() + setup.workload.run_warnings()
 
 
-def build_task(task_cfg: DictConfig) -> Task:
-    """The task object that `task._target_` names, built from the rest of the task's node."""
-    cls = class_named("task._target_", task_cfg.get("_target_") or "")
+def build_task(task: Mapping[str, Any]) -> Task:
+    """The task object that `task._target_` names, built from the rest of the task's settings."""
+    cls = class_named("task._target_", task.get("_target_") or "")
     if not (isinstance(cls, type) and issubclass(cls, Task)):
-        raise ConfigError(f"task._target_={task_cfg._target_} must be a subclass of runner.tasks.Task")
-    node = cast(dict[str, Any], OmegaConf.to_container(task_cfg, resolve=True))  # a DictConfig's container is a dict
+        raise ConfigError(f"task._target_={task['_target_']} must be a subclass of runner.tasks.Task")
+    node = plain(task)
     arguments = {k: v for k, v in node.items() if k not in TASK_META_KEYS}
     try:
-        return cls(name=str(task_cfg.name), **arguments)
+        return cls(name=str(node["name"]), **arguments)
     except TypeError as error:
-        raise ConfigError(f"task={task_cfg.name}: {error}") from None
+        raise ConfigError(f"task={node['name']}: {error}") from None
 
 
 def timed_call(backend: ModuleType, fn: Callable, mode: str, device: str, params: dict, *args) -> Callable[[], object]:

@@ -190,6 +190,7 @@ def test_keras_train_on_batch_agrees_on_tensorflow_torch_and_jax(tmp_path):
         assert environment["optimizer_convention"] == "keras" and "train_on_batch" in environment["train_step_compiled"]
         # the reference: the same five steps in float64 on Keras's TensorFlow backend
         assert metrics["max_rel_err_vs_reference"] <= 1e-3, (backend, metrics["max_rel_err_vs_reference"])
+        assert metrics["loss_before"] > 0 and metrics["loss_after"] > 0  # Keras's forward pass, inference mode
         runs[backend] = _trained(run_dir)
     initial_file = tmp_path / "initial.npz"
     command = [sys.executable, "-c", KERAS_INITIAL, str(initial_file), "backend=tensorflow", *KERAS_TRAINING]

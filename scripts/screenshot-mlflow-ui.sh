@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Screenshots of the MLflow UI over a store, as a person sees it: a sweep parent's page (as it opens, and its
 # description expanded), a child run's page, its timing trace (the trace/time_sample_us chart), the runs list with
-# the runner's columns and the parent's artifacts; MLflow's assistant panel closed, charts loaded
-# (scripts/screenshot_mlflow_ui.py drives headless Chromium). Needs chromium (apt-get install -y chromium).
+# the runner's columns, the parent's artifacts and its how-to-read.md (the description's link); MLflow's assistant
+# panel closed, charts loaded (scripts/screenshot_mlflow_ui.py drives headless Chromium). Needs chromium
+# (apt-get install -y chromium).
 #   scripts/screenshot-mlflow-ui.sh [--parent RUN_ID] /path/to/mlflow.db OUT_DIR [EXPERIMENT] [PORT]
 # The parent shot is RUN_ID (a sweep's parent run, in whatever experiment), else EXPERIMENT's newest sweep.
 # Each picture NAME.png comes with NAME.txt, the text its first screen shows (not what a collapsed box hides).
@@ -47,4 +48,5 @@ ML="workflowType=machine_learning"  # the UI's GenAI / Model training switch, to
   "run-page=$BASE/runs/$RUN?$ML@1500" \
   "run-timing-trace=$BASE/runs/$RUN/model-metrics?$ML@1200" \
   "runs-table=$BASE/runs?$ML&viewStateShareKey=tensor-runner@1000" \
-  "parent-artifacts=$BASE/runs/$PARENT/artifacts?$ML@1000"
+  "parent-artifacts=$BASE/runs/$PARENT/artifacts?$ML@1000" \
+  "parent-how-to-read=$BASE/runs/$PARENT/artifacts/how-to-read.md?$ML@1000"

@@ -315,7 +315,8 @@ def test_the_parent_says_how_to_read_it_draws_the_comparison_and_warns_as_the_te
     description = parent.data.tags["mlflow.note.content"]
     sentence, pointers, table = description.split("\n\n")[:3]
     assert sentence == f"**{parent.data.tags['verdict']}**" and "the sizes known" in sentence
-    assert f"[how to read this](#/experiments/{experiment_id}/runs/{run_id}/artifacts/how-to-read.md)" in pointers
+    guide = f"#/experiments/{experiment_id}/runs/{run_id}/artifacts/how-to-read.md?workflowType=machine_learning"
+    assert f"[how to read this]({guide})" in pointers
     assert "the chart under the table" in pointers and "warning" in pointers
     assert table.startswith("| configuration |")
     chart = f"(get-artifact?path=report%2Fspeedup.png&run_uuid={run_id})"

@@ -58,3 +58,10 @@ def test_the_assistant_is_closed_and_the_timing_trace_is_drawn(shots):
         assert (shots / f"{name}.png").stat().st_size > 20_000, name
     trace = first_screen(shots, "run-timing-trace")
     assert "trace" in trace and "time_sample_us" in trace and "Step" in trace, trace[:2000]  # a drawn line chart
+
+
+def test_the_parent_page_links_how_to_read_it_and_the_link_opens_it(shots):
+    """The words of the answer are explained one click from the first screen (issue 48)."""
+    assert "how to read this" in first_screen(shots, "parent-page-as-opened")
+    guide = first_screen(shots, "parent-how-to-read")
+    assert "How to read this" in guide and "1 of 5 comparisons" in guide and "resolves" in guide, guide[:2000]

@@ -244,8 +244,11 @@ def sizes_known(bounded: list[Pooled]) -> str:
 
 HOW_TO_READ = """\
 A sweep's answer (the last lines in the terminal, the top of `summary.md` and of its parent run's description) reads
-like `numpy fastest (109 µs); torch 5.74x [4.11–8.02]; jax 180x [159–204]; the order is certain, the sizes known to
-±40%`:
+like this:
+
+```text
+numpy fastest (109 µs); torch 5.74x [4.11–8.02]; jax 180x [159–204]; the order is certain, the sizes known to ±40%
+```
 
 - **`torch 5.74x [4.11–8.02]`**: torch's time per call over the fastest configuration's (typical times: each turn's
   fastest block, the median over rounds, the seeds' geometric mean), and that ratio's 95% interval, for all of the
@@ -255,9 +258,9 @@ like `numpy fastest (109 µs); torch 5.74x [4.11–8.02]; jax 180x [159–204]; 
   named among the warnings, not as the reason. `the order is certain`: every interval lies above 1 and no two overlap;
   `within noise: torch`: torch's interval holds 1; `the order is uncertain (...)`: a comparison without an interval,
   or measurements that disagree.
-- **Verdicts**: `fastest`; `slower` or `faster` (the interval excludes 1); `within noise` (it holds 1); `cannot tell
-  (why)` (no interval: one round, no samples, an unstable fastest); `unstable: why` (its rounds or seeds disagree too
-  much for a verdict).
+- **Verdicts**: `fastest`; `slower` or `faster` (the interval excludes 1); `within noise` (it holds 1);
+  `cannot tell (why)` (no interval: one round, no samples, an unstable fastest); `unstable: why` (its rounds or seeds
+  disagree too much for a verdict).
 - **`resolves 20.0%`** (a job's resolution): the smallest difference its comparison would call 9 times in 10 at the
   spread it saw. A sweep measures in rounds until every comparison resolves `timing.resolve` (default 0.1, 10%);
   `out of budget: a comparison resolves only 22.5% after 11 rounds` says its budget ran out first:

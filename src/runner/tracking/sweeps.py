@@ -107,7 +107,8 @@ def description(info: dict, answer, warnings: Sequence[str], artifacts: set[str]
     headline, _, table = answer.markdown.partition("\n\n")
     pointers = []
     if GUIDE in artifacts:
-        pointers.append(f"[how to read this](#/experiments/{experiment_id}/runs/{run_id}/artifacts/{GUIDE})")
+        guide = f"#/experiments/{experiment_id}/runs/{run_id}/artifacts/{GUIDE}?workflowType=machine_learning"
+        pointers.append(f"[how to read this]({guide})")  # opened in the UI's model-training view
     if CHART in artifacts:
         pointers.append("the chart under the table")
     if warnings:

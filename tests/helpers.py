@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import atexit
+import contextlib
+import functools
+import io
 import json
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from runner.config import PROJECT_ROOT, compose
@@ -44,8 +50,46 @@ def runner_cli(*args: str) -> subprocess.CompletedProcess:
     )
 
 
-def sweep_cli(tmp: Path, *overrides: str, timeout: int = 300) -> subprocess.CompletedProcess:
-    """`python run.py -m OVERRIDES` into tmp/sweep, tracked in tmp/mlflow.db."""
+def runner_main(*args: str) -> subprocess.CompletedProcess:
+    """`runner ARGS` in this process (runner.cli.main), with what runner_cli returns: its exit status, stdout and
+    stderr, without the seconds a fresh interpreter takes to import MLflow. The command itself starts as a process in
+    test_help.py (--version) and test_readme_commands.py (each subcommand's --help)."""
+    from runner import cli
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            status = cli.main(list(args))
+        except SystemExit as exit:  # argparse's refusals
+            status = exit.code if isinstance(exit.code, int) else 1
+    return subprocess.CompletedProcess(["runner", *args], status, out.getvalue(), err.getvalue())
+
+
+@functools.cache
+def _store_with_tables() -> Path:
+    """An MLflow SQLite store whose tables exist, made once a test session (MLflow's migrations take seconds)."""
+    from runner import tracking
+
+    folder = Path(tempfile.mkdtemp(prefix="runner-test-store-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    tracking.open_store(f"sqlite:///{folder / 'mlflow.db'}")
+    return folder / "mlflow.db"
+
+
+def made_store(folder: Path) -> str:
+    """The URI of folder/mlflow.db, made beforehand (a copy of an empty store with its tables): for tests of what runs
+    and sweeps record, not of how a new store is created (test_nothing_lost.py, test_recording.py's tracked runs and
+    the joblib sweep's create theirs)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    if not (folder / "mlflow.db").exists():
+        shutil.copyfile(_store_with_tables(), folder / "mlflow.db")
+    return f"sqlite:///{folder / 'mlflow.db'}"
+
+
+def sweep_cli(tmp: Path, *overrides: str, timeout: int = 300, new_store: bool = False) -> subprocess.CompletedProcess:
+    """`python run.py -m OVERRIDES` into tmp/sweep, tracked in tmp/mlflow.db (made beforehand, unless new_store)."""
+    if not new_store:
+        made_store(tmp)
     return run_cli(
         "-m",
         f"tracking.uri=sqlite:///{tmp}/mlflow.db",

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import runner_cli
+from helpers import made_store, runner_cli, runner_main
 
 from runner import tracking
 from runner.record import naming, setups
@@ -56,7 +56,7 @@ def test_a_point_gets_the_interval_of_runs_made_apart():
 
 def _store(tmp_path, seconds: list[float]) -> tuple[str, list[str]]:
     """A store holding one run per value, an hour apart, as single runs of the same case record themselves."""
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    uri = made_store(tmp_path)
     ids = []
     for i, value in enumerate(seconds):
         run_dir = tmp_path / f"run{i:02d}"
@@ -93,7 +93,7 @@ def test_every_run_is_tagged_with_its_case_and_machine(slowed):
 
 def test_history_finds_the_slowdown_at_the_run_it_started(slowed, tmp_path):
     uri, ids = slowed
-    result = runner_cli("history", "--tracking-uri", uri, "--json", "--html", str(tmp_path / "page"))
+    result = runner_main("history", "--tracking-uri", uri, "--json", "--html", str(tmp_path / "page"))
     assert result.returncode == 0, result.stderr[-3000:]
     (case,) = json.loads(result.stdout)
     assert [(s["index"], s["label"], s["run_id"]) for s in case["steps"]] == [(7, "regression", ids[7])]
@@ -117,9 +117,9 @@ def test_a_sweep_that_measured_the_slowdown_says_so_in_its_closing_lines(slowed)
 
 def test_fail_on_regression_exits_1_for_ci(slowed):
     uri, _ = slowed
-    result = runner_cli("history", "--tracking-uri", uri, "--fail-on", "regression")
+    result = runner_main("history", "--tracking-uri", uri, "--fail-on", "regression")
     assert result.returncode == 1 and "failing: numpy-mlp-gradients" in result.stderr
-    refused = runner_cli("history", "--tracking-uri", uri, "--fail-on", "slower")
+    refused = runner_main("history", "--tracking-uri", uri, "--fail-on", "slower")
     assert refused.returncode == 1 and refused.stderr.startswith("error: --fail-on slower: slower is no label")
 
 
@@ -127,9 +127,9 @@ def test_a_marked_known_change_raises_no_alert(tmp_path):
     rng = np.random.default_rng(5)
     values = [100e-6 * (1.1 if i >= 7 else 1.0) * math.exp(rng.normal(0, 0.01)) for i in range(14)]
     uri, ids = _store(tmp_path, values)
-    marked = runner_cli("history", "--tracking-uri", uri, "--mark", ids[7], "--why", "new machine")
+    marked = runner_main("history", "--tracking-uri", uri, "--mark", ids[7], "--why", "new machine")
     assert marked.returncode == 0, marked.stderr
-    result = runner_cli("history", "--tracking-uri", uri, "--json", "--fail-on", "regression")
+    result = runner_main("history", "--tracking-uri", uri, "--json", "--fail-on", "regression")
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)[0]["steps"] == []
 
@@ -156,12 +156,12 @@ def test_the_history_page_commands_run_as_printed(slowed, tmp_path):
 
 def test_a_short_history_says_it_is_too_short_to_tell(tmp_path):
     uri, _ = _store(tmp_path, [100e-6, 101e-6])
-    result = runner_cli("history", "--tracking-uri", uri)
+    result = runner_main("history", "--tracking-uri", uri)
     assert result.returncode == 0, result.stderr
     assert "insufficient data: 2 runs since" in result.stdout and "nan" not in result.stdout
 
 
 def test_a_store_that_is_not_there_is_one_line_and_stays_not_there(tmp_path):
-    result = runner_cli("history", "--tracking-uri", f"sqlite:///{tmp_path}/none/mlflow.db")
+    result = runner_main("history", "--tracking-uri", f"sqlite:///{tmp_path}/none/mlflow.db")
     assert result.returncode == 1 and result.stderr.startswith("error: no MLflow store at ")
     assert not (tmp_path / "none").exists()

@@ -10,7 +10,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
-from helpers import FAST_TIMING, run_cli, runner_cli
+from helpers import FAST_TIMING, made_store, run_cli, runner_main
 from PIL import Image
 
 EXPERIMENT = "record"
@@ -20,7 +20,7 @@ EXPERIMENT = "record"
 def experiment(tmp_path_factory):
     """(tmp, MlflowClient, {run name: Run}, {parent name: Run}) after four commands into one store."""
     tmp = tmp_path_factory.mktemp("record")
-    common = [*FAST_TIMING, f"tracking.uri=sqlite:///{tmp}/mlflow.db", f"tracking.experiment={EXPERIMENT}"]
+    common = [*FAST_TIMING, f"tracking.uri={made_store(tmp)}", f"tracking.experiment={EXPERIMENT}"]
     commands = [
         ["-m", f"hydra.sweep.dir={tmp}/sizes", "model=sigmoid", "task=inference", "model.size=10,1000"],
         ["-m", f"hydra.sweep.dir={tmp}/modes", "model=mlp", "mode=eager,map_fn"],
@@ -157,7 +157,7 @@ def test_tensors_h5_describes_itself(experiment):
 def test_report_over_the_mixed_experiment(experiment):
     tmp, _, _, _, _ = experiment
     out = tmp / "report"
-    done = runner_cli(
+    done = runner_main(
         "report", "--tracking-uri", f"sqlite:///{tmp}/mlflow.db", "--experiment", EXPERIMENT, "--out", str(out)
     )
     assert done.returncode == 0, done.stderr[-3000:]

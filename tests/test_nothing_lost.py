@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from fake_clock import FakeClock
-from helpers import FAST_TIMING, PROJECT_ROOT, _env, clients, compose_config, run_cli, runner_cli
+from helpers import FAST_TIMING, PROJECT_ROOT, _env, clients, compose_config, run_cli, runner_cli, runner_main
 
 from runner import cli, tracking
 from runner.config import ConfigError
@@ -247,8 +247,8 @@ def _active_runs(uri: str, experiment: str = "lost") -> list:
 
 def test_a_run_whose_launcher_died_is_synced_once(tmp_path):
     run_dir, uri = _tracked_run(tmp_path)
-    assert runner_cli("sync", str(run_dir)).returncode == 0
-    again = runner_cli("sync", str(run_dir))
+    assert runner_main("sync", str(run_dir)).returncode == 0
+    again = runner_main("sync", str(run_dir))
     assert again.stdout.strip() == f"{run_dir}: already in MLflow"
     (run,) = _active_runs(uri)
     assert run.info.status == "FINISHED"

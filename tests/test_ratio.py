@@ -139,7 +139,7 @@ def identical_sweep(rng: np.random.Generator, jobs: int, n_rounds: int = 40, n_s
     return pd.DataFrame(rows)
 
 
-@pytest.mark.parametrize("jobs", [4, 16])
+@pytest.mark.parametrize("jobs", [4, pytest.param(16, marks=pytest.mark.heavy)])  # 16: 30 s of bootstraps on 2 cores
 def test_identical_jobs_against_the_fastest_are_called_different_at_most_1_in_20(jobs):
     """The fastest is picked after the fact, and each process has its own offset that rounds cannot see; each
     of the k - 1 intervals is at 1 - 0.05/(k - 1) and holds the processes' spread. Over rounds alone at 95%

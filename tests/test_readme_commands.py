@@ -15,8 +15,8 @@ docs print after `; echo $?`, else 0 when every job finished and 1 when one was 
 
 cuda commands skip without an NVIDIA driver, SLURM and Ray launcher commands without a cluster.
 Sweeps of more than FAST_JOBS jobs run with `-m slow`; commands on full-size vision models, the
-BERT-base and GPT-2-small sized transformers, and the convnet sweeps that in-process tests cover
-(COVERED_IN_PROCESS) with `-m heavy` (CI runs them after the default set).
+BERT-base and GPT-2-small sized transformers, and the commands other tests of the default set cover (the
+convnet sweeps, single runs of what they run; COVERED_IN_PROCESS) with `-m heavy` (CI runs them after the default set).
 """
 
 from __future__ import annotations
@@ -226,12 +226,45 @@ RUN_BY_OTHER_TESTS = {
     **{" ".join(c.args): f"test_experiments.py ({name})" for name, c in experiment_checked_commands().items()},
 }
 
-# Documented sweeps of a convnet over several frameworks (a minute or two on 2 cores) that the default set runs
-# in-process, each backend checked further, and that CI runs as printed with the heavy set: keeps the default set
-# under 10 minutes.
+# Documented commands that the default set runs in-process (each backend checked further) or runs itself through
+# run.py with the same settings, and that CI runs as printed with the heavy set: the convnet sweeps over several
+# frameworks (a minute or two on 2 cores), and single runs whose fresh process (10-25 s of framework imports on a
+# busy 2-core machine) repeats a test of the default set. Keeps the default set short; README.md's commands all stay
+# in it.
 COVERED_IN_PROCESS = {
     "-m backend=torch,tensorflow model=resnet18 data.image_size=64 batch_size=2": (
-        "test_vision.py::test_torch_and_other_backends_outputs_agree[resnet18-tensorflow]"
+        "test_vision.py::test_resnet18_gradients_agree_under_torch_names[tensorflow] (the job on both) and "
+        "test_user_paths.py::test_every_vision_model_agrees_on_every_photo[resnet18] (the outputs agree)"
+    ),
+    "-m backend=numpy,torch model=mlp tracking.uri=sqlite:////tmp/sw/mlflow.db hydra.sweep.dir=/tmp/sw/sweep": (
+        "test_sweep.py::test_sweep_is_one_parent_run_with_a_child_per_job (a numpy,torch sweep into its own store)"
+    ),
+    "-m backend=numpy seed=0,1 hydra.verbose=runner": (
+        "test_sweep_output.py::test_a_quiet_sweep_prints_its_table_without_the_job_lines_and_verbose_shows_debug"
+    ),
+    "backend=torch precision=bf16_mixed": (
+        "test_precision.py::test_bf16_mixed_runs_on_cpu_less_exact_than_full_and_within_its_tolerance[torch]"
+    ),
+    "backend=torch precision=tf32": "test_precision.py::test_tf32_on_cpu_exits_with_one_line (run.py, exit 1)",
+    "backend=torch model=matmul task=inference model.n=300000": (
+        "test_limits.py::test_huge_matmul_refused_before_allocating_with_the_estimate (run.py, exit 1)"
+    ),
+    "backend=jax mode=function task=gradients": (
+        "test_jax.py::test_lower_precisions_compute_in_their_dtype[float32-float32-1e-05]"
+    ),
+    "backend=torch task=train_step": (
+        "test_train_step.py::test_mlp_training_agrees_with_float64_reference[torch-eager-float64-sgd] and "
+        "[torch-eager-float32-adam]"
+    ),
+    "backend=numpy task=train_step batch_size=512": (
+        "test_train_step.py::test_mlp_training_agrees_with_float64_reference[numpy-eager-float32-sgd]"
+    ),
+    "model=transformer backend=torch task=gradients": (
+        "test_transformer.py::test_float32_agrees_with_the_reference[gradients-torch]"
+    ),
+    "model=transformer backend=jax mode=function model.causal=true task=gradients": (
+        "test_transformer.py::test_float64_agrees_with_the_reference[jax-function-gradients] (causal) and "
+        "::test_float32_agrees_with_the_reference[gradients-jax]"
     ),
     "-m hydra.searchpath=[file:///tmp/own_model/conf] model=small_convnet backend=numpy,torch,tensorflow,tnp "
     "dtype=float64 task=gradients": (

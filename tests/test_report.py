@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from helpers import FAST_TIMING, clients, free_port, run_cli, runner_cli
+from helpers import FAST_TIMING, clients, free_port, made_store, run_cli, runner_main
 
 from runner import report
 from runner.report import frames, plots
@@ -91,7 +91,7 @@ def size_sweep(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("size-sweep")
     result = run_cli(
         "-m",
-        f"tracking.uri=sqlite:///{tmp}/mlflow.db",
+        f"tracking.uri={made_store(tmp)}",
         "tracking.experiment=sizes",
         f"hydra.sweep.dir={tmp}/sweep",
         *FAST_TIMING,
@@ -113,7 +113,7 @@ def _png_shape(path: Path) -> tuple:
 
 def test_report_from_mlflow_writes_tables_and_plots(size_sweep, tmp_path):
     uri = f"sqlite:///{size_sweep}/mlflow.db"
-    result = runner_cli("report", "--tracking-uri", uri, "--experiment", "sizes", "--out", str(tmp_path))
+    result = runner_main("report", "--tracking-uri", uri, "--experiment", "sizes", "--out", str(tmp_path))
     assert result.returncode == 0, result.stderr[-3000:]
     rows = pd.read_csv(tmp_path / "runs.csv")
     assert len(rows) == 4 and set(rows["status"]) == {"FINISHED"}  # the parent run is not a row
@@ -138,7 +138,7 @@ def test_report_from_mlflow_writes_tables_and_plots(size_sweep, tmp_path):
 
 def test_report_over_a_sweep_is_logged_to_its_parent(size_sweep, tmp_path):
     client, (parent,), _ = clients(f"sqlite:///{size_sweep}/mlflow.db", "sizes")
-    result = runner_cli("report", "--sweep-dir", str(size_sweep / "sweep"), "--out", str(tmp_path))
+    result = runner_main("report", "--sweep-dir", str(size_sweep / "sweep"), "--out", str(tmp_path))
     assert result.returncode == 0, result.stderr[-3000:]
     assert f"logged to the parent run {parent.info.run_id}" in result.stdout
     logged = {a.path for a in client.list_artifacts(parent.info.run_id, "report")}
@@ -146,10 +146,10 @@ def test_report_over_a_sweep_is_logged_to_its_parent(size_sweep, tmp_path):
 
 
 def test_report_bad_input_is_one_line(tmp_path):
-    result = runner_cli("report", "--sweep-dir", str(tmp_path / "nope"), "--out", str(tmp_path / "out"))
+    result = runner_main("report", "--sweep-dir", str(tmp_path / "nope"), "--out", str(tmp_path / "out"))
     assert result.returncode == 1 and result.stderr.strip().count("\n") == 0 and "not a directory" in result.stderr
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
-    result = runner_cli("report", "--tracking-uri", uri, "--experiment", "absent", "--out", str(tmp_path / "out"))
+    uri = made_store(tmp_path)
+    result = runner_main("report", "--tracking-uri", uri, "--experiment", "absent", "--out", str(tmp_path / "out"))
     assert result.returncode == 1 and "no experiment named 'absent'" in result.stderr
 
 
@@ -162,12 +162,12 @@ def test_run_while_the_server_is_down_arrives_after_sync(tmp_path):
     assert json.loads((run_dir / "result.json").read_text())["status"] == "FINISHED"
     assert json.loads((run_dir / "tracking.json").read_text())["synced"] is False
 
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
-    result = runner_cli("sync", str(run_dir), "--tracking-uri", uri)
+    uri = made_store(tmp_path)
+    result = runner_main("sync", str(run_dir), "--tracking-uri", uri)
     assert result.returncode == 0 and "uploaded as run" in result.stdout, result.stderr[-3000:]
     _, _, (run,) = clients(uri, "tensor-runner")
     assert run.info.status == "FINISHED" and run.data.params["backend.name"] == "numpy"
-    assert "already in MLflow" in runner_cli("sync", str(run_dir)).stdout  # idempotent
+    assert "already in MLflow" in runner_main("sync", str(run_dir)).stdout  # idempotent
 
 
 def test_sweep_made_offline_syncs_as_parent_and_children(tmp_path):
@@ -178,8 +178,8 @@ def test_sweep_made_offline_syncs_as_parent_and_children(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     assert json.loads((sweep_dir / "sweep.json").read_text())["parent_run_id"] is None
 
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
-    result = runner_cli("sync", str(sweep_dir), "--tracking-uri", uri)
+    uri = made_store(tmp_path)
+    result = runner_main("sync", str(sweep_dir), "--tracking-uri", uri)
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
     assert result.stdout.count("uploaded as run") == 2
     _, (parent,), children = clients(uri, "tensor-runner")
@@ -188,5 +188,5 @@ def test_sweep_made_offline_syncs_as_parent_and_children(tmp_path):
 
 
 def test_sync_of_an_untracked_directory_says_so(tmp_path):
-    result = runner_cli("sync", str(tmp_path))
+    result = runner_main("sync", str(tmp_path))
     assert result.returncode == 1 and "not a tracked run" in result.stdout

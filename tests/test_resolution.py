@@ -89,7 +89,9 @@ def test_the_interval_holds_the_true_ratio_about_95_times_in_100(n_rounds):
     assert 0.91 <= held / trials <= 0.995
 
 
-@pytest.mark.parametrize(("n_rounds", "wanted"), [(DEFAULT_ROUNDS, 0.9), (SHORT_ROUNDS, 0.8)])
+@pytest.mark.parametrize(
+    ("n_rounds", "wanted"), [(DEFAULT_ROUNDS, 0.9), pytest.param(SHORT_ROUNDS, 0.8, marks=pytest.mark.heavy)]
+)
 def test_a_10_percent_difference_is_called_in_a_sweep_of_8_jobs(n_rounds, wanted):
     """Seven identical jobs and one 1.10x slower, 8 jobs in all: the slow one is called different (its interval
     above 1) in 9 sweeps of 10 at the default budget's rounds, 8 of 10 at a short budget's."""
@@ -142,7 +144,10 @@ def identical_sweep(
     return pd.DataFrame(rows)
 
 
-@pytest.mark.parametrize(("jobs", "n_rounds", "sweeps"), [(8, SHORT_ROUNDS, 40), (16, DEFAULT_ROUNDS, 20)])
+@pytest.mark.parametrize(
+    ("jobs", "n_rounds", "sweeps"),
+    [(8, SHORT_ROUNDS, 40), pytest.param(16, DEFAULT_ROUNDS, 20, marks=pytest.mark.heavy)],
+)
 def test_identical_jobs_are_called_different_at_most_1_in_20_with_the_spread_measured(jobs, n_rounds, sweeps):
     """The processes' spread (2% here, more than PROCESS_SD) is measured among the seeds: the sweep holds it."""
     rng = np.random.default_rng(jobs)
@@ -258,7 +263,7 @@ def test_the_spread_between_processes_is_measured_within_each_job():
     assert np.mean(np.array(estimates) < 0.015) <= 0.1  # it errs on the wide side (each median's noise is in it)
 
 
-@pytest.mark.parametrize("processes", [2, 4])
+@pytest.mark.parametrize("processes", [2, pytest.param(4, marks=pytest.mark.heavy)])
 def test_jobs_measured_in_several_processes_keep_their_coverage_and_narrow_the_interval(processes):
     """A 1.10x pair, each job in `processes` processes drawing 1% offsets: the interval holds the true ratio about
     95 times in 100, and is narrower than the same pair's measured in one process each. (Two jobs of two processes

@@ -16,7 +16,7 @@ import h5py
 import numpy as np
 import pandas as pd
 import pytest
-from helpers import FAST_TIMING, mlflow_runs, results, sweep_cli
+from helpers import FAST_TIMING, made_store, mlflow_runs, results, sweep_cli
 
 from runner.config import PROJECT_ROOT
 from runner.launch.rounds import takes_part
@@ -79,11 +79,12 @@ def test_samples_are_pooled_per_job_and_compared_with_an_interval(three_jobs):
 
 
 def test_one_round_measures_the_jobs_one_after_the_other(tmp_path):
-    out = sweep_cli(tmp_path, "backend=numpy", "seed=0,1", "timing.rounds=1")
+    out = sweep_cli(tmp_path, "backend=numpy", "seed=0,1", "timing.rounds=1", "tracking=none")  # three_jobs: MLflow
     assert out.returncode == 0, out.stderr[-3000:]
     (_, _, ends0), (_, _, ends1) = (_samples(tmp_path / "sweep" / j) for j in "01")
     assert ends0.max() < ends1.min()
     assert "interleaved rounds" not in out.stderr
+    assert "Sweep: 2 jobs" in out.stdout and (tmp_path / "sweep" / "summary.md").exists()  # untracked, summarised
     rows = pd.read_csv(tmp_path / "sweep" / "report" / "runs.csv")
     assert set(rows["within_noise"]) <= {"fastest", "cannot tell (1 round)"}
 
@@ -101,7 +102,7 @@ def _start(tmp: Path, *overrides: str) -> tuple[subprocess.Popen, list[str]]:
     """A sweep in its own process group; its output lines (stdout and stderr: where the progress lines go is
     hydra/hydra_logging's choice) are collected as they come."""
     env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT / "src")}
-    args = [f"tracking.uri=sqlite:///{tmp}/mlflow.db", "tracking.experiment=sweeps", f"hydra.sweep.dir={tmp}/sweep"]
+    args = [f"tracking.uri={made_store(tmp)}", "tracking.experiment=sweeps", f"hydra.sweep.dir={tmp}/sweep"]
     proc = subprocess.Popen(
         [sys.executable, str(PROJECT_ROOT / "run.py"), "-m", *args, *FAST_TIMING, *overrides],
         env=env,
@@ -170,7 +171,8 @@ def test_a_worker_killed_in_a_round_keeps_its_earlier_rounds_and_the_others_fini
     assert parents[0].info.status == "FAILED" and sorted(c.info.status for c in children) == ["FAILED", "FINISHED"]
 
 
-@pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
+# Ctrl-C to the whole group: test_sweep.py's default case (a job measured in its task); here in the heavy set
+@pytest.mark.parametrize("how", [pytest.param("ctrl-c", marks=pytest.mark.heavy), "sigterm"])
 def test_stopping_a_sweep_in_its_rounds_records_every_job_killed_with_its_samples(tmp_path, how):
     proc, lines = _start(tmp_path, "backend=numpy", "seed=0,1", *SLOW_ROUNDS)
     _wait_for(lines, "round 1 of 20 done", proc)

@@ -8,7 +8,7 @@ import shutil
 import numpy as np
 import pandas as pd
 import pytest
-from helpers import FAST_TIMING, run_cli, runner_cli
+from helpers import FAST_TIMING, made_store, run_cli, runner_main
 
 from runner import report
 from runner.record import setups
@@ -152,7 +152,7 @@ def test_a_report_over_two_versions_ranks_each_run_only_within_its_version(two_v
 
 
 def test_runner_compare_prints_after_over_before_with_interval_and_verdict(two_versions):
-    result = runner_cli("compare", str(two_versions / "1-before"), str(two_versions / "2-after"))
+    result = runner_main("compare", str(two_versions / "1-before"), str(two_versions / "2-after"))
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines[1].startswith("what differs: numpy 9.9.9 (before: ")
@@ -168,26 +168,26 @@ def test_two_identical_sweeps_run_one_after_the_other_are_called_neither_slower_
     for side in ("a", "b"):
         result = run_cli("-m", "tracking=none", f"hydra.sweep.dir={tmp_path}/{side}", "timing.max_time_s=1", *work)
         assert result.returncode == 0, result.stderr[-3000:]
-    result = runner_cli("compare", str(tmp_path / "a"), str(tmp_path / "b"))
+    result = runner_main("compare", str(tmp_path / "a"), str(tmp_path / "b"))
     assert result.returncode == 0, result.stderr
     rows = [line for line in result.stdout.splitlines() if line.startswith("| ") and "numpy-matmul" in line]
     assert len(rows) == 2 and not any(word in row for row in rows for word in ("| slower |", "| faster |")), rows
 
 
 def test_runner_compare_bad_input_is_one_line(tmp_path):
-    result = runner_cli("compare", str(tmp_path), "nonexistent-run-id")
+    result = runner_main("compare", str(tmp_path), "nonexistent-run-id")
     assert result.returncode == 1
     assert result.stderr.strip() == f"error: {tmp_path} holds no run (result.json) and no sweep of runs"
 
 
 def test_runner_compare_of_mlflow_sweeps_fetches_samples_the_machine_no_longer_has(tmp_path):
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    uri = made_store(tmp_path)
     sweep = ["-m", f"tracking.uri={uri}", "tracking.experiment=versions", f"hydra.sweep.dir={tmp_path}/sweep"]
     result = run_cli(*sweep, *FAST_TIMING, "backend=numpy", "model=sigmoid", "task=inference", "seed=1,2")
     assert result.returncode == 0, result.stderr[-3000:]
     parent = json.loads((tmp_path / "sweep" / "sweep.json").read_text())["parent_run_id"]
     shutil.rmtree(tmp_path / "sweep")  # as on another machine: only the MLflow store and its artifacts remain
-    result = runner_cli("compare", parent, parent, "--tracking-uri", uri)
+    result = runner_main("compare", parent, parent, "--tracking-uri", uri)
     assert result.returncode == 0, result.stderr
     rows = [line for line in result.stdout.splitlines() if line.startswith("| ") and "numpy-sigmoid" in line]
     assert len(rows) == 2 and all(row.endswith("| within noise |") for row in rows), result.stdout

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import h5py
 import pytest
-from helpers import FAST_TIMING, mlflow_runs, results, run_cli, sweep_cli
+from helpers import FAST_TIMING, made_store, mlflow_runs, results, run_cli, sweep_cli
 
 from runner.config import PROJECT_ROOT
 
@@ -104,17 +104,23 @@ def test_numpy_cannot_compile_torch_can(tmp_path):
 
 
 def test_parallel_joblib_jobs_lose_no_runs(tmp_path):
-    """2 joblib workers (the 2 cores CI has), 4 jobs, one fresh SQLite store: 4 finished children of one finished
+    """2 joblib workers (the 2 cores CI has), 3 jobs, one fresh SQLite store: 3 finished children of one finished
     parent, with more jobs than workers (a worker runs another job after its first)."""
     result = sweep_cli(
-        tmp_path, "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "backend=numpy", "seed=range(4)", timeout=600
+        tmp_path,
+        "hydra/launcher=joblib",
+        "hydra.launcher.n_jobs=2",
+        "backend=numpy",
+        "seed=range(3)",
+        timeout=600,
+        new_store=True,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     parents, children = mlflow_runs(tmp_path)
     assert len(parents) == 1 and parents[0].info.status == "FINISHED"
-    assert len(children) == 4 and {c.info.status for c in children} == {"FINISHED"}
+    assert len(children) == 3 and {c.info.status for c in children} == {"FINISHED"}
     assert "timings disturb each other" in result.stdout + result.stderr  # parallel jobs are warned about (logged)
-    assert sorted(int(c.data.params["seed"]) for c in children) == list(range(4))
+    assert sorted(int(c.data.params["seed"]) for c in children) == list(range(3))
     assert {c.data.tags["mlflow.parentRunId"] for c in children} == {parents[0].info.run_id}
 
 
@@ -128,7 +134,7 @@ def test_out_of_memory_is_a_failed_job_with_its_output_tail(tmp_path):
 
     env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT / "src")}
     args = [
-        f"tracking.uri=sqlite:///{tmp_path}/mlflow.db",
+        f"tracking.uri={made_store(tmp_path)}",
         "tracking.experiment=sweeps",
         f"hydra.sweep.dir={tmp_path}/sweep",
     ]
@@ -155,7 +161,7 @@ def test_out_of_memory_is_a_failed_job_with_its_output_tail(tmp_path):
 
 def _start_sweep(tmp: Path, *overrides: str) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT / "src")}
-    args = [f"tracking.uri=sqlite:///{tmp}/mlflow.db", "tracking.experiment=sweeps", f"hydra.sweep.dir={tmp}/sweep"]
+    args = [f"tracking.uri={made_store(tmp)}", "tracking.experiment=sweeps", f"hydra.sweep.dir={tmp}/sweep"]
     return subprocess.Popen(
         [sys.executable, str(PROJECT_ROOT / "run.py"), "-m", *args, *FAST_TIMING, *overrides],
         env=env,
@@ -199,7 +205,8 @@ def test_a_killed_worker_fails_its_job_and_the_sweep_goes_on(tmp_path):
     assert sorted(c.info.status for c in children) == ["FAILED", "FINISHED"]
 
 
-@pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
+# SIGTERM to the launcher alone: test_rounds.py's default case (in the rounds); here in the heavy set
+@pytest.mark.parametrize("how", ["ctrl-c", pytest.param("sigterm", marks=pytest.mark.heavy)])
 def test_ctrl_c_kills_the_running_job_keeps_its_samples_and_stops_the_sweep(tmp_path, how):
     proc = _start_sweep(
         tmp_path, "backend=numpy", "timing.target_rel_iqr=0", "timing.max_time_s=60", "seed=0,1", "timing.rounds=1"
@@ -225,6 +232,9 @@ def test_ctrl_c_kills_the_running_job_keeps_its_samples_and_stops_the_sweep(tmp_
     assert parents[0].info.status == "KILLED" and [c.info.status for c in children] == ["KILLED"]
 
 
+# An inline sweep's jobs recorded without a worker: the default set's in test_user_paths.py
+# (test_both_frameworks_in_one_process_in_either_order)
+@pytest.mark.heavy
 def test_inline_isolation_records_the_same_files(tmp_path):
     result = sweep_cli(tmp_path, "backend=numpy", "isolation=inline", "batch_size=2,3")
     assert result.returncode == 0, result.stderr[-3000:]
@@ -234,6 +244,9 @@ def test_inline_isolation_records_the_same_files(tmp_path):
     assert not (tmp_path / "sweep" / "0" / "job.log").exists()  # no worker ran
 
 
+# An untracked sweep's table and summary: the default set's in test_rounds.py
+# (test_one_round_measures_the_jobs_one_after_the_other)
+@pytest.mark.heavy
 def test_untracked_sweep_still_summarises(tmp_path):
     result = run_cli(
         "-m", "tracking=none", f"hydra.sweep.dir={tmp_path}/sweep", *FAST_TIMING, "backend=numpy", "seed=1,2"
@@ -254,9 +267,9 @@ def test_a_locked_store_still_gets_the_run(make_config, tmp_path, hold_s):
 
     from runner.launch import isolation
 
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    uri = made_store(tmp_path)
     cfg = make_config("backend=numpy", "isolation=inline", f"tracking.uri={uri}", "tracking.experiment=locked")
-    isolation.execute(cfg, tmp_path / "first")  # creates the store
+    isolation.execute(cfg, tmp_path / "first")  # the experiment's first run
     locked, release = threading.Event(), threading.Event()
 
     def hold_lock():
@@ -299,6 +312,7 @@ def test_hydra_callbacks_see_each_jobs_median_in_its_task_and_in_rounds(tmp_path
         "timing.rounds=1" if measured_in == "task" else "timing.rounds=2",
         "backend=numpy",
         "mode=function,eager",  # numpy cannot compile: job 0 fails
+        "tracking=none",  # what Hydra's callbacks get does not go through MLflow (the other sweeps here log to it)
     )
     assert result.returncode == 1, result.stderr[-3000:]
     returned = [json.loads(line) for line in probe.read_text().splitlines()]
@@ -324,6 +338,7 @@ def test_an_optimizing_sweeper_gets_every_jobs_median_from_the_rounds(tmp_path, 
         "timing.rounds=2",
         "backend=numpy",
         "batch_size=2,4,8",
+        "tracking=none",  # what the sweeper gets does not go through MLflow (the other sweeps here log to it)
     )
     assert result.returncode == 0, result.stderr[-3000:]
     got = [json.loads(line) for line in out.read_text().splitlines()]

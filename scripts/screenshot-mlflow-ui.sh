@@ -42,9 +42,11 @@ PY
 )
 BASE="http://127.0.0.1:$PORT/#/experiments/$EXP"
 ML="workflowType=machine_learning"  # the UI's GenAI / Model training switch, top left
+# The expanded parent page is 2000 px tall: its description (sentence, table, chart, warnings, command, a row per
+# job) is whole on its first screen.
 "$ROOT/.venv/bin/python" "$ROOT/scripts/screenshot_mlflow_ui.py" "$OUT" \
   "parent-page-as-opened=$BASE/runs/$PARENT?$ML@1000" \
-  "parent-page=$BASE/runs/$PARENT?$ML@1000" \
+  "parent-page=$BASE/runs/$PARENT?$ML@2000" \
   "run-page=$BASE/runs/$RUN?$ML@1500" \
   "run-timing-trace=$BASE/runs/$RUN/model-metrics?$ML@1200" \
   "runs-table=$BASE/runs?$ML&viewStateShareKey=tensor-runner@1000" \

@@ -8,7 +8,7 @@
 The store: one real run first (`run.py backend=numpy timing.max_time_s=0.1` into a store of its own), whose tags,
 params and metrics are what the runner logs today; then RUNS runs made from it with MLflow's client
 (create_run with the tags, log_batch with the metrics and params, set_terminated FINISHED), each with its own
-`case`, `case_name`, `machine`, `machine_name` and typical time (metric `time_typical_us`, as upload.ui_metric
+`case`, `case_name`, `machine`, `machine_name` and typical time (metric `time_typical_us`, as run_page.ui_metric
 logs it: microseconds), CASES cases on MACHINES machines, in time order. The runs are written into a store on
 /dev/shm where there is one (the client writes about 15 runs a second there, 8 on this VM's disk), then copied
 to the scratch folder, where everything is timed. The timing trace a real run also logs (a metric with one step

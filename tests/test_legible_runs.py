@@ -9,7 +9,7 @@ import pandas as pd
 
 from runner.record.naming import case, run_name, run_params
 from runner.record.result import Result, Status
-from runner.tracking.upload import note_content
+from runner.tracking.run_page import note_content
 
 ADAM = {"name": "adam", "lr": 0.001, "beta1": 0.9, "beta2": 0.999, "eps": 1e-08}
 CONFIG = {

@@ -88,7 +88,7 @@ def test_the_run_name_and_mlflow_note_say_the_policy_and_tolerance(make_config):
 
     from runner.record.naming import run_name
     from runner.record.result import Result, Status
-    from runner.tracking.upload import note_content
+    from runner.tracking.run_page import note_content
 
     config = OmegaConf.to_container(make_config("backend=torch", "precision=bf16_mixed"), resolve=True)
     assert run_name(config) == "torch-mlp-gradients-eager-cpu-float32-bf16_mixed"

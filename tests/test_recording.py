@@ -259,7 +259,7 @@ def test_a_result_json_recorded_before_copied_keys_loads(make_config, tmp_path):
 def test_every_metric_the_ui_charts_reads_something_other_than_0_00_and_reads_back():
     """MLflow's bar charts print a metric with two decimals: errors, their tolerance and energies go in a unit that
     shows them, a CPU steal of zero (any machine not a VM) is not logged; runner report reads them back."""
-    from runner.tracking.upload import stored_metric, ui_metric
+    from runner.tracking.run_page import stored_metric, ui_metric
 
     recorded = {
         "max_abs_err_vs_reference": 1.09e-05,

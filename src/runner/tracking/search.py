@@ -6,8 +6,9 @@ from pathlib import Path
 
 from runner.config import first_line
 from runner.record.result import TENSORS_FILE
+from runner.tracking.run_page import stored_metric
 from runner.tracking.store import client
-from runner.tracking.upload import GIT_TAGS, stored_metric
+from runner.tracking.upload import GIT_TAGS
 
 
 def _recorded_environment(tags: dict[str, str]) -> dict[str, str]:
@@ -74,7 +75,7 @@ def _run_row(run) -> dict:
     }
     row.update({f"params.{k}": v for k, v in run.data.params.items()})
     row.update({f"metrics.{k}": v for k, v in (stored_metric(*item) for item in run.data.metrics.items())})
-    if "metrics.machine_cpus" in row:  # measured, and no steal to log (upload.ZERO_SAYS_NOTHING)
+    if "metrics.machine_cpus" in row:  # measured, and no steal to log (run_page.ZERO_SAYS_NOTHING)
         row.setdefault("metrics.machine_steal_pct", 0.0)
     row.update(environment_columns(_recorded_environment(tags)))
     return row

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import re
 import sys
 import time
 import warnings
@@ -28,6 +27,7 @@ from runner.record.result import (
     read_timings,
 )
 from runner.tracking.link import TRACKING_FILE, read_link, read_link_or_empty, run_key, write_link
+from runner.tracking.run_page import TRACE, microseconds, note_content, ui_metric
 from runner.tracking.store import check_reachable, client, ensure_experiment, open_store, retry_on_lock
 
 RUN_KEY_TAG = "runner.run_key"  # the run directory + its start: one MLflow run per key
@@ -148,113 +148,6 @@ def user_name() -> str:
         return "unknown"
 
 
-def note_content(result: Result) -> str:
-    """The run's description in the UI: what ran, how fast (median ± IQR), how accurate, on what."""
-    from runner.record.table import format_seconds
-
-    m, c = result.metrics, result.config
-    lines = [f"**{run_name(c)}**, batch {c.get('batch_size')}, seed {c.get('seed')}: {result.status}"]
-    if "time_median_s" in m:
-        lines.append(
-            f"median {format_seconds(m['time_median_s'])} ± {format_seconds(m['time_iqr_s'])} (IQR) per call "
-            f"over {m.get('n_samples', '?')} samples; first call {format_seconds(m['first_call_s'])}"
-        )
-    if "throughput_per_s" in m:
-        lines.append(f"{m['throughput_per_s']:.3g} examples/s")
-    lines += training_lines(result)
-    if "max_rel_err_vs_reference" in m:
-        within = {1.0: "within", 0.0: "beyond"}.get(m.get("within_reference_tolerance", -1.0))
-        tolerance = f" ({within} its tolerance {m['reference_tolerance']:.2g})" if within else ""
-        lines.append(f"max rel err vs the float64 reference {m['max_rel_err_vs_reference']:.2g}{tolerance}")
-    lines += [f"warning: {w}" for w in result.warnings]
-    if result.error:
-        lines.append(f"error: {result.error}")
-    env = result.environment
-    if env:
-        framework = f"{env.get('framework', '')} {env.get('framework_version', '')}".strip()
-        device = env.get("cpu") if env.get("device") == "cpu" else env.get("device_name")  # not "x86_64"
-        lines.append(f"on {device or '?'} ({framework})")
-    return "  \n".join(lines)[:5000]
-
-
-# optimizer_convention (task=train_step's environment), said: how the framework writes the update the step times
-CONVENTION_SAID = {
-    ("sgd", "torch"): "torch's convention, as torch.optim and optax write momentum: v = momentum·v + g, w −= lr·v",
-    ("sgd", "keras"): "Keras's convention: v = momentum·v − lr·g, w += v (the same trajectory as torch's)",
-    ("adam", "torch"): "torch's convention, as torch.optim and optax write Adam: w −= lr·m̂/(√v̂ + eps)",
-    ("adam", "keras"): (
-        "Keras's convention: w −= lr·√(1−beta2^t)/(1−beta1^t)·m/(√v + eps), Kingma and Ba's epsilon hat, "
-        "so eps weighs differently in the first steps than in torch's"
-    ),
-}
-
-
-def training_lines(result: Result) -> list[str]:
-    """For task=train_step: the optimizer with its settings and its convention in words (env.optimizer_convention),
-    and the loss on the batch before and after the checked steps (whether training progressed)."""
-    c, m = result.config, result.metrics
-    task, optimizer = c.get("task"), c.get("optimizer")
-    if not (isinstance(task, dict) and task.get("name") == "train_step" and isinstance(optimizer, dict)):
-        return []
-    settings = ", ".join(f"{k} {v}" for k, v in optimizer.items() if k != "name")
-    line = f"optimizer {optimizer.get('name')} ({settings})"
-    convention = result.environment.get("optimizer_convention")
-    said = CONVENTION_SAID.get((str(optimizer.get("name")), str(convention)))
-    if said:
-        line += f"; optimizer_convention {convention}: {said}"
-    lines = [line]
-    if "loss_before" in m and "loss_after" in m:
-        before, after, steps = m["loss_before"], m["loss_after"], task.get("checked_steps", "the checked")
-        lines.append(f"loss on the batch {before:.4g} before training, {after:.4g} after {steps} steps")
-    return lines
-
-
-SECONDS = re.compile(r"(?<=_)s(?=_|$)")  # the unit in time_median_s, cpu_s_per_call; not in throughput_per_s
-MICROSECONDS = re.compile(r"(?<=_)us(?=_|$)")
-JOULES = re.compile(r"(?<=_)j$")  # energy_per_call_j; not examples_per_j
-MICROJOULES = re.compile(r"(?<=_)uj$")
-ERRORS = re.compile(r"(^|_)err(_|$)|^reference_tolerance$")  # max_rel_err_vs_reference, its tolerance
-LOG10 = "_log10"
-LEFT_OUT = ("time_p50_s",)  # the median again: result.json keeps it, the UI would show it twice
-ZERO_SAYS_NOTHING = ("machine_steal_pct",)  # no CPU steal (any machine not a VM): a bar reading 0.00
-DIGITS = 4  # significant digits MLflow shows of a metric (result.json keeps every digit): 18.57, not 18.570109987194883
-SHOWN = 0.005  # the UI's charts print a metric with two decimals (toFixed(2)): below this it reads "0.00"
-TRACE = "trace/time_sample_us"  # every sample, step = its index; the section `trace` is the UI's first chart
-
-
-def ui_metric(name: str, value: float) -> tuple[str, float] | None:
-    """A metric as MLflow shows it, or None where it is not logged. The UI's charts print two decimals, so a
-    metric goes in a unit that shows it: seconds as microseconds, named so (time_median_s 1.8e-05 -> time_median_us
-    18.57), legible from a sigmoid's 50 ns (0.05) to a ResNet's first call; joules as microjoules (_uj); errors
-    and their tolerance, which span 1e-16 to 1 and would all read 0.00, as their base-10 logarithm (_log10:
-    max_rel_err_vs_reference 2.03e-07 -> max_rel_err_vs_reference_log10 -6.69 beside reference_tolerance_log10
-    -5; an exact result, log10 0, is left out, as is a CPU steal that reads 0.00). result.json and the report
-    CSVs keep seconds and the errors themselves."""
-    if name in LEFT_OUT or (name in ZERO_SAYS_NOTHING and abs(value) < SHOWN):
-        return None
-    if "per_s" not in name and SECONDS.search(name):
-        name, value = SECONDS.sub("us", name, count=1), value * 1e6
-    elif "per_j" not in name and JOULES.search(name):
-        name, value = JOULES.sub("uj", name), value * 1e6
-    elif ERRORS.search(name):
-        if not value > 0:  # exact (or not a number): no logarithm
-            return None
-        name, value = name + LOG10, math.log10(value)
-    return name, float(f"{value:.{DIGITS}g}")
-
-
-def stored_metric(name: str, value: float) -> tuple[str, float]:
-    """ui_metric undone: a metric read back from MLflow under its result.json name, in seconds, joules and
-    plain errors (to the 4 digits MLflow holds)."""
-    if MICROSECONDS.search(name):
-        return MICROSECONDS.sub("s", name, count=1), value / 1e6
-    if MICROJOULES.search(name):
-        return MICROJOULES.sub("j", name), value / 1e6
-    if name.endswith(LOG10) and ERRORS.search(name.removesuffix(LOG10)):
-        return name.removesuffix(LOG10), 10.0**value
-    return name, value
-
-
 def _metrics(result: Result, samples, sample_ends, ended_ms: int) -> list:
     """The metrics at the job's end (ui_metric), and every timing sample as the steps of TRACE (the UI's
     timing trace), each stamped with the moment it ended (the job's end where a run did not record that)."""
@@ -268,12 +161,7 @@ def _metrics(result: Result, samples, sample_ends, ended_ms: int) -> list:
     if sample_ends is None or len(sample_ends) != len(samples):
         sample_ends = [ended_ms / 1000] * len(samples)
     stamped = enumerate(zip(samples, sample_ends, strict=True))
-    return metrics + [Metric(TRACE, _us(v), _ms(end) or ended_ms, step) for step, (v, end) in stamped]
-
-
-def _us(seconds: float) -> float:
-    """A timing sample in microseconds to DIGITS figures, as the other metrics (the runs list shows the last)."""
-    return float(f"{float(seconds) * 1e6:.{DIGITS}g}")
+    return metrics + [Metric(TRACE, microseconds(v), _ms(end) or ended_ms, step) for step, (v, end) in stamped]
 
 
 def dataset_input(run_dir: Path, result: Result):
@@ -305,7 +193,6 @@ def append_to_note(uri: str, run_id: str, line: str) -> None:
 
 def log_comparison(uri: str, run_id: str, metrics: dict[str, float], line: str) -> None:
     """A sweep's comparison of one of its jobs: metrics (NaN ones left out) and a line in its description."""
-    import math
 
     mlflow = client(uri)
     for key, value in metrics.items():

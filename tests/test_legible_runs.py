@@ -73,6 +73,8 @@ def test_params_read_as_words_and_the_case_key_stays_what_it_was():
     assert "data.path" not in params  # unset, and random data reads no path
     assert params["timing.series"] == "sample_cpu_mhz, sample_end_unix_s"
     assert not [v for v in params.values() if "runner." in v], "a Python class path in the params"
+    with_target = {**CONFIG, "task": {**CONFIG["task"], "_target_": "runner.tasks.train_step.TrainStep"}}
+    assert "task._target_" not in run_params(with_target, COPIED)  # task.name says it
     assert params["optimizer.name"] == "adam" and params["optimizer.lr"] == "0.001"
     # the history's case key hashes the config as it was before (the key of this config on main before issue 48),
     # so runs recorded before and after stay one case

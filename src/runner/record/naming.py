@@ -32,14 +32,16 @@ def flatten(config: dict, prefix: str = "") -> dict[str, str]:
 def run_params(config: dict, copied: Collection[str]) -> dict[str, str]:
     """The run's parameters as a person reads them: the flattened config keys that apply to its model, data and
     mode (config_params), in words rather than Python: `threads` left unset is `framework default` (not `None`),
-    any other unset key is left out, and the per-sample series are one param naming them (`timing.series` =
-    'sample_cpu_mhz, sample_end_unix_s, ...', not a class path per series). The whole resolved config stays in
-    result.json and the Hydra artifacts."""
+    any other unset key is left out, the per-sample series are one param naming them (`timing.series` =
+    'sample_cpu_mhz, sample_end_unix_s, ...', not a class path per series), and no `_target_` class path. The
+    whole resolved config stays in result.json and the Hydra artifacts."""
     params: dict[str, str] = {}
     series = []
     for key, value in config_params(config, copied).items():
         if key.startswith(SERIES_PREFIX):
             series.append(key.removeprefix(SERIES_PREFIX))
+        elif key.endswith(TARGET):
+            continue  # the class its name stands for (task._target_ beside task.name): Python, not a setting
         elif value != "None":
             params[key] = value
         elif key in UNSET_SAID:
@@ -49,6 +51,7 @@ def run_params(config: dict, copied: Collection[str]) -> dict[str, str]:
     return params
 
 
+TARGET = "._target_"
 SERIES_PREFIX = "timing.series."  # name -> a Series class path: the names are what a person reads
 UNSET_SAID = {"threads": "framework default"}  # an unset (None) key that says something; others are left out
 

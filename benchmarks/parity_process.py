@@ -83,7 +83,12 @@ NOTES = (  # what the rows found (2026-11-27, the 2-core AMD EPYC VM), kept with
     "(layout fixed) 1.020, with the fork server's imports and fork 1.005, with the runner's mallopt 0.994. Every "
     "runner side carries the ~5%, inline too, and no worker-start factor given to the hand-written side brings "
     "it: numpy's 5% is in the job, not in how its worker starts (parity.py's in-process pairing puts the "
-    "runner's numpy call at 1.021 of the hand loop; the rest is not located yet).",
+    "runner's numpy call at 1.021 of the hand loop in its table, and at 1.041 (1.024-1.062 and 1.024-1.065, two "
+    "runs of `parity.py --threads 1 --backends numpy --rows mlp_gradients_eager`) the same night as these rows: "
+    "most of the excess is the runner's numpy step itself, in one process; the rest, ~2%, is not located). Nor is "
+    "it threads or the runner's timing series (numpy, 5 rounds, B with the thread variables at 1: `threads=1` "
+    "1.051, the thread variables at 1 instead 1.061, `threads=1` without the sample_other_runnable and "
+    "sample_cpu_mhz series 1.058).",
     "- The other rows: JAX compiled is a steady 1.043 (1.041-1.057), within the target; the torch rows are under 1 "
     "for the reasons parity.py gives (the runner's functional call on plain tensors against `nn.Sequential`, and "
     "against `torch.compile(model)`'s guards).",

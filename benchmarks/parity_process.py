@@ -479,12 +479,6 @@ def conditions(args, load_before: float, load_after: float) -> str:
     )
 
 
-def replace_section(text: str, new: str) -> str:
-    if BEGIN in text and END in text:
-        return text[: text.index(BEGIN)] + new + text[text.index(END) + len(END) :]
-    return text.rstrip("\n") + "\n\n" + new + "\n"
-
-
 def parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backends", default=",".join(BACKENDS), help="comma-separated: " + ", ".join(BACKENDS))
@@ -525,8 +519,10 @@ def main(argv: list[str]) -> int:
     if args.out == "-":
         print(text)
     else:
+        from parity import replace_section  # beside this file; numpy and the loops only now, not in a hand process
+
         out = Path(args.out)
-        out.write_text(replace_section(out.read_text() if out.exists() else "", text))
+        out.write_text(replace_section(out.read_text() if out.exists() else "", text, BEGIN, END))
         print(f"wrote the parity-process section of {out}")
     for failure in failures:
         print(f"parity_process: {failure}", file=sys.stderr)

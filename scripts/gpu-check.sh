@@ -10,12 +10,14 @@
 #   2. one tracked sweep: run.py -m backend=torch device=cuda model=matmul model.n=8192 dtype=float32,bfloat16 into
 #      a scratch MLflow store, kept as sweep.tar.gz (without its tensors.h5 files);
 #   3. the cuda parity rows (benchmarks/parity.py --device cuda, torch, and JAX where it sees the GPU);
-#   4. python3 -m pytest -m gpu, with --junitxml (each test's outcome, a skip's reason) and -rA, in what is left
-#      (its slowest tests come last in tests/test_gpu.py);
+#   4. python3 -m pytest -m gpu, with --junitxml (each test's outcome, a skip's reason) and -rA: where pytest-xdist is
+#      installed, in GPU_CHECK_WORKERS (default 3) workers sharing the GPU (JAX and TensorFlow told not to reserve
+#      its memory), the tests of one module fixture in one worker (--dist loadgroup), then the gpu_alone test (it
+#      fills the GPU's memory) by itself; else one test after another (~10 minutes on an H100: not all of it fits);
 #   5. the compiled parity rows (torch.compile: tens of seconds a row) and the generation rows, if time is left;
 #   6. writes summary.md (scripts/gpu_check_summary.py): the GPU's name and driver, each test's result, the
 #      parity rows, the sweep's answer line and the bfloat16 matmul's TFLOP/s against the chip's peak.
-# The output folder is $OUT when set (what a lent GPU machine sends back: 8 files at most, so it gets 5), else
+# The output folder is $OUT when set (what a lent GPU machine sends back: 8 files at most, so it gets 6), else
 # --out DIR, else outputs/gpu-check/. Without a GPU the script says so in one line and exits 0; --dry-run prints
 # what it would install and run, and exits 0, on any machine. Exit status: 0 when every step exited 0, else 1.
 # PYTHON (default python3) runs everything; NVIDIA_SMI (default nvidia-smi) is asked whether there is a GPU.
@@ -32,7 +34,9 @@ LIMIT_S=${GPU_CHECK_LIMIT_S:-470}
 RESERVE_S=20  # kept for the summary and the archive after the last step
 SWEEP_S=75  # each step's own limit, within what is left of LIMIT_S
 PARITY_S=90
-PYTEST_S=330
+PYTEST_S=270
+PYTEST_ALONE_S=60
+WORKERS=${GPU_CHECK_WORKERS:-3}
 PARITY_COMPILED_S=60
 PARITY_ROWS=matmul,mlp_inference,mlp_gradients_eager,mlp_jacobian,resnet18_inference_b8,transformer_inference,transformer_gradients,mlp_train_step_eager
 # torch.compile: tens of seconds a row; GPT-2 generation: JAX compiles a prefill and a decode step
@@ -64,10 +68,17 @@ WORK=${TMPDIR:-/tmp}/gpu-check.XXXXXX
 SITE=${TMPDIR:-/tmp}/gpu-check-site.XXXXXX
 commands() {
     INSTALL=("$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$SITE" "$WHEELS"/*.whl)
-    PYTEST=("$PYTHON" -m pytest -m gpu -q -rA -p no:cacheprovider --continue-on-collection-errors
-        "--junitxml=$OUT_DIR/pytest-gpu.xml")
+    local pytest=("$PYTHON" -m pytest -q -rA -p no:cacheprovider --continue-on-collection-errors)
     if "$PYTHON" -c "import pytest_timeout" 2>/dev/null; then
-        PYTEST+=(--timeout=240)  # one hung test cannot take the whole check
+        pytest+=(--timeout=240)  # one hung test cannot take the whole check
+    fi
+    if "$PYTHON" -c "import xdist" 2>/dev/null; then
+        PYTEST=(env XLA_PYTHON_CLIENT_PREALLOCATE=false TF_FORCE_GPU_ALLOW_GROWTH=true "${pytest[@]}"
+            -m "gpu and not gpu_alone" -n "$WORKERS" --dist loadgroup "--junitxml=$OUT_DIR/pytest-gpu.xml")
+        PYTEST_ALONE=("${pytest[@]}" -m gpu_alone "--junitxml=$OUT_DIR/pytest-gpu-alone.xml")
+    else
+        PYTEST=("${pytest[@]}" -m gpu "--junitxml=$OUT_DIR/pytest-gpu.xml")
+        PYTEST_ALONE=()
     fi
     SWEEP=("$PYTHON" run.py -m backend=torch device=cuda model=matmul task=inference model.n=8192 dtype=float32,bfloat16
         timing.max_time_s=1 "tracking.uri=sqlite:///$WORK/mlflow.db" tracking.experiment=gpu-check
@@ -93,6 +104,7 @@ if ((dry_run)); then
     echo "  [${SWEEP_S} s] ${SWEEP[*]}"
     echo "  [${PARITY_S} s] ${PARITY[*]}"
     echo "  [${PYTEST_S} s] ${PYTEST[*]}"
+    ((${#PYTEST_ALONE[@]})) && echo "  [${PYTEST_ALONE_S} s] ${PYTEST_ALONE[*]}"
     echo "  [${PARITY_COMPILED_S} s] ${PARITY_COMPILED[*]}"
     echo "  ${SUMMARY[*]}"
     echo "write $OUT_DIR/summary.md (with pytest-gpu.xml, pytest-gpu.log, gpu-check.log and sweep.tar.gz beside it)"
@@ -117,7 +129,7 @@ START=$(date +%s)
 mkdir -p "$OUT_DIR" || exit 1
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/gpu-check.XXXXXX") && SITE=$(mktemp -d "${TMPDIR:-/tmp}/gpu-check-site.XXXXXX") || exit 1
 LOG=$OUT_DIR/gpu-check.log
-rm -f "$OUT_DIR/summary.md" "$OUT_DIR/pytest-gpu.xml" "$OUT_DIR/pytest-gpu.log" "$OUT_DIR/sweep.tar.gz"
+rm -f "$OUT_DIR/summary.md" "$OUT_DIR"/pytest-gpu*.xml "$OUT_DIR/pytest-gpu.log" "$OUT_DIR/sweep.tar.gz"
 : >"$LOG"
 : >"$WORK/steps.tsv"
 say() { echo "gpu-check: $*" | tee -a "$LOG"; }
@@ -171,6 +183,9 @@ step "tracked sweep" "$SWEEP_S" "$WORK/sweep.out" "${SWEEP[@]}" || failed=1
 cat "$WORK/sweep.out" >>"$LOG" 2>/dev/null
 step "parity rows" "$PARITY_S" "$LOG" "${PARITY[@]}" || failed=1
 step "pytest -m gpu" "$PYTEST_S" "$OUT_DIR/pytest-gpu.log" "${PYTEST[@]}" || failed=1
+if ((${#PYTEST_ALONE[@]})); then
+    step "pytest -m gpu_alone" "$PYTEST_ALONE_S" "$OUT_DIR/pytest-gpu.log" "${PYTEST_ALONE[@]}" || failed=1
+fi
 step "parity rows, compiled" "$PARITY_COMPILED_S" "$LOG" "${PARITY_COMPILED[@]}" || failed=1
 
 archive=()

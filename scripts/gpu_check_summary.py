@@ -3,11 +3,11 @@
 
     python3 scripts/gpu_check_summary.py --work SCRATCH --out OUTPUT_FOLDER [--limit SECONDS]
 
-Reads what the script left: SCRATCH/nvidia-smi.csv, SCRATCH/steps.tsv, OUTPUT_FOLDER/pytest-gpu.xml (pytest's
---junitxml), SCRATCH/parity.md and parity-compiled.md (benchmarks/parity.py --out), SCRATCH/sweep/ (the tracked
-sweep: summary.md and each job's result.json) and SCRATCH/sweep.out (its terminal output). Whatever is missing
-is said to be missing; the summary is written anyway. The standard library only: it runs before anything else
-is known to work.
+Reads what the script left: SCRATCH/nvidia-smi.csv, SCRATCH/steps.tsv, OUTPUT_FOLDER/pytest-gpu.xml and
+pytest-gpu-alone.xml (pytest's --junitxml), SCRATCH/parity.md and parity-compiled.md (benchmarks/parity.py --out),
+SCRATCH/sweep/ (the tracked sweep: summary.md and each job's result.json) and SCRATCH/sweep.out (its terminal
+output). Whatever is missing is said to be missing; the summary is written anyway. The standard library only: it
+runs before anything else is known to work.
 """
 
 from __future__ import annotations
@@ -176,7 +176,7 @@ def sweep_section(work: Path, gpu: str) -> list[str]:
 def write(work: Path, out: Path, limit: float) -> Path:
     gpu, gpus = gpu_lines(work)
     ran = steps(work)
-    cases = tests(out / "pytest-gpu.xml")
+    cases = [*tests(out / "pytest-gpu.xml"), *tests(out / "pytest-gpu-alone.xml")]
     counts = {k: sum(c["outcome"] == k for c in cases) for k in ("passed", "failed", "error", "skipped")}
     total = next((s for s in ran if s[0] == "total"), None)
     lines = [
@@ -202,7 +202,7 @@ def write(work: Path, out: Path, limit: float) -> Path:
         f"{counts['skipped']} skipped",
         "",
     ]
-    if any(s[0] == "pytest -m gpu" and s[1] == "124" for s in ran):
+    if any(s[0].startswith("pytest -m gpu") and s[1] == "124" for s in ran):
         lines += ["pytest was stopped at its limit: the test it was running and those after it are not listed.", ""]
     if cases:
         lines += ["| test | outcome | reason or message | seconds |", "|---|---|---|---|"]

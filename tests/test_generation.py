@@ -130,6 +130,8 @@ def test_every_backend_generates_the_reference_tokens(tmp_path, backend, mode, d
     with h5py.File(tmp_path / "tensors.h5") as f:
         assert f["outputs/tokens"].shape == (3, 6) and f["outputs/logits"].shape == (3, 6, 64)
         assert f["timings/token_latency_s"].shape == (m["n_samples"], 6)
+    kernel = outcome.environment["attention_kernel"]  # the dispatcher's choice over the cache, with its mask
+    assert kernel.startswith("scaled_dot_product_attention: ") if backend == "torch" else "softmax" in kernel
     if backend in ("tensorflow", "tnp", "jax") and mode != "eager":
         assert outcome.environment["decode_compilations"] == "1"  # one trace for every token: no retracing
         assert outcome.environment["prefill_compilations"] == "1"

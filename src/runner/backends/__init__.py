@@ -240,6 +240,10 @@ class DecoderOps(Protocol):
         """fn(params, cache, ids, start) -> (logits, next ids, cache), compiled for the mode as the framework's users
         write a decode step, as step(ids, start) -> (logits, next ids); the cache kept between calls."""
 
+    def cached_attention_kernel(self, cache_shape: tuple[int, ...], queries: int, dtype: str, device: str) -> str:
+        """What computes a step's attention of `queries` queries over a cache of cache_shape (batch, heads, length,
+        head size) with its mask: the fused kernel the framework's dispatcher picks, or how it is written out."""
+
     def compilations(self, step: Callable) -> int | None:
         """How many times a step from decoder_step was traced or compiled, where the framework says; None."""
 

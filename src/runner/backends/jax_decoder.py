@@ -14,6 +14,7 @@ import numpy as np
 __all__ = [  # op family `decoder` (runner.backends.DecoderOps): what its backend module takes in
     "affine",
     "attention_mask",
+    "cached_attention_kernel",
     "causal_attention",
     "compilations",
     "decoder_step",
@@ -132,3 +133,7 @@ def compilations(step: Callable) -> int | None:
     """How many times the step was compiled (once for its one input shape: more means recompiling); None in eager."""
     size = getattr(getattr(step, "compiled", None), "_cache_size", None)
     return size() if size else None
+
+
+def cached_attention_kernel(cache_shape: tuple[int, ...], queries: int, dtype: str, device: str) -> str:
+    return "einsum + masked jax.nn.softmax (fused by XLA where the step is compiled)"

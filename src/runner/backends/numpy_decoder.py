@@ -9,6 +9,7 @@ import numpy as np
 __all__ = [  # op family `decoder` (runner.backends.DecoderOps): what its backend module takes in
     "affine",
     "attention_mask",
+    "cached_attention_kernel",
     "causal_attention",
     "compilations",
     "decoder_step",
@@ -114,3 +115,7 @@ def decoder_step(fn: Callable, params: dict, cache: list, mode: str, device: str
 
 def compilations(step: Callable) -> int | None:
     return None  # nothing is compiled
+
+
+def cached_attention_kernel(cache_shape: tuple[int, ...], queries: int, dtype: str, device: str) -> str:
+    return "numpy: matmul + masked softmax written out"

@@ -12,6 +12,7 @@ import tensorflow as tf
 __all__ = [  # op family `decoder` (runner.backends.DecoderOps): what its backend module takes in
     "affine",
     "attention_mask",
+    "cached_attention_kernel",
     "causal_attention",
     "compilations",
     "decoder_step",
@@ -131,3 +132,7 @@ def compilations(step: Callable) -> int | None:
     """How many times the step was traced (once for its one input shape: more means retracing); None in eager."""
     count = getattr(step, "experimental_get_tracing_count", None)
     return count() if count else None
+
+
+def cached_attention_kernel(cache_shape: tuple[int, ...], queries: int, dtype: str, device: str) -> str:
+    return "tf.einsum + masked tf.nn.softmax (Keras MultiHeadAttention's computation)"

@@ -23,6 +23,7 @@ tnp = tf.experimental.numpy
 __all__ = [  # op family `decoder` (runner.backends.DecoderOps): what its backend module takes in
     "affine",
     "attention_mask",
+    "cached_attention_kernel",
     "causal_attention",
     "compilations",
     "decoder_step",
@@ -86,3 +87,7 @@ def last_position(x):
 
 def greedy(logits):
     return tnp.argmax(logits, axis=-1)[:, None]
+
+
+def cached_attention_kernel(cache_shape: tuple[int, ...], queries: int, dtype: str, device: str) -> str:
+    return "tnp: matmul + masked softmax written out"

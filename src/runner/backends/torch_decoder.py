@@ -13,6 +13,7 @@ import torch.nn.functional as F
 __all__ = [  # op family `decoder` (runner.backends.DecoderOps): what its backend module takes in
     "affine",
     "attention_mask",
+    "cached_attention_kernel",
     "causal_attention",
     "compilations",
     "decoder_step",
@@ -75,6 +76,19 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: to
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
 
 
+def cached_attention_kernel(cache_shape: tuple[int, ...], queries: int, dtype: str, device: str) -> str:
+    """The kernel scaled_dot_product_attention dispatches to for `queries` queries over the cache with its mask (flash
+    attention takes no mask: memory-efficient, cuDNN or the math fallback), as its own dispatcher chooses it."""
+    from torch.nn.attention import SDPBackend
+
+    batch, heads, length, size = cache_shape
+    keys = torch.empty(cache_shape, dtype=getattr(torch, dtype), device=device)
+    q = torch.empty((batch, heads, queries, size), dtype=keys.dtype, device=device)
+    mask = torch.ones((queries, length), dtype=torch.bool, device=device)
+    choice = SDPBackend(torch._fused_sdp_choice(q, keys, keys, attn_mask=mask))
+    return f"scaled_dot_product_attention: {choice.name.lower()}"
+
+
 def write_cache(buffer: torch.Tensor, new: torch.Tensor, where: torch.Tensor) -> torch.Tensor:
     return buffer.index_copy_(2, where, new)
 
@@ -102,17 +116,21 @@ def new_cache(layers: int, shape: tuple[int, ...], dtype: str, device: str) -> l
 def decoder_step(fn: Callable, params: dict, cache: list, mode: str, device: str) -> Callable:
     """step(ids, start) -> (logits, next ids), the cache written in place. mode=function: torch.compile with static
     shapes (the prompt's and one token's: two graphs, not one with a dynamic length); on cuda its reduce-overhead
-    mode, whose CUDA graphs need the cache at a fixed address (torch._dynamo.mark_static_address)."""
+    mode, whose CUDA graphs need the cache at a fixed address (torch._dynamo.mark_static_address). A graph's replay
+    writes its outputs into the same buffers as the replay before it, so the logits and the token are cloned
+    (batch x vocab numbers on the device, as gpt-fast's decode loop clones its token): read after the next step,
+    the graph's own outputs raise 'accessing tensor output of CUDAGraphs that has been overwritten'."""
+    graphs = mode == "function" and device == "cuda"
     if mode == "function":
-        if device == "cuda":
+        if graphs:
             for buffer in (b for layer in cache for b in layer):
                 torch._dynamo.mark_static_address(buffer)
-        fn = torch.compile(fn, dynamic=False, mode="reduce-overhead" if device == "cuda" else None)
+        fn = torch.compile(fn, dynamic=False, mode="reduce-overhead" if graphs else None)
 
     @torch.inference_mode()
     def step(ids: torch.Tensor, start) -> tuple[torch.Tensor, torch.Tensor]:
         logits, next_ids, _ = fn(params, cache, ids, start)
-        return logits, next_ids
+        return (logits.clone(), next_ids.clone()) if graphs else (logits, next_ids)
 
     return step
 

@@ -36,7 +36,7 @@ class Generation:
         b, workload, device = setup.backend, setup.workload, setup.device
         self.backend, self.clock, self.prompt = b, clock, setup.inputs["x"]
         batch, prompt_len = (int(n) for n in self.prompt.shape)
-        shape = workload.cache_shape(batch, prompt_len + new_tokens)
+        self.cache_shape = shape = workload.cache_shape(batch, prompt_len + new_tokens)
         self.cache = b.new_cache(workload.layers, shape, setup.dtype, device)
         itemsize = 2 if setup.dtype == "bfloat16" else np.dtype(setup.dtype).itemsize
         self.cache_bytes = workload.layers * 2 * int(np.prod(shape)) * itemsize
@@ -70,10 +70,15 @@ class Generation:
         self.latencies.append(latencies)
         return np.concatenate(tokens, axis=1)
 
-    def compilations(self) -> dict[str, str]:
-        """How often the prefill and the decode step were traced or compiled, where the framework says."""
+    def describe(self, dtype: str, device: str) -> dict[str, str]:
+        """How often the prefill and the decode step were traced or compiled, where the framework says; what computes
+        their attention over the cache."""
         counts = {"prefill": self.backend.compilations(self.prefill), "decode": self.backend.compilations(self.decode)}
-        return {f"{step}_compilations": str(n) for step, n in counts.items() if n is not None}
+        said = {f"{step}_compilations": str(n) for step, n in counts.items() if n is not None}
+        kernel = partial(self.backend.cached_attention_kernel, self.cache_shape, dtype=dtype, device=device)
+        prefill, decode = kernel(queries=int(self.prompt.shape[1])), kernel(queries=1)
+        said["attention_kernel"] = prefill if prefill == decode else f"prefill: {prefill}; decode: {decode}"
+        return said
 
 
 class WholeGeneration:
@@ -93,8 +98,8 @@ class WholeGeneration:
         self.latencies.append(self.unobserved)
         return tokens
 
-    def compilations(self) -> dict[str, str]:
-        return {}
+    def describe(self, dtype: str, device: str) -> dict[str, str]:
+        return {}  # the workload's own generate(): what it compiles and dispatches to is its own
 
 
 class TokenLatencies:
@@ -173,7 +178,7 @@ class Generate(Task):
         return workload.generation_flops(batch_size, workload.prompt_len, self.new_tokens)
 
     def describe(self, setup: Setup) -> dict[str, str]:
-        return self.generation.compilations() if self.generation else {}
+        return self.generation.describe(setup.dtype, setup.device) if self.generation else {}
 
     def metrics(self, time_median_s: float, samples: dict[str, list]) -> dict[str, float]:
         """TTFT, TPOT's percentiles over every token of every sample, tokens per second (end to end, and of the decode

@@ -11,15 +11,13 @@ import ctypes
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 import numpy as np
 
+from runner.config import TimingConfig
 from runner.measure.progress import SAMPLING, ProgressLine
 from runner.measure.samples import Samples, Series, typical_s
-
-if TYPE_CHECKING:
-    from runner.config import TimingConfig
 
 NOISY_REL_IQR = 0.1  # above this IQR/median the result is flagged as noisy
 # A turn starts with a re-warm (at least one block) unless its block is longer than this: the first block after
@@ -34,18 +32,22 @@ MMAP_THRESHOLD_MAX = 32 * 2**20  # glibc's ceiling for M_MMAP_THRESHOLD on 64-bi
 Clock = Callable[[], float]  # seconds from any fixed point: time.perf_counter, or a test's fake clock
 
 
+_TIMING = TimingConfig()  # the timing.* defaults: one owner, runner.config
+
+
 @dataclass(frozen=True)
 class LoopSettings:
-    """What measure()'s loop obeys: the timing.* settings of the same names (runner.config.TimingConfig)."""
+    """What measure()'s loop obeys: the timing.* settings of the same names, with their defaults, except rounds and
+    processes: without turns the loop is one stretch in one process (a sweep's job gets timing.rounds, .processes)."""
 
-    warmup_s: float = 0.2  # warm up at least this long ...
-    min_warmup_calls: int = 3  # ... and at least this many calls
-    min_repeats: int = 10  # samples before the spread may stop the measurement
-    max_time_s: float = 5.0  # everything after the first call ends within about this
-    target_rel_iqr: float = 0.03  # stop early once IQR/median is below this
-    min_block_s: float = 0.002  # calls are timed in blocks at least this long
-    rounds: int = 1  # with turns: the interleaved rounds wanted
-    processes: int = 1  # with turns: the worker processes the job's budget may pay for
+    warmup_s: float = _TIMING.warmup_s
+    min_warmup_calls: int = _TIMING.min_warmup_calls
+    min_repeats: int = _TIMING.min_repeats
+    max_time_s: float = _TIMING.max_time_s
+    target_rel_iqr: float = _TIMING.target_rel_iqr
+    min_block_s: float = _TIMING.min_block_s
+    rounds: int = 1
+    processes: int = 1
 
     @classmethod
     def of(cls, timing: TimingConfig) -> LoopSettings:

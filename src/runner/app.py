@@ -17,11 +17,15 @@ from runner.measure.stop import SIGTERM, Stopped
 if TYPE_CHECKING:
     from omegaconf import DictConfig
 
+    from runner.launch.preflight import Checked
+
 # Imported where used, not here: `--help` is answered before Hydra starts (help_text), and what a job needs
 # (launch/, Hydra) comes with cli(). A worker's process imports this module too (as a spawned process re-imports
 # run.py), so each module-level import here is paid once more by every job.
 HELP_FLAGS = ("--help", "-h")
 MULTIRUN_FLAGS = ("-m", "--multirun")
+# Choices whose job runs without a fork server: the spare one is not started for them (the config decides in the end).
+NO_SERVER = {"isolation=inline", "timing.fixed_layout=false"}
 
 
 def main(cfg: DictConfig) -> float:
@@ -56,29 +60,47 @@ def cli(argv: list[str] | None = None, config_path: str = CONFIG_PATH) -> None:
     if text is not None:
         print(text)
         return
+    one_run = not any(arg.startswith("-") for arg in sys.argv[1:])  # overrides only: no sweep, no Hydra flag
+    if one_run and not NO_SERVER.intersection(sys.argv[1:]):
+        from runner.launch.worker import start_spare_server
+
+        start_spare_server()  # the job's fork server imports while this process imports Hydra and composes
     import hydra
     from hydra.types import RunMode
 
-    from runner.launch import isolation, preflight
+    from runner.launch import isolation, preflight, single_run
     from runner.launch.sweep import lifecycle
     from runner.launch.sweep.callback import closed_when_stopped
 
     _plugins_listable()
-    cfg = preflight.main()
-    one_job = not any(arg in MULTIRUN_FLAGS for arg in sys.argv[1:])
-    if cfg is not None and one_job and cfg.hydra.mode != RunMode.MULTIRUN:
-        isolation.start_server(cfg)  # the job's worker process imports while Hydra composes the config (twice)
+    checked = preflight.main()
+    if checked is not None and one_run and checked.cfg.hydra.mode != RunMode.MULTIRUN:
+        isolation.start_server(checked.cfg)  # or hands the spare its backend
     signal.signal(signal.SIGTERM, _stop)  # scancel, kill, a closing session: like Ctrl-C, record and stop
     app = hydra.main(version_base="1.3", config_path=config_path, config_name="config")(main)
+    composed = _run_config(checked, config_path)
     try:
         with closed_when_stopped():  # a sweep whose launch is stopped or refused is closed, whatever its launcher
-            app()
+            if composed is not None:
+                single_run.run(composed, main, config_path)
+            else:
+                app()
     except KeyboardInterrupt:
         raise SystemExit(lifecycle.EXIT_INTERRUPTED) from None
     finally:
         # Exit without the garbage collector's passes over every module loaded (MLflow alone loads ~2,000),
         # most of the interpreter's teardown time. Files and the MLflow store are closed already; atexit still runs.
         gc.freeze()
+
+
+def _run_config(checked: Checked | None, config_path: str) -> DictConfig | None:
+    """preflight's config where it is the one Hydra would compose to run: the command line as typed (one run, no
+    Hydra setting left out), this app's own configs, and no sweep asked for by the config (hydra.mode)."""
+    from runner.launch import single_run
+
+    if checked is None or not checked.as_given or config_path != str(CONFIG_DIR):
+        return None
+    return checked.cfg if single_run.runs_here(checked.cfg) else None
 
 
 def help_text(argv: list[str], config_path: str = CONFIG_PATH) -> str | None:

@@ -30,7 +30,7 @@ from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from typing import Protocol
 
-from runner.launch.messages import Ended, Fork, Forked
+from runner.launch.messages import Ended, Fork, Forked, Load
 
 FORK_TIMEOUT_S = 60.0  # a server that does not answer a fork request in this long is taken for dead
 # What each job imports on its way besides its backend (its inputs, limits and machine load, its progress line,
@@ -123,23 +123,50 @@ class ForkServer:
     """The launcher's handle on the server of one backend module."""
 
     _running: dict[str, ForkServer] = {}
+    _spare: ForkServer | None = None  # started before its backend was known: the next new backend's
 
     @classmethod
     def for_backend(cls, module: str, worker_main: Callable, start: Callable[[BaseProcess], None]) -> ForkServer:
-        """The running server for `module`, started (by `start`, which may set the memory layout) if none is;
-        its workers run `worker_main(*args, connection=..., parent=...)`."""
+        """The running server for `module`: the spare if there is one, else started (by `start`, which may set the
+        memory layout); its workers run `worker_main(*args, connection=..., parent=...)`."""
         server = cls._running.get(module)
         if server is None or not server.alive:
-            server = cls._running[module] = cls(module, worker_main, start)
+            server = cls._running[module] = cls._claim_spare(module) or cls(module, worker_main, start)
         return server
 
-    def __init__(self, module: str, worker_main: Callable, start: Callable[[BaseProcess], None]):
+    @classmethod
+    def start_spare(cls, worker_main: Callable, start: Callable[[BaseProcess], None]) -> None:
+        """Start a server that imports what every job imports while this process composes the config; the first
+        for_backend() hands it its backend."""
+        if cls._spare is None:
+            cls._spare = cls(None, worker_main, start)
+
+    @classmethod
+    def stop_spare(cls) -> None:
+        """End the spare server that no backend claimed, so that its imports run beside nothing that is timed."""
+        spare, cls._spare = cls._spare, None
+        if spare is not None:
+            spare.process.terminate()
+
+    @classmethod
+    def _claim_spare(cls, module: str) -> ForkServer | None:
+        spare, cls._spare = cls._spare, None
+        if spare is None or not spare.alive:
+            return None
+        try:
+            spare.connection.send(Load(module))
+        except OSError:  # it died: a new server is started
+            return None
+        spare.process.name = f"runner-fork-server-{module}"
+        return spare
+
+    def __init__(self, module: str | None, worker_main: Callable, start: Callable[[BaseProcess], None]):
         context = multiprocessing.get_context("spawn")
         self.connection, server_end = context.Pipe()
         self.process = context.Process(
             target=_serve,
             args=(module, worker_main, server_end, os.getpid()),
-            name=f"runner-fork-server-{module}",
+            name=f"runner-fork-server-{module or 'spare'}",
             daemon=True,
         )
         start(self.process)
@@ -148,7 +175,7 @@ class ForkServer:
         self._lock = threading.Lock()
         self._forked: queue.Queue[ForkedWorker] = queue.Queue()
         self._workers: dict[int, ForkedWorker] = {}
-        threading.Thread(target=self._listen, name=f"fork-server-{module}", daemon=True).start()
+        threading.Thread(target=self._listen, name=f"fork-server-{module or 'spare'}", daemon=True).start()
 
     def fork(self, target_args: tuple, connection: Connection) -> ForkedWorker:
         """A new worker running the server's worker main with `target_args` and `connection` (its end of the
@@ -184,21 +211,24 @@ class ForkServer:
 # -- in the server ---------------------------------------------------------------------------------------
 
 
-def _serve(module: str, worker_main: Callable, connection: Connection, launcher: int) -> None:
-    """Import, then fork a worker per request and report each worker's end, until the launcher is gone."""
+def _serve(module: str | None, worker_main: Callable, connection: Connection, launcher: int) -> None:
+    """Import (a spare: the job's modules, then the backend its first message names), then fork a worker per request
+    and report each worker's end, until the launcher is gone."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the workers and the launcher, which stop
     _end_with(launcher)
     devnull = os.open(os.devnull, os.O_WRONLY)  # the frameworks' import chatter; each worker logs to job.log
     os.dup2(devnull, 1)
     os.dup2(devnull, 2)
-    try:
-        import runner.measure.job  # noqa: F401 - what every worker runs
-        from runner.backends import load_backend
-
-        load_backend(module)
-    except Exception:  # noqa: S110 - each worker imports it again and records why it cannot
-        pass
-    _import_job_modules()
+    if module is None:
+        _import_job_modules()
+        try:
+            load: Load = connection.recv()
+        except (EOFError, OSError):  # no backend claimed it
+            os._exit(0)
+        _import_backend(load.module)
+    else:
+        _import_backend(module)
+        _import_job_modules()
     workers: dict[int, int] = {}  # pidfd (readable once the worker has ended) -> pid
     me = os.getpid()
     while True:
@@ -220,6 +250,16 @@ def _serve(module: str, worker_main: Callable, connection: Connection, launcher:
                 os.close(pidfd)
         except (EOFError, OSError):  # the launcher is gone: the workers' parent-death signal follows this exit
             os._exit(0)
+
+
+def _import_backend(module: str) -> None:
+    try:
+        import runner.measure.job  # noqa: F401 - what every worker runs
+        from runner.backends import load_backend
+
+        load_backend(module)
+    except Exception:  # noqa: S110 - each worker imports it again and records why it cannot
+        pass
 
 
 def _import_job_modules() -> None:

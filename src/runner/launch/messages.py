@@ -49,6 +49,14 @@ class Dismissed:
 
 
 @dataclass(frozen=True)
+class Load:
+    """Launcher -> a spare fork server (started before the config was composed): import this backend module, the
+    one its workers will run; its first message."""
+
+    module: str
+
+
+@dataclass(frozen=True)
 class Fork:
     """Launcher -> fork server: fork a worker running the worker main with these arguments, in the launcher's
     environment, path and directory (`context`); the job's pipe follows as a handle."""

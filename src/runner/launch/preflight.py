@@ -11,7 +11,7 @@ import re
 import sys
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, NamedTuple, cast
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import MissingConfigException
@@ -30,14 +30,30 @@ class BadInput(ValueError):
     """One-line description of a bad override."""
 
 
+class Checked(NamedTuple):
+    """The config check_argv composed, and whether it composed the command line as typed (no sweep, no Hydra
+    setting left out): then it is the config Hydra would compose for the run (runner.launch.single_run)."""
+
+    cfg: DictConfig
+    as_given: bool
+
+
 def check_argv(argv: list[str], config_dir: Path = CONFIG_DIR) -> DictConfig | None:
     """Raise BadInput for the first override that cannot compose. Other Hydra flags are left alone. Returns the
     config of the run (of a sweep: of its first job) with its `hydra` node, None where Hydra's flags were left."""
+    checked = check(argv, config_dir)
+    return None if checked is None else checked.cfg
+
+
+def check(argv: list[str], config_dir: Path = CONFIG_DIR) -> Checked | None:
+    """check_argv's config, and whether it is the run's own (Checked)."""
     if any(arg.startswith("-") and arg not in MULTIRUN_FLAGS for arg in argv):
         return None  # --help, --cfg, -c job ... : Hydra's own business
     overrides = [arg for arg in argv if arg not in MULTIRUN_FLAGS]
     parsed = _parse(overrides)
-    parsed = _parse(overrides + _experiment_sweeps(parsed, config_dir))
+    sweeps = _experiment_sweeps(parsed, config_dir)
+    if sweeps:
+        parsed = _parse(overrides + sweeps)
     _check_launcher_installed(parsed)
     _refuse_choice_names(parsed)
     base = [o.input_line for o in parsed if not _is_hydra(o.key_or_group) or o.key_or_group in HYDRA_KEYS_CHECKED]
@@ -48,11 +64,13 @@ def check_argv(argv: list[str], config_dir: Path = CONFIG_DIR) -> DictConfig | N
             variant = list(base)
             variant[base.index(override.input_line)] = f"{_prefix(override)}{override.key_or_group}={value}"
             _compose(_singles(variant, parsed), config_dir)
-    cfg = _compose(_singles(base, parsed), config_dir, return_hydra_config=True)
+    composed = _singles(base, parsed)
+    cfg = _compose(composed, config_dir, return_hydra_config=True)
     _warn_unread(parsed, cfg)
-    key = "sweep" if any(arg in MULTIRUN_FLAGS for arg in argv) else "run"
+    multirun = any(arg in MULTIRUN_FLAGS for arg in argv)
+    key = "sweep" if multirun else "run"
     check_writable(f"hydra.{key}.dir", str(cfg.hydra[key].dir))
-    return cfg
+    return Checked(cfg, as_given=not multirun and composed == overrides)
 
 
 def check_writable(key: str, folder: str) -> None:
@@ -204,10 +222,10 @@ def _composition_message(error: Exception, overrides: list[str], config_dir: Pat
     return head
 
 
-def main(argv: list[str] | None = None) -> DictConfig | None:
-    """Exit with status 2 and one line on stderr when the overrides cannot compose; else check_argv's config."""
+def main(argv: list[str] | None = None) -> Checked | None:
+    """Exit with status 2 and one line on stderr when the overrides cannot compose; else what check() returns."""
     try:
-        return check_argv(sys.argv[1:] if argv is None else argv)
+        return check(sys.argv[1:] if argv is None else argv)
     except BadInput as error:
         print(f"error: {error}", file=sys.stderr)
         raise SystemExit(2) from None

@@ -1,0 +1,82 @@
+"""A single run started from preflight's config (runner.launch.single_run) is the run Hydra would start, and its
+fork server, started before the config is known, is the one its backend gets (runner.launch.fork_server)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import hydra
+import pytest
+from hydra.core.hydra_config import HydraConfig
+
+from runner.launch import preflight, single_run
+from runner.launch.fork_server import ForkServer
+from runner.launch.worker import start_fixed, worker_main
+from runner.locations import CONFIG_PATH
+
+SEEN: list[str] = []
+
+
+def _task(cfg) -> float:
+    SEEN.append(str(HydraConfig.get().mode))
+    return 7.0
+
+
+def _failing(cfg) -> float:
+    raise RuntimeError("the job failed")
+
+
+def _hydra_files(run_dir: Path) -> dict[str, str]:
+    return {name: (run_dir / ".hydra" / name).read_text() for name in ("config.yaml", "hydra.yaml", "overrides.yaml")}
+
+
+def test_a_run_from_preflights_config_writes_what_hydra_writes(tmp_path, monkeypatch):
+    overrides = ["backend=numpy", "tracking=none", "batch_size=4"]
+    monkeypatch.setattr(sys, "argv", ["run.py", *overrides, f"hydra.run.dir={tmp_path}/hydra"])
+    hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="config")(_task)()
+    checked = preflight.check([*overrides, f"hydra.run.dir={tmp_path}/here"])
+    assert checked is not None and checked.as_given
+    single_run.run(checked.cfg, _task, CONFIG_PATH)
+    here = {
+        name: text.replace(f"{tmp_path}/here", f"{tmp_path}/hydra")
+        for name, text in _hydra_files(tmp_path / "here").items()
+    }
+    assert here == _hydra_files(tmp_path / "hydra")
+    assert SEEN[-2:] == ["RunMode.RUN", "RunMode.RUN"]
+
+
+def test_a_failed_job_is_reported_as_hydra_reports_it(tmp_path, capsys):
+    checked = preflight.check(["tracking=none", f"hydra.run.dir={tmp_path}"])
+    assert checked is not None
+    with pytest.raises(SystemExit) as exited:
+        single_run.run(checked.cfg, _failing, CONFIG_PATH)
+    assert exited.value.code == 1
+    assert "RuntimeError: the job failed" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["-m", "backend=numpy"], ["backend=numpy,torch"], ["hydra.job.chdir=true"], ["+experiment=sigmoid_scaling"]],
+)
+def test_only_the_command_line_as_typed_is_run_from_preflights_config(argv, tmp_path):
+    checked = preflight.check([*argv, "tracking=none", f"hydra.sweep.dir={tmp_path}", f"hydra.run.dir={tmp_path}"])
+    assert checked is not None and not checked.as_given
+
+
+def test_the_spare_fork_server_goes_to_the_first_backend_and_is_ended_unclaimed():
+    ForkServer.start_spare(worker_main, start_fixed)
+    spare = ForkServer._spare
+    server = ForkServer.for_backend("runner.backends.numpy_backend", worker_main, start_fixed)
+    try:
+        assert server is spare and ForkServer._spare is None
+        ForkServer.start_spare(worker_main, start_fixed)
+        unclaimed = ForkServer._spare
+        assert unclaimed is not None
+        ForkServer.stop_spare()
+        unclaimed.process.join(30)
+        assert not unclaimed.process.is_alive() and ForkServer._spare is None
+    finally:
+        ForkServer._running.pop("runner.backends.numpy_backend", None)
+        server.connection.close()
+        server.process.join(30)

@@ -64,7 +64,9 @@ def test_only_the_command_line_as_typed_is_run_from_preflights_config(argv, tmp_
     assert checked is not None and not checked.as_given
 
 
-def test_the_spare_fork_server_goes_to_the_first_backend_and_is_ended_unclaimed():
+def test_the_spare_fork_server_goes_to_the_first_backend_and_is_ended_unclaimed(monkeypatch):
+    monkeypatch.setattr(ForkServer, "_running", {})  # not the servers that earlier tests in this process left running
+    monkeypatch.setattr(ForkServer, "_spare", None)
     ForkServer.start_spare(worker_main, start_fixed)
     spare = ForkServer._spare
     server = ForkServer.for_backend("runner.backends.numpy_backend", worker_main, start_fixed)

@@ -18,7 +18,7 @@ def test_every_experiment_file_has_a_command_ci_can_afford():
 
 # Experiments whose grids check nothing beyond every job finishing and the comparison printed, on models the default
 # set runs in-process on each backend: the heavy set (CI runs it after the default set) runs them as printed, which
-# keeps the default set under 10 minutes on 2 cores (each takes 50-60 s of it on a busy machine).
+# keeps the default set short on 2 cores (each takes 25-60 s of it on a busy machine).
 COVERED_IN_PROCESS = {
     "per_example_gradients": "test_vision.py::test_per_example_gradients_of_a_convnet, test_numerics.py",
     "resnet_inference": "test_vision.py::test_torch_and_other_backends_outputs_agree",
@@ -29,6 +29,9 @@ COVERED_IN_PROCESS = {
     "tensor_conversion": "test_numerics.py::test_the_conversion_and_reshape_variants_say_whether_they_copy",
     "view_vs_reshape": "test_numerics.py::test_the_conversion_and_reshape_variants_say_whether_they_copy",
     "generation": "test_generation.py::test_every_backend_generates_the_reference_tokens",
+    "cpu_vs_gpu_matmul": (
+        "test_numerics.py::test_op_workloads (the matmul on each backend), test_gpu.py (the matmul on cuda)"
+    ),
 }
 
 

@@ -208,6 +208,7 @@ for arch, size in (("MobileNetV5", 96), ("MobileNetV2", 16)):
 """
 
 
+@pytest.mark.heavy  # a process importing Keras on torch (~13 s); the other Keras tests are the heavy set's too
 def test_keras_errors_are_one_line():
     """In a fresh process: each process can import Keras on one backend only (here torch)."""
     import subprocess

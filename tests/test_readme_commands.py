@@ -239,6 +239,18 @@ COVERED_IN_PROCESS = {
     "-m backend=numpy,torch model=mlp tracking.uri=sqlite:////tmp/sw/mlflow.db hydra.sweep.dir=/tmp/sw/sweep": (
         "test_sweep.py::test_sweep_is_one_parent_run_with_a_child_per_job (a numpy,torch sweep into its own store)"
     ),
+    "-m backend=numpy seed=0,1 hydra.job_logging.root.level=WARNING hydra.hydra_logging.root.level=WARNING": (
+        "docs/sweeps.md's sweep with Hydra's logging disabled (the default set runs it as printed) and "
+        "test_sweep_output.py (the warnings a sweep prints)"
+    ),
+    "backend=torch model=torchvision model.arch=mobilenet_v3_small task=gradients mode=vectorized_map batch_size=2 "
+    "data.image_size=64": (
+        "test_vision.py::test_per_example_gradients_of_a_convnet[torch-vectorized_map] and "
+        "test_own_models.py::test_torchvision_arch_beyond_the_built_in_ones_predicts_as_its_module"
+    ),
+    "model=transformer backend=numpy task=jacobian dtype=float64 model.seq_len=8 model.out_features=4": (
+        "test_transformer.py::test_float64_agrees_with_the_reference[numpy-eager-jacobian]"
+    ),
     "-m backend=numpy seed=0,1 hydra.verbose=runner": (
         "test_sweep_output.py::test_a_quiet_sweep_prints_its_table_without_the_job_lines_and_verbose_shows_debug"
     ),

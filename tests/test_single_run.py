@@ -80,5 +80,5 @@ def test_the_spare_fork_server_goes_to_the_first_backend_and_is_ended_unclaimed(
         assert not unclaimed.process.is_alive() and ForkServer._spare is None
     finally:
         ForkServer._running.pop("runner.backends.numpy_backend", None)
-        server.connection.close()
+        server.process.terminate()  # closing its connection here would not end it: this process's listener holds it
         server.process.join(30)

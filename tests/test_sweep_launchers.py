@@ -35,6 +35,7 @@ def test_ray_launcher_composes():
     assert conf._target_.endswith("ray_launcher.RayLauncher") and conf.ray.init.address == "auto"
 
 
+@pytest.mark.heavy  # a Hydra plugin launcher's sweep: test_sweep.py's joblib sweep in the default set
 def test_submitit_local_sweep_is_one_parent_with_children(tmp_path):
     """submitit's local executor runs each job in its own process, as SLURM would on a node."""
     result = sweep_cli(tmp_path, "hydra/launcher=submitit_local", "backend=numpy", "seed=0,1")

@@ -27,9 +27,20 @@ def _rel_diff(a: np.ndarray, b: np.ndarray) -> float:
 
 # TensorFlow against torch on these models is the default set's in test_user_paths.py (alexnet, resnet18 and cyclegan
 # on photos and at their smallest sizes, through the job for alexnet and cyclegan) and in the ResNet-18 gradients and
-# CycleGAN image tests below; the heavy set runs it here too.
-@pytest.mark.parametrize("backend", [pytest.param("tensorflow", marks=pytest.mark.heavy), "jax"])
-@pytest.mark.parametrize("model", ["alexnet", "resnet18", "cyclegan"])
+# CycleGAN image tests below; the heavy set runs it here too. JAX against torch: ResNet-18 in the default set (its
+# gradients too, below), every model in the heavy set.
+@pytest.mark.parametrize(
+    ("model", "backend"),
+    [
+        ("resnet18", "jax"),
+        *(
+            pytest.param(m, b, marks=pytest.mark.heavy)
+            for m in ("alexnet", "resnet18", "cyclegan")
+            for b in ("tensorflow", "jax")
+            if (m, b) != ("resnet18", "jax")
+        ),
+    ],
+)
 def test_torch_and_other_backends_outputs_agree(make_config, tmp_path, model, backend):
     _, t = run(make_config, tmp_path / "torch", f"model={model}", "backend=torch", "task=inference")
     _, f = run(make_config, tmp_path / backend, f"model={model}", f"backend={backend}", "task=inference")
@@ -291,8 +302,9 @@ def test_tfrecord_and_hdf5_inputs_match_image_files(make_config, tmp_path):
     ("backend", "mode"),
     [
         ("torch", "vectorized_map"),
-        ("tensorflow", "vectorized_map"),
-        pytest.param("jax", "vectorized_map", marks=pytest.mark.heavy),  # JAX's on the MLP: test_numerics.py
+        # TensorFlow's and JAX's on the MLP and the transformer: test_numerics.py, test_transformer.py
+        pytest.param("tensorflow", "vectorized_map", marks=pytest.mark.heavy),
+        pytest.param("jax", "vectorized_map", marks=pytest.mark.heavy),
     ],
 )
 def test_per_example_gradients_of_a_convnet(make_config, tmp_path, backend, mode):

@@ -18,7 +18,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from typing import Any, cast
 
+from hydra.core.config_loader import ConfigLoader
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.utils import JobReturn, configure_log, filter_overrides, run_job, setup_globals
 from hydra.plugins.launcher import Launcher
@@ -48,9 +50,13 @@ class RoundsLauncher(Launcher):
     config: DictConfig
     task_function: TaskFunction
     hydra_context: HydraContext
+    _configs: _ComposedOnce
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
         self.config, self.hydra_context, self.task_function = config, hydra_context, task_function
+        loader = hydra_context.config_loader
+        self._configs = loader if isinstance(loader, _ComposedOnce) else _ComposedOnce(loader)
+        hydra_context.config_loader = cast(ConfigLoader, self._configs)  # the sweeper's too: it holds this context
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         setup_globals()
@@ -92,7 +98,7 @@ class RoundsLauncher(Launcher):
 
     def _job(self, overrides: list[str], number: int) -> _Job:
         """The job's config as Hydra's basic launcher composes it, and what run_job would give its task."""
-        config = self.hydra_context.config_loader.load_sweep_config(self.config, overrides)
+        config = self._configs.take(self.config, overrides)
         with open_dict(config):
             config.hydra.job.id = number
             config.hydra.job.num = number
@@ -113,6 +119,31 @@ class RoundsLauncher(Launcher):
         )
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
         return ret
+
+
+class _ComposedOnce:
+    """Hydra's config loader, whose sweep configs are composed once a job: the sweeper composes every job of a batch
+    to check it (Sweeper.validate_batch_is_legal) and drops the configs, then this launcher composed each again
+    (~0.3 s a job on 2 cores). Here the configs the sweeper had composed are kept for the launcher to take."""
+
+    def __init__(self, loader: ConfigLoader):
+        self._loader = loader
+        self._composed: dict[tuple[str, ...], list[tuple[DictConfig, DictConfig]]] = {}
+
+    def load_sweep_config(self, master_config: DictConfig, sweep_overrides: list[str]) -> DictConfig:
+        config = self._loader.load_sweep_config(master_config, sweep_overrides)
+        self._composed.setdefault(tuple(sweep_overrides), []).append((master_config, config))
+        return config
+
+    def take(self, master_config: DictConfig, sweep_overrides: list[str]) -> DictConfig:
+        """The job's config: one composed before for these overrides, else composed now."""
+        kept = self._composed.get(tuple(sweep_overrides))
+        if kept and kept[0][0] is master_config:
+            return kept.pop(0)[1]
+        return self._loader.load_sweep_config(master_config, sweep_overrides)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._loader, name)
 
 
 def _say_set_up(progress: Every, done: int, total: int) -> None:

@@ -75,9 +75,23 @@ def test_a_data_setting_the_run_does_not_read_is_named_in_one_warning(capsys):
     assert "warning" not in capsys.readouterr().err
 
 
-def test_bad_values_in_a_sweep_are_refused_too():
-    with pytest.raises(preflight.BadInput, match="timing.max_time_s=nan"):
-        preflight.check_argv(["-m", "timing.max_time_s=1,nan"])
+@pytest.mark.parametrize(
+    ("key", "good", "bad"),
+    [
+        ("timing.max_time_s", "1", "nan"),
+        ("timing.min_repeats", "3", "0"),
+        ("seed", "0", "x"),
+        ("tracking.experiment", "a", "../../../../tmp/x"),
+        ("backend", "numpy", "nope"),
+    ],
+)
+def test_bad_values_in_a_sweep_are_refused_in_the_words_they_get_alone(key, good, bad):
+    """A sweep's later value is checked on the first job's config (a plain value) or composed (a group's)."""
+    with pytest.raises(preflight.BadInput) as alone:
+        preflight.check_argv([f"{key}={bad}"])
+    with pytest.raises(preflight.BadInput) as swept:
+        preflight.check_argv(["-m", f"{key}={good},{bad}", "mode=eager,function"])
+    assert str(swept.value) == str(alone.value)
 
 
 def test_removed_group_exits_2_without_traceback():

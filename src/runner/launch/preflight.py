@@ -90,9 +90,8 @@ def _checked_as_value(cfg: DictConfig, override, value: str, config_dir: Path) -
     if (config_dir / key.replace(".", "/")).is_dir():
         return False
     missing = object()
-    if isinstance(OmegaConf.select(cfg, key, default=missing), DictConfig | ListConfig) or (
-        OmegaConf.select(cfg, key, default=missing) is missing
-    ):
+    current = OmegaConf.select(cfg, key, default=missing)
+    if current is missing or isinstance(current, DictConfig | ListConfig):  # not a plain value of this config
         return False
     try:
         job = copy.deepcopy(cfg)

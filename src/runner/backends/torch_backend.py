@@ -13,6 +13,7 @@ import torch.nn.functional as F
 
 from runner.backends import torch_precision
 from runner.backends.optimizers import Optimizer
+from runner.backends.torch_decoder import sdpa_kernel
 from runner.backends.torch_precision import set_precision, with_precision  # noqa: F401 - the backend function set
 from runner.config import ConfigError
 
@@ -245,13 +246,10 @@ def attention_kernel(x: torch.Tensor, heads: int, causal: bool, differentiated: 
     """The kernel scaled_dot_product_attention dispatches to for these shapes, dtype and device (flash,
     memory-efficient, cuDNN or the math fallback), as its own dispatcher chooses it for the dtype attention gets
     under the run's precision policy (bfloat16 under bf16_mixed, where flash attention qualifies)."""
-    from torch.nn.attention import SDPBackend
-
     *lead, seq, d = x.shape
     dtype = torch_precision.attention_dtype(x.dtype)
     q = torch.empty((*lead, heads, seq, d // heads), dtype=dtype, device=x.device, requires_grad=differentiated)
-    choice = SDPBackend(torch._fused_sdp_choice(q, q, q, is_causal=causal))
-    return f"scaled_dot_product_attention: {choice.name.lower()}"
+    return sdpa_kernel(q, q, is_causal=causal)
 
 
 # -- convnet ops (NCHW, torch weight layouts) ----------------------------------------------------

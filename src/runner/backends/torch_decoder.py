@@ -79,13 +79,19 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: to
 def cached_attention_kernel(cache_shape: tuple[int, ...], queries: int, dtype: str, device: str) -> str:
     """The kernel scaled_dot_product_attention dispatches to for `queries` queries over the cache with its mask (flash
     attention takes no mask: memory-efficient, cuDNN or the math fallback), as its own dispatcher chooses it."""
-    from torch.nn.attention import SDPBackend
-
     batch, heads, length, size = cache_shape
     keys = torch.empty(cache_shape, dtype=getattr(torch, dtype), device=device)
     q = torch.empty((batch, heads, queries, size), dtype=keys.dtype, device=device)
     mask = torch.ones((queries, length), dtype=torch.bool, device=device)
-    choice = SDPBackend(torch._fused_sdp_choice(q, keys, keys, attn_mask=mask))
+    return sdpa_kernel(q, keys, attn_mask=mask)
+
+
+def sdpa_kernel(q: torch.Tensor, k: torch.Tensor, **options) -> str:
+    """The kernel scaled_dot_product_attention's own dispatcher picks for queries q over keys (and values) like k,
+    with its options (`is_causal`, `attn_mask`), named as the record shows it."""
+    from torch.nn.attention import SDPBackend
+
+    choice = SDPBackend(torch._fused_sdp_choice(q, k, k, **options))
     return f"scaled_dot_product_attention: {choice.name.lower()}"
 
 

@@ -68,7 +68,8 @@ WORK=${TMPDIR:-/tmp}/gpu-check.XXXXXX
 SITE=${TMPDIR:-/tmp}/gpu-check-site.XXXXXX
 commands() {
     INSTALL=("$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$SITE" "$WHEELS"/*.whl)
-    local pytest=("$PYTHON" -m pytest -q -rA -p no:cacheprovider --continue-on-collection-errors)
+    # -o addopts=: the workers and marks are this script's (pyproject.toml's addopts are the default set's)
+    local pytest=("$PYTHON" -m pytest -q -rA -o addopts= -p no:cacheprovider --continue-on-collection-errors)
     if "$PYTHON" -c "import pytest_timeout" 2>/dev/null; then
         pytest+=(--timeout=240)  # one hung test cannot take the whole check
     fi

@@ -24,8 +24,6 @@ if TYPE_CHECKING:
 # run.py), so each module-level import here is paid once more by every job.
 HELP_FLAGS = ("--help", "-h")
 MULTIRUN_FLAGS = ("-m", "--multirun")
-# Choices whose job runs without a fork server: the spare one is not started for them (the config decides in the end).
-NO_SERVER = {"isolation=inline", "timing.fixed_layout=false"}
 
 
 def main(cfg: DictConfig) -> float:
@@ -61,10 +59,10 @@ def cli(argv: list[str] | None = None, config_path: str = CONFIG_PATH) -> None:
         print(text)
         return
     one_run = not any(arg.startswith("-") for arg in sys.argv[1:])  # overrides only: no sweep, no Hydra flag
-    if one_run and not NO_SERVER.intersection(sys.argv[1:]):
+    if one_run:
         from runner.launch.worker import start_spare_server
 
-        start_spare_server()  # the job's fork server imports while this process imports Hydra and composes
+        start_spare_server(sys.argv[1:])  # the job's fork server imports while this process imports Hydra and composes
     import hydra
     from hydra.types import RunMode
 

@@ -218,7 +218,8 @@ def _serve(module: str | None, worker_main: Callable, connection: Connection, la
     _end_with(launcher)
     devnull = os.open(os.devnull, os.O_WRONLY)  # the frameworks' import chatter; each worker logs to job.log
     os.dup2(devnull, 1)
-    os.dup2(devnull, 2)
+    if not ("importtime" in sys._xoptions or os.environ.get("PYTHONPROFILEIMPORTTIME")):  # asked for: a start-up study
+        os.dup2(devnull, 2)
     if module is None:
         _import_job_modules()
         try:

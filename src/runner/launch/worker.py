@@ -105,9 +105,12 @@ def fixed_layout():
             persona(before)
 
 
-def start_spare_server() -> None:
+def start_spare_server(overrides: list[str]) -> None:
     """Start a fork server before the config is composed (its backend not known yet), so that it imports meanwhile;
-    isolation.start_server() hands it its backend, or ends it."""
+    isolation.start_server() hands it its backend, or ends it where the composed config gives the job no server. None
+    is started for overrides that say so already (isolation=inline, timing.fixed_layout=false, as typed)."""
+    if {"isolation=inline", "timing.fixed_layout=false"}.intersection(overrides):
+        return
     from runner.launch.fork_server import ForkServer
 
     with contextlib.suppress(OSError):  # isolation.start_server starts one, or Worker.start spawns

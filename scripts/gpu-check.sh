@@ -173,6 +173,12 @@ else
     say "no wheels in $WHEELS/ (../shared/gpu/fetch-wheels.sh brings them): $PYTHON's own packages are used"
 fi
 export PYTHONPATH=$SITE:$ROOT/src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 MPLBACKEND=Agg
+say "$("$PYTHON" -c 'import sys, torch; print("Python", sys.version.split()[0], "torch", torch.__version__)' 2>&1)"
+# pytest 9 ignores the group pytest-xdist 3.8 appends to a node id, so --dist loadgroup would build each module
+# fixture in several workers: bring pytest 8.4's wheel in .whl/ where the machine's pytest is 9
+if ! "$PYTHON" -c "import sys, pytest; sys.exit(int(pytest.__version__.split('.')[0]) >= 9)" 2>/dev/null; then
+    say "pytest $("$PYTHON" -c 'import pytest; print(pytest.__version__)' 2>&1) here: --dist loadgroup does not group (bring pytest 8.4's wheel in $WHEELS/)"
+fi
 if timeout 120 "$PYTHON" -c "import jax; assert jax.devices('gpu')" >/dev/null 2>&1; then
     commands torch,jax
     say "JAX sees the GPU: its parity rows run too"

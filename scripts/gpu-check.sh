@@ -11,7 +11,7 @@
 #      a scratch MLflow store, kept as sweep.tar.gz (without its tensors.h5 files);
 #   3. the cuda parity rows (benchmarks/parity.py --device cuda, torch, and JAX where it sees the GPU);
 #   4. python3 -m pytest -m gpu, with --junitxml (each test's outcome, a skip's reason) and -rA: where pytest-xdist is
-#      installed, in GPU_CHECK_WORKERS (default 3) workers sharing the GPU (JAX and TensorFlow told not to reserve
+#      installed, in GPU_CHECK_WORKERS (default 5) workers sharing the GPU (JAX and TensorFlow told not to reserve
 #      its memory), the tests of one module fixture in one worker (--dist loadgroup), then the gpu_alone test (it
 #      fills the GPU's memory) by itself; else one test after another (~10 minutes on an H100: not all of it fits);
 #   5. the compiled parity rows (torch.compile: tens of seconds a row) and the generation rows, if time is left;
@@ -36,7 +36,7 @@ SWEEP_S=75  # each step's own limit, within what is left of LIMIT_S
 PARITY_S=90
 PYTEST_S=270
 PYTEST_ALONE_S=60
-WORKERS=${GPU_CHECK_WORKERS:-3}
+WORKERS=${GPU_CHECK_WORKERS:-5}
 PARITY_COMPILED_S=60
 PARITY_ROWS=matmul,mlp_inference,mlp_gradients_eager,mlp_jacobian,resnet18_inference_b8,transformer_inference,transformer_gradients,mlp_train_step_eager
 # torch.compile: tens of seconds a row; GPT-2 generation: JAX compiles a prefill and a decode step

@@ -220,8 +220,10 @@ HAND_FACTORS = {  # what a hand-written process may borrow from the runner's wor
 }
 
 
-def hand(backend: str, row: str, idiom: str | None, budget: float, factors: list[str]) -> int:
+def hand(backend: str, row: str, idiom: str | None, budget: float, factors: list[str], threads: int = 0) -> int:
     before = dict(os.environ)
+    if backend == "jax" and threads:  # XLA reads no thread variable: a user limits its pool by the affinity, as A
+        os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:threads])
     if "mallopt" in factors:
         sys.path.insert(0, str(ROOT / "src"))
         from runner.measure.timing import keep_freed_memory
@@ -254,6 +256,7 @@ def hand(backend: str, row: str, idiom: str | None, budget: float, factors: list
 
 def run_hand(backend: str, row: str, args, factors: tuple[str, ...] = ()) -> dict:
     command = [sys.executable, __file__, "--hand", backend, "--rows", row, "--budget", str(args.budget)]
+    command += [f"--threads={args.threads}"] if args.threads else []
     if idiom := IDIOMS.get((backend, row)):
         command += ["--idiom", idiom]
     command += [f"--hand-factor={f}" for f in factors if f in HAND_FACTORS and f != "setarch"]
@@ -465,8 +468,11 @@ def conditions(args, load_before: float, load_after: float) -> str:
     sys.path.insert(0, str(ROOT / "src"))
     from runner.record.environment import cpu_name
 
-    threads = f"threads={args.threads} (A) and {args.threads} in the thread variables (B)" if args.threads else (
-        "the frameworks' default threads on both sides")  # fmt: skip
+    threads = (
+        f"threads={args.threads} (A) and {args.threads} in the thread variables (B; JAX: its CPU affinity)"
+        if args.threads
+        else "the frameworks' default threads on both sides"
+    )
     extra = f"; runner overrides {' '.join(args.set)}" if args.set else ""
     extra += f"; runner environment {' '.join(args.runner_env)}" if args.runner_env else ""
     extra += f"; hand-written environment {' '.join(args.hand_env)}" if args.hand_env else ""
@@ -512,7 +518,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
 def main(argv: list[str]) -> int:
     args = parse(argv)
     if args.hand:
-        return hand(args.hand, args.rows[0], args.idiom, args.budget, args.hand_factor)
+        return hand(args.hand, args.rows[0], args.idiom, args.budget, args.hand_factor, args.threads)
     load_before = os.getloadavg()[0]
     rows, failures = measure(args)
     text = section(rows, conditions(args, load_before, os.getloadavg()[0]))

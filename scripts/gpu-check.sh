@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Every cuda path in one command, on a bare GPU machine (the lent H100/H200 of ../shared/gpu/README.md: Python 3.12
 # and torch, no registry; hydra-core, mlflow ... travel as wheels in .whl/, brought by ../shared/gpu/fetch-wheels.sh).
+# Its pytest is 9, under which pytest-xdist's --dist loadgroup groups nothing: bring pytest 8.4 too, once per .whl/:
+#   python3 -m pip download --no-deps --only-binary=:all: -d .whl pytest==8.4.2
 #
 #   scripts/gpu-check.sh [--out DIR] [--dry-run]
 #

@@ -59,3 +59,29 @@ def test_run_records_energy_or_why_not(make_config, tmp_path):
     else:
         assert env["energy_unavailable_reason"]
     assert outcome.metrics["load_s"] >= 0
+
+
+def test_a_reading_over_the_gpus_power_limit_is_the_counters_lag_not_the_jobs_energy():
+    """The H100 sweep's bfloat16 matmul read 2.15 J a call at 1.35 ms a call (1.6 kW on a 700 W GPU): its turns
+    were shorter than NVML's ~100 ms counter step, which charged it with its float32 neighbour's energy."""
+    metrics, note = energy_metrics(2.15 * 1000, calls=1000, examples_per_call=1, timed_s=1.35, power_limit_w=700.0)
+    assert metrics == {}
+    reason = note["energy_unavailable_reason"]
+    assert "1593 W" in reason and "700 W limit" in reason and "timing.rounds=1" in reason
+    metrics, note = energy_metrics(13.06 * 100, calls=100, examples_per_call=1, timed_s=2.17, power_limit_w=700.0)
+    assert metrics["energy_per_call_j"] == pytest.approx(13.06) and note == {}  # 602 W: within the limit
+    assert energy_metrics(2150.0, 1000, 1, timed_s=1.35)[0]  # no limit known (RAPL, an old GPU): kept as read
+
+
+def test_the_nvml_meter_records_the_gpus_power_limit(monkeypatch):
+    import types
+
+    from runner.measure import energy
+
+    nvml = types.SimpleNamespace(
+        nvmlDeviceGetTotalEnergyConsumption=lambda handle: 1_000,
+        nvmlDeviceGetEnforcedPowerLimit=lambda handle: 700_000,  # milliwatts
+    )
+    monkeypatch.setattr(energy, "nvml_device", lambda: (nvml, "gpu0"))
+    meter, note = meter_for("cuda")
+    assert meter is not None and note == {"energy_source": "NVML total energy consumption", "gpu_power_limit_w": 700.0}

@@ -203,6 +203,7 @@ def test_cuda_energy_per_call_from_nvml(matmul_4096):
     # 2 n^3 FLOP a call at between 1 GFLOP and 1 TFLOP a joule (an H100 does ~0.1 TFLOP/J in float32): outside
     # that, the counter was read wrong or the calls were not counted
     assert 2 * 4096**3 / 1e12 < metrics["energy_per_call_j"] < 2 * 4096**3 / 1e9
+    assert metrics["energy_per_call_j"] / metrics["time_median_s"] < 1.1 * environment["gpu_power_limit_w"]
 
 
 @pytest.mark.xdist_group("matmul_4096")

@@ -14,6 +14,7 @@ from pathlib import Path
 from types import ModuleType
 
 RAPL_ROOT = Path("/sys/class/powercap")
+POWER_LIMIT_MARGIN = 1.1  # the limit holds on average: a timed phase's mean power above 1.1x of it is not real
 _PACKAGE = re.compile(r"intel-rapl:\d+$")  # top-level package domains; intel-rapl:0:0 (core) is inside them
 
 
@@ -50,7 +51,7 @@ class RaplMeter:
         return total / 1e6
 
 
-def meter_for(device: str, rapl_root: Path = RAPL_ROOT) -> tuple[NvmlMeter | RaplMeter | None, dict[str, str]]:
+def meter_for(device: str, rapl_root: Path = RAPL_ROOT) -> tuple[NvmlMeter | RaplMeter | None, dict]:
     """A meter for the device and a note for the record: {"energy_source": ...} or, without a meter,
     {"energy_unavailable_reason": ...}."""
     if device == "cuda":
@@ -70,7 +71,7 @@ def _rapl_meter(root: Path) -> tuple[RaplMeter | None, dict[str, str]]:
     return meter, {"energy_source": f"RAPL package counters ({len(domains)} packages, whole socket)"}
 
 
-def _nvml_meter() -> tuple[NvmlMeter | None, dict[str, str]]:
+def _nvml_meter() -> tuple[NvmlMeter | None, dict]:
     try:
         nvml, handle = nvml_device()
         meter = NvmlMeter(nvml, handle)
@@ -79,7 +80,12 @@ def _nvml_meter() -> tuple[NvmlMeter | None, dict[str, str]]:
         return None, {"energy_unavailable_reason": "nvidia-ml-py is not installed (pip install nvidia-ml-py)"}
     except Exception as error:  # NVMLError_NotSupported on GPUs older than Volta, or no driver
         return None, {"energy_unavailable_reason": f"NVML total energy unavailable: {error}"}
-    return meter, {"energy_source": "NVML total energy consumption"}
+    note: dict = {"energy_source": "NVML total energy consumption"}
+    try:
+        note["gpu_power_limit_w"] = nvml.nvmlDeviceGetEnforcedPowerLimit(handle) / 1e3  # milliwatts
+    except Exception:  # not every GPU reports it: energy_metrics then has no ceiling to check against
+        pass
+    return meter, note
 
 
 def nvml_device() -> tuple[ModuleType, object]:
@@ -93,11 +99,22 @@ def nvml_device() -> tuple[ModuleType, object]:
     return pynvml, pynvml.nvmlDeviceGetHandleByUUID(first)
 
 
-def energy_metrics(energy_j: float | None, calls: int, examples_per_call: int) -> tuple[dict, dict[str, str]]:
-    """energy_per_call_j and examples_per_j, or no metric and the reason."""
+def energy_metrics(
+    energy_j: float | None, calls: int, examples_per_call: int, timed_s: float = 0.0, power_limit_w: float | None = None
+) -> tuple[dict, dict[str, str]]:
+    """energy_per_call_j and examples_per_j, or no metric and the reason. A reading that implies more power over the
+    timed calls (timed_s) than the GPU's power limit is the counter's lag, not the job's energy: NVML updates it
+    every ~100 ms, so turns of interleaved rounds shorter than that are charged with energy their neighbours used
+    (a bfloat16 matmul's turns beside a float32 one's read 1.6 kW on a 700 W H100)."""
     if energy_j is None or calls == 0:
         return {}, {}
     if energy_j <= 0:  # NVML updates its counter every ~100 ms; a shorter phase can read no change
         return {}, {"energy_unavailable_reason": "the energy counter did not advance over the timed phase"}
+    if power_limit_w and timed_s > 0 and energy_j / timed_s > POWER_LIMIT_MARGIN * power_limit_w:
+        return {}, {
+            "energy_unavailable_reason": f"the energy counter's reading implies {energy_j / timed_s:.0f} W over the "
+            f"timed calls, above the GPU's {power_limit_w:.0f} W limit: it advanced in steps longer than this job's "
+            "turns (timing.rounds=1 times one stretch)"
+        }
     per_call = energy_j / calls
     return {"energy_per_call_j": per_call, "examples_per_j": examples_per_call / per_call}, {}

@@ -207,7 +207,7 @@ def _assemble(job: Prepared, measurement: Measurement, first_output, results: di
     result = Result(status=Status.FINISHED)
     result.environment = _environment(job, meter_note)
     result.metrics = _metrics(job, measurement, results, first_output)
-    joules, energy_reason = _energy(job, measurement)
+    joules, energy_reason = _energy(job, measurement, meter_note.get("gpu_power_limit_w"))
     result.metrics.update(joules)
     result.environment.update(energy_reason)
     result.tensors = _tensors(job, measurement, results)
@@ -231,10 +231,12 @@ def _environment(job: Prepared, meter_note: dict) -> dict:
     return {**env, **meter_note}
 
 
-def _energy(job: Prepared, measurement: Measurement) -> tuple[dict, dict]:
+def _energy(job: Prepared, measurement: Measurement, power_limit_w: float | None) -> tuple[dict, dict]:
     from runner.measure import energy
 
-    return energy.energy_metrics(measurement.energy_j, measurement.timed_calls(), job.examples_per_call)
+    timed_s = sum(measurement.samples_s) * measurement.block_size
+    calls, per_call = measurement.timed_calls(), job.examples_per_call
+    return energy.energy_metrics(measurement.energy_j, calls, per_call, timed_s, power_limit_w)
 
 
 def _metrics(job: Prepared, measurement: Measurement, results: dict, first_output) -> dict:

@@ -17,7 +17,8 @@
 #      its memory), the tests of one module fixture in one worker (--dist loadgroup), then the gpu_alone test (it
 #      fills the GPU's memory) by itself; else one test after another (~10 minutes on an H100: not all of it fits);
 #   5. the compiled parity rows (torch.compile: tens of seconds a row) and the generation rows, if time is left;
-#   6. writes summary.md (scripts/gpu_check_summary.py): the GPU's name and driver, each test's result, the
+#   6. writes summary.md (scripts/gpu_check_summary.py): the GPU's name and driver, each test's result (a test
+#      collected and not reported, where a pytest step stopped at its limit: not finished), the
 #      parity rows, the sweep's answer line and the bfloat16 matmul's TFLOP/s against the chip's peak.
 # The output folder is $OUT when set (what a lent GPU machine sends back: 8 files at most, so it gets 6), else
 # --out DIR, else outputs/gpu-check/. Without a GPU the script says so in one line and exits 0; --dry-run prints
@@ -191,6 +192,8 @@ fi
 step "tracked sweep" "$SWEEP_S" "$WORK/sweep.out" "${SWEEP[@]}" || failed=1
 cat "$WORK/sweep.out" >>"$LOG" 2>/dev/null
 step "parity rows" "$PARITY_S" "$LOG" "${PARITY[@]}" || failed=1
+# what the summary lists as not finished where a pytest step stops at its limit (a few seconds)
+timeout 60 "$PYTHON" -m pytest --collect-only -q -o addopts= -p no:cacheprovider -m gpu >"$WORK/collected.txt" 2>>"$LOG"
 step "pytest -m gpu" "$PYTEST_S" "$OUT_DIR/pytest-gpu.log" "${PYTEST[@]}" || failed=1
 if ((${#PYTEST_ALONE[@]})); then
     step "pytest -m gpu_alone" "$PYTEST_ALONE_S" "$OUT_DIR/pytest-gpu.log" "${PYTEST_ALONE[@]}" || failed=1

@@ -86,6 +86,18 @@ def tests(junit: Path) -> list[dict[str, str]]:
     return found
 
 
+def not_finished(work: Path, cases: list[dict[str, str]]) -> list[str]:
+    """The gpu tests pytest collected (collected.txt, `pytest --collect-only -q`) that neither junit xml reports:
+    the one running when a step stopped at its limit and those after it. Names as tests() gives them."""
+    path = work / "collected.txt"
+    if not path.exists():
+        return []
+    reported = {c["test"].split("@")[0] for c in cases}  # --dist loadgroup appends @group to a name
+    collected = [line.strip() for line in path.read_text().splitlines() if "::" in line]
+    names = [f"{Path(i.split('::')[0]).stem}::{i.split('::', 1)[1]}" for i in collected]
+    return [name for name in names if name not in reported]
+
+
 def parity_rows(work: Path) -> tuple[list[str], list[str]]:
     """(the table's header lines, its rows) from parity.py's sections; rows start with '| backend |'."""
     header: list[str] = []
@@ -177,6 +189,11 @@ def write(work: Path, out: Path, limit: float) -> Path:
     gpu, gpus = gpu_lines(work)
     ran = steps(work)
     cases = [*tests(out / "pytest-gpu.xml"), *tests(out / "pytest-gpu-alone.xml")]
+    stopped = any(s[0].startswith("pytest -m gpu") and s[1] == "124" for s in ran)
+    if stopped:  # the interrupt pytest reports as an internal error is the step's limit, said below
+        cases = [c for c in cases if c["test"] != "pytest::internal"]
+    unfinished = not_finished(work, cases)
+    cases += [{"test": name, "outcome": "not finished", "detail": "", "seconds": ""} for name in unfinished]
     counts = {k: sum(c["outcome"] == k for c in cases) for k in ("passed", "failed", "error", "skipped")}
     total = next((s for s in ran if s[0] == "total"), None)
     lines = [
@@ -199,14 +216,19 @@ def write(work: Path, out: Path, limit: float) -> Path:
         ),  # fmt: skip
         "",
         f"## pytest -m gpu: {counts['passed']} passed, {counts['failed']} failed, {counts['error']} errors, "
-        f"{counts['skipped']} skipped",
+        f"{counts['skipped']} skipped" + (f", {len(unfinished)} not finished" if unfinished else ""),
         "",
     ]
-    if any(s[0].startswith("pytest -m gpu") and s[1] == "124" for s in ran):
-        lines += ["pytest was stopped at its limit: the test it was running and those after it are not listed.", ""]
+    if stopped:
+        lines += [
+            "pytest was stopped at its limit: the tests it collected and did not report are listed as not finished."
+            if (work / "collected.txt").exists()
+            else "pytest was stopped at its limit: the test it was running and those after it are not listed.",
+            "",
+        ]
     if cases:
         lines += ["| test | outcome | reason or message | seconds |", "|---|---|---|---|"]
-        order = {"failed": 0, "error": 1, "passed": 2, "skipped": 3}
+        order = {"failed": 0, "error": 1, "not finished": 2, "passed": 3, "skipped": 4}
         for case in sorted(cases, key=lambda c: order[c["outcome"]]):
             detail = cell(case["detail"])[:300]
             lines.append(f"| {cell(case['test'])} | {case['outcome']} | {detail} | {case['seconds']} |")

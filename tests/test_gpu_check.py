@@ -143,6 +143,8 @@ def test_the_summary_from_what_the_steps_left(tmp_path):
     (work / "nvidia-smi.csv").write_text("NVIDIA H100 80GB HBM3, 580.65.06, 81559 MiB, 9.0\n")
     (work / "steps.tsv").write_text("tracked sweep\t0\t40\t75\nparity rows\t0\t60\t90\npytest -m gpu\t124\t300\t300\n")
     (out / "pytest-gpu.xml").write_text(JUNIT)
+    collected = ["test_cuda_torch_compile", "test_cuda_policy[torch-fp16_mixed]", "test_cuda_graphs_output_read"]
+    (work / "collected.txt").write_text("".join(f"tests/test_gpu.py::{name}\n" for name in collected) + "3 tests\n")
     (work / "parity.md").write_text(
         "<!-- parity:begin -->\n| backend | device | workload | ratio |\n|---|---|---|---|\n"
         "| torch | cuda (NVIDIA H100 80GB HBM3) | matmul | **1.002** |\n<!-- parity:end -->\n"
@@ -156,8 +158,9 @@ def test_the_summary_from_what_the_steps_left(tmp_path):
     assert "GPU: name NVIDIA H100 80GB HBM3, driver 580.65.06" in text
     assert "torch 2.11.0, CUDA 13.0" in text
     assert "| pytest -m gpu | 124 (stopped at its limit) | 300 | 300 |" in text
-    assert "pytest was stopped at its limit" in text
-    assert "## pytest -m gpu: 1 passed, 1 failed, 0 errors, 1 skipped" in text
+    assert "pytest was stopped at its limit: the tests it collected and did not report are listed" in text
+    assert "## pytest -m gpu: 1 passed, 1 failed, 0 errors, 1 skipped, 1 not finished" in text
+    assert "| test_gpu::test_cuda_graphs_output_read | not finished |  |  |" in text
     lines = text.splitlines()
     failed = next(i for i, line in enumerate(lines) if "test_cuda_policy[torch-fp16_mixed]" in line)
     assert failed < next(i for i, line in enumerate(lines) if "test_cuda_torch_compile" in line)  # failures first

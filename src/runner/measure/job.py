@@ -234,9 +234,8 @@ def _environment(job: Prepared, meter_note: dict) -> dict:
 def _energy(job: Prepared, measurement: Measurement, power_limit_w: float | None) -> tuple[dict, dict]:
     from runner.measure import energy
 
-    timed_s = sum(measurement.samples_s) * measurement.block_size
-    calls, per_call = measurement.timed_calls(), job.examples_per_call
-    return energy.energy_metrics(measurement.energy_j, calls, per_call, timed_s, power_limit_w)
+    calls, seconds = measurement.timed_calls(), measurement.timed_s()
+    return energy.energy_metrics(measurement.energy_j, calls, job.examples_per_call, seconds, power_limit_w)
 
 
 def _metrics(job: Prepared, measurement: Measurement, results: dict, first_output) -> dict:

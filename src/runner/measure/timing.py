@@ -93,6 +93,10 @@ class Measurement:
     def timed_calls(self) -> int:
         return len(self.samples_s) * self.block_size
 
+    def timed_s(self) -> float:
+        """Seconds spent in the timed calls (the blocks' sum): what energy_j was read over, less the gaps."""
+        return sum(self.samples_s) * self.block_size
+
     def rel_iqr(self) -> float:
         return rel_iqr(self.samples_s) if self.samples_s else float("nan")
 

@@ -32,7 +32,7 @@ def three_jobs(tmp_path_factory):
     """Three numpy jobs doing the same work (only the seed differs) in 4 rounds, 2 processes each."""
     tmp = tmp_path_factory.mktemp("rounds")
     out = sweep_cli(
-        tmp, "backend=numpy", "seed=0,1,2", "timing.rounds=4", "timing.processes=2", "timing.max_time_s=0.4"
+        tmp, "backend=numpy", "seed=0,1,2", "timing.rounds=4", "timing.processes=2", "timing.max_time_s=0.6"
     )
     assert out.returncode == 0, out.stderr[-3000:]
     return tmp, out

@@ -386,6 +386,21 @@ def test_a_job_whose_block_outlasts_a_turn_takes_fewer_rounds():
     assert calls_outside_samples == 3  # first call, calibration, warm-up; a 60 ms block needs no re-warm of 10 ms
 
 
+def test_one_preempted_calibration_block_does_not_cost_the_job_its_other_processes():
+    """The plan of turns reads the typical block of calibration and warm-up: planned from the first block alone
+    (50 ms here, the core taken away once), a 0.5 ms step afforded one process of two (test_rounds.py saw it)."""
+    clock, calls = FakeClock(), [0]
+
+    def step():
+        calls[0] += 1
+        clock.advance(0.05 if calls[0] == 2 else 0.0005)  # call 2: the first block of the calibration
+
+    turns = ScriptedTurns([1, 2])
+    settings = replace(FAST_TURNS, max_time_s=0.4, rounds=4, processes=2, warmup_s=0.01)
+    measure(step, lambda: None, settings, turns=turns, clock=clock)
+    assert turns.processes == 2 and turns.affordable == 2  # 4 rounds, 2 a process
+
+
 def test_every_turn_starts_with_a_re_warm_of_a_block_unless_the_block_is_long():
     """A 10 ms block is longer than warmup_s / rounds (5 ms) but not a warm-up of its own: after the other
     jobs' turns the first block of a turn ran 23-61% slow (TensorFlow eager), so each turn re-warms one block

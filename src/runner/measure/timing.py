@@ -194,7 +194,9 @@ def measure(
         _phase(progress, "warm-up")
         timer = _Timer(fn, sync, clock)
         block, calibrated, block_s = _calibrate_block(timer, s.min_block_s, warm_until)
-        measurement.warmup_calls, warmed = _warm_up(timer, block, s.warmup_s, s.min_warmup_calls, warm_until)
+        measurement.warmup_calls, warmed, blocks_s = _warm_up(timer, block, s.warmup_s, s.min_warmup_calls, warm_until)
+        # the plan of turns reads a typical block: one preempted calibration block once cost a job its other processes
+        block_s = float(np.median([block_s, *blocks_s]))
         measurement.block_size = block
         measurement.warmup_cut_short = not (calibrated and warmed)
         _phase(progress, SAMPLING)
@@ -295,15 +297,15 @@ def _calibrate_block(timer: _Timer, min_block_s: float, until: float) -> tuple[i
         calls *= 10
 
 
-def _warm_up(timer: _Timer, block: int, warmup_s: float, min_calls: int, until: float) -> tuple[int, bool]:
-    """Calls made warming up, and whether warm-up was complete before `until`."""
-    calls, start = 0, timer.clock()
+def _warm_up(timer: _Timer, block: int, warmup_s: float, min_calls: int, until: float) -> tuple[int, bool, list[float]]:
+    """Calls made warming up, whether warm-up was complete before `until`, and each block's seconds."""
+    calls, start, blocks_s = 0, timer.clock(), []
     while calls < min_calls or timer.clock() - start < warmup_s:
         if timer.clock() >= until:
-            return calls, False
-        timer.block(block)
+            return calls, False, blocks_s
+        blocks_s.append(timer.block(block))
         calls += block
-    return calls, True
+    return calls, True, blocks_s
 
 
 @dataclass

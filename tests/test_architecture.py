@@ -110,6 +110,34 @@ def test_packages_import_only_the_layers_below_them():
                 assert _layer(target) <= _layer(name), f"{name} imports {target}, a layer above it"
 
 
+# The modules Hydra hands a composed config to, and the configuration layer that reads it into a JobSpec: only these
+# read a DictConfig; every other module reads the job's typed spec (runner.spec).
+READS_THE_CONFIG = {
+    "runner.config",  # the schemas, composition, the combination rules
+    "runner.spec",  # the spec read from the config
+    "runner.record.naming",  # job_spec(): the keys that copy another, read before resolving erases them
+    "runner.app",  # Hydra's task function
+    "runner.launch.preflight",  # the command's config composed before Hydra runs
+    "runner.launch.single_run",  # a single run's composed config handed to Hydra's job runner
+    "runner.launch.launchers",  # hydra.launcher's node: which launcher runs the sweep
+    "runner.launch.local_launcher",  # Hydra's Launcher: each job's config
+    "runner.launch.cluster_jobs",  # a cluster job's config, composed again for the record of its end (SLURM, Ray)
+    "runner.launch.ray_launch",  # hydra.launcher.ray: Ray's own options
+    "runner.launch.sweep.callback",  # Hydra's Callback: the sweep's config
+    "runner.launch.sweep.lifecycle",
+}
+
+
+def test_only_the_modules_hydra_hands_a_config_to_read_a_dictconfig():
+    readers = {
+        _module_name(path)
+        for path in SOURCE.rglob("*.py")
+        if "omegaconf.DictConfig" in _imports(path, top_level_only=False)
+    }
+    assert readers <= READS_THE_CONFIG, f"read a DictConfig, not the job's spec: {sorted(readers - READS_THE_CONFIG)}"
+    assert READS_THE_CONFIG <= readers, f"read no DictConfig now: {sorted(READS_THE_CONFIG - readers)}"
+
+
 def test_every_package_says_what_it_owns():
     for init in SOURCE.glob("*/__init__.py"):
         doc = ast.get_docstring(ast.parse(init.read_text()))

@@ -16,6 +16,7 @@ from runner.backends import OP_FAMILIES, Backend, load_backend, protocol_functio
 from runner.backends.optimizers import CONVENTIONS
 from runner.config import CONFIG_DIR, PROJECT_ROOT, ConfigError, check_combination
 from runner.measure.job import run_and_record
+from runner.record.naming import job_spec
 
 PLUGIN = Path(__file__).parent / "plugin"
 SEARCHPATH = f"hydra.searchpath=[file://{PLUGIN / 'conf'}]"
@@ -92,7 +93,7 @@ def test_backend_and_model_from_outside_src_run_and_match_their_reference(tmp_pa
     """One module + one yaml each: fake_backend.py + backend/fake.yaml, square_model.py + model/square.yaml."""
     monkeypatch.syspath_prepend(str(PLUGIN))
     cfg = compose_config(SEARCHPATH, "backend=fake", "model=square", "tracking=none", "isolation=inline")
-    result = run_and_record(cfg, tmp_path)
+    result = run_and_record(job_spec(cfg), tmp_path)
     assert result.status == "FINISHED", result.error
     assert result.metrics["max_rel_err_vs_reference"] < 1e-12  # float64 autodiff-free gradients, exact
     import fake_backend

@@ -13,6 +13,7 @@ from runner.backends import numpy_backend
 from runner.config import ConfigError, compose
 from runner.measure.job import run_and_record
 from runner.models.decoder import Decoder
+from runner.record.naming import job_spec
 from runner.tasks import Setup
 from runner.tasks.generate import Generate, Generation, token_agreement
 
@@ -24,7 +25,7 @@ FAST += ["timing.rounds=1"]
 def run(tmp_path: Path, *overrides: str):
     cfg = compose([*FAST, "model=gpt2", "task=generate", "task.new_tokens=6", *SIZES, "batch_size=3", "tracking=none"]
                   + list(overrides))  # fmt: skip
-    outcome = run_and_record(cfg, tmp_path)
+    outcome = run_and_record(job_spec(cfg), tmp_path)
     assert outcome.status == "FINISHED", outcome.error
     return outcome
 
@@ -148,7 +149,7 @@ def test_backends_generate_the_same_tokens(tmp_path):
 def test_a_generation_longer_than_the_context_is_one_line(tmp_path):
     cfg = compose([*FAST, "model=gpt2", "task=generate", *SIZES, "model.context=8", "task.new_tokens=4",
                    "tracking=none"])  # fmt: skip
-    outcome = run_and_record(cfg, tmp_path)
+    outcome = run_and_record(job_spec(cfg), tmp_path)
     assert outcome.status == "FAILED"
     assert outcome.error == (
         "model.prompt_len + task.new_tokens: 9 tokens do not fit the model's context of 8 positions (model.context): "
@@ -159,7 +160,7 @@ def test_a_generation_longer_than_the_context_is_one_line(tmp_path):
 def test_a_cache_beyond_the_machine_is_refused_before_it_starts(tmp_path):
     cfg = compose([*FAST, "model=gpt2_small", "task=generate", "task.new_tokens=900", "batch_size=100000",
                    "backend=numpy", "tracking=none"])  # fmt: skip
-    outcome = run_and_record(cfg, tmp_path)
+    outcome = run_and_record(job_spec(cfg), tmp_path)
     assert outcome.status == "FAILED"
     assert "of host memory" in outcome.error and "activations" in outcome.error
 
@@ -180,7 +181,7 @@ def test_generate_runs_only_on_a_decoder(tmp_path):
 
 def test_task_inference_gives_the_logits_of_the_prompt(tmp_path):
     cfg = compose([*FAST, "model=gpt2", "task=inference", *SIZES, "backend=torch", "tracking=none"])
-    outcome = run_and_record(cfg, tmp_path)
+    outcome = run_and_record(job_spec(cfg), tmp_path)
     assert outcome.status == "FINISHED", outcome.error
     assert outcome.metrics["within_reference_tolerance"] == 1.0
 
@@ -197,7 +198,7 @@ def test_reduced_precision_is_the_runs_dtype_and_mixed_policies_are_refused(tmp_
     outcome = run(tmp_path / "bf16", "backend=torch", "dtype=bfloat16")
     assert outcome.metrics["within_reference_tolerance"] == 1.0 and outcome.metrics["tokens_differ"] == 0
     cfg = compose([*FAST, "model=gpt2", "task=generate", "backend=torch", "precision=bf16_mixed", "tracking=none"])
-    refused = run_and_record(cfg, tmp_path / "mixed")
+    refused = run_and_record(job_spec(cfg), tmp_path / "mixed")
     assert refused.error == (
         "model=gpt2 runs only precision=full or precision=default or precision=tf32, not precision=bf16_mixed"
     )

@@ -15,6 +15,7 @@ from helpers import run_cli, runner_cli
 from runner.app import help_text
 from runner.locations import CONFIG_DIR
 from runner.measure.job import run_and_record
+from runner.record.naming import job_spec
 
 # Config groups that are not a user's choice: `variant` (named backend + mode pairs for the experiments' sweeps) must
 # not be shown; Hydra's help and logging groups are chosen by conf/config.yaml.
@@ -84,7 +85,7 @@ def test_runner_version_is_the_installed_packages():
 
 
 def test_a_run_records_the_tensor_runner_version(make_config, tmp_path):
-    outcome = run_and_record(make_config("tracking=none", "backend=numpy"), tmp_path)
+    outcome = run_and_record(job_spec(make_config("tracking=none", "backend=numpy")), tmp_path)
     assert outcome.environment["tensor_runner"] == metadata.version("tensor-runner")
     saved = json.loads((tmp_path / "result.json").read_text())
     assert saved["environment"]["tensor_runner"] == metadata.version("tensor-runner")

@@ -12,6 +12,7 @@ from helpers import compose_config
 from runner.launch import isolation
 from runner.measure import idle_poll
 from runner.measure.timing import Measurement
+from runner.record.naming import job_spec
 
 INLINE = ("tracking=none", "isolation=inline")
 
@@ -34,11 +35,11 @@ def test_a_request_that_cannot_be_made_says_why(tmp_path):
 
 def test_a_job_records_whether_the_cpus_polled_and_warns_where_they_could_not(tmp_path, monkeypatch):
     monkeypatch.setattr(idle_poll, "PM_QOS_CPU_LATENCY", tmp_path / "no_such_device")
-    result = isolation.execute(compose_config("timing.poll_idle=true", *INLINE), tmp_path / "run")
+    result = isolation.execute(job_spec(compose_config("timing.poll_idle=true", *INLINE)), tmp_path / "run")
     assert result.status == "FINISHED"
     assert result.environment["cpu_idle_polled"] is False
     assert any(w.startswith("timing.poll_idle: the CPUs idled as usual (") for w in result.warnings)
-    plain = isolation.execute(compose_config(*INLINE), tmp_path / "plain")
+    plain = isolation.execute(job_spec(compose_config(*INLINE)), tmp_path / "plain")
     assert "cpu_idle_polled" not in plain.environment and not any("poll_idle" in w for w in plain.warnings)
 
 
@@ -46,7 +47,7 @@ def test_a_job_records_whether_the_cpus_polled_and_warns_where_they_could_not(tm
     not os.access(idle_poll.PM_QOS_CPU_LATENCY, os.W_OK), reason="the PM QoS device is root's (Linux only)"
 )
 def test_where_the_machine_allows_it_a_job_holds_the_real_request(tmp_path):
-    result = isolation.execute(compose_config("timing.poll_idle=true", *INLINE), tmp_path)
+    result = isolation.execute(job_spec(compose_config("timing.poll_idle=true", *INLINE)), tmp_path)
     assert result.status == "FINISHED" and result.environment["cpu_idle_polled"] is True
     assert not any("poll_idle" in w for w in result.warnings)
 
@@ -70,7 +71,7 @@ def test_a_noisy_job_on_cpu_is_told_what_may_steady_it(tmp_path, monkeypatch, se
         device.write_bytes(b"")
     monkeypatch.setattr(idle_poll, "PM_QOS_CPU_LATENCY", device)
     monkeypatch.setattr(Measurement, "turn_rel_iqr", lambda self: 0.3)
-    result = isolation.execute(compose_config(*settings, *INLINE), tmp_path / "run")
+    result = isolation.execute(job_spec(compose_config(*settings, *INLINE)), tmp_path / "run")
     noisy = next(w for w in result.warnings if w.startswith("noisy measurement"))
     assert noisy.endswith("quiet the machine" + hint)
     if "timing.poll_idle=true" in settings:  # the job itself made the request

@@ -14,6 +14,7 @@ from helpers import run_cli
 import runner.backends
 import runner.config
 from runner.measure.job import run_and_record
+from runner.record.naming import job_spec
 
 MODES_AND_TASKS = [
     (mode, task) for mode in ("eager", "function", "xla") for task in ("inference", "gradients", "jacobian")
@@ -23,7 +24,7 @@ MODES_AND_TASKS = [
 @pytest.mark.parametrize(("mode", "task"), MODES_AND_TASKS)
 def test_every_mode_and_task_in_float64_matches_the_reference(make_config, tmp_path, mode, task):
     cfg = make_config("backend=jax", f"mode={mode}", f"task={task}", "dtype=float64", "tracking=none", "batch_size=8")
-    outcome = run_and_record(cfg, tmp_path)
+    outcome = run_and_record(job_spec(cfg), tmp_path)
     assert outcome.status == "FINISHED", outcome.error
     assert outcome.metrics["max_rel_err_vs_reference"] < 1e-9
     with h5py.File(tmp_path / "tensors.h5", "r") as f:
@@ -35,7 +36,7 @@ def test_every_mode_and_task_in_float64_matches_the_reference(make_config, tmp_p
 )
 def test_lower_precisions_compute_in_their_dtype(make_config, tmp_path, dtype, stored, tolerance):
     cfg = make_config("backend=jax", "mode=function", "task=gradients", f"dtype={dtype}", "tracking=none")
-    outcome = run_and_record(cfg, tmp_path)
+    outcome = run_and_record(job_spec(cfg), tmp_path)
     assert outcome.status == "FINISHED", outcome.error
     assert 0 < outcome.metrics["max_rel_err_vs_reference"] < tolerance  # rounded as the dtype rounds, no worse
     with h5py.File(tmp_path / "tensors.h5", "r") as f:
@@ -46,7 +47,7 @@ def test_op_workloads_compile_with_the_ops_module_bound(make_config, tmp_path):
     """The ops module bound to a workload's forward is a static argument of jax.jit, not an array."""
     for mode in ("function", "xla"):
         cfg = make_config("backend=jax", "model=sigmoid", "model.size=100", "task=inference", f"mode={mode}")
-        outcome = run_and_record(cfg, tmp_path / mode)
+        outcome = run_and_record(job_spec(cfg), tmp_path / mode)
         assert outcome.status == "FINISHED", outcome.error
         assert outcome.metrics["max_rel_err_vs_reference"] < 1e-6
 
@@ -75,7 +76,7 @@ def test_a_cuda_job_takes_gpu_memory_as_needed_and_keeps_what_the_user_set(make_
 
     def job(device: str) -> None:
         cfg = make_config(f"backend={backend}", f"device={device}", "tracking=none")
-        assert "stopped where" in run_and_record(cfg, tmp_path / device).error
+        assert "stopped where" in run_and_record(job_spec(cfg), tmp_path / device).error
         monkeypatch.delenv("TF_FORCE_GPU_ALLOW_GROWTH", raising=False)  # each job starts without it
 
     monkeypatch.setattr(runner.backends, "load_backend", load_backend)

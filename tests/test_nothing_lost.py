@@ -23,6 +23,7 @@ from runner.measure.stop import Stopped, stop_reason
 from runner.measure.timing import LoopSettings, measure
 from runner.models.mlp import MLP
 from runner.models.op_workloads import Matmul, Sigmoid
+from runner.record.naming import job_spec
 from runner.record.result import LOG_FILE, RESULT_FILE, TENSORS_FILE, Result, write_tensors
 from runner.record.sweep_file import write_sweep_file
 
@@ -117,7 +118,9 @@ def test_model_sizes_must_be_positive(build, line):
 
 
 def test_zero_size_is_a_failed_run_not_a_throughput(tmp_path):
-    result = run_and_record(compose_config("model=matmul", "task=inference", "model.n=0", "tracking=none"), tmp_path)
+    result = run_and_record(
+        job_spec(compose_config("model=matmul", "task=inference", "model.n=0", "tracking=none")), tmp_path
+    )
     assert (result.status, result.error) == ("FAILED", "model.n=0: must be a positive integer")
     assert "throughput_per_s" not in result.metrics
 
@@ -147,7 +150,7 @@ def test_max_time_bounds_block_calibration():
 
 
 def test_warm_up_cut_short_is_in_the_result(tmp_path):
-    result = run_and_record(compose_config("timing.min_warmup_calls=1000000000", "tracking=none"), tmp_path)
+    result = run_and_record(job_spec(compose_config("timing.min_warmup_calls=1000000000", "tracking=none")), tmp_path)
     assert result.status == "FINISHED"
     assert any(w.startswith("warm-up cut short by timing.max_time_s=0.2") for w in result.warnings)
     assert "warm-up cut short" in Result.load(tmp_path).warnings[0]
@@ -166,7 +169,7 @@ def test_nan_inputs_warn_in_the_result_and_the_summary(tmp_path, monkeypatch, ca
 
     monkeypatch.setattr(MLP, "make_inputs", nan_inputs)
     cfg = compose_config("tracking=none")
-    result = run_and_record(cfg, tmp_path)
+    result = run_and_record(job_spec(cfg), tmp_path)
     assert result.status == "FINISHED"
     assert "outputs/y holds 2 NaN or infinite values of 64" in result.warnings
     print_summary(tmp_path, result)
@@ -182,7 +185,9 @@ def test_a_reused_run_directory_keeps_nothing_of_the_previous_run(tmp_path):
     (tmp_path / TENSORS_FILE).write_text("the previous run's tensors")
     (tmp_path / "images").mkdir()
     (tmp_path / tracking.TRACKING_FILE).write_text("{}")
-    result = isolation.execute(compose_config("model.hidden=0", "tracking=none", "isolation=inline"), tmp_path)
+    result = isolation.execute(
+        job_spec(compose_config("model.hidden=0", "tracking=none", "isolation=inline")), tmp_path
+    )
     assert result.status == "FAILED"
     assert not (tmp_path / TENSORS_FILE).exists()
     assert not (tmp_path / "images").exists()
@@ -211,7 +216,7 @@ def test_a_killed_job_counts_its_real_examples(tmp_path, monkeypatch):
         raise timing.MeasurementInterrupted(measurement) from Stopped("terminated (SIGTERM)")
 
     monkeypatch.setattr(timing, "measure", stopped)
-    result = run_and_record(compose_config("tracking=none", "batch_size=8"), tmp_path)
+    result = run_and_record(job_spec(compose_config("tracking=none", "batch_size=8")), tmp_path)
     assert (result.status, result.error) == ("KILLED", "terminated (SIGTERM) while timing")
     assert result.metrics["throughput_per_s"] == 16.0  # 8 examples per call, 0.5 s per call
 
@@ -251,7 +256,7 @@ def _tracked_run(tmp_path: Path, name: str = "run") -> tuple[Path, str]:
     run_dir = tmp_path / name
     run_dir.mkdir()
     tracking.write_pending(run_dir, uri, "lost", None)
-    run_and_record(cfg, run_dir)
+    run_and_record(job_spec(cfg), run_dir)
     return run_dir, uri
 
 

@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from runner.measure.job import run_and_record
+from runner.record.naming import job_spec
 
 CONF = Path(__file__).parents[1] / "conf"
 BACKENDS = sorted(path.stem for path in (CONF / "backend").glob("*.yaml"))
@@ -56,7 +57,7 @@ def independent_mlp(f: h5py.File):
 
 def run(make_config, tmp_path, *overrides):
     cfg = make_config("tracking=none", "batch_size=8", *overrides)
-    outcome = run_and_record(cfg, tmp_path)
+    outcome = run_and_record(job_spec(cfg), tmp_path)
     assert outcome.status == "FINISHED", outcome.error
     return outcome, h5py.File(tmp_path / "tensors.h5", "r")
 

@@ -18,6 +18,7 @@ from helpers import FAST_TIMING, compose_config, run_cli
 
 from runner.config import PROJECT_ROOT, ConfigError, check_combination
 from runner.measure.job import run_and_record
+from runner.record.naming import job_spec
 
 EXAMPLE = PROJECT_ROOT / "examples" / "own_model"
 SMALL = ("data.image_size=64", "batch_size=2", "tracking=none")
@@ -37,7 +38,7 @@ def test_torchvision_arch_beyond_the_built_in_ones_predicts_as_its_module(arch, 
     import torchvision
 
     cfg = compose_config("backend=torch", "model=torchvision", f"model.arch={arch}", "task=inference", *SMALL)
-    result = run_and_record(cfg.copy(), tmp_path)
+    result = run_and_record(job_spec(cfg.copy()), tmp_path)
     assert result.status == "FINISHED", result.error
     assert len(result.predictions) == 2 and all(len(top) == 5 for top in result.predictions)
     assert all(0 < top[0]["probability"] <= 1 for top in result.predictions)
@@ -56,7 +57,7 @@ def test_torchvision_gradients_in_every_torch_mode(mode, tmp_path):
     cfg = compose_config(
         "backend=torch", "model=torchvision", "model.arch=mobilenet_v3_small", "task=gradients", f"mode={mode}", *SMALL
     )
-    result = run_and_record(cfg, tmp_path)
+    result = run_and_record(job_spec(cfg), tmp_path)
     assert result.status == "FINISHED", result.error
     with h5py.File(tmp_path / "tensors.h5", "r") as f:
         grad = f["gradients/classifier.3.weight"][()]
@@ -80,13 +81,13 @@ def test_torchvision_pretrained_reads_the_hub_cache_only(tmp_path, monkeypatch):
 
     monkeypatch.setenv("TORCH_HOME", str(tmp_path))
     overrides = ("backend=torch", "model=torchvision", "model.arch=mobilenet_v3_small", "model.pretrained=true")
-    result = run_and_record(compose_config(*overrides, "task=inference", *SMALL), tmp_path / "missing")
+    result = run_and_record(job_spec(compose_config(*overrides, "task=inference", *SMALL)), tmp_path / "missing")
     assert result.status == "FAILED"
     assert result.error.startswith("model.pretrained=true: mobilenet_v3_small-047dcff4.pth is not in the torch hub")
     module = torchvision.models.get_model("mobilenet_v3_small", weights=None).eval()  # stands in for the published file
     (tmp_path / "hub" / "checkpoints").mkdir(parents=True)
     torch.save(module.state_dict(), tmp_path / "hub" / "checkpoints" / "mobilenet_v3_small-047dcff4.pth")
-    result = run_and_record(compose_config(*overrides, "task=inference", *SMALL), tmp_path / "cached")
+    result = run_and_record(job_spec(compose_config(*overrides, "task=inference", *SMALL)), tmp_path / "cached")
     assert result.status == "FINISHED", result.error
     with torch.no_grad():
         expected = module(torch.from_numpy(_outputs(tmp_path / "cached", "inputs/x"))).numpy()
@@ -279,7 +280,7 @@ def test_own_model_from_outside_the_repository_matches_its_float64_reference(
         "tracking=none",
         "isolation=inline",
     )
-    result = run_and_record(cfg, tmp_path)
+    result = run_and_record(job_spec(cfg), tmp_path)
     assert result.status == "FINISHED", result.error
     assert result.metrics["max_rel_err_vs_reference"] < 1e-9
     assert result.tensors["gradients/conv.weight"].shape == (

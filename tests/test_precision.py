@@ -17,6 +17,7 @@ from helpers import FAST_TIMING
 from runner.config import PROJECT_ROOT, ConfigError, check_combination
 from runner.measure.job import run_and_record
 from runner.precision import REL_TOLERANCE, reference_tolerance
+from runner.record.naming import job_spec
 
 REFUSED = [
     (["backend=torch", "precision=tf32"],
@@ -104,7 +105,7 @@ def test_the_run_name_and_mlflow_note_say_the_policy_and_tolerance(make_config):
 
 def _run(make_config, tmp_path, name: str, *overrides: str):
     cfg = make_config("tracking=none", "isolation=inline", "model=mlp", *FAST_TIMING, *overrides)
-    result = run_and_record(cfg, tmp_path / name)
+    result = run_and_record(job_spec(cfg), tmp_path / name)
     assert result.status == "FINISHED", result.error
     return result
 

@@ -10,6 +10,7 @@ import pytest
 
 import runner.launch.isolation
 from runner.measure.job import run_and_record
+from runner.record.naming import job_spec
 
 METRICS = {
     "time_median_s",
@@ -79,7 +80,7 @@ def test_cli_run_tracked_in_mlflow(cli, tmp_path):
 
 
 def test_tensors_h5_layout(make_config, tmp_path):
-    outcome = run_and_record(make_config("tracking=none", "backend=numpy", "batch_size=4"), tmp_path)
+    outcome = run_and_record(job_spec(make_config("tracking=none", "backend=numpy", "batch_size=4")), tmp_path)
     with h5py.File(tmp_path / "tensors.h5", "r") as f:
         assert f["inputs/x"].shape == (4, 32) and f["inputs/labels"].shape == (4, 2)
         assert {k: f["weights"][k].shape for k in f["weights"]} == {
@@ -106,7 +107,7 @@ def test_tensors_h5_layout(make_config, tmp_path):
 def test_records_carry_their_format_and_a_later_one_is_refused_in_one_line(make_config, tmp_path):
     from runner.record.result import FORMAT, Result, ResultUnreadable, read_samples
 
-    run_and_record(make_config("tracking=none", "backend=numpy"), tmp_path)
+    run_and_record(job_spec(make_config("tracking=none", "backend=numpy")), tmp_path)
     saved = json.loads((tmp_path / "result.json").read_text())
     with h5py.File(tmp_path / "tensors.h5", "r") as f:
         assert saved["format"] == f.attrs["format"] == FORMAT
@@ -128,7 +129,7 @@ def test_unreachable_store_keeps_results(make_config, tmp_path, isolation):
     (A process-isolated worker waits for its parent to open the store: it must not wait forever.)"""
     (tmp_path / "a-file").write_text("not a directory")
     cfg = make_config("backend=numpy", f"tracking.uri=sqlite:///{tmp_path}/a-file/mlflow.db", f"isolation={isolation}")
-    outcome = runner.launch.isolation.execute(cfg, tmp_path / "run")
+    outcome = runner.launch.isolation.execute(job_spec(cfg), tmp_path / "run")
     assert outcome.status == "FINISHED"
     assert json.loads((tmp_path / "run" / "result.json").read_text())["status"] == "FINISHED"
     note = json.loads((tmp_path / "run" / "tracking.json").read_text())
@@ -170,7 +171,7 @@ def test_numpy_run_imports_no_framework(tmp_path):
 def test_environment_says_whether_freed_memory_was_kept(make_config, tmp_path):
     for keep in (True, False):
         cfg = make_config("tracking=none", "backend=numpy", f"timing.keep_freed_memory={keep}")
-        outcome = run_and_record(cfg, tmp_path / str(keep))
+        outcome = run_and_record(job_spec(cfg), tmp_path / str(keep))
         assert outcome.environment["malloc_keeps_freed_memory"] is keep
 
 
@@ -204,24 +205,21 @@ def test_a_literal_equal_to_another_key_is_a_param(make_config, tmp_path):
 
 
 def test_copies_survive_the_trip_to_a_worker_process(make_config):
-    """A worker gets the config resolved (Hydra's resolvers need Hydra), its copies still interpolations."""
-    from omegaconf import OmegaConf
+    """A worker gets the job's spec pickled, resolved here (Hydra's resolvers need Hydra), with the keys that copy
+    another: the worker's record says which they are."""
+    import pickle
 
-    from runner.record.naming import copied_keys, resolved_keeping_copies
+    from runner.record.naming import job_spec
 
-    cfg = make_config("model=keras", "tracking=mlflow")
-    worker_cfg = OmegaConf.create(resolved_keeping_copies(cfg))
-    assert (
-        copied_keys(worker_cfg)
-        == copied_keys(cfg)
-        == {
-            "model.backend_module": "backend.module",
-            "model.image_size": "data.image_size",
-            "model.dtype": "dtype",
-            "model.precision": "precision.name",
-        }
-    )
-    assert OmegaConf.to_container(worker_cfg, resolve=True) == OmegaConf.to_container(cfg, resolve=True)
+    spec = job_spec(make_config("model=keras", "tracking=mlflow"))
+    sent = pickle.loads(pickle.dumps(spec))
+    assert sent == spec
+    assert sent.copied_keys == {
+        "model.backend_module": "backend.module",
+        "model.image_size": "data.image_size",
+        "model.dtype": "dtype",
+        "model.precision": "precision.name",
+    }
 
 
 def test_copied_keys_relative_subtrees_and_what_is_no_copy():

@@ -15,6 +15,7 @@ import pytest
 from helpers import FAST_TIMING, made_store, mlflow_runs, results, run_cli, sweep_cli
 
 from runner.config import PROJECT_ROOT
+from runner.record.naming import job_spec
 
 
 @pytest.fixture(scope="module")
@@ -269,7 +270,7 @@ def test_a_locked_store_still_gets_the_run(make_config, tmp_path, hold_s):
 
     uri = made_store(tmp_path)
     cfg = make_config("backend=numpy", "isolation=inline", f"tracking.uri={uri}", "tracking.experiment=locked")
-    isolation.execute(cfg, tmp_path / "first")  # the experiment's first run
+    isolation.execute(job_spec(cfg), tmp_path / "first")  # the experiment's first run
     locked, release = threading.Event(), threading.Event()
 
     def hold_lock():
@@ -284,7 +285,7 @@ def test_a_locked_store_still_gets_the_run(make_config, tmp_path, hold_s):
     holder.start()
     locked.wait()
     try:
-        outcome = isolation.execute(cfg, tmp_path / "second")
+        outcome = isolation.execute(job_spec(cfg), tmp_path / "second")
     finally:
         release.set()
         holder.join()

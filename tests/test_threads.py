@@ -12,10 +12,11 @@ from helpers import compose_config, run_cli
 from runner.config import ConfigError, check_combination
 from runner.launch import isolation
 from runner.record.environment import ADDR_NO_RANDOMIZE
+from runner.record.naming import job_spec
 
 
 def test_numpy_blas_threads_are_set_and_recorded(tmp_path):
-    result = isolation.execute(compose_config("threads=1", "tracking=none", "isolation=inline"), tmp_path)
+    result = isolation.execute(job_spec(compose_config("threads=1", "tracking=none", "isolation=inline")), tmp_path)
     assert result.status == "FINISHED"
     assert result.environment["blas_threads"] == 1
     assert result.config["threads"] == 1
@@ -44,7 +45,7 @@ def test_torch_threads_in_its_worker_and_a_fixed_layout(tmp_path):
 
 def test_a_random_layout_when_asked(tmp_path):
     cfg = compose_config("timing.fixed_layout=false", "tracking=none")
-    result = isolation.execute(cfg, tmp_path)
+    result = isolation.execute(job_spec(cfg), tmp_path)
     assert result.status == "FINISHED" and result.environment["address_layout_randomized"] is True
 
 

@@ -19,6 +19,7 @@ from helpers import FAST_TIMING, run_cli
 from runner.backends import load_backend
 from runner.backends.optimizers import Optimizer
 from runner.measure.job import run_and_record
+from runner.record.naming import job_spec
 
 TOLERANCE = {"float32": 1e-5, "float64": 1e-9}  # relative to each tensor's largest reference magnitude
 MODES = {"numpy": ["eager"], "torch": ["eager", "function", "xla"]}
@@ -47,7 +48,7 @@ def grid() -> list:
 
 def train(make_config, tmp_path, *overrides: str):
     cfg = make_config("tracking=none", "task=train_step", "timing.max_time_s=0.05", *overrides)
-    outcome = run_and_record(cfg, tmp_path)
+    outcome = run_and_record(job_spec(cfg), tmp_path)
     assert outcome.status == "FINISHED", outcome.error
     with h5py.File(tmp_path / "tensors.h5", "r") as f:
         trained = {name: f[f"trained/{name}"][()] for name in f["trained"]}

@@ -14,6 +14,7 @@ import yaml
 from runner.config import ConfigError, compose
 from runner.measure.job import run_and_record
 from runner.models.transformer import Transformer
+from runner.record.naming import job_spec
 
 CONF = Path(__file__).parents[1] / "conf"
 BACKENDS = sorted(path.stem for path in (CONF / "backend").glob("*.yaml"))
@@ -45,7 +46,7 @@ def seeded(model: Transformer, batch: int = 3):
 
 def run(tmp_path, *overrides):
     cfg = compose([*FAST, "model=transformer", *SIZES, "batch_size=4", "tracking=none", *overrides])
-    outcome = run_and_record(cfg, tmp_path)
+    outcome = run_and_record(job_spec(cfg), tmp_path)
     assert outcome.status == "FINISHED", outcome.error
     return outcome
 
@@ -245,7 +246,7 @@ def test_presets_have_the_published_sizes():
 )
 def test_bad_sizes_are_one_line(tmp_path, overrides, line):
     cfg = compose([*FAST, "model=transformer", "tracking=none", *overrides])
-    outcome = run_and_record(cfg, tmp_path)
+    outcome = run_and_record(job_spec(cfg), tmp_path)
     assert outcome.status == "FAILED" and "\n" not in outcome.error
     with pytest.raises(ConfigError, match=line):
         Transformer(**{k.split(".")[1]: yaml.safe_load(v) for k, v in (o.split("=") for o in overrides)})
@@ -254,7 +255,7 @@ def test_bad_sizes_are_one_line(tmp_path, overrides, line):
 def test_a_sequence_beyond_the_machine_is_refused_before_it_starts(tmp_path):
     """seq_len 65536: attention's batch * heads * seq_len^2 probabilities alone are 1.6e11 floats."""
     cfg = compose([*FAST, "model=transformer_gpt2_small", "model.seq_len=65536", "batch_size=8", "tracking=none"])
-    outcome = run_and_record(cfg, tmp_path)
+    outcome = run_and_record(job_spec(cfg), tmp_path)
     assert outcome.status == "FAILED" and "\n" not in outcome.error
     assert outcome.error.startswith("model=transformer model.seq_len=65536 batch_size=8 dtype=float32 needs about")
     assert "of host memory (inputs, weights, results, activations, float64 reference)" in outcome.error
@@ -276,7 +277,7 @@ def test_jax_float32_jacobians_are_refused_with_the_reason(tmp_path):
     """They run, but XLA's CPU code returns wrong values at moderate sizes (docs/transformer.md): refused, not
     recorded as a result. float64 runs (test_float64_agrees_with_the_reference)."""
     cfg = compose([*FAST, "model=transformer", *SIZES, "tracking=none", "backend=jax", "task=jacobian"])
-    outcome = run_and_record(cfg, tmp_path)
+    outcome = run_and_record(job_spec(cfg), tmp_path)
     assert outcome.status == "FAILED" and "\n" not in outcome.error
     assert outcome.error.startswith("model=transformer with backend=jax task=jacobian dtype=float32 is refused: JAX")
 

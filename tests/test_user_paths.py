@@ -213,10 +213,13 @@ def agree_on_photos(model: str, photos: dict) -> None:
 def test_every_photo_runs_as_a_run(make_config, photos, tmp_path, model, backend):
     """The real job path, full size, batch 1: every photo with every model on both backends."""
     from runner.measure.job import run_and_record
+    from runner.record.naming import job_spec
 
     for name, photo in photos.items():
         overrides = ["tracking=none", f"model={model}", f"backend={backend}", "task=inference", "batch_size=1"]
-        outcome = run_and_record(make_config(*overrides, "data=image", f"data.path={photo.path}"), tmp_path / name)
+        outcome = run_and_record(
+            job_spec(make_config(*overrides, "data=image", f"data.path={photo.path}")), tmp_path / name
+        )
         if model == "cyclegan" and name == "pixel_1x1.png":
             assert outcome.status == "FAILED" and "is one colour" in outcome.error
         else:
@@ -257,6 +260,7 @@ HEAVIER = ("resnet50", "resnet101", "cyclegan")
 @pytest.mark.parametrize("model", ["alexnet", *(pytest.param(m, marks=pytest.mark.heavy) for m in HEAVIER)])
 def test_smallest_image_size_runs_and_agrees_on_both_backends(make_config, tmp_path, model):
     from runner.measure.job import run_and_record
+    from runner.record.naming import job_spec
 
     outputs = {}
     for backend in ("torch", "tensorflow"):
@@ -264,7 +268,7 @@ def test_smallest_image_size_runs_and_agrees_on_both_backends(make_config, tmp_p
         cfg = make_config(
             "tracking=none", f"model={model}", f"backend={backend}", size, "batch_size=1", "dtype=float64", *CAPS
         )
-        outcome = run_and_record(cfg, tmp_path / backend)
+        outcome = run_and_record(job_spec(cfg), tmp_path / backend)
         assert outcome.status == "FINISHED", outcome.error
         with h5py.File(tmp_path / backend / "tensors.h5") as f:
             outputs[backend] = f["outputs/y"][()]
@@ -286,6 +290,7 @@ def test_cyclegan_gradients_on_odd_sizes_follow_the_output(make_config, tmp_path
     """A 30x41 image (as a 4:3 photo, not a multiple of 4): the image out is 30x41 on both backends, and
     the loss's targets are shaped like it."""
     from runner.measure.job import run_and_record
+    from runner.record.naming import job_spec
 
     with h5py.File(tmp_path / "images.h5", "w") as f:
         f["images"] = scene(41, 30)[None].transpose(0, 3, 1, 2) / 255.0
@@ -295,7 +300,7 @@ def test_cyclegan_gradients_on_odd_sizes_follow_the_output(make_config, tmp_path
             "tracking=none", "model=cyclegan", f"backend={backend}", "task=gradients", "data=hdf5",
             f"data.path={tmp_path / 'images.h5'}", "batch_size=1", "dtype=float64", *CAPS,
         )  # fmt: skip
-        outcome = run_and_record(cfg, tmp_path / backend)
+        outcome = run_and_record(job_spec(cfg), tmp_path / backend)
         assert outcome.status == "FINISHED", outcome.error
         with h5py.File(tmp_path / backend / "tensors.h5") as f:
             assert f["outputs/y"].shape == f["inputs/labels"].shape == (1, 3, 30, 41)
@@ -342,10 +347,11 @@ def test_tensorflow_reads_a_torchvision_checkpoint_without_torch(user_files, tmp
         "from hydra import compose, initialize_config_dir\n"
         "from runner.config import PROJECT_ROOT\n"
         "from runner.measure.job import run_and_record\n"
+        "from runner.record.naming import job_spec\n"
         "overrides = sys.argv[2:]\n"
         "with initialize_config_dir(config_dir=str(PROJECT_ROOT / 'conf'), version_base='1.3'):\n"
         "    cfg = compose(config_name='config', overrides=overrides)\n"
-        "outcome = run_and_record(cfg, Path(sys.argv[1]))\n"
+        "outcome = run_and_record(job_spec(cfg), Path(sys.argv[1]))\n"
         "assert outcome.status == 'FINISHED', outcome.error\n"
         "assert 'tensorflow' in sys.modules and 'torch' not in sys.modules, 'torch was imported'\n"
     )

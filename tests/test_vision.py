@@ -11,12 +11,13 @@ from helpers import PROGRESS
 
 from runner.config import ConfigError
 from runner.measure.job import run_and_record
+from runner.record.naming import job_spec
 
 SMALL = ["tracking=none", "data.image_size=64", "batch_size=2"]
 
 
 def run(make_config, path, *overrides):
-    outcome = run_and_record(make_config(*SMALL, *overrides), path)
+    outcome = run_and_record(job_spec(make_config(*SMALL, *overrides)), path)
     assert outcome.status == "FINISHED", outcome.error
     return outcome, h5py.File(path / "tensors.h5", "r")
 
@@ -213,7 +214,8 @@ def test_checkpoint_that_runs_code_is_refused(make_config, tmp_path):
 
         read_checkpoint(tmp_path / "evil.pth")
     outcome = run_and_record(
-        make_config(*SMALL, "model=resnet18", "backend=torch", f"model.weights={tmp_path}/evil.pth"), tmp_path / "run"
+        job_spec(make_config(*SMALL, "model=resnet18", "backend=torch", f"model.weights={tmp_path}/evil.pth")),
+        tmp_path / "run",
     )
     assert outcome.status == "FAILED" and "refused to load" in outcome.error
     assert not marker.exists()

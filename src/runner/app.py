@@ -37,14 +37,16 @@ def main(cfg: DictConfig) -> float:
     from runner.launch.job_return import job_return
     from runner.launch.sweep import lifecycle
     from runner.record import environment
+    from runner.record.naming import job_spec
 
     hydra_cfg = HydraConfig.get()
     run_dir = Path(hydra_cfg.runtime.output_dir)
     multirun = hydra_cfg.mode == RunMode.MULTIRUN
     parent = lifecycle.parent_run_id(hydra_cfg.sweep.dir) if multirun else None
     environment.export_ray_job_id()
-    alone = not multirun and rounds.wanted(cfg)  # a single run in rounds, as a sweep's jobs: it carries an interval
-    result = rounds.measure_alone(cfg, run_dir) if alone else isolation.execute(cfg, run_dir, parent)
+    spec = job_spec(cfg)
+    alone = not multirun and rounds.wanted(spec)  # a single run in rounds, as a sweep's jobs: it carries an interval
+    result = rounds.measure_alone(spec, run_dir) if alone else isolation.execute(spec, run_dir, parent)
     return job_return(run_dir, result, multirun)
 
 
@@ -73,7 +75,8 @@ def cli(argv: list[str] | None = None, config_path: str = CONFIG_PATH) -> None:
     _plugins_listable()
     checked = preflight.main()
     if checked is not None and one_run and checked.cfg.hydra.mode != RunMode.MULTIRUN:
-        isolation.start_server(checked.cfg)  # or hands the spare its backend
+        cfg = checked.cfg  # or hands the spare its backend:
+        isolation.start_server(str(cfg.isolation), bool(cfg.timing.fixed_layout), str(cfg.backend.module))
     signal.signal(signal.SIGTERM, _stop)  # scancel, kill, a closing session: like Ctrl-C, record and stop
     app = hydra.main(version_base="1.3", config_path=config_path, config_name="config")(main)
     composed = _run_config(checked, config_path)

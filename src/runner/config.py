@@ -174,15 +174,16 @@ def is_capability(flat_key: str) -> bool:
     return flat_key in CAPABILITY_KEYS or flat_key.startswith(CAPABILITY_PREFIXES)
 
 
-def choices(cfg: DictConfig) -> dict[str, str]:
-    """The choice of each axis as plain strings: backend, device, model, mode, task, dtype."""
+def choices(cfg: Mapping[str, Any]) -> dict[str, str]:
+    """The choice of each axis as plain strings: backend, device, model, mode, task, dtype. `cfg` is the composed
+    config or its resolved values (JobSpec.config)."""
     return {
-        "backend": str(cfg.backend.name),
-        "device": _name(cfg.device.name),
-        "model": str(cfg.model.name),
-        "mode": str(cfg.mode.name),
-        "task": _name(cfg.task.name),
-        "dtype": _name(cfg.dtype),
+        "backend": str(cfg["backend"]["name"]),
+        "device": _name(cfg["device"]["name"]),
+        "model": str(cfg["model"]["name"]),
+        "mode": str(cfg["mode"]["name"]),
+        "task": _name(cfg["task"]["name"]),
+        "dtype": _name(cfg["dtype"]),
     }
 
 
@@ -206,59 +207,62 @@ TIMING_LIMITS = {
 }
 
 
-def check_values(cfg: DictConfig) -> None:
+def check_values(cfg: Mapping[str, Any]) -> None:
     """Raise ConfigError (one line) for a config group removed (`~model`), a timing value no measurement
-    can honour, or tracking settings that would log somewhere else than the user meant."""
+    can honour, or tracking settings that would log somewhere else than the user meant. `cfg` is the composed
+    config or its resolved values (JobSpec.config)."""
     for group in GROUPS:
-        if OmegaConf.is_missing(cfg, group) or cfg.get(group) is None:
+        if (isinstance(cfg, DictConfig) and OmegaConf.is_missing(cfg, group)) or cfg.get(group) is None:
             options = ", ".join(sorted(p.stem for p in (CONFIG_DIR / group).glob("*.yaml")))
             raise ConfigError(f"no {group} is chosen (~{group} removed it): choose one of {options}")
     for name, (low, high, low_ok) in TIMING_LIMITS.items():
-        value = cfg.timing[name]
+        value = cfg["timing"][name]
         if not (math.isfinite(value) and (low <= value if low_ok else low < value) and value <= high):
             bound = ">=" if low_ok else ">"
             raise ConfigError(f"timing.{name}={value}: must be a finite number {bound} {low} and <= {high:g}")
-    if cfg.tracking.name != "none":
+    tracking = cfg["tracking"]
+    if tracking["name"] != "none":
         from runner.stores import check_tracking
 
-        check_tracking(cfg.tracking.uri, cfg.tracking.experiment)
+        check_tracking(tracking["uri"], tracking["experiment"])
 
 
-def check_combination(cfg: DictConfig) -> None:
-    """Raise ConfigError (one line) for choices that cannot run together. Imports no framework."""
+def check_combination(cfg: Mapping[str, Any]) -> None:
+    """Raise ConfigError (one line) for choices that cannot run together. Imports no framework. `cfg` is the
+    composed config or its resolved values (JobSpec.config, which is what a job checks)."""
     check_values(cfg)
     c = choices(cfg)
-    if cfg.batch_size < 1:
-        raise ConfigError(f"batch_size={cfg.batch_size}: must be a positive integer")
-    if not 0 <= cfg.seed < 2**63:  # numpy takes no negative seed, HDF5 no integer beyond 64 bits
-        raise ConfigError(f"seed={cfg.seed}: must be an integer from 0 to 2**63 - 1")
-    if cfg.threads is not None and cfg.threads < 1:
-        raise ConfigError(f"threads={cfg.threads}: must be a positive integer, or null for the framework's default")
-    _check_backend(cfg.backend, c)
-    check_precision(cfg.precision, cfg.model, c)
-    task: Any = class_named("task._target_", cfg.task.get("_target_"))  # a runner.tasks.Task, by its attributes
+    batch_size, seed, threads = cfg["batch_size"], cfg["seed"], cfg["threads"]
+    if batch_size < 1:
+        raise ConfigError(f"batch_size={batch_size}: must be a positive integer")
+    if not 0 <= seed < 2**63:  # numpy takes no negative seed, HDF5 no integer beyond 64 bits
+        raise ConfigError(f"seed={seed}: must be an integer from 0 to 2**63 - 1")
+    if threads is not None and threads < 1:
+        raise ConfigError(f"threads={threads}: must be a positive integer, or null for the framework's default")
+    _check_backend(cfg["backend"], c)
+    check_precision(cfg["precision"], cfg["model"], c)
+    target = cfg["task"].get("_target_")
+    task: Any = class_named("task._target_", target)  # a runner.tasks.Task, by its attributes
     if not hasattr(task, "like"):  # what runner.tasks.Task has, read without importing a layer above this one
-        raise ConfigError(f"task._target_={cfg.task._target_} must be a subclass of runner.tasks.Task")
-    if cfg.mode.per_example and not task.per_example_modes:
+        raise ConfigError(f"task._target_={target} must be a subclass of runner.tasks.Task")
+    if cfg["mode"]["per_example"] and not task.per_example_modes:
         raise ConfigError(f"mode={c['mode']} computes per-example gradients: task={c['task']} has none")
-    _check_model(cfg.model, cfg.backend, c, task.like)
+    _check_model(cfg["model"], cfg["backend"], c, task.like)
     if c["device"] == "cuda" and not nvidia_driver_present():
         raise ConfigError("device=cuda but this machine has no NVIDIA GPU driver (use device=cpu or auto)")
 
 
-def _check_backend(backend: DictConfig, c: dict[str, str]) -> None:
-    b = c["backend"]
-    if c["mode"] not in backend.modes:
-        raise ConfigError(f"backend={b} cannot run mode={c['mode']} (allowed: {', '.join(backend.modes)})")
-    if c["device"] not in (*backend.devices, "auto"):
-        raise ConfigError(
-            f"backend={b} cannot run on device={c['device']} (allowed: {', '.join(backend.devices)}, auto)"
-        )
-    if c["dtype"] not in backend.dtypes:
-        raise ConfigError(f"backend={b} cannot compute in dtype={c['dtype']} (allowed: {', '.join(backend.dtypes)})")
+def _check_backend(backend: Mapping[str, Any], c: dict[str, str]) -> None:
+    b, modes, devices, dtypes = c["backend"], backend["modes"], backend["devices"], backend["dtypes"]
+    if c["mode"] not in modes:
+        raise ConfigError(f"backend={b} cannot run mode={c['mode']} (allowed: {', '.join(modes)})")
+    if c["device"] not in (*devices, "auto"):
+        raise ConfigError(f"backend={b} cannot run on device={c['device']} (allowed: {', '.join(devices)}, auto)")
+    if c["dtype"] not in dtypes:
+        raise ConfigError(f"backend={b} cannot compute in dtype={c['dtype']} (allowed: {', '.join(dtypes)})")
 
 
-def _check_model(model: DictConfig, backend: DictConfig, c: dict[str, str], task_like: str) -> None:
+def _check_model(model: Mapping[str, Any], backend: Mapping[str, Any], c: dict[str, str], task_like: str) -> None:
     """The model's `supports` lists; a task it does not list passes where the built-in task it runs like does."""
     supports = model.get("supports") or {}
     narrower = (supports.get("on_backend") or {}).get(c["backend"]) or {}  # limits on one backend only
@@ -269,7 +273,7 @@ def _check_model(model: DictConfig, backend: DictConfig, c: dict[str, str], task
             only = " or ".join(f"{axis}={value}" for value in allowed)
             on = f" on backend={c['backend']}" if f"{axis}s" in narrower else ""
             raise ConfigError(f"model={c['model']} runs only {only}{on}, not {axis}={c[axis]}")
-    missing = [family for family in supports.get("ops", []) if family not in backend.ops]
+    missing = [family for family in supports.get("ops", []) if family not in backend["ops"]]
     if missing:
         able = [name for name, ops in backend_capabilities().items() if set(missing) <= set(ops)]
         where = " or ".join(f"backend={name}" for name in able) or "no installed backend"
@@ -290,7 +294,7 @@ def backend_capabilities() -> dict[str, list[str]]:
     return found
 
 
-def check_model_arguments(model: DictConfig) -> None:
+def check_model_arguments(model: Mapping[str, Any]) -> None:
     """The model's settings against its class's constructor: unknown class, missing or mistyped arguments."""
     import inspect
     import typing
@@ -303,7 +307,7 @@ def check_model_arguments(model: DictConfig) -> None:
     arguments = workload_arguments(model)
     for name, parameter in inspect.signature(cls).parameters.items():
         if name not in arguments and parameter.default is inspect.Parameter.empty:
-            raise ConfigError(f"model={model.name} needs model.{name} ({target})")
+            raise ConfigError(f"model={model['name']} needs model.{name} ({target})")
         if name in arguments and not _fits(arguments[name], hints.get(name)):
             expected = getattr(hints[name], "__name__", str(hints[name]))
             raise ConfigError(f"model.{name}={arguments[name]!r} is not a valid {expected}")

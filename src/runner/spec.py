@@ -1,20 +1,24 @@
 """One job, typed: its choices and the settings that run and record it, read once from the composed config.
 
-Everything that runs a job and writes its record (runner.measure, runner.record) reads a `JobSpec`, not the
-config: no DictConfig below it. The model's, the task's and the data's own settings are their nodes as plain values
-(resolved dicts), since a workload or task of the user's own is built from whatever its node holds. Building a spec
-checks nothing: the combination rules (runner.config.check_combination) run in the job, so that a refused job is
-still recorded.
+Everything that runs a job and writes its record reads a `JobSpec`, not the config: runner.measure, runner.record,
+and in runner.launch the job's execution on this machine (isolation, its worker process, the interleaved rounds)
+and what a cluster launcher records of a job that ended there. The spec is made where Hydra hands over a job's
+composed config (the app's task function, a launcher's job); a worker process receives it pickled.
+
+The model's, the task's and the data's own settings are their nodes as plain values (resolved dicts), since a
+workload or task of the user's own is built from whatever its node holds. Building a spec checks nothing: the
+combination rules (runner.config.check_combination, on `config`) run in the job, so that a refused job is still
+recorded.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
 from omegaconf import DictConfig, OmegaConf
 
-from runner.config import TimingConfig, choices, plain
+from runner.config import TimingConfig, TrackingConfig, choices, plain
 
 
 @dataclass(frozen=True)
@@ -32,7 +36,9 @@ class JobSpec:
     seed: int
     threads: int | None
     check_reference: bool
+    isolation: str  # "process" (a worker process of its own) or "inline" (in the Hydra job's process)
     timing: TimingConfig  # timing.*, resolved
+    tracking: TrackingConfig  # where the run is logged (name "none": nowhere)
     model_settings: dict[str, Any] = field(repr=False)  # the model's node: what its workload is built from
     task_settings: dict[str, Any] = field(repr=False)  # the task's node: what its Task is built from (runner.tasks)
     data_settings: dict[str, Any] = field(repr=False)  # the data's node: what the inputs are loaded from
@@ -51,7 +57,9 @@ class JobSpec:
             seed=int(cfg.seed),
             threads=None if cfg.threads is None else int(cfg.threads),
             check_reference=bool(cfg.check_reference),
+            isolation=str(cfg.isolation),
             timing=TimingConfig.of(cfg.timing),
+            tracking=TrackingConfig(**plain(cfg.tracking)),
             model_settings=plain(cfg.model),
             task_settings=plain(cfg.task),
             data_settings=plain(cfg.data),
@@ -69,3 +77,13 @@ class JobSpec:
             "task": self.task,
             "dtype": self.dtype,
         }
+
+    def mlflow_store(self) -> tuple[str, str] | None:
+        """(tracking URI, experiment) where the run is logged to MLflow; None where it is not tracked."""
+        where = self.tracking
+        return (where.uri, where.experiment) if where.name == "mlflow" and where.uri else None
+
+    def in_processes(self, processes: int) -> JobSpec:
+        """The same job, measured in `processes` worker processes (runner.launch.rounds starts the others)."""
+        config = {**self.config, "timing": {**self.config["timing"], "processes": processes}}
+        return replace(self, timing=replace(self.timing, processes=processes), config=config)

@@ -10,6 +10,7 @@ from omegaconf import DictConfig, open_dict
 
 from runner.launch import launchers
 from runner.record.result import Status
+from runner.spec import JobSpec
 
 
 def refuse(line: str) -> None:
@@ -17,9 +18,11 @@ def refuse(line: str) -> None:
     raise launchers.SweepRefused(line)
 
 
-def job_config(hydra_context, sweep_config: DictConfig, overrides: list[str], index: int) -> tuple[Path, DictConfig]:
-    """The job's run directory and its config (without `hydra`), as the job itself had them."""
+def job_config(hydra_context, sweep_config: DictConfig, overrides: list[str], index: int) -> tuple[Path, JobSpec]:
+    """The job's run directory and its spec, composed from Hydra's sweep config as the job itself had them."""
     from hydra.core.hydra_config import HydraConfig
+
+    from runner.record.naming import job_spec
 
     config = hydra_context.config_loader.load_sweep_config(sweep_config, overrides)
     with open_dict(config.hydra.job):
@@ -28,31 +31,30 @@ def job_config(hydra_context, sweep_config: DictConfig, overrides: list[str], in
     run_dir = Path(str(config.hydra.sweep.dir)) / str(config.hydra.sweep.subdir)
     with open_dict(config):
         del config["hydra"]
-    return run_dir, config
+    return run_dir, job_spec(config)
 
 
-def record_ended(task_cfg: DictConfig, run_dir: Path, reason: str, context: dict[str, str]) -> None:
+def record_ended(spec: JobSpec, run_dir: Path, reason: str, context: dict[str, str]) -> None:
     """Record a job the cluster ended (runner.record.job_record.ended_by_cluster), in result.json and in
     MLflow where tracked."""
     from runner.launch.sweep.lifecycle import parent_run_id
     from runner.record import job_record
-    from runner.record.naming import job_spec
 
-    if job_record.ended_by_cluster(job_spec(task_cfg), run_dir, reason, context):
-        _update_tracked(task_cfg, run_dir, parent_run_id(run_dir.parent))
+    if job_record.ended_by_cluster(spec, run_dir, reason, context):
+        _update_tracked(spec.mlflow_store(), run_dir, parent_run_id(run_dir.parent))
 
 
-def _update_tracked(task_cfg: DictConfig, run_dir: Path, parent: str | None) -> None:
+def _update_tracked(store: tuple[str, str] | None, run_dir: Path, parent: str | None) -> None:
     """Log the amended record: a new run when the job never reached MLflow (no link, or the pending one a
     job writes before it starts), else its run corrected."""
     from runner import tracking
     from runner.record.result import RESULT_FILE, Result
 
-    if task_cfg.tracking.name != "mlflow":
+    if store is None:
         return
     link = tracking.read_link(run_dir)
     if not link.get("run_id"):
-        tracking.track(run_dir, task_cfg.tracking.uri, task_cfg.tracking.experiment, parent)
+        tracking.track(run_dir, *store, parent)
     else:
         mlflow = tracking.client(link["uri"])
         error = Result.load(run_dir).error or ""  # ended_by_cluster wrote one

@@ -21,8 +21,6 @@ import signal
 import threading
 from pathlib import Path
 
-from omegaconf import DictConfig
-
 from runner import tracking
 from runner.launch.fork_server import ForkServer, ForkServerGone, WorkerProcess
 from runner.launch.job_log import LogForwarder
@@ -32,52 +30,52 @@ from runner.launch.worker import GRACE_S, start, start_fixed, worker_main
 from runner.measure.stop import StopReason
 from runner.measure.timing import Measurement
 from runner.record import job_record
-from runner.record.naming import job_spec, resolved_keeping_copies
 from runner.record.result import ERROR_LOG, IMAGES_DIR, LOG_FILE, RESULT_FILE, TENSORS_FILE, Result, Status
+from runner.spec import JobSpec
 
 # What a previous run in the same directory may have left: never uploaded as this run's.
 STALE = (RESULT_FILE, TENSORS_FILE, IMAGES_DIR, tracking.TRACKING_FILE, ERROR_LOG, LOG_FILE)
 
 
-def execute(cfg: DictConfig, run_dir: Path, parent_run_id: str | None = None) -> Result:
-    """Run and record one job as `cfg.isolation` says, then log it to MLflow; returns its record."""
-    prepare(cfg, run_dir, parent_run_id)
-    if str(cfg.isolation) == "inline":
+def execute(spec: JobSpec, run_dir: Path, parent_run_id: str | None = None) -> Result:
+    """Run and record one job as `spec.isolation` says, then log it to MLflow; returns its record."""
+    prepare(spec, run_dir, parent_run_id)
+    if spec.isolation == "inline":
         from runner.measure.job import run_and_record
 
-        result = run_and_record(cfg, Path(run_dir))
+        result = run_and_record(spec, Path(run_dir))
     else:
-        worker = Worker(cfg, Path(run_dir))
+        worker = Worker(spec, Path(run_dir))
         worker.start()
         result = worker.join()
-    return complete(cfg, run_dir, parent_run_id, result)
+    return complete(spec, run_dir, parent_run_id, result)
 
 
-def start_server(cfg: DictConfig) -> None:
+def start_server(isolation: str, fixed_layout: bool, backend_module: str) -> None:
     """Start the fork server the job's worker will come from (Worker.start), so that it imports while Hydra composes
     (or hand the spare its backend: runner.launch.worker.start_spare_server); end the spare where the job has no use
     for a server."""
-    if str(cfg.isolation) == "process" and cfg.timing.fixed_layout:
+    if isolation == "process" and fixed_layout:
         with contextlib.suppress(ForkServerGone, OSError):  # Worker.start tries again, or spawns
-            ForkServer.for_backend(str(cfg.backend.module), worker_main, start_fixed)
+            ForkServer.for_backend(backend_module, worker_main, start_fixed)
     ForkServer.stop_spare()
 
 
-def prepare(cfg: DictConfig, run_dir: Path, parent_run_id: str | None) -> None:
+def prepare(spec: JobSpec, run_dir: Path, parent_run_id: str | None) -> None:
     """An empty run directory with a pending tracking.json, so `runner sync` can upload whatever it will hold."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     clear_stale(run_dir)
-    if cfg.tracking.name == "mlflow":
-        tracking.write_pending(run_dir, cfg.tracking.uri, cfg.tracking.experiment, parent_run_id)
+    if store := spec.mlflow_store():
+        tracking.write_pending(run_dir, *store, parent_run_id)
 
 
-def complete(cfg: DictConfig, run_dir: Path, parent_run_id: str | None, result: Result) -> Result:
+def complete(spec: JobSpec, run_dir: Path, parent_run_id: str | None, result: Result) -> Result:
     """After the job: the tail of its output into a failed record, then the run into MLflow."""
     if result.status != Status.FINISHED:
         result = job_record.add_output_tail(Path(run_dir), result)
-    if cfg.tracking.name == "mlflow":
-        tracking.track(Path(run_dir), cfg.tracking.uri, cfg.tracking.experiment, parent_run_id)
+    if store := spec.mlflow_store():
+        tracking.track(Path(run_dir), *store, parent_run_id)
     return result
 
 
@@ -100,8 +98,8 @@ class Worker:
     and warms up, says so, and then samples only in the turns it is given (runner.launch.rounds hands them out);
     else it measures in one go."""
 
-    def __init__(self, cfg: DictConfig, run_dir: Path, turns: bool = False):
-        self.cfg, self.run_dir, self.turns = cfg, run_dir, turns
+    def __init__(self, spec: JobSpec, run_dir: Path, turns: bool = False):
+        self.spec, self.run_dir, self.turns = spec, run_dir, turns
         self.connection, self._worker_end = multiprocessing.Pipe()
         self.log_path = run_dir / LOG_FILE
         self.log_path.touch()
@@ -109,17 +107,17 @@ class Worker:
         self.forwarder = LogForwarder(self.log_path, quiet=in_sweep())
 
     def start(self) -> None:
-        config = resolved_keeping_copies(self.cfg)  # the worker records which keys copy another
-        args = (config, str(self.run_dir), str(self.log_path), self.turns)
-        _open_store_meanwhile(self.cfg, self.connection)
+        args = (self.spec, str(self.run_dir), str(self.log_path), self.turns)
+        _open_store_meanwhile(self.spec, self.connection)
         self.forwarder.start()
         process: WorkerProcess | None = None
-        if self.cfg.timing.fixed_layout:
+        fixed = self.spec.timing.fixed_layout
+        if fixed:
             with contextlib.suppress(ForkServerGone):
-                server = ForkServer.for_backend(self.cfg.backend.module, worker_main, start_fixed)
+                server = ForkServer.for_backend(self.spec.backend_module, worker_main, start_fixed)
                 process = server.fork(args, self._worker_end)
         if process is None:
-            process = _spawn(args, self._worker_end, fixed=bool(self.cfg.timing.fixed_layout))
+            process = _spawn(args, self._worker_end, fixed=fixed)
         self.process = process
         self._worker_end.close()
 
@@ -169,13 +167,12 @@ class Worker:
             return Result.load(self.run_dir)
         from runner.measure.job import stopped_while_timing
 
-        spec = job_spec(self.cfg)
         if measurement is not None and measurement.samples_s:
             kept = f"{reason} (the samples it reported are kept)"
-            result = stopped_while_timing(status, kept, measurement, spec.batch_size)
+            result = stopped_while_timing(status, kept, measurement, self.spec.batch_size)
         else:
             result = Result(status=status, error=reason)
-        job_record.write(spec, self.run_dir, result)
+        job_record.write(self.spec, self.run_dir, result)
         return result
 
     def exit_reason(self) -> str:
@@ -195,17 +192,18 @@ class Worker:
             self.process.close()
 
 
-def _open_store_meanwhile(cfg: DictConfig, connection) -> None:
+def _open_store_meanwhile(spec: JobSpec, connection) -> None:
     """Import MLflow and open its store (the slow part of logging: BENCHMARKS.md) while the worker imports its
     framework and builds its inputs; the worker waits for MayTime on `connection` so that nothing here runs
     beside its timed calls."""
-    if cfg.tracking.name != "mlflow":
+    store = spec.mlflow_store()
+    if store is None:
         _tell_may_time(connection)
         return
 
     def open_store() -> None:
         try:
-            tracking.open_store(cfg.tracking.uri)
+            tracking.open_store(store[0])
         except Exception:  # noqa: S110 - tracking.track reports a store that cannot open, after the job
             pass
         finally:

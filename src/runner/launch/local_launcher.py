@@ -32,7 +32,9 @@ from runner.launch.job_return import job_return
 from runner.launch.sweep import lifecycle, summary
 from runner.launch.sweep_lines import Every, time_left
 from runner.measure.stop import SIGTERM, Stopped, stop_reason
+from runner.record.naming import job_spec
 from runner.record.result import Result, Status
+from runner.spec import JobSpec
 
 log = logging.getLogger(__name__)
 
@@ -73,10 +75,11 @@ class RoundsLauncher(Launcher):
             for number, overrides in enumerate(job_overrides, initial_job_idx):
                 log.debug(f"\t#{number} : {' '.join(filter_overrides(overrides))}")  # Hydra's line, per job
                 job = self._job(list(overrides), number)
-                if not rounds.wanted(job.task_cfg):
+                spec = job_spec(job.task_cfg)
+                if not rounds.wanted(spec):
                     returns[number] = self._run(job, self.task_function)
                     continue
-                self._set_up(job, coordinator, parent)
+                self._set_up(job, spec, coordinator, parent)
                 waiting.append(job)
                 _say_set_up(progress, len(waiting), len(job_overrides))
             coordinator.run(measured=summary.import_report_meanwhile)
@@ -87,10 +90,10 @@ class RoundsLauncher(Launcher):
             returns[job.number] = self._run(job, partial(_measured, coordinator.outcomes[job.run_dir]))
         return [returns[number] for number in sorted(returns)]
 
-    def _set_up(self, job: _Job, coordinator: rounds.Coordinator, parent: str | None) -> None:
+    def _set_up(self, job: _Job, spec: JobSpec, coordinator: rounds.Coordinator, parent: str | None) -> None:
         """Set the job up in its worker, to wait for its turns; a job that ended meanwhile keeps its record."""
         _save_overrides(job)
-        ended = coordinator.set_up(job.task_cfg, job.run_dir, parent)
+        ended = coordinator.set_up(spec, job.run_dir, parent)
         if ended is not None:
             coordinator.outcomes[job.run_dir] = ended
             if ended.status == Status.KILLED:  # Ctrl-C or SIGTERM while it was set up

@@ -74,9 +74,9 @@ class RayLauncher(UpstreamRayLauncher):
         try:
             return ray.get(ref)
         except ray.exceptions.RayError as error:
-            run_dir, task_cfg = cluster_jobs.job_config(self.hydra_context, self.config, overrides, index)
+            run_dir, spec = cluster_jobs.job_config(self.hydra_context, self.config, overrides, index)
             reason = f"Ray task ended without a result ({type(error).__name__}: {first_line(error)})"
-            cluster_jobs.record_ended(task_cfg, run_dir, reason, {})
+            cluster_jobs.record_ended(spec, run_dir, reason, {})
             log.error(f"\t#{index} : {reason}")
             failed = JobReturn(overrides=overrides, working_dir=str(run_dir), status=JobStatus.COMPLETED)
             failed.return_value = math.nan  # what run.py returns for a job that did not finish

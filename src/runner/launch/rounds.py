@@ -28,10 +28,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import wait
 from pathlib import Path
-from typing import cast
 
 import numpy as np
-from omegaconf import DictConfig, OmegaConf
 
 from runner.launch import isolation
 from runner.launch.messages import Finished, Ready, Turn, TurnDone
@@ -41,6 +39,7 @@ from runner.measure.stop import Stopped, StopReason, stop_reason
 from runner.measure.timing import Measurement
 from runner.record import naming
 from runner.record.result import Result, Status
+from runner.spec import JobSpec
 
 MIN_ROUNDS_TO_STOP = 8  # runner.report.ratio.MIN_BATCHES: an interval from fewer may look narrow by chance
 QUIET_WAIT_S = 0.05  # after its turn, a worker's threads (a spinning thread pool) may run this long at most
@@ -54,7 +53,7 @@ class _Waiting:
     """A job set up in its worker processes, waiting for its turns; what it reported so far is kept here. Its
     first process records the job; the others (timing.processes) only take turns."""
 
-    cfg: DictConfig
+    spec: JobSpec
     run_dir: Path
     parent_run_id: str | None
     workers: list[isolation.Worker]
@@ -74,10 +73,10 @@ class _Waiting:
         return next((i for i in ((self.taken + k) % count for k in range(count)) if self.turns_left[i]), None)
 
 
-def wanted(cfg: DictConfig) -> bool:
+def wanted(spec: JobSpec) -> bool:
     """True where a job of a sweep is measured in interleaved rounds: in a worker process, with timing.rounds
     above 1. The launcher that runs the sweep on this machine (RoundsLauncher) asks."""
-    return str(cfg.isolation) == "process" and int(cfg.timing.rounds) > 1
+    return spec.isolation == "process" and spec.timing.rounds > 1
 
 
 class Coordinator:
@@ -90,35 +89,37 @@ class Coordinator:
         self.outcomes: dict[Path, Result] = {}
         self.next_round = 1  # rounds are numbered across the whole launch: jobs measured apart share none
 
-    def set_up(self, cfg: DictConfig, run_dir: Path, parent_run_id: str | None) -> Result | None:
+    def set_up(self, spec: JobSpec, run_dir: Path, parent_run_id: str | None) -> Result | None:
         """Start the job's worker and wait until it is set up and warm. Returns None when it waits for its
         turns (measured by `run`), or its record when it ended before (a refused config, a crash)."""
         run_dir = Path(run_dir)
         if self.waiting and not _memory_for_another(self.waiting):
             log.info(f"less than {MEMORY_RESERVE / 2**30:.0f} GiB free: measuring the jobs set up so far")
             self.run()
-        isolation.prepare(cfg, run_dir, parent_run_id)
-        worker = isolation.Worker(cfg, run_dir, turns=True)
+        isolation.prepare(spec, run_dir, parent_run_id)
+        worker = isolation.Worker(spec, run_dir, turns=True)
         worker.start()
         try:
             ready = _receive(worker)
         except KeyboardInterrupt as interrupt:
-            return isolation.complete(cfg, run_dir, parent_run_id, worker.stop(stop_reason(interrupt)))
+            return isolation.complete(spec, run_dir, parent_run_id, worker.stop(stop_reason(interrupt)))
         if ready is None:  # it ended before it was ready
             worker.process.join()
-            return isolation.complete(cfg, run_dir, parent_run_id, worker.recorded(Status.FAILED, worker.exit_reason()))
+            return isolation.complete(
+                spec, run_dir, parent_run_id, worker.recorded(Status.FAILED, worker.exit_reason())
+            )
         assert isinstance(ready, Ready), ready  # a worker's first message
         measurement = Measurement(first_call_s=ready.first_call_s, block_size=ready.block_size)
-        job = _Waiting(cfg, run_dir, parent_run_id, [worker], [ready.rounds], measurement, rounds=ready.rounds)
+        job = _Waiting(spec, run_dir, parent_run_id, [worker], [ready.rounds], measurement, rounds=ready.rounds)
         try:
             for number in range(1, ready.processes):
                 _another_process(job, number, ready.processes)
         except KeyboardInterrupt as interrupt:
             for other in job.workers[1:]:
                 other.dismiss()
-            return isolation.complete(cfg, run_dir, parent_run_id, worker.stop(stop_reason(interrupt)))
+            return isolation.complete(spec, run_dir, parent_run_id, worker.stop(stop_reason(interrupt)))
         self.waiting.append(job)
-        planned = cfg.timing.rounds // len(job.workers) * len(job.workers)  # each process an equal share
+        planned = spec.timing.rounds // len(job.workers) * len(job.workers)  # each process an equal share
         fewer = f" (a block of calls is too long for {planned} in timing.max_time_s)" if job.rounds < planned else ""
         log.debug(
             f"#{run_dir.name}: set up in {len(job.workers)} process{'es' * (len(job.workers) != 1)}; waits for its "
@@ -145,17 +146,17 @@ class Coordinator:
         self.next_round += max(job.rounds for job in jobs)
         for job in jobs:
             result = _finish(job, stopped_by or interrupted)
-            self.outcomes[job.run_dir] = isolation.complete(job.cfg, job.run_dir, job.parent_run_id, result)
+            self.outcomes[job.run_dir] = isolation.complete(job.spec, job.run_dir, job.parent_run_id, result)
         if interrupted:
             raise Stopped(interrupted)
 
 
-def measure_alone(cfg: DictConfig, run_dir: Path) -> Result:
+def measure_alone(spec: JobSpec, run_dir: Path) -> Result:
     """A single run measured as a sweep's job is (its turns over timing.rounds rounds, handed to its timing.processes
     worker processes in rotation), so that it carries an interval over them, as a history's point and `runner
     compare` of two single runs need; returns its record."""
     coordinator = Coordinator()
-    ended = coordinator.set_up(cfg, Path(run_dir), None)
+    ended = coordinator.set_up(spec, Path(run_dir), None)
     if ended is not None:  # refused or crashed before its turns: its record
         return ended
     coordinator.run()
@@ -168,7 +169,7 @@ def _rounds(jobs: list[_Waiting], first_round: int) -> None:
     time left at the pace of the rounds so far."""
     total, progress = max(job.rounds for job in jobs), Every(log)
     turns, taken = sum(job.rounds for job in jobs), 0  # the time left goes by turns: rounds differ in length
-    resolve = float(jobs[0].cfg.timing.get("resolve", 0.0))
+    resolve = jobs[0].spec.timing.resolve
     widest = math.nan
     for index in range(total):
         order = jobs if index % 2 == 0 else jobs[::-1]
@@ -221,37 +222,31 @@ def widest_resolution(jobs: list[_Waiting]) -> float:
     groups: dict[str, list[_Waiting]] = {}
     for job in jobs:
         if job.failed is None and len(job.measurement.samples):
-            groups.setdefault(work(job.cfg), []).append(job)
+            groups.setdefault(work(job.spec), []).append(job)
     widest = math.nan
     for group in (g for g in groups.values() if len(g) > 1):
         columns = [j.measurement.samples for j in group]
         candidates = [
             Timings(((np.asarray(c.seconds), np.asarray(c.rounds), np.asarray(c.processes)),)) for c in columns
         ]
-        for found in versus_fastest(candidates, [configuration(j.cfg) for j in group]):
+        for found in versus_fastest(candidates, [configuration(j.spec) for j in group]):
             if not found.is_baseline:
                 value = math.inf if math.isnan(found.resolution) else found.resolution
                 widest = value if math.isnan(widest) else max(widest, value)
     return widest
 
 
-def work(cfg: DictConfig) -> str:
+def work(spec: JobSpec) -> str:
     """What two jobs must share to be compared (runner.report.comparison.work_key), from the job's flattened config."""
     from runner.report.comparison import work_key  # here: a single run never imports runner.report (pandas)
 
-    config = {k: OmegaConf.to_container(v, resolve=True) if isinstance(v, DictConfig) else v for k, v in cfg.items()}
-    return work_key(naming.flatten({k: v for k, v in config.items() if k != "hydra"}))
+    return work_key(naming.flatten(spec.config))
 
 
-def configuration(cfg: DictConfig) -> str:
+def configuration(spec: JobSpec) -> str:
     """A job's configuration, its seed and timing aside: jobs that share it are replicates (ratio.process_spread)."""
-    aside = ("seed", "timing", "tracking", "hydra")
-    return repr(
-        [
-            (k, OmegaConf.to_container(v, resolve=True) if isinstance(v, DictConfig) else v)
-            for k, v in sorted((k, cfg[k]) for k in cfg if k not in aside)
-        ]
-    )
+    aside = ("seed", "timing", "tracking")
+    return repr(sorted((k, v) for k, v in spec.config.items() if k not in aside))
 
 
 def _another_process(job: _Waiting, number: int, processes: int) -> None:
@@ -259,8 +254,7 @@ def _another_process(job: _Waiting, number: int, processes: int) -> None:
     it takes as many turns as the first (its own calibration may afford another plan). One that ends before it is
     ready is left out: the job then has its other processes' turns only."""
     directory = Path(tempfile.mkdtemp(prefix=f"{job.run_dir.name}.{number}-runner-process-"))  # ps: runner-job-1.1
-    cfg = OmegaConf.merge(job.cfg, {"timing": {"processes": processes}})
-    worker = isolation.Worker(cast(DictConfig, cfg), directory, turns=True)
+    worker = isolation.Worker(job.spec.in_processes(processes), directory, turns=True)
     worker.start()
     try:
         ready = _receive(worker)

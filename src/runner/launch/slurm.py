@@ -39,7 +39,7 @@ from hydra.core.singleton import Singleton
 from hydra.core.utils import JobReturn, JobStatus, filter_overrides
 from hydra_plugins.hydra_submitit_launcher.config import SlurmQueueConf
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLauncher as SubmititSlurmLauncher
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import OmegaConf
 
 from runner.config import first_line
 from runner.launch import cluster_jobs
@@ -53,6 +53,7 @@ from runner.launch.slurm_fit import (
     sweep_mode,
 )
 from runner.launch.slurm_queue import Follower, JobState, quiet_sacct_warnings
+from runner.spec import JobSpec
 
 log = logging.getLogger(__name__)
 
@@ -175,14 +176,14 @@ class SlurmLauncher(SubmititSlurmLauncher):
                 state.extra += f": the job raised {first_line(error)}"
         if returned is not None and state.state in ("COMPLETED", "UNKNOWN_END") and not state.extra:
             return returned
-        run_dir, task_cfg = cluster_jobs.job_config(self.hydra_context, self.config, overrides, index)
-        record_slurm_end(task_cfg, run_dir, state)
+        run_dir, spec = cluster_jobs.job_config(self.hydra_context, self.config, overrides, index)
+        record_slurm_end(spec, run_dir, state)
         return returned or JobReturn(
             overrides=overrides, working_dir=str(run_dir), status=JobStatus.COMPLETED, _return_value=math.nan
         )
 
 
-def record_slurm_end(task_cfg: DictConfig, run_dir: Path, state: JobState) -> None:
+def record_slurm_end(spec: JobSpec, run_dir: Path, state: JobState) -> None:
     """Record a job SLURM ended as FAILED with SLURM's state and reason (runner.launch.cluster_jobs)."""
     context = {"slurm_job_id": state.slurm_job_id} if state.slurm_job_id else {}
-    cluster_jobs.record_ended(task_cfg, run_dir, state.describe(), context)
+    cluster_jobs.record_ended(spec, run_dir, state.describe(), context)

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from multiprocessing.connection import Connection
 
     from runner.measure.timing import Measurement
+    from runner.spec import JobSpec
 
 GRACE_S = 30.0  # after Ctrl-C, how long the worker may take to record its samples
 STORE_WAIT_S = 120.0  # the longest a worker waits for its parent to open the MLflow store before timing
@@ -118,7 +119,7 @@ def start_spare_server(overrides: list[str]) -> None:
 
 
 def worker_main(
-    config: dict, run_dir: str, log_path: str, turns: bool, connection=None, parent: int | None = None
+    spec: JobSpec, run_dir: str, log_path: str, turns: bool, connection=None, parent: int | None = None
 ) -> None:
     """In the worker (spawned, or forked by runner.launch.fork_server whose pid is `parent`): all output to job.log,
     measure, write result.json + tensors.h5."""
@@ -135,12 +136,10 @@ def worker_main(
         assert launcher is not None and launcher.pid is not None, "a spawned worker knows its parent"
         parent = launcher.pid
     _die_with_launcher(parent)
-    from omegaconf import OmegaConf
-
     from runner.measure.job import run_and_record
 
     run_and_record(
-        OmegaConf.create(config),
+        spec,
         Path(run_dir),
         before_timing=lambda: wait_may_time(connection),
         turns=PipeTurns(connection) if turns else None,

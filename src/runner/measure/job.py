@@ -13,7 +13,6 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
-from omegaconf import DictConfig
 
 from runner.config import ConfigError, check_combination, first_line
 from runner.measure.progress import ProgressLine
@@ -27,7 +26,6 @@ from runner.measure.timing import (
     Turns,
 )
 from runner.record import job_record
-from runner.record.naming import job_spec
 from runner.record.result import ERROR_LOG, Result, Status
 from runner.spec import JobSpec
 from runner.tasks import Setup, Task, TaskRun, build_task
@@ -343,16 +341,15 @@ def memory_metrics(backend, device: str) -> dict:
 
 
 def run_and_record(
-    cfg: DictConfig, run_dir: Path, before_timing: Callable[[], object] = lambda: None, turns: Turns | None = None
+    spec: JobSpec, run_dir: Path, before_timing: Callable[[], object] = lambda: None, turns: Turns | None = None
 ) -> Result:
     """Run a job in this process and write its run directory (result.json, tensors.h5), whatever its status.
-    The config is read once, into the job's spec; the combination rules refuse it here, recorded FAILED."""
+    The combination rules refuse its spec here, recorded FAILED."""
     started = time.time()  # MLflow is fed later, from the files: the run's span is recorded here
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    spec = job_spec(cfg)
     try:
-        check_combination(cfg)  # before any framework import
+        check_combination(spec.config)  # before any framework import
         result = run_job(spec, before_timing, turns)
     except ConfigError as error:
         result = Result(status=Status.FAILED, error=str(error))

@@ -299,7 +299,8 @@ def _calibrate_block(timer: _Timer, min_block_s: float, until: float) -> tuple[i
 
 def _warm_up(timer: _Timer, block: int, warmup_s: float, min_calls: int, until: float) -> tuple[int, bool, list[float]]:
     """Calls made warming up, whether warm-up was complete before `until`, and each block's seconds."""
-    calls, start, blocks_s = 0, timer.clock(), []
+    calls, start = 0, timer.clock()
+    blocks_s: list[float] = []
     while calls < min_calls or timer.clock() - start < warmup_s:
         if timer.clock() >= until:
             return calls, False, blocks_s

@@ -96,21 +96,6 @@ def job_spec(cfg: DictConfig) -> JobSpec:
     return JobSpec.of(cfg, copied_keys(cfg))
 
 
-def resolved_keeping_copies(cfg: DictConfig) -> dict:
-    """The resolved config, each copied key still written as its interpolation: for a worker process, which
-    cannot resolve Hydra's resolvers itself yet must still record (copied_keys) which keys copy another."""
-    from omegaconf import OmegaConf
-
-    config = cast(dict, OmegaConf.to_container(cfg, resolve=True, enum_to_str=True))  # a DictConfig's: a dict
-    for key, target in copied_keys(cfg).items():
-        *parents, name = key.split(".")
-        node = config
-        for parent in parents:
-            node = node[parent]
-        node[name] = f"${{{target}}}"
-    return config
-
-
 def _absolute(key: str, dots: str, target: str) -> str:
     """The key a relative interpolation names: `${.x}` a sibling of `key`, each further dot one level up."""
     if not dots:

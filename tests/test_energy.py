@@ -50,9 +50,10 @@ def test_energy_metrics():
 
 
 def test_run_records_energy_or_why_not(make_config, tmp_path):
-    from runner.measure.job import run_and_record as execute
+    from runner.measure.job import run_and_record
+    from runner.record.naming import job_spec
 
-    outcome = execute(make_config("tracking=none", "backend=numpy"), tmp_path)
+    outcome = run_and_record(job_spec(make_config("tracking=none", "backend=numpy")), tmp_path)
     env = outcome.environment
     if "energy_per_call_j" in outcome.metrics:
         assert outcome.metrics["examples_per_j"] > 0 and "energy_source" in env

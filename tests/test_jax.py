@@ -17,7 +17,11 @@ from runner.measure.job import run_and_record
 from runner.record.naming import job_spec
 
 MODES_AND_TASKS = [
-    (mode, task) for mode in ("eager", "function", "xla") for task in ("inference", "gradients", "jacobian")
+    # eager JAX compiles each op at its first call (3-4 s a task on 2 cores): its gradients in the default set, its
+    # inference and jacobian with the heavy set, which CI runs after it
+    pytest.param(mode, task, marks=[pytest.mark.heavy] * (mode == "eager" and task != "gradients"))
+    for mode in ("eager", "function", "xla")
+    for task in ("inference", "gradients", "jacobian")
 ] + [("vectorized_map", "gradients"), ("map_fn", "gradients")]
 
 

@@ -67,9 +67,10 @@ def test_long_matmul_announced_up_front(monkeypatch):
 
 
 def test_check_reference_false_skips_the_reference(make_config, tmp_path):
-    from runner.measure.job import run_and_record as execute
+    from runner.measure.job import run_and_record
+    from runner.record.naming import job_spec
 
-    outcome = execute(make_config("tracking=none", "backend=numpy", "check_reference=false"), tmp_path)
+    outcome = run_and_record(job_spec(make_config("tracking=none", "backend=numpy", "check_reference=false")), tmp_path)
     assert outcome.status == "FINISHED" and "max_abs_err_vs_reference" not in outcome.metrics
-    outcome = execute(make_config("tracking=none", "backend=numpy"), tmp_path)
+    outcome = run_and_record(job_spec(make_config("tracking=none", "backend=numpy")), tmp_path)
     assert "max_abs_err_vs_reference" in outcome.metrics

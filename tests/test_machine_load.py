@@ -24,7 +24,7 @@ def _readings(meter: MachineLoad, seconds: float) -> dict:
     while time.perf_counter() < end:
         meter.read()
         time.sleep(0.02)
-    return meter.metrics()
+    return meter.metrics([])
 
 
 def test_another_process_burning_a_core_is_counted_and_warned_about():
@@ -57,7 +57,7 @@ def test_own_runnable_threads_are_taken_off_and_steal_is_a_share_of_the_interval
     meter.read()
     _fake_proc(tmp_path, running=3, steal=30, total=1200, own_states="RSS")
     meter.read()
-    metrics = meter.metrics()
+    metrics = meter.metrics([])
     assert meter.other_runnable == [3, 2]  # procs_running minus this process's threads in state R
     assert metrics["machine_other_runnable"] == 2.5 and metrics["machine_load_1m"] == 3.5
     assert metrics["machine_steal_pct"] == pytest.approx(100 * 30 / 200)

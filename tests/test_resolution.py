@@ -209,25 +209,21 @@ def test_the_sweep_knows_when_its_comparisons_resolve():
     taken over the comparisons the table will make (same work only; the seeds of one configuration replicates)."""
     from types import SimpleNamespace
 
-    from omegaconf import OmegaConf
-
     from runner.launch.rounds import configuration, widest_resolution, work
     from runner.measure.samples import Samples
 
     def waiting(rng, method: str, seed: int, work_s: float, n_rounds: int, model: str = "ab"):
         seconds, rounds = job(rng, work_s, *the_machine[:, :n_rounds])
-        cfg = OmegaConf.create(
-            {"model": {"name": model, "n": 128, "method": method}, "task": {"name": "inference"}, "batch_size": 32}
-        )
-        cfg.update({"data": {"name": "random"}, "seed": seed, "timing": {"resolve": 0.05}})
+        config = {"model": {"name": model, "n": 128, "method": method}, "task": {"name": "inference"}}
+        config |= {"batch_size": 32, "data": {"name": "random"}, "seed": seed, "timing": {"resolve": 0.05}}
         measurement = SimpleNamespace(samples=Samples({"samples_s": list(seconds), "sample_round": list(rounds)}))
-        return SimpleNamespace(cfg=cfg, failed=None, measurement=measurement)
+        return SimpleNamespace(spec=SimpleNamespace(config=config), failed=None, measurement=measurement)
 
     rng = np.random.default_rng(2)
     the_machine = np.array(machine(rng, 40))  # every job of the sweep meets the same rounds
     jobs = [waiting(rng, m, seed, 1e-4 * (1.1 if m == "b" else 1), 40) for m in "ab" for seed in (0, 1)]
-    assert work(jobs[0].cfg) == work(jobs[3].cfg) and configuration(jobs[0].cfg) == configuration(jobs[1].cfg)
-    assert configuration(jobs[0].cfg) != configuration(jobs[2].cfg)
+    assert work(jobs[0].spec) == work(jobs[3].spec) and configuration(jobs[0].spec) == configuration(jobs[1].spec)
+    assert configuration(jobs[0].spec) != configuration(jobs[2].spec)
     # 40 rounds of 8 blocks resolve under 10%: 2 seeds a configuration know the processes' spread on few degrees
     # of freedom (2, beside PROCESS_SD's 4), which bounds the resolution however many rounds there are
     assert 0 < widest_resolution(jobs) < 0.1

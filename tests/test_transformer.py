@@ -34,6 +34,14 @@ def slow(backend: str, mode: str, task: str) -> bool:
     return backend != "numpy" and (mode in ("xla", "map_fn") or (mode == "eager" and task == "jacobian"))
 
 
+def heavy(backend: str, mode: str, task: str) -> bool:
+    """What CI runs after the default set (-m heavy): the jacobians and the float64 per-example gradients of the
+    compiled TensorFlow and JAX modes, 2-4 s each of tracing on 2 cores. The default set keeps each backend's
+    inference and gradients here, the jacobians of torch and numpy, and every backend's per-example gradients in
+    float32 (test_float32_per_example_gradients_agree_with_the_reference)."""
+    return backend in ("tensorflow", "tnp", "jax") and (task == "jacobian" or mode in PER_EXAMPLE)
+
+
 def small(**changes) -> Transformer:
     sizes = {"layers": 2, "d_model": 16, "heads": 2, "seq_len": 8, "out_features": 3, **changes}
     return Transformer(**sizes)
@@ -140,18 +148,19 @@ def test_torch_path_is_nn_transformer_encoder(causal, dtype, atol):
 
 def combinations() -> list:
     """(backend, mode, task) for every mode each backend's yaml allows: per-example modes with gradients, the
-    others with inference, gradients and jacobian; `slow` ones marked so."""
+    others with inference, gradients and jacobian; `slow` and `heavy` ones marked so."""
     found = []
     for backend in BACKENDS:
         for mode in yaml.safe_load((CONF / "backend" / f"{backend}.yaml").read_text())["modes"]:
             tasks = ["gradients"] if mode in PER_EXAMPLE else ["inference", "gradients", "jacobian"]
             found += [
-                pytest.param(
-                    backend, mode, t, id=f"{backend}-{mode}-{t}", marks=[pytest.mark.slow] * slow(backend, mode, t)
-                )
-                for t in tasks
+                pytest.param(backend, mode, t, id=f"{backend}-{mode}-{t}", marks=marks(backend, mode, t)) for t in tasks
             ]
     return found
+
+
+def marks(backend: str, mode: str, task: str) -> list:
+    return [pytest.mark.slow] if slow(backend, mode, task) else [pytest.mark.heavy] * heavy(backend, mode, task)
 
 
 @pytest.mark.parametrize(("backend", "mode", "task"), combinations())

@@ -194,7 +194,7 @@ def _measure(job: Prepared, before_timing: Callable[[], object], turns: Turns | 
             )
     except (MeasurementInterrupted, MeasurementFailed) as stopped:
         stopped.examples_per_call = job.examples_per_call  # the record's throughput counts real examples
-        stopped.series_metrics = series_metrics(job.series)
+        stopped.series_metrics = series_metrics(job.series, stopped.measurement)
         raise
     first_output, results = cast(tuple[Any, dict], kept)  # what `keep` returned for the first call
     return measurement, first_output, results, meter_note
@@ -241,7 +241,7 @@ def _metrics(job: Prepared, measurement: Measurement, results: dict, first_outpu
 
     metrics = timing_metrics(measurement, job.examples_per_call)
     metrics["load_s"] = job.load_s
-    metrics.update(series_metrics(job.series))
+    metrics.update(series_metrics(job.series, measurement))
     metrics.update(memory_metrics(job.backend, job.device))
     if job.spec.check_reference and job.workload.numpy_reference:
         metrics.update(job.task.agreement(job.setup, job.params_held, job.inputs_held, results))
@@ -373,8 +373,10 @@ def run_and_record(
     return result
 
 
-def series_metrics(series: dict) -> dict[str, float]:
-    return {name: value for one in series.values() for name, value in one.metrics().items()}
+def series_metrics(series: dict, measurement: Measurement) -> dict[str, float]:
+    """Each series' metrics, from its column of the job's samples (every process's)."""
+    columns = measurement.samples.columns
+    return {k: v for name, one in series.items() for k, v in one.metrics(columns.get(name, [])).items()}
 
 
 def stopped_while_timing(

@@ -65,7 +65,7 @@ class MachineLoad(Series):
             self.cpu_times.append((jiffies[7], sum(jiffies)))
         return others
 
-    def metrics(self) -> dict[str, float]:
+    def metrics(self, values: list) -> dict[str, float]:
         """machine_other_runnable (mean), machine_load_1m (mean), machine_steal_pct, machine_cpus."""
         if not self.other_runnable:
             return {}
@@ -108,7 +108,7 @@ class CpuClock(Series):
         mean = sum(self.run_readings) / len(self.run_readings) if self.run_readings else float("nan")
         return [mean] * len(values)
 
-    def metrics(self) -> dict[str, float]:
+    def metrics(self, values: list) -> dict[str, float]:
         return {"cpu_mhz_min": min(self.readings), "cpu_mhz_max": max(self.readings)} if self.readings else {}
 
 

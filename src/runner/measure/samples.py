@@ -52,8 +52,10 @@ class Series:
         """The run of samples is over: its values, revised where the series knows better now."""
         return values
 
-    def metrics(self) -> dict[str, float]:
-        """What the job's record sums up from the series (metrics beside time_median_s)."""
+    def metrics(self, values: list) -> dict[str, float]:
+        """What the job's record sums up from the series (metrics beside time_median_s). `values` is its column over
+        all the job's samples: every process's, where the job was measured in several (timing.processes), where
+        this object saw only this process's."""
         return {}
 
 

@@ -105,6 +105,19 @@ NOTES = (  # what the rows found (the 2-core AMD EPYC VM), kept with the table w
     "given to the hand-written side brings it. The torch rows are under 1 for the reasons parity.py gives (the "
     "runner's functional call on plain tensors against `nn.Sequential`, and against `torch.compile(model)`'s "
     "guards).",
+    "- **On 2026-11-28 the VM ran on an Intel Xeon, and JAX compiled missed by 7-10%.** The call took 30-35 µs, "
+    "not 130 µs, and the row read 1.084, 1.074 and 1.097 (7-9 rounds, load 1.2-1.5). One factor at a time, none "
+    "under 1.05: without the built-in series 1.105; `timing.keep_freed_memory=false` 1.096; `timing.processes=1` "
+    "1.056; `timing.rounds=1 timing.processes=1` 1.097, and the same with the spread check between blocks patched "
+    "out 1.068. Given to the hand-written side, over plain B: the runner's work between blocks (`between`) "
+    "0.999-1.022, glibc's thresholds (`mallopt`) 0.992. In one process the two calls agree: bare blocks of each "
+    "1.002, parity.py's pairs 1.012. The hand-written loop timed inside the runner's worker after its job (from a "
+    "series' end()) read 32.8, 37.4 and 34.6 µs where the runner read 32.9, 38.0 and 39.9 µs, and a fresh process "
+    "32.0, 36.8 and 32.8 µs: the cost is the worker process's, not the runner's call (3 runs, noisy). The kernel's "
+    "counters over 2 s (/proc/self/task/*/status) differ: in B the Python thread and XLA's thread each switched "
+    "~65k times, about half voluntarily; in the worker the Python thread was switched out involuntarily 3 times "
+    "for each time it blocked (41k against 13k), with the same policy, weight, slice, cgroup and one-CPU affinity "
+    "(/proc/self/task/*/sched). Not located.",
     "- A difference found on the way, with no measured effect on these rows: a forked worker's environment is the "
     "launcher's (fork_server._run_worker replaces os.environ), so what the framework's import set in the server "
     "is gone from it (TensorFlow 2.21's import sets TF2_BEHAVIOR, TF_CPP_MIN_LOG_LEVEL, KMP_DUPLICATE_LIB_OK, "
@@ -183,7 +196,7 @@ def hand_loop(backend: str, row: str, idiom: str | None):
     return name, call
 
 
-def time_like_the_runner(call, budget: float) -> dict:
+def time_like_the_runner(call, budget: float, between=None) -> dict:
     """The runner's estimator, without its rounds: first call apart; calibrate a block of >= MIN_BLOCK_S; warm up
     >= WARMUP_S and MIN_WARMUP_CALLS calls; blocks until `budget` after the first call; median seconds per call."""
     clock = time.perf_counter
@@ -217,6 +230,8 @@ def time_like_the_runner(call, budget: float) -> dict:
     samples, cpu[:] = [], []
     while not samples or clock() < deadline:
         samples.append(block(found) / found)
+        if between is not None:
+            between(samples)
     return {"time_median_s": statistics.median(samples), "time_min_s": min(samples), "n_samples": len(samples),
             "cpu_per_call_median_s": statistics.median(cpu), "block": found, "first_call_s": first_call_s}  # fmt: skip
 
@@ -227,7 +242,15 @@ HAND_FACTORS = {  # what a hand-written process may borrow from the runner's wor
     "imports": "the fork server's imports first (the backend module, runner.measure.job, fork_server.JOB_MODULES)",
     "fork": "the imports, then the loop built and timed in a child forked from that process (the fork server's way)",
     "envreset": "the imports, then the environment put back as it was before them (what the forked worker did)",
+    "between": "the runner's work between timed blocks: the samples' spread (runner.measure.timing.rel_iqr), clocks",
 }
+
+
+def runners_work_between_blocks(samples: list[float]) -> None:
+    from runner.measure.timing import rel_iqr
+
+    time.time(), time.process_time()
+    rel_iqr(samples)
 
 
 def hand(backend: str, row: str, idiom: str | None, budget: float, factors: list[str], threads: int = 0) -> int:
@@ -257,7 +280,10 @@ def hand(backend: str, row: str, idiom: str | None, budget: float, factors: list
         if pid:
             return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
     name, call = hand_loop(backend, row, idiom)
-    result = time_like_the_runner(call, budget)
+    between = runners_work_between_blocks if "between" in factors else None
+    if between is not None:
+        sys.path.insert(0, str(ROOT / "src"))
+    result = time_like_the_runner(call, budget, between)
     print("HAND " + json.dumps({**result, "idiom": name}), flush=True)
     if "fork" in factors:
         os._exit(0)

@@ -390,7 +390,7 @@ def main(argv: list[str]) -> int:
     import parity
 
     from runner.backends import jax_backend
-    from runner.measure.timing import keep_freed_memory
+    from runner.measure.malloc import keep_freed_memory
 
     if args.threads:
         jax_backend.set_threads(args.threads)

@@ -365,7 +365,7 @@ def worker(backend: str, device: str, rows: list[str], budget: float) -> int:
     """Measure one backend's rows in this process; one JSON line per row on stdout: ROW with its result, or FAILED
     with the error, the other rows measured all the same. Before each row an AT line names it, so that a worker
     that dies says where. 1 when a row failed, else 0."""
-    from runner.measure.timing import keep_freed_memory
+    from runner.measure.malloc import keep_freed_memory
 
     keep_freed_memory()  # what run_job does: both sides measured in the same allocator regime
     loops = LOOPS[backend](device)

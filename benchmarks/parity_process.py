@@ -52,9 +52,11 @@ THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"
 NOTES = (  # what the rows found (the 2-core AMD EPYC VM), kept with the table when it is regenerated
     "What this found (numbers from the runs named; the per-round lines are what the script prints):",
     "",
-    "- **At load 1.0-1.4 every row but JAX compiled is within 1.05.** The table above (2026-11-27 13:11) and two "
-    "more runs of the whole table or of one backend that day: numpy 1.032, 1.036 and 1.030; TensorFlow eager "
-    "1.004 and 1.048. At load 8.4 falling to 1.4 the night before they read 1.065 and 1.064.",
+    "- **On the AMD EPYC VM at load 1.0-1.4 every row but JAX compiled was within 1.05.** The table of 2026-11-27 "
+    "13:11: numpy 1.032, torch 0.945 and 0.822, TensorFlow 1.004 and 0.998, JAX 1.014 and 1.055; two more runs of "
+    "the whole table or of one backend that day: numpy 1.036 and 1.030, TensorFlow eager 1.048. At load 8.4 falling "
+    "to 1.4 the night before numpy and TensorFlow eager read 1.065 and 1.064. On the Intel Xeon VM of 2026-11-28 "
+    "(the table above) TensorFlow eager read 1.142 and JAX compiled 1.086.",
     "- **Default threads cannot be compared process to process on this machine at load 4-10.** With the "
     "frameworks' own 2 threads on 2 shared cores, the same torch eager step took 0.51 ms in one `run.py` and 80 "
     "ms a call in the next three (`timing.fixed_layout=false`, `timing.rounds=1`, `isolation=inline`), and 54 ms "
@@ -117,7 +119,20 @@ NOTES = (  # what the rows found (the 2-core AMD EPYC VM), kept with the table w
     "counters over 2 s (/proc/self/task/*/status) differ: in B the Python thread and XLA's thread each switched "
     "~65k times, about half voluntarily; in the worker the Python thread was switched out involuntarily 3 times "
     "for each time it blocked (41k against 13k), with the same policy, weight, slice, cgroup and one-CPU affinity "
-    "(/proc/self/task/*/sched). Not located.",
+    "(/proc/self/task/*/sched). Part of it is the depth of the stack the calls are made from (next).",
+    "- **A JAX call costs more the deeper the Python stack it is made from, and the worker made its calls 17 frames "
+    "deep.** jaxlib records the caller's traceback at every call (`jaxlib._jax.tracebacks_enabled()`, on by "
+    "default). In one process (2026-11-28, 8 rounds), the hand-written jitted MLP gradients called 40 frames deep "
+    "took 1.113 of the same calls made at the top; with the tracebacks off, 0.978 and 0.975 at either depth. "
+    "TensorFlow's eager step took 1.045 and 1.024 there, its tf.function 1.024, torch's eager step 1.015 and JAX's "
+    "eager one 1.011. The runner now times the calls of a backend whose yaml says `records_caller_stack` (JAX) from "
+    "a thread of their own, 7 frames deep. In the same rounds process to process: the worker's blocks moved to such "
+    "a thread (by a sitecustomize) 1.046 against 1.125 as it was; the change itself 1.061 against 1.105 for the "
+    "commit before it (9 rounds each, single rounds 0.95-1.50 at load 1.2-1.5). In one process, measure() called "
+    "10 frames deep against the same call in a bare loop at the top: 1.068 on the main thread, 1.048 on its own "
+    "thread, and 1.020 in a second run (1.011 with the spread check between blocks taken out). The rest of JAX "
+    "compiled's excess (1.086 in the table) is not located. The rows spread more on this day's VM than on the AMD "
+    "EPYC one: TensorFlow eager reads 1.142 in the table, 1.004 the day before.",
     "- A difference found on the way, with no measured effect on these rows: a forked worker's environment is the "
     "launcher's (fork_server._run_worker replaces os.environ), so what the framework's import set in the server "
     "is gone from it (TensorFlow 2.21's import sets TF2_BEHAVIOR, TF_CPP_MIN_LOG_LEVEL, KMP_DUPLICATE_LIB_OK, "
@@ -238,7 +253,7 @@ def time_like_the_runner(call, budget: float, between=None) -> dict:
 
 HAND_FACTORS = {  # what a hand-written process may borrow from the runner's worker, one factor at a time
     "setarch": "started under `setarch -R` (address-space randomization off, as timing.fixed_layout)",
-    "mallopt": "glibc's thresholds fixed first (runner.measure.timing.keep_freed_memory, timing.keep_freed_memory)",
+    "mallopt": "glibc's thresholds fixed first (runner.measure.malloc.keep_freed_memory, timing.keep_freed_memory)",
     "imports": "the fork server's imports first (the backend module, runner.measure.job, fork_server.JOB_MODULES)",
     "fork": "the imports, then the loop built and timed in a child forked from that process (the fork server's way)",
     "envreset": "the imports, then the environment put back as it was before them (what the forked worker did)",
@@ -259,7 +274,7 @@ def hand(backend: str, row: str, idiom: str | None, budget: float, factors: list
         os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:threads])
     if "mallopt" in factors:
         sys.path.insert(0, str(ROOT / "src"))
-        from runner.measure.timing import keep_freed_memory
+        from runner.measure.malloc import keep_freed_memory
 
         keep_freed_memory()
     if {"imports", "fork", "envreset"} & set(factors):

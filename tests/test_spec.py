@@ -27,6 +27,13 @@ def test_the_spec_holds_typed_timing_and_plain_settings():
     assert spec.data_settings["dataset"] == "images"  # the schema's default
 
 
+@pytest.mark.parametrize("backend", ["numpy", "torch", "tensorflow", "tnp", "jax"])
+def test_jax_alone_declares_that_its_calls_record_the_callers_stack(backend):
+    """What makes a job time its calls from a thread of their own (runner.measure.timing.measure's own_thread):
+    the backend's yaml, not a probe of the module."""
+    assert JobSpec.of(compose([f"backend={backend}"])).records_caller_stack is (backend == "jax")
+
+
 def test_a_combination_known_wrong_is_refused_from_the_plain_settings_as_from_the_config():
     cfg = compose(["model=transformer", "backend=jax", "task=jacobian"])
     for model in (cfg.model, JobSpec.of(cfg).model_settings):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import fields, replace
 
@@ -27,7 +28,7 @@ from runner.measure.timing import (
 FORWARD_PASS_FAULTS = """
 import resource, sys
 import numpy as np
-from runner.measure.timing import keep_freed_memory
+from runner.measure.malloc import keep_freed_memory
 if sys.argv[1] == "keep":
     assert keep_freed_memory()
 def call():  # like a forward pass: ten 8 MiB activations alive at once, all freed at the end
@@ -189,6 +190,64 @@ def test_interrupt_keeps_samples():
     # what was measured before Ctrl-C survives: calls 4 to 20 (after the first, calibration's and warm-up's)
     assert len(caught.value.measurement.samples_s) == 17
     assert caught.value.measurement.stopped_by == "interrupted"
+
+
+def _depth() -> int:
+    frame, depth = sys._getframe(1), 0
+    while frame is not None:
+        frame, depth = frame.f_back, depth + 1
+    return depth
+
+
+def _called_at_depth(depth: int, fn):
+    return fn() if depth == 0 else _called_at_depth(depth - 1, fn)
+
+
+@pytest.mark.parametrize("own_thread", [True, False])
+def test_own_thread_times_the_calls_from_a_stack_as_shallow_as_a_scripts(own_thread):
+    """jaxlib records the caller's Python stack at every call, at a cost that grows with its depth: from the runner's
+    worker (17 frames deep) an MLP's jitted gradients took 1.12 of a script's time, from a thread of their own 1.05
+    (BENCHMARKS.md, parity process to process). With own_thread the blocks after the first call run on that thread."""
+    clock, calls = FakeClock(), []
+    step = clock.step(0.001)
+
+    def fn():
+        calls.append((threading.current_thread(), _depth()))
+        step()
+
+    _called_at_depth(100, lambda: measure(fn, lambda: None, QUICK, clock=clock, own_thread=own_thread))
+    (first_thread, first_depth), later = calls[0], calls[1:]
+    assert first_thread is threading.main_thread() and first_depth > 100  # the first call is the caller's
+    assert len(later) > 10
+    if own_thread:
+        assert all(thread is not threading.main_thread() and depth < 15 for thread, depth in later)
+    else:
+        assert all(thread is threading.main_thread() and depth > 100 for thread, depth in later)
+
+
+def test_a_call_failing_or_interrupted_on_its_own_thread_ends_the_measurement_with_its_samples():
+    clock = FakeClock()
+    step = clock.step(0.001)
+
+    def failing():
+        if step() > 20:
+            raise RuntimeError("out of memory")
+
+    settings = replace(QUICK, min_repeats=100, max_time_s=10, target_rel_iqr=0.0)
+    with pytest.raises(MeasurementFailed) as failed:
+        measure(failing, lambda: None, settings, clock=clock, own_thread=True)
+    assert len(failed.value.measurement.samples_s) == 17 and failed.value.measurement.stopped_by == "failed"
+    assert isinstance(failed.value.__cause__, RuntimeError)
+
+    step = clock.step(0.001)
+
+    def interrupted():
+        if step() > 20:
+            raise KeyboardInterrupt
+
+    with pytest.raises(MeasurementInterrupted) as caught:
+        measure(interrupted, lambda: None, settings, clock=clock, own_thread=True)
+    assert len(caught.value.measurement.samples_s) == 17
 
 
 def test_the_real_clock_times_real_calls():

@@ -51,6 +51,9 @@ class BackendConfig:
     devices: list[str] = MISSING  # besides "auto", which every backend resolves
     modes: list[str] = MISSING
     ops: list[str] = MISSING  # op families: dense, conv, layout
+    # every call records the caller's Python stack (jaxlib's tracebacks), at a cost that grows with its depth: the
+    # runner times such calls from a thread of their own, as shallow as a script's (runner.measure.timing.measure)
+    records_caller_stack: bool = False
 
 
 @dataclass

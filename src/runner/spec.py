@@ -32,6 +32,7 @@ class JobSpec:
     precision: str  # conf/precision/NAME.yaml (runner.precision): float32 matmul precision, mixed-precision policy
     backend_module: str  # the module implementing the backend (conf/backend/NAME.yaml `module:`)
     per_example: bool  # the mode computes one result per example (conf/mode/NAME.yaml)
+    records_caller_stack: bool  # the backend's calls record the caller's stack (conf/backend/NAME.yaml)
     batch_size: int
     seed: int
     threads: int | None
@@ -53,6 +54,7 @@ class JobSpec:
             precision=str(cfg.precision.name),
             backend_module=str(cfg.backend.module),
             per_example=bool(cfg.mode.per_example),
+            records_caller_stack=bool(cfg.backend.records_caller_stack),
             batch_size=int(cfg.batch_size),
             seed=int(cfg.seed),
             threads=None if cfg.threads is None else int(cfg.threads),

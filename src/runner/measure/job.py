@@ -82,8 +82,8 @@ def _run_job(spec: JobSpec, before_timing: Callable[[], object], turns: Turns | 
 def _prepare(spec: JobSpec, progress: ProgressLine) -> Prepared:
     from runner.measure import limits
     from runner.measure.data import load_inputs, place_input
+    from runner.measure.malloc import keep_freed_memory
     from runner.measure.samples import build_series
-    from runner.measure.timing import keep_freed_memory
     from runner.models import build_workload, check_known_wrong
 
     c = spec.choices()
@@ -191,6 +191,7 @@ def _measure(job: Prepared, before_timing: Callable[[], object], turns: Turns | 
                 energy=meter,
                 turns=turns,
                 series=job.series,
+                own_thread=job.spec.records_caller_stack,
             )
     except (MeasurementInterrupted, MeasurementFailed) as stopped:
         stopped.examples_per_call = job.examples_per_call  # the record's throughput counts real examples

@@ -7,9 +7,9 @@ overhead stays far below 0.1% of what is measured. Every block gives one sample:
 
 from __future__ import annotations
 
-import ctypes
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields
 from typing import Protocol
 
@@ -26,8 +26,6 @@ LONG_BLOCK_S = 0.05
 REWARM_S = 0.005  # at most this long (at least one block): the turn's fastest sample discounts a slow first block
 MIN_ROUNDS, TURN_BLOCKS = 8, 8  # rounds (ratio.MIN_BATCHES), and blocks a turn where the budget allows both
 PROCESS_TURNS = 16  # turns' worth of time each of a job's processes must get (affordable_processes)
-M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters (malloc.h)
-MMAP_THRESHOLD_MAX = 32 * 2**20  # glibc's ceiling for M_MMAP_THRESHOLD on 64-bit machines
 
 Clock = Callable[[], float]  # seconds from any fixed point: time.perf_counter, or a test's fake clock
 
@@ -166,6 +164,7 @@ def measure(
     turns: Turns | None = None,
     series: dict[str, Series] | None = None,
     clock: Clock = time.perf_counter,
+    own_thread: bool = False,
 ) -> tuple[Measurement, object]:
     """Time `fn` as `settings` say; returns the measurement and keep(output of the first call).
 
@@ -179,20 +178,18 @@ def measure(
     affordable_rounds) handed out by a coordinator, each a short re-warm and then samples; the turns share
     what calibration and warm-up left of max_time_s, as the single sampling phase does without `turns`; a job
     measured in several settings.processes takes its share of the rounds and of that time in each.
-    Each of `series` adds a value to every sample (runner.measure.samples); `clock` times and stops everything."""
+    Each of `series` adds a value to every sample (runner.measure.samples); `clock` times and stops everything.
+    With `own_thread` the blocks run on a thread of their own, as shallow as a script's: jaxlib records the caller's
+    stack at every call, at a cost that grows with its depth (a job's worker calls 17 frames deep; that thread 7)."""
     s = settings
-    _phase(progress, "first call (tracing, compilation)")
-    sync()
-    start = clock()
-    first_output = fn()
-    sync()
-    measurement = Measurement(first_call_s=clock() - start)
-    first_output = keep(first_output)
+    measurement, first_output = _first_call(fn, sync, clock, keep, progress)
     start = clock()
     warm_until, deadline = start + s.max_time_s / 2, start + s.max_time_s
+    timer = _Timer(
+        fn, sync, clock, ThreadPoolExecutor(1, thread_name_prefix="runner-timed-calls") if own_thread else None
+    )
     try:
         _phase(progress, "warm-up")
-        timer = _Timer(fn, sync, clock)
         block, calibrated, block_s = _calibrate_block(timer, s.min_block_s, warm_until)
         measurement.warmup_calls, warmed, blocks_s = _warm_up(timer, block, s.warmup_s, s.min_warmup_calls, warm_until)
         # the plan of turns reads a typical block: one preempted calibration block once cost a job its other processes
@@ -211,7 +208,20 @@ def measure(
     except Exception as error:
         measurement.stopped_by = "failed"
         raise MeasurementFailed(measurement) from error
+    finally:
+        if timer.thread is not None:  # not waiting: an interrupted block ends on its own
+            timer.thread.shutdown(wait=False)
     return measurement, first_output
+
+
+def _first_call(fn: Callable[[], object], sync: Callable[[], None], clock: Clock, keep, progress) -> tuple:
+    """(Measurement with the first call's seconds, keep(its output)): on the caller's thread, tracing and all."""
+    _phase(progress, "first call (tracing, compilation)")
+    sync()
+    start = clock()
+    first_output = fn()
+    sync()
+    return Measurement(first_call_s=clock() - start), keep(first_output)
 
 
 def rewarm(warmup_s: float, rounds: int, block_s: float) -> float:
@@ -266,14 +276,20 @@ def _take_turns(
 
 @dataclass
 class _Timer:
-    """The step, its device sync and the clock: times blocks of calls."""
+    """The step, its device sync and the clock: times blocks of calls, on `thread` where one is given."""
 
     fn: Callable[[], object]
     sync: Callable[[], None]
     clock: Clock
+    thread: ThreadPoolExecutor | None = None
 
     def block(self, calls: int) -> float:
         """Seconds for `calls` calls, the device synced at both clock reads."""
+        if self.thread is not None:
+            return self.thread.submit(self._block, calls).result()
+        return self._block(calls)
+
+    def _block(self, calls: int) -> float:
         self.sync()
         start = self.clock()
         for _ in range(calls):
@@ -358,22 +374,6 @@ class _Sampling:
 def rel_iqr(samples: list[float]) -> float:
     q25, median, q75 = np.percentile(samples, [25, 50, 75])
     return float((q75 - q25) / median) if median > 0 else float("inf")
-
-
-def keep_freed_memory() -> bool:
-    """Stop glibc from handing freed memory back to the OS between timed calls.
-
-    By default glibc trims the heap as soon as its top has 128 KiB free and serves large blocks with
-    fresh mmaps, under a threshold that moves with what the process freed before. A workload that
-    allocates its activations on every call then pays page faults on every call, or not, depending on
-    the process's history (BENCHMARKS.md, what this suite found: torch resnet50 on 2 cores). Fixed
-    thresholds make every run time the steady state. Blocks above 32 MiB
-    (glibc's ceiling) are still mmapped. Returns False where the C library has no mallopt (not glibc).
-    """
-    mallopt = getattr(ctypes.CDLL(None), "mallopt", None)
-    if mallopt is None:
-        return False
-    return bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_MAX)) and bool(mallopt(M_TRIM_THRESHOLD, 2**30))
 
 
 def _phase(progress: ProgressLine | None, name: str) -> None:

@@ -214,7 +214,13 @@ def measure(
     return measurement, first_output
 
 
-def _first_call(fn: Callable[[], object], sync: Callable[[], None], clock: Clock, keep, progress) -> tuple:
+def _first_call(
+    fn: Callable[[], object],
+    sync: Callable[[], None],
+    clock: Clock,
+    keep: Callable[[object], object],
+    progress: ProgressLine | None,
+) -> tuple[Measurement, object]:
     """(Measurement with the first call's seconds, keep(its output)): on the caller's thread, tracing and all."""
     _phase(progress, "first call (tracing, compilation)")
     sync()

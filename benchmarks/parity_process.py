@@ -133,6 +133,14 @@ NOTES = (  # what the rows found (the 2-core AMD EPYC VM), kept with the table w
     "thread, and 1.020 in a second run (1.011 with the spread check between blocks taken out). The rest of JAX "
     "compiled's excess (1.086 in the table) is not located. The rows spread more on this day's VM than on the AMD "
     "EPYC one: TensorFlow eager reads 1.142 in the table, 1.004 the day before.",
+    "- **TensorFlow eager on 2026-11-28: 1.10-1.16, steadily, whatever the rounds.** 7 rounds, the same ones: "
+    "`run.py` 1.103 (1.088-1.122), `timing.processes=1` 1.107, `timing.rounds=1 timing.processes=1` 1.156. In one "
+    "process (`parity.py`) the runner's call and the hand-written one read 1.010 in pairs, while `run_job`'s "
+    "median of the same call was 980 µs against 921 µs paired. Part of that was the loop's own spread check: "
+    "timed by measure() against a bare loop in one process (16 rounds), TensorFlow eager read 1.048 with numpy's "
+    "percentile after every block, 1.019 with no check; JAX compiled 1.039 and 1.017. The loop now reads the "
+    "quartiles from its samples kept in order (1.023 and 1.015). A sweep's turns never check the spread, so the "
+    "rows above, which `run.py`'s rounds measure, do not move with it; their excess is not located.",
     "- A difference found on the way, with no measured effect on these rows: a forked worker's environment is the "
     "launcher's (fork_server._run_worker replaces os.environ), so what the framework's import set in the server "
     "is gone from it (TensorFlow 2.21's import sets TF2_BEHAVIOR, TF_CPP_MIN_LOG_LEVEL, KMP_DUPLICATE_LIB_OK, "
@@ -262,7 +270,7 @@ HAND_FACTORS = {  # what a hand-written process may borrow from the runner's wor
 
 
 def runners_work_between_blocks(samples: list[float]) -> None:
-    from runner.measure.timing import rel_iqr
+    from runner.measure.samples import rel_iqr
 
     time.time(), time.process_time()
     rel_iqr(samples)

@@ -125,3 +125,22 @@ class Samples:
     def tensors(self) -> dict[str, np.ndarray]:
         """tensors.h5 `timings/`: one dataset per column."""
         return {f"timings/{name}": np.asarray(values) for name, values in self.columns.items()}
+
+
+def rel_iqr(samples: list[float]) -> float:
+    q25, median, q75 = np.percentile(samples, [25, 50, 75])
+    return float((q75 - q25) / median) if median > 0 else float("inf")
+
+
+def ordered_rel_iqr(ordered: list[float]) -> float:
+    """rel_iqr of samples already in ascending order, in plain Python: what the loop computes between blocks, where
+    numpy's percentile cost TensorFlow's eager step 2.5% of its time (BENCHMARKS.md, parity process to process)."""
+
+    def percentile(q: float) -> float:  # numpy's default (linear) interpolation
+        position = (len(ordered) - 1) * q
+        low = int(position)
+        high = min(low + 1, len(ordered) - 1)
+        return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+    median = percentile(0.5)
+    return (percentile(0.75) - percentile(0.25)) / median if median > 0 else float("inf")

@@ -7,6 +7,7 @@ overhead stays far below 0.1% of what is measured. Every block gives one sample:
 
 from __future__ import annotations
 
+import bisect
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -17,7 +18,7 @@ import numpy as np
 
 from runner.config import TimingConfig
 from runner.measure.progress import SAMPLING, ProgressLine
-from runner.measure.samples import Samples, Series, typical_s
+from runner.measure.samples import Samples, Series, ordered_rel_iqr, rel_iqr, typical_s
 
 NOISY_REL_IQR = 0.1  # above this IQR/median the result is flagged as noisy
 # A turn starts with a re-warm (at least one block) unless its block is longer than this: the first block after
@@ -348,6 +349,7 @@ class _Sampling:
         """Samples until the deadline, or until their spread is small (`spread_stops`; not in a turn of the rounds)."""
         m, block = self.measurement, self.measurement.block_size
         taken, start = len(m.samples), self.timer.clock()
+        ordered: list[float] = []  # this run's samples in ascending order, for the spread
         for series in self.series.values():
             series.start()
         self.timer.sync()
@@ -361,10 +363,11 @@ class _Sampling:
             elapsed = self.timer.clock() - start
             if self.progress is not None:
                 self.progress(m.samples_s, elapsed)
-            enough = spread_stops and len(m.samples) - taken >= self.min_repeats
-            if enough and rel_iqr(m.samples_s[taken:]) <= self.target_rel_iqr:
-                m.stopped_by = "spread"
-                break
+            if spread_stops:
+                bisect.insort(ordered, seconds)
+                if len(ordered) >= self.min_repeats and ordered_rel_iqr(ordered) <= self.target_rel_iqr:
+                    m.stopped_by = "spread"
+                    break
             if self.timer.clock() >= deadline:
                 m.stopped_by = "time cap"
                 break
@@ -375,11 +378,6 @@ class _Sampling:
             m.energy_j = None if self.energy_unread or joules is None else (m.energy_j or 0.0) + joules
         for name, series in self.series.items():
             m.samples.revise(name, taken, series.end(m.samples.columns[name][taken:]))
-
-
-def rel_iqr(samples: list[float]) -> float:
-    q25, median, q75 = np.percentile(samples, [25, 50, 75])
-    return float((q75 - q25) / median) if median > 0 else float("inf")
 
 
 def _phase(progress: ProgressLine | None, name: str) -> None:

@@ -140,7 +140,11 @@ NOTES = (  # what the rows found (the 2-core AMD EPYC VM), kept with the table w
     "timed by measure() against a bare loop in one process (16 rounds), TensorFlow eager read 1.048 with numpy's "
     "percentile after every block, 1.019 with no check; JAX compiled 1.039 and 1.017. The loop now reads the "
     "quartiles from its samples kept in order (1.023 and 1.015). A sweep's turns never check the spread, so the "
-    "rows above, which `run.py`'s rounds measure, do not move with it; their excess is not located.",
+    "rows above, which `run.py`'s rounds measure, do not move with it. One factor at a time (5 rounds): a worker "
+    "spawned with a random layout (`timing.fixed_layout=false`) 1.121, no worker (`isolation=inline`) 1.151, the "
+    "hand-written side under `setarch -R` 0.999; the blocks timed from a thread of their own (a sitecustomize, 7 "
+    "rounds) 1.103 against 1.144, with the fastest block at 0.992. A's samples are alike at every position in a "
+    "turn and in each of its processes. Every runner side carries the excess; it is not located.",
     "- A difference found on the way, with no measured effect on these rows: a forked worker's environment is the "
     "launcher's (fork_server._run_worker replaces os.environ), so what the framework's import set in the server "
     "is gone from it (TensorFlow 2.21's import sets TF2_BEHAVIOR, TF_CPP_MIN_LOG_LEVEL, KMP_DUPLICATE_LIB_OK, "

@@ -11,6 +11,7 @@ sweep's interleaved rounds and reach tensors.h5 as `timings/NAME` (seconds where
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 
 import numpy as np
 
@@ -127,9 +128,9 @@ class Samples:
         return {f"timings/{name}": np.asarray(values) for name, values in self.columns.items()}
 
 
-def rel_iqr(samples: list[float]) -> float:
-    q25, median, q75 = np.percentile(samples, [25, 50, 75])
-    return float((q75 - q25) / median) if median > 0 else float("inf")
+def rel_iqr(samples: Iterable[float]) -> float:
+    """IQR over median of the samples (numpy's linear percentiles); inf where the median is 0."""
+    return ordered_rel_iqr(sorted(samples))
 
 
 def ordered_rel_iqr(ordered: list[float]) -> float:
@@ -143,4 +144,4 @@ def ordered_rel_iqr(ordered: list[float]) -> float:
         return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
     median = percentile(0.5)
-    return (percentile(0.75) - percentile(0.25)) / median if median > 0 else float("inf")
+    return float((percentile(0.75) - percentile(0.25)) / median) if median > 0 else float("inf")

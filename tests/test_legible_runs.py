@@ -5,8 +5,12 @@ that show what a sweep varies within the ~16 characters a runs list shows."""
 
 from __future__ import annotations
 
-import pandas as pd
+import copy
 
+import pandas as pd
+from omegaconf import OmegaConf
+
+from runner.config import compose
 from runner.record.naming import case, run_name, run_params
 from runner.record.result import Result, Status
 from runner.tracking.run_page import note_content
@@ -81,6 +85,17 @@ def test_params_read_as_words_and_the_case_key_stays_what_it_was():
     key, name = case(CONFIG, COPIED)
     assert key == "a2591e041f12d98a"
     assert name == "torch-mlp-train_step(adam)-eager-cpu-float32 batch_size=32"
+
+
+def test_what_a_backend_declares_is_no_param_and_leaves_the_case_key_as_it_was():
+    """backend.records_caller_stack (added with JAX's timing thread) is data about the backend, as backend.dtypes is:
+    a run's params and its history's case key leave it out, so runs recorded before it stay one case with later ones."""
+    config = OmegaConf.to_container(compose(["backend=jax"]), resolve=True)
+    before = copy.deepcopy(config)
+    del before["backend"]["records_caller_stack"]
+    assert config["backend"]["records_caller_stack"] is True
+    assert not [k for k in run_params(config, ()) if k.startswith("backend.") and k != "backend.name"]
+    assert case(config, ()) == case(before, ())
 
 
 def _trained(convention: str, **metrics: float) -> Result:

@@ -10,7 +10,7 @@ import importlib
 import math
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from enum import Enum, StrEnum
 from pathlib import Path
 from typing import Any, cast
@@ -168,7 +168,8 @@ def compose(overrides: list[str], config_dir: Path = CONFIG_DIR, return_hydra_co
 
 MODEL_META_KEYS = ("_target_", "name", "supports", "pretrained", "weights")  # not constructor arguments
 # What a backend, mode or model can do: data for the rules, not a parameter of the run.
-CAPABILITY_KEYS = ("backend.module", "backend.dtypes", "backend.devices", "backend.modes", "backend.ops")
+# A backend's node is all such data but its name (module, dtypes, ..., records_caller_stack): no param, no case key.
+CAPABILITY_KEYS = tuple(f"backend.{f.name}" for f in fields(BackendConfig) if f.name != "name")
 CAPABILITY_PREFIXES = ("mode.per_example", "model.supports", "model._target_", "precision.supports")
 
 

@@ -269,7 +269,7 @@ HAND_FACTORS = {  # what a hand-written process may borrow from the runner's wor
     "imports": "the fork server's imports first (the backend module, runner.measure.job, fork_server.JOB_MODULES)",
     "fork": "the imports, then the loop built and timed in a child forked from that process (the fork server's way)",
     "envreset": "the imports, then the environment put back as it was before them (what the forked worker did)",
-    "between": "the runner's work between timed blocks: the samples' spread (runner.measure.timing.rel_iqr), clocks",
+    "between": "the runner's work between timed blocks: the samples' spread (runner.measure.samples.rel_iqr), clocks",
 }
 
 

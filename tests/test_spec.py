@@ -28,10 +28,12 @@ def test_the_spec_holds_typed_timing_and_plain_settings():
 
 
 @pytest.mark.parametrize("backend", ["numpy", "torch", "tensorflow", "tnp", "jax"])
-def test_jax_alone_declares_that_its_calls_record_the_callers_stack(backend):
+def test_jax_and_tensorflows_backends_declare_that_their_calls_record_the_callers_stack(backend):
     """What makes a job time its calls from a thread of their own (runner.measure.timing.measure's own_thread):
-    the backend's yaml, not a probe of the module."""
-    assert JobSpec.of(compose([f"backend={backend}"])).records_caller_stack is (backend == "jax")
+    the backend's yaml, not a probe of the module. numpy and torch record no stack; their calls stay on the job's
+    thread."""
+    records = backend in ("tensorflow", "tnp", "jax")
+    assert JobSpec.of(compose([f"backend={backend}"])).records_caller_stack is records
 
 
 def test_a_combination_known_wrong_is_refused_from_the_plain_settings_as_from_the_config():

@@ -10,13 +10,13 @@ from __future__ import annotations
 import bisect
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields
 from typing import Protocol
 
 import numpy as np
 
 from runner.config import TimingConfig
+from runner.measure.blocks import Clock, Timer, warm_up, warmed_block
 from runner.measure.progress import SAMPLING, ProgressLine
 from runner.measure.samples import Samples, Series, ordered_rel_iqr, rel_iqr, typical_s
 
@@ -27,8 +27,6 @@ LONG_BLOCK_S = 0.05
 REWARM_S = 0.005  # at most this long (at least one block): the turn's fastest sample discounts a slow first block
 MIN_ROUNDS, TURN_BLOCKS = 8, 8  # rounds (ratio.MIN_BATCHES), and blocks a turn where the budget allows both
 PROCESS_TURNS = 16  # turns' worth of time each of a job's processes must get (affordable_processes)
-
-Clock = Callable[[], float]  # seconds from any fixed point: time.perf_counter, or a test's fake clock
 
 
 _TIMING = TimingConfig()  # the timing.* defaults: one owner, runner.config
@@ -180,19 +178,18 @@ def measure(
     what calibration and warm-up left of max_time_s, as the single sampling phase does without `turns`; a job
     measured in several settings.processes takes its share of the rounds and of that time in each.
     Each of `series` adds a value to every sample (runner.measure.samples); `clock` times and stops everything.
-    With `own_thread` the blocks run on a thread of their own, as shallow as a script's: jaxlib records the caller's
-    stack at every call, at a cost that grows with its depth (a job's worker calls 17 frames deep; that thread 7)."""
+    With `own_thread` the calls after the first run on a thread of their own, as shallow as a script's: some frameworks
+    record the caller's stack at every call, at a cost that grows with its depth (a job's worker calls 17 frames deep;
+    that thread 8). Each stretch of blocks (calibration and warm-up, the sampling, a turn) is one thread's work."""
     s = settings
     measurement, first_output = _first_call(fn, sync, clock, keep, progress)
     start = clock()
     warm_until, deadline = start + s.max_time_s / 2, start + s.max_time_s
-    timer = _Timer(
-        fn, sync, clock, ThreadPoolExecutor(1, thread_name_prefix="runner-timed-calls") if own_thread else None
-    )
+    timer = Timer(fn, sync, clock, own_thread)
     try:
         _phase(progress, "warm-up")
-        block, calibrated, block_s = _calibrate_block(timer, s.min_block_s, warm_until)
-        measurement.warmup_calls, warmed, blocks_s = _warm_up(timer, block, s.warmup_s, s.min_warmup_calls, warm_until)
+        found, warm = timer.run(warmed_block, timer, s.min_block_s, s.warmup_s, s.min_warmup_calls, warm_until)
+        (block, calibrated, block_s), (measurement.warmup_calls, warmed, blocks_s) = found, warm
         # the plan of turns reads a typical block: one preempted calibration block once cost a job its other processes
         block_s = float(np.median([block_s, *blocks_s]))
         measurement.block_size = block
@@ -200,7 +197,7 @@ def measure(
         _phase(progress, SAMPLING)
         sampling = _Sampling(timer, measurement, s.min_repeats, s.target_rel_iqr, progress, energy, series or {})
         if turns is None:
-            sampling.run(1, deadline)
+            timer.run(sampling.run, 1, deadline)
         else:
             _take_turns(turns, sampling, deadline - clock(), (s.rounds, s.processes), block_s, s.warmup_s)
     except KeyboardInterrupt as interrupt:
@@ -209,9 +206,6 @@ def measure(
     except Exception as error:
         measurement.stopped_by = "failed"
         raise MeasurementFailed(measurement) from error
-    finally:
-        if timer.thread is not None:  # not waiting: an interrupted block ends on its own
-            timer.thread.shutdown(wait=False)
     return measurement, first_output
 
 
@@ -272,71 +266,25 @@ def _take_turns(
     m, timer = sampling.measurement, sampling.timer
     turns.ready(m, rounds, processes)
     while (round_ := turns.wait()) is not None:
-        start = timer.clock()
-        _warm_up(timer, m.block_size, rewarm_s, 0, start + min(rewarm_s, turn_s))
         taken = len(m.samples)
-        sampling.run(round_, start + turn_s, spread_stops=False)
+        timer.run(_turn, sampling, round_, rewarm_s, turn_s)
         turns.done(m.samples.since(taken))
     if (everyone := turns.job_samples()) is not None:
         m.samples = Samples(everyone)
 
 
-@dataclass
-class _Timer:
-    """The step, its device sync and the clock: times blocks of calls, on `thread` where one is given."""
-
-    fn: Callable[[], object]
-    sync: Callable[[], None]
-    clock: Clock
-    thread: ThreadPoolExecutor | None = None
-
-    def block(self, calls: int) -> float:
-        """Seconds for `calls` calls, the device synced at both clock reads."""
-        if self.thread is not None:
-            return self.thread.submit(self._block, calls).result()
-        return self._block(calls)
-
-    def _block(self, calls: int) -> float:
-        self.sync()
-        start = self.clock()
-        for _ in range(calls):
-            self.fn()
-        self.sync()
-        return self.clock() - start
-
-
-def _calibrate_block(timer: _Timer, min_block_s: float, until: float) -> tuple[int, bool, float]:
-    """Smallest call count (1, 2, 5, 10, 20, ...) whose block lasts at least min_block_s, whether it
-    was found before `until` (else the largest count tried), and how long that block took."""
-    calls = 1
-    while True:
-        for factor in (1, 2, 5):
-            n = calls * factor
-            seconds = timer.block(n)
-            if seconds >= min_block_s:
-                return n, True, seconds
-            if timer.clock() >= until:
-                return n, False, seconds
-        calls *= 10
-
-
-def _warm_up(timer: _Timer, block: int, warmup_s: float, min_calls: int, until: float) -> tuple[int, bool, list[float]]:
-    """Calls made warming up, whether warm-up was complete before `until`, and each block's seconds."""
-    calls, start = 0, timer.clock()
-    blocks_s: list[float] = []
-    while calls < min_calls or timer.clock() - start < warmup_s:
-        if timer.clock() >= until:
-            return calls, False, blocks_s
-        blocks_s.append(timer.block(block))
-        calls += block
-    return calls, True, blocks_s
+def _turn(sampling: _Sampling, round_: int, rewarm_s: float, turn_s: float) -> None:
+    """One turn: the re-warm, then samples until its time is up."""
+    timer, start = sampling.timer, sampling.timer.clock()
+    warm_up(timer, sampling.measurement.block_size, rewarm_s, 0, start + min(rewarm_s, turn_s))
+    sampling.run(round_, start + turn_s, spread_stops=False)
 
 
 @dataclass
 class _Sampling:
     """Timed blocks until the spread of this round's samples is small enough or the deadline passes."""
 
-    timer: _Timer
+    timer: Timer
     measurement: Measurement
     min_repeats: int
     target_rel_iqr: float

@@ -161,6 +161,13 @@ NOTES = (  # what the rows found (the 2-core AMD EPYC VM), kept with the table w
     "now declare `records_caller_stack`. Process to process in the same 7 rounds (`--backends tensorflow --rows "
     "mlp_gradients_eager --variant thread:backend.records_caller_stack=true`, load 0.9-1.25): `run.py` as it was "
     "1.117 (1.113-1.123), with the thread 0.973 (0.953-1.033), CPU time 0.987.",
+    "- **JAX compiled after that change: 1.065-1.068, and what is left is the worker process's.** In the same 7 "
+    "rounds each (load ~1.3): `run.py` 1.068, its calls on the job's thread (`backend.records_caller_stack=false`) "
+    "1.118, no worker (`isolation=inline`) 1.042 and 1.037, a spawned worker (`timing.fixed_layout=false`) 1.053, "
+    "one process (`timing.processes=1`) 1.074, one process and one stretch (`timing.rounds=1 "
+    "timing.processes=1`) 1.074; the hand-written loop in a child forked after the fork server's imports 1.001. "
+    "So the thread takes 5% off, the rounds and processes add nothing, and the 3% between the forked worker and "
+    "the Hydra process is not located.",
     "- A difference found on the way, with no measured effect on these rows: a forked worker's environment is the "
     "launcher's (fork_server._run_worker replaces os.environ), so what the framework's import set in the server "
     "is gone from it (TensorFlow 2.21's import sets TF2_BEHAVIOR, TF_CPP_MIN_LOG_LEVEL, KMP_DUPLICATE_LIB_OK, "

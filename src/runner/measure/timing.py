@@ -180,7 +180,7 @@ def measure(
     Each of `series` adds a value to every sample (runner.measure.samples); `clock` times and stops everything.
     With `own_thread` the calls after the first run on a thread of their own, as shallow as a script's: some frameworks
     record the caller's stack at every call, at a cost that grows with its depth (a job's worker calls 17 frames deep;
-    that thread 8). Each stretch of blocks (calibration and warm-up, the sampling, a turn) is one thread's work."""
+    that thread 7). Each stretch of blocks (calibration and warm-up, the sampling, a turn) is one thread's work."""
     s = settings
     measurement, first_output = _first_call(fn, sync, clock, keep, progress)
     start = clock()

@@ -56,7 +56,8 @@ NOTES = (  # what the rows found (the 2-core AMD EPYC VM), kept with the table w
     "13:11: numpy 1.032, torch 0.945 and 0.822, TensorFlow 1.004 and 0.998, JAX 1.014 and 1.055; two more runs of "
     "the whole table or of one backend that day: numpy 1.036 and 1.030, TensorFlow eager 1.048. At load 8.4 falling "
     "to 1.4 the night before numpy and TensorFlow eager read 1.065 and 1.064. On the Intel Xeon VM of 2026-11-28 "
-    "(the table above) TensorFlow eager read 1.142 and JAX compiled 1.086.",
+    "TensorFlow eager read 1.142 and JAX compiled 1.086, until TensorFlow's calls got a thread of their own (below): "
+    "the table above, after it, reads 0.982 and 1.065.",
     "- **Default threads cannot be compared process to process on this machine at load 4-10.** With the "
     "frameworks' own 2 threads on 2 shared cores, the same torch eager step took 0.51 ms in one `run.py` and 80 "
     "ms a call in the next three (`timing.fixed_layout=false`, `timing.rounds=1`, `isolation=inline`), and 54 ms "
@@ -131,8 +132,8 @@ NOTES = (  # what the rows found (the 2-core AMD EPYC VM), kept with the table w
     "commit before it (9 rounds each, single rounds 0.95-1.50 at load 1.2-1.5). In one process, measure() called "
     "10 frames deep against the same call in a bare loop at the top: 1.068 on the main thread, 1.048 on its own "
     "thread, and 1.020 in a second run (1.011 with the spread check between blocks taken out). The rest of JAX "
-    "compiled's excess (1.086 in the table) is not located. The rows spread more on this day's VM than on the AMD "
-    "EPYC one: TensorFlow eager reads 1.142 in the table, 1.004 the day before.",
+    "compiled's excess (1.086 that day) was not located then. The rows spread more on this day's VM than on the AMD "
+    "EPYC one: TensorFlow eager read 1.142 that day, 1.004 the day before.",
     "- **TensorFlow eager on 2026-11-28: 1.10-1.16, steadily, whatever the rounds.** 7 rounds, the same ones: "
     "`run.py` 1.103 (1.088-1.122), `timing.processes=1` 1.107, `timing.rounds=1 timing.processes=1` 1.156. In one "
     "process (`parity.py`) the runner's call and the hand-written one read 1.010 in pairs, while `run_job`'s "

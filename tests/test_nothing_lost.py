@@ -6,6 +6,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from helpers import FAST_TIMING, PROJECT_ROOT, _env, clients, compose_config, ru
 from runner import cli, tracking
 from runner.config import ConfigError
 from runner.launch import isolation, preflight
+from runner.launch.fork_server import ForkedWorker
 from runner.measure.job import non_finite_warnings, run_and_record
 from runner.measure.samples import Samples
 from runner.measure.stop import Stopped, stop_reason
@@ -386,6 +388,20 @@ def test_the_worker_does_not_outlive_its_launcher(tmp_path, signum):
     assert done.returncode == 0, done.stdout
     runs = _active_runs(uri)
     assert [r.info.status for r in runs] == ["KILLED"]
+
+
+def test_a_worker_that_ended_before_its_fork_server_said_so_is_stopped_without_a_traceback(tmp_path):
+    """Ctrl-C reaches the whole group: the worker records and exits, and the launcher, told by the fork server only
+    later, may signal a process that is gone. The job ends KILLED with the worker's record, not a traceback."""
+    worker = isolation.Worker(job_spec(compose_config("tracking=none")), tmp_path)
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    worker.process = ForkedWorker(gone.pid)
+    worker.forwarder.start()
+    threading.Timer(0.2, worker.process.ended, args=(-signal.SIGINT,)).start()  # the server's report, late
+    result = worker.stop(stop_reason(KeyboardInterrupt()))
+    assert result.status == "KILLED" and "Ctrl-C" in result.error
+    assert Result.load(tmp_path).status == "KILLED"
 
 
 def _new_store_runs(tmp_path: Path, n: int) -> list[subprocess.Popen]:

@@ -180,8 +180,8 @@ def test_stopping_a_sweep_in_its_rounds_records_every_job_killed_with_its_sample
         os.killpg(proc.pid, signal.SIGINT)  # the terminal's foreground group: launcher and workers
     else:
         proc.send_signal(signal.SIGTERM)  # only the launcher hears it
-    proc.communicate(timeout=120)
-    assert proc.returncode == 130, "".join(lines)[-3000:]
+    rest, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 130, ("".join(lines) + rest)[-3000:]
     saved = results(tmp_path)
     assert [saved[j]["status"] for j in "01"] == ["KILLED", "KILLED"]
     word = "Ctrl-C" if how == "ctrl-c" else "SIGTERM"

@@ -134,7 +134,8 @@ class Worker:
     def stop(self, reason: StopReason, measurement: Measurement | None = None) -> Result:
         """Let the worker record what it measured (it got Ctrl-C too, or gets `reason`'s signal now), then end it."""
         if self.process.is_alive():  # a Ctrl-C at the terminal reached it too; a `kill` of ours did not
-            os.kill(self.pid, reason.signal)
+            with contextlib.suppress(ProcessLookupError):  # it ended, and its fork server has not said so yet
+                os.kill(self.pid, reason.signal)
         try:
             self.process.join(GRACE_S)
         except KeyboardInterrupt:  # a second Ctrl-C: stop now

@@ -57,7 +57,7 @@ NOTES = (  # what the rows found (the 2-core AMD EPYC VM), kept with the table w
     "the whole table or of one backend that day: numpy 1.036 and 1.030, TensorFlow eager 1.048. At load 8.4 falling "
     "to 1.4 the night before numpy and TensorFlow eager read 1.065 and 1.064. On the Intel Xeon VM of 2026-11-28 "
     "TensorFlow eager read 1.142 and JAX compiled 1.086, until TensorFlow's calls got a thread of their own (below): "
-    "the table above, after it, reads 0.982 and 1.065.",
+    "after it and the fork server's import order (below) the table above reads 0.964 and 1.045.",
     "- **Default threads cannot be compared process to process on this machine at load 4-10.** With the "
     "frameworks' own 2 threads on 2 shared cores, the same torch eager step took 0.51 ms in one `run.py` and 80 "
     "ms a call in the next three (`timing.fixed_layout=false`, `timing.rounds=1`, `isolation=inline`), and 54 ms "
@@ -169,6 +169,28 @@ NOTES = (  # what the rows found (the 2-core AMD EPYC VM), kept with the table w
     "timing.processes=1`) 1.074; the hand-written loop in a child forked after the fork server's imports 1.001. "
     "So the thread takes 5% off, the rounds and processes add nothing, and the 3% between the forked worker and "
     "the Hydra process is not located.",
+    "- **Located (2026-11-28, later): the order of the fork server's imports, about 2%.** A single run's server is "
+    "started as a spare before the config is composed; it imported the job's modules (h5py, psutil, numpy.ma, rich, "
+    "threadpoolctl, the runner's) and only then the backend it was handed. A user's script imports its framework "
+    "first. In the same 9 rounds: `run.py` as it was 1.066 (1.058-1.080), with no spare (the server started after "
+    "composing, framework first) 1.046, the spare importing the framework before the rest 1.045; the whole table "
+    "with that order beside it (7 rounds, 2 runs of each) moved no other row beyond its interval (numpy 1.044 and "
+    "1.051, TensorFlow eager 0.965 and 0.970, JAX eager 1.019 and 1.012) and JAX compiled from 1.071 to 1.042. The "
+    "spare now imports `runner.measure.job` while the launcher composes and the rest after its backend: the "
+    "one-job numpy run's start-up moved from +0.44 to +0.45 s over the bare imports (benchmarks/startup.py, 9 "
+    "rounds; importing nothing before the backend cost +0.10 s). What is left of JAX compiled's ~4.5%, one part at "
+    "a time, each against the same rounds' plain B (7-12 rounds): the hand-written loop run after the runner's job "
+    "in the same process 1.011-1.014 (the job's state; a full collection and `malloc_trim` first, 1.012); the "
+    "runner's job in a plain process with no Hydra (`--hand-variant job:job`) 1.026-1.040, its worker started from "
+    "such a process (`worker`) 1.041-1.049, `isolation=inline` 1.038-1.049; in one process, the runner's step "
+    "against the hand-written call in paired bare blocks 1.010 (40 pairs). Not it: worker_main's start given to "
+    "the hand-written script (`preamble`: output to a file, its name, signal handlers, the watchdog) 1.021, the loop "
+    "on a thread of its own (`thread`) 0.999, both 1.027; the built-in series off 1.068 against 1.062; "
+    "`precision=default` 1.056 against 1.057, B with JAX_DEFAULT_MATMUL_PRECISION=highest 0.999; sampling in one "
+    "stretch without the spread stop (`timing.rounds=1 timing.processes=1 timing.target_rel_iqr=0`) 1.083 in the "
+    "worker, 1.038 inline. Within a turn the second sample is ~3% slower than the rest (the median moves <0.5%). A "
+    "sampling profile (perf, 2 s) of the worker and of B has the same shape: half the CPU in XLA's compute thread, "
+    "29% in the scheduler's switches between it and the Python thread on the one CPU of `threads=1`.",
     "- A difference found on the way, with no measured effect on these rows: a forked worker's environment is the "
     "launcher's (fork_server._run_worker replaces os.environ), so what the framework's import set in the server "
     "is gone from it (TensorFlow 2.21's import sets TF2_BEHAVIOR, TF_CPP_MIN_LOG_LEVEL, KMP_DUPLICATE_LIB_OK, "
@@ -294,6 +316,12 @@ HAND_FACTORS = {  # what a hand-written process may borrow from the runner's wor
     "fork": "the imports, then the loop built and timed in a child forked from that process (the fork server's way)",
     "envreset": "the imports, then the environment put back as it was before them (what the forked worker did)",
     "between": "the runner's work between timed blocks: the samples' spread (runner.measure.samples.rel_iqr), clocks",
+    "thread": "the loop timed on a thread of its own while the main thread waits (the runner's records_caller_stack)",
+    "preamble": "worker_main's start: output to a log file, the process named, its signal handlers, the watchdog",
+    "job": "not the hand-written loop: the runner's job for the row, run in this process (run_and_record, no Hydra)",
+    "worker": "not the hand-written loop: the runner's job for the row in its worker, from this process (no Hydra)",
+    "afterjob": "the runner's job for the row run in this process first (run_and_record), then the hand-written loop",
+    "trim": "before the loop is built: a full garbage collection and glibc's malloc_trim(0)",
 }
 
 
@@ -330,15 +358,77 @@ def hand(backend: str, row: str, idiom: str | None, budget: float, factors: list
         pid = os.fork()
         if pid:
             return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    if {"job", "worker"} & set(factors):
+        return job_in_this_process(backend, row, budget, threads, "worker" in factors)
+    if "afterjob" in factors:
+        job_in_this_process(backend, row, budget, threads, False, quiet=True)
+    if "trim" in factors:
+        import ctypes
+        import gc
+
+        gc.collect()
+        ctypes.CDLL(None).malloc_trim(0)
+    out = sys.stdout
+    if "preamble" in factors:
+        out = worker_preamble()
     name, call = hand_loop(backend, row, idiom)
     between = runners_work_between_blocks if "between" in factors else None
     if between is not None:
         sys.path.insert(0, str(ROOT / "src"))
-    result = time_like_the_runner(call, budget, between)
-    print("HAND " + json.dumps({**result, "idiom": name}), flush=True)
+    if "thread" in factors:
+        result = on_a_thread(time_like_the_runner, call, budget, between)
+    else:
+        result = time_like_the_runner(call, budget, between)
+    print("HAND " + json.dumps({**result, "idiom": name}), file=out, flush=True)
     if "fork" in factors:
         os._exit(0)
     return 0
+
+
+def job_in_this_process(backend: str, row: str, budget: float, threads: int, worker: bool, quiet: bool = False) -> int:
+    sys.path[:0] = [str(ROOT / "src"), str(ROOT / "benchmarks")]
+    from runner.config import compose
+    from runner.launch import isolation
+    from runner.record.naming import job_spec
+
+    overrides = [f"backend={backend}", *ROWS[row], "tracking=none", f"timing.max_time_s={budget}"]
+    overrides += [f"threads={threads}"] if threads else []
+    overrides += [] if worker else ["isolation=inline"]
+    if worker:
+        os.sched_setaffinity(0, range(os.cpu_count() or 1))
+    with tempfile.TemporaryDirectory() as where:
+        metrics = isolation.execute(job_spec(compose([*overrides, *CPU_SERIES])), Path(where)).metrics
+    if not quiet:
+        print("HAND " + json.dumps({**metrics, "idiom": "the runner's job"}), flush=True)
+    return 0
+
+
+def worker_preamble():
+    """What runner.launch.worker.worker_main does before the job; returns a stream to the original stdout."""
+    sys.path.insert(0, str(ROOT / "src"))
+    from runner.launch import worker
+
+    out = os.fdopen(os.dup(1), "w")
+    log = open(tempfile.mktemp(prefix="parity-preamble-", suffix=".log"), "a", buffering=1)  # noqa: SIM115
+    os.dup2(log.fileno(), 1)
+    os.dup2(log.fileno(), 2)
+    sys.stdout.reconfigure(line_buffering=True)
+    sys.stderr.reconfigure(line_buffering=True)
+    worker._name_process("runner-job-hand")
+    worker._interrupt_once()
+    worker._die_with_launcher(os.getppid())
+    return out
+
+
+def on_a_thread(work, *args):
+    """`work(*args)` on a new thread, the main thread waiting on an Event, as runner.measure.blocks.Timer.run."""
+    import threading
+
+    done, out = threading.Event(), []
+    thread = threading.Thread(target=lambda: (out.append(work(*args)), done.set()))
+    thread.start()
+    done.wait()
+    return out[0]
 
 
 def run_hand(backend: str, row: str, args, factors: tuple[str, ...] = ()) -> dict:

@@ -64,7 +64,7 @@ def cli(argv: list[str] | None = None, config_path: str = CONFIG_PATH) -> None:
     if one_run:
         from runner.launch.worker import start_spare_server
 
-        start_spare_server(sys.argv[1:])  # the job's fork server imports while this process imports Hydra and composes
+        start_spare_server(sys.argv[1:])  # the job's fork server starts while this process imports Hydra and composes
     import hydra
     from hydra.types import RunMode
 

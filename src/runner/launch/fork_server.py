@@ -136,8 +136,8 @@ class ForkServer:
 
     @classmethod
     def start_spare(cls, worker_main: Callable, start: Callable[[BaseProcess], None]) -> None:
-        """Start a server that imports what every job imports while this process composes the config; the first
-        for_backend() hands it its backend."""
+        """Start a server while this process composes the config (Python and the runner start meanwhile); the first
+        for_backend() hands it its backend, which it imports before what every job imports."""
         if cls._spare is None:
             cls._spare = cls(None, worker_main, start)
 
@@ -212,8 +212,10 @@ class ForkServer:
 
 
 def _serve(module: str | None, worker_main: Callable, connection: Connection, launcher: int) -> None:
-    """Import (a spare: the job's modules, then the backend its first message names), then fork a worker per request
-    and report each worker's end, until the launcher is gone."""
+    """Import what every worker runs, the backend (a spare: the one its first message names), then the rest of the
+    job's modules; then fork a worker per request and report each worker's end, until the launcher is gone. The
+    framework before the rest, as a user's script imports it: with the job's modules first, JAX's jitted step took
+    1.07 of a hand-written script's, 1.04 this way round (BENCHMARKS.md, parity process to process)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the workers and the launcher, which stop
     _end_with(launcher)
     devnull = os.open(os.devnull, os.O_WRONLY)  # the frameworks' import chatter; each worker logs to job.log
@@ -221,15 +223,15 @@ def _serve(module: str | None, worker_main: Callable, connection: Connection, la
     if not ("importtime" in sys._xoptions or os.environ.get("PYTHONPROFILEIMPORTTIME")):  # asked for: a start-up study
         os.dup2(devnull, 2)
     if module is None:
-        _import_job_modules()
+        with contextlib.suppress(Exception):  # each worker imports it again and records why it cannot
+            import runner.measure.job  # noqa: F401 - meanwhile: the first import of every server (_import_backend)
         try:
             load: Load = connection.recv()
         except (EOFError, OSError):  # no backend claimed it
             os._exit(0)
-        _import_backend(load.module)
-    else:
-        _import_backend(module)
-        _import_job_modules()
+        module = load.module
+    _import_backend(module)
+    _import_job_modules()
     workers: dict[int, int] = {}  # pidfd (readable once the worker has ended) -> pid
     me = os.getpid()
     while True:

@@ -51,7 +51,7 @@ class Dismissed:
 @dataclass(frozen=True)
 class Load:
     """Launcher -> a spare fork server (started before the config was composed): import this backend module, the
-    one its workers will run; its first message."""
+    one its workers will run, then what every job imports; its first message."""
 
     module: str
 

@@ -107,7 +107,7 @@ def fixed_layout():
 
 
 def start_spare_server(overrides: list[str]) -> None:
-    """Start a fork server before the config is composed (its backend not known yet), so that it imports meanwhile;
+    """Start a fork server before the config is composed (its backend not known yet), so that it starts meanwhile;
     isolation.start_server() hands it its backend, or ends it where the composed config gives the job no server. None
     is started for overrides that say so already (isolation=inline, timing.fixed_layout=false, as typed)."""
     if {"isolation=inline", "timing.fixed_layout=false"}.intersection(overrides):

@@ -392,7 +392,7 @@ def test_the_worker_does_not_outlive_its_launcher(tmp_path, signum):
 
 def test_a_worker_that_ended_before_its_fork_server_said_so_is_stopped_without_a_traceback(tmp_path):
     """Ctrl-C reaches the whole group: the worker records and exits, and the launcher, told by the fork server only
-    later, may signal a process that is gone. The job ends KILLED with the worker's record, not a traceback."""
+    later, may signal a process that is gone. The job ends KILLED and recorded, not in a traceback."""
     worker = isolation.Worker(job_spec(compose_config("tracking=none")), tmp_path)
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()

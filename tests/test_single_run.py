@@ -4,6 +4,7 @@ fork server, started before the config is known, is the one its backend gets (ru
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 import hydra
@@ -81,4 +82,27 @@ def test_the_spare_fork_server_goes_to_the_first_backend_and_is_ended_unclaimed(
     finally:
         ForkServer._running.pop("runner.backends.numpy_backend", None)
         server.process.terminate()  # closing its connection here would not end it: this process's listener holds it
+        server.process.join(30)
+
+
+def test_a_spare_fork_server_imports_its_backend_before_the_rest_of_the_jobs_modules(monkeypatch, tmp_path):
+    """As a user's script imports its framework first: the other way round, JAX's jitted step took 2% longer in the
+    worker (BENCHMARKS.md, parity process to process). Only the runner's own modules come before it."""
+    probe = tmp_path / "imported-before-the-backend"
+    monkeypatch.setenv("IMPORT_ORDER_PROBE", str(probe))
+    monkeypatch.setattr(ForkServer, "_running", {})
+    monkeypatch.setattr(ForkServer, "_spare", None)
+    ForkServer.start_spare(worker_main, start_fixed)
+    server = ForkServer.for_backend("import_order_probe", worker_main, start_fixed)
+    try:
+        deadline = time.monotonic() + 120
+        while not probe.exists() and server.alive and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.1)  # written at once, but let the writer close it
+        before = probe.read_text().split()
+        assert "runner.measure.job" in before
+        assert [name for name in before if not name.startswith("runner.")] == []  # h5py, psutil, rich, ... after
+    finally:
+        ForkServer._running.pop("import_order_probe", None)
+        server.process.terminate()
         server.process.join(30)

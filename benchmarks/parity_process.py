@@ -359,9 +359,9 @@ def hand(backend: str, row: str, idiom: str | None, budget: float, factors: list
         if pid:
             return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
     if {"job", "worker"} & set(factors):
-        return job_in_this_process(backend, row, budget, threads, "worker" in factors)
+        return runners_job(backend, row, budget, threads, "worker" in factors)
     if "afterjob" in factors:
-        job_in_this_process(backend, row, budget, threads, False, quiet=True)
+        runners_job(backend, row, budget, threads, False, quiet=True)
     if "trim" in factors:
         import ctypes
         import gc
@@ -385,7 +385,9 @@ def hand(backend: str, row: str, idiom: str | None, budget: float, factors: list
     return 0
 
 
-def job_in_this_process(backend: str, row: str, budget: float, threads: int, worker: bool, quiet: bool = False) -> int:
+def runners_job(backend: str, row: str, budget: float, threads: int, worker: bool, quiet: bool = False) -> int:
+    """The runner's job for the row, from this process without Hydra: run here, or (`worker`) in its worker, started
+    as run.py starts it; prints its metrics as B's unless `quiet`."""
     sys.path[:0] = [str(ROOT / "src"), str(ROOT / "benchmarks")]
     from runner.config import compose
     from runner.launch import isolation
@@ -409,7 +411,7 @@ def worker_preamble():
     from runner.launch import worker
 
     out = os.fdopen(os.dup(1), "w")
-    log = open(tempfile.mktemp(prefix="parity-preamble-", suffix=".log"), "a", buffering=1)  # noqa: SIM115
+    log = os.fdopen(tempfile.mkstemp(prefix="parity-preamble-", suffix=".log")[0], "a", buffering=1)
     os.dup2(log.fileno(), 1)
     os.dup2(log.fileno(), 2)
     sys.stdout.reconfigure(line_buffering=True)

@@ -267,7 +267,7 @@ def test_ctrl_c_while_the_caller_waits_stops_the_timing_thread():
             signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
             assert handled.wait(30)
 
-    settings = replace(QUICK, min_repeats=100, max_time_s=10, target_rel_iqr=0.0)  # 10,000 calls unless stopped
+    settings = replace(QUICK, min_repeats=100, max_time_s=100, target_rel_iqr=0.0)  # 100,000 calls unless stopped
     previous = signal.signal(signal.SIGINT, on_sigint)
     try:
         with pytest.raises(MeasurementInterrupted) as caught:
@@ -275,7 +275,8 @@ def test_ctrl_c_while_the_caller_waits_stops_the_timing_thread():
     finally:
         signal.signal(signal.SIGINT, previous)
     m, taken, samples = caught.value.measurement, len(calls), len(caught.value.measurement.samples_s)
-    assert m.stopped_by == "interrupted" and 20 <= taken < 1000 and samples > 10
+    # stopped long before the 100,000: a bound that a busy machine's delay in handling the signal cannot pass
+    assert m.stopped_by == "interrupted" and 20 <= taken < 100_000 and samples > 10
     time.sleep(0.05)
     assert len(calls) == taken and len(m.samples_s) == samples
     assert not [t for t in threading.enumerate() if t.name == "runner-timed-calls"]

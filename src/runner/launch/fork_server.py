@@ -222,9 +222,9 @@ def _serve(module: str | None, worker_main: Callable, connection: Connection, la
     os.dup2(devnull, 1)
     if not ("importtime" in sys._xoptions or os.environ.get("PYTHONPROFILEIMPORTTIME")):  # asked for: a start-up study
         os.dup2(devnull, 2)
+    with contextlib.suppress(Exception):  # each worker imports it again and records why it cannot
+        import runner.measure.job  # noqa: F401 - what every worker runs (a spare: while the launcher composes)
     if module is None:
-        with contextlib.suppress(Exception):  # each worker imports it again and records why it cannot
-            import runner.measure.job  # noqa: F401 - meanwhile: the first import of every server (_import_backend)
         try:
             load: Load = connection.recv()
         except (EOFError, OSError):  # no backend claimed it
@@ -256,13 +256,10 @@ def _serve(module: str | None, worker_main: Callable, connection: Connection, la
 
 
 def _import_backend(module: str) -> None:
-    try:
-        import runner.measure.job  # noqa: F401 - what every worker runs
+    with contextlib.suppress(Exception):  # each worker imports it again and records why it cannot
         from runner.backends import load_backend
 
         load_backend(module)
-    except Exception:  # noqa: S110 - each worker imports it again and records why it cannot
-        pass
 
 
 def _import_job_modules() -> None:

@@ -28,6 +28,7 @@ BEGIN, END = "<!-- aa-apart:begin -->", "<!-- aa-apart:end -->"
 from parity import replace_section  # noqa: E402
 
 from runner import report  # noqa: E402
+from runner.record import runs  # noqa: E402
 from runner.report import before_after  # noqa: E402
 
 
@@ -35,7 +36,7 @@ def sweep(out: Path, backend: str, jobs: int, budget: float) -> pd.DataFrame:
     command = [str(ROOT / ".venv/bin/python"), str(ROOT / "run.py"), "-m", "model=mlp", "task=gradients"]
     command += [f"backend={backend}", f"seed=range(0,{jobs})", f"timing.max_time_s={budget}", "tracking=none"]
     subprocess.run([*command, f"hydra.sweep.dir={out}"], cwd=ROOT, capture_output=True, check=False)
-    return report.runs_from_dirs(report.sweep_run_dirs(out))
+    return report.frame(runs.from_dirs(runs.runs_in(out)))
 
 
 def main() -> None:

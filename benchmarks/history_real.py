@@ -132,12 +132,12 @@ def history_json(uri: str) -> list[dict]:
 def run_facts(uri: str) -> dict[str, dict[str, float]]:
     """Per run id, the other runnable threads its timing saw (metric machine_other_runnable), and its rounds and
     worker processes (n_rounds, n_processes)."""
-    from runner.tracking.search import history_rows
+    from runner.tracking.search import history_runs
 
     names = {"busy": "machine_other_runnable", "rounds": "n_rounds", "processes": "n_processes"}
     return {
         row["run_id"]: {key: float(row.get(f"metrics.{name}", math.nan)) for key, name in names.items()}
-        for row in history_rows(uri, EXPERIMENT)
+        for row in history_runs(uri, EXPERIMENT)
     }
 
 

@@ -16,8 +16,8 @@ per sample) is left out: a search reads the runs' latest metrics, not their step
 
 Timed: `runner history --tracking-uri URI --case KEY` as a fresh process (best of 3; it also tags the newest run
 of each of the case's series with its verdict, as it always does), its start-up alone (`runner history --help`),
-and tracking.history_rows for that case in one process (the first call, with MLflow's import and the store's
-opening, then the best of 3), and history_rows over the whole store (no --case) for comparison.
+and tracking.history_runs for that case in one process (the first call, with MLflow's import and the store's
+opening, then the best of 3), and history_runs over the whole store (no --case) for comparison.
 """
 
 from __future__ import annotations
@@ -133,7 +133,7 @@ def _copy(source: Path, target: Path) -> None:
 
 def measure(uri: str, args: argparse.Namespace) -> dict:
     from runner.report import history
-    from runner.tracking.search import history_rows
+    from runner.tracking.search import history_runs
 
     case = f"{args.cases // 2:016x}"
     cli = [PYTHON, "-m", "runner", "history", "--tracking-uri", uri]
@@ -142,16 +142,16 @@ def measure(uri: str, args: argparse.Namespace) -> dict:
     results["cli_lines"] = out.strip().splitlines()
     results["help_s"], _ = timed([*cli, "--help"])
     start = time.perf_counter()
-    rows = history_rows(uri, None, case=case)
+    rows = history_runs(uri, None, case=case)
     results["rows_first_s"] = time.perf_counter() - start
     best = math.inf
     for _ in range(3):
         start = time.perf_counter()
-        rows = history_rows(uri, None, case=case)
+        rows = history_runs(uri, None, case=case)
         best = min(best, time.perf_counter() - start)
     results["rows_s"], results["rows"] = best, len(rows)
     start = time.perf_counter()
-    every = history_rows(uri, None)
+    every = history_runs(uri, None)
     results["all_s"], results["all_rows"] = time.perf_counter() - start, len(every)
     # the store's series are noise alone (no step made): what the detector finds in them is false alarms
     histories = history.from_rows(every)
@@ -185,10 +185,10 @@ def section(results: dict, args: argparse.Namespace, created_s: float | None) ->
             "|---|---|",
             f"| `runner history --tracking-uri URI --case KEY`, a fresh process, best of 3 | {r['cli_s']:.2f} s |",
             f"| its start-up alone: `runner history --help`, best of 3 | {r['help_s']:.2f} s |",
-            f"| `tracking.history_rows(URI, None, case=KEY)` in one process, the first call (MLflow's import, the "
+            f"| `tracking.history_runs(URI, None, case=KEY)` in one process, the first call (MLflow's import, the "
             f"store opened) | {r['rows_first_s']:.2f} s |",
             f"| the same, best of 3 more calls ({r['rows']} runs) | {r['rows_s']:.3f} s |",
-            f"| `tracking.history_rows(URI, None)`: every case ({r['all_rows']:,} runs) | {r['all_s']:.1f} s |",
+            f"| `tracking.history_runs(URI, None)`: every case ({r['all_rows']:,} runs) | {r['all_s']:.1f} s |",
             "",
             f"The store's {r['series']} series (a case on a machine) have no step: each run's typical time is its "
             "case's level times log-normal noise of sd 3%. The detector (runner.report.steps) found "

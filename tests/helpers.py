@@ -125,3 +125,23 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def identified(frame):
+    """A frame of runs made by hand, with the columns runner.report.frame adds from each run (runner.record.runs):
+    its identity's keys computed from its params.* columns, and whether it is timed."""
+    import pandas as pd
+
+    from runner import identity
+    from runner.record.result import Status
+
+    params = [
+        {str(k).removeprefix("params."): v for k, v in row.items() if str(k).startswith("params.") and pd.notna(v)}
+        for _, row in frame.iterrows()
+    ]
+    frame = frame.copy()
+    frame["work"] = [identity.work(p).key for p in params]
+    frame["configuration"] = [identity.configuration(p).key for p in params]
+    frame["case"] = [identity.case(p).key for p in params]
+    frame["timed"] = (frame["status"] == Status.FINISHED) & frame["metrics.time_median_s"].notna()
+    return frame

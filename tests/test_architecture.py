@@ -81,7 +81,7 @@ def test_start_up_imports_only_what_it_needs():
 # what runs it (backends, models), what it leaves behind (record), how it is measured (measure), MLflow (tracking),
 # comparisons (report), launching (launch), and on top the Hydra app (run.py, tensor-runner) and the `runner` command.
 LAYERS = (
-    ("errors", "locations", "precision", "config", "stores", "spec"),
+    ("errors", "locations", "precision", "config", "stores", "identity", "spec"),
     ("backends", "models"),
     "tasks",
     "record",

@@ -187,10 +187,11 @@ def test_task_inference_gives_the_logits_of_the_prompt(tmp_path):
 
 
 def test_the_report_draws_each_runs_time_per_token(tmp_path):
-    from runner.report import runs_from_dirs, write_report
+    from runner.record import runs
+    from runner.report import frame, write_report
 
     run(tmp_path / "run", "backend=numpy")
-    written = write_report(runs_from_dirs([tmp_path / "run"]), tmp_path / "report")
+    written = write_report(frame(runs.from_dirs([tmp_path / "run"])), tmp_path / "report")
     assert tmp_path / "report" / "token_latency.png" in written
 
 

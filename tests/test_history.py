@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 from helpers import made_store, runner_cli, runner_main
 
-from runner import tracking
-from runner.record import naming, setups
+from runner import identity, tracking
+from runner.identity import Key
+from runner.record import naming
 from runner.record.result import Result, Status
 from runner.report.comparison import apart_interval
 from runner.tracking.upload import log_to_mlflow
@@ -30,22 +31,26 @@ CONFIG = {
     "timing": {"max_time_s": 1.0},
     "tracking": {"experiment": "history"},
 }
-MACHINE = {"hostname": "box", "cpu": "AMD EPYC 7B13", "cpu_count": 2, "python": "3.11.7", "framework": "numpy"}
+MACHINE = {
+    "hostname": "box",
+    "cpu": "AMD EPYC 7B13",
+    "cpu_count": 2,
+    "memory_gib": 24,
+    "python": "3.11.7",
+    "framework": "numpy",
+}
+
+
+def _case(config: dict) -> Key:
+    return identity.of_config(config, (), MACHINE, naming.run_name(config)).case
 
 
 def test_a_case_is_the_work_and_its_setting_not_the_seed_nor_the_budget():
-    key, name = naming.case(CONFIG, ())
-    assert naming.case({**CONFIG, "seed": 7, "timing": {"max_time_s": 9.0}}, ())[0] == key
-    assert naming.case({**CONFIG, "batch_size": 64}, ())[0] != key
-    assert naming.case({**CONFIG, "backend": {"name": "torch"}}, ())[0] != key
-    assert name == "numpy-mlp-gradients-eager-cpu-float32 batch_size=32"
-
-
-def test_a_machine_is_its_host_cpu_and_driver():
-    key, name = setups.machine(MACHINE)
-    assert setups.machine({**MACHINE, "python": "3.12"})[0] == key  # a version is not the machine
-    assert setups.machine({**MACHINE, "cpu_count": 16})[0] != key
-    assert name == "box · AMD EPYC 7B13 · 2 cores"
+    key = _case(CONFIG)
+    assert _case({**CONFIG, "seed": 7, "timing": {"max_time_s": 9.0}}) == key
+    assert _case({**CONFIG, "batch_size": 64}).key != key.key
+    assert _case({**CONFIG, "backend": {"name": "torch"}}).key != key.key
+    assert key.name == "numpy-mlp-gradients-eager-cpu-float32 batch_size=32"
 
 
 def test_a_point_gets_the_interval_of_runs_made_apart():
@@ -85,10 +90,11 @@ def slowed(tmp_path_factory):
 
 def test_every_run_is_tagged_with_its_case_and_machine(slowed):
     uri, ids = slowed
-    rows = tracking.history_rows(uri, "history")
-    assert len(rows) == 14 and {r["tags.case"] for r in rows} == {naming.case(CONFIG, ())[0]}
-    assert {r["tags.machine_name"] for r in rows} == {"box · AMD EPYC 7B13 · 2 cores"}
-    assert len(tracking.history_rows(uri, None, case="0" * 16)) == 0  # the filter, not a scan, picks the case
+    rows = tracking.history_runs(uri, "history")
+    assert len(rows) == 14 and {r.tags["case"] for r in rows} == {_case(CONFIG).key}
+    assert {r.tags["machine_name"] for r in rows} == {"AMD EPYC 7B13 · 2 cores · 24 GiB"}
+    assert {r.tags["host"] for r in rows} == {"box"}
+    assert len(tracking.history_runs(uri, None, case="0" * 16)) == 0  # the filter, not a scan, picks the case
 
 
 def test_history_finds_the_slowdown_at_the_run_it_started(slowed, tmp_path):

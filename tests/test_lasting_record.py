@@ -167,10 +167,10 @@ def test_report_over_the_mixed_experiment(experiment):
         assert 600 <= width <= 1400 and height <= 2000, (png.name, width, height)
     runs_md = (out / "runs.md").read_text()
     assert "map_fn · numpy-mlp-gradients-cpu-float32 #1" in runs_md and "nan" not in runs_md
-    from runner import report
+    from runner import report, tracking
     from runner.report import frames, plots
 
-    frame = report.runs_from_mlflow(f"sqlite:///{tmp}/mlflow.db", EXPERIMENT)
+    frame = report.frame(tracking.search_runs(f"sqlite:///{tmp}/mlflow.db", EXPERIMENT))
     panels = dict(plots.workloads(frame, frames.PANEL_KEYS))
     assert set(panels) == {"cyclegan inference, batch 1", "mlp gradients, batch 32", "sigmoid inference, batch 32"}
     assert list(plots._panel_labels(panels["sigmoid inference, batch 32"])) == ["model.size=10", "model.size=1000"]

@@ -10,8 +10,9 @@ import copy
 import pandas as pd
 from omegaconf import OmegaConf
 
+from runner import identity
 from runner.config import compose
-from runner.record.naming import case, run_name, run_params
+from runner.record.naming import run_name, run_params
 from runner.record.result import Result, Status
 from runner.tracking.run_page import note_content
 
@@ -82,7 +83,7 @@ def test_params_read_as_words_and_the_case_key_stays_what_it_was():
     assert params["optimizer.name"] == "adam" and params["optimizer.lr"] == "0.001"
     # the history's case key hashes the config as it was before (the key of this config on main before issue 48),
     # so runs recorded before and after stay one case
-    key, name = case(CONFIG, COPIED)
+    key, name = _case(CONFIG, COPIED)
     assert key == "a2591e041f12d98a"
     assert name == "torch-mlp-train_step(adam)-eager-cpu-float32 batch_size=32"
 
@@ -95,7 +96,12 @@ def test_what_a_backend_declares_is_no_param_and_leaves_the_case_key_as_it_was()
     del before["backend"]["records_caller_stack"]
     assert config["backend"]["records_caller_stack"] is True
     assert not [k for k in run_params(config, ()) if k.startswith("backend.") and k != "backend.name"]
-    assert case(config, ()) == case(before, ())
+    assert _case(config, ()) == _case(before, ())
+
+
+def _case(config: dict, copied) -> tuple[str, str]:
+    found = identity.of_config(config, copied, {}, run_name(config)).case
+    return found.key, found.name
 
 
 def _trained(convention: str, **metrics: float) -> Result:

@@ -9,6 +9,7 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 import pytest
+from helpers import identified
 
 from runner.config import PROJECT_ROOT
 from runner.measure.samples import typical_s
@@ -43,6 +44,11 @@ def job(rng, backend: str, seed: int, seconds: float, phase: np.ndarray, run_dir
     }
 
 
+def pool(frame: pd.DataFrame) -> list[pooled.Pooled]:
+    """The sweep's answer, its runs' identities computed from the params as they are now (a test may change them)."""
+    return pooled.pool(identified(frame))
+
+
 def sweep(times: dict[str, float], seeds: int = 2, seed: int = 0) -> pd.DataFrame:
     rng = np.random.default_rng(seed)
     phase = rng.normal(0, 0.1, ROUNDS)
@@ -51,11 +57,11 @@ def sweep(times: dict[str, float], seeds: int = 2, seed: int = 0) -> pd.DataFram
         for i, (backend, seconds) in enumerate(times.items())
         for s in range(seeds)
     ]
-    return pd.DataFrame(rows)
+    return identified(pd.DataFrame(rows))
 
 
 def test_replicates_are_pooled_into_one_row_per_configuration_against_the_fastest():
-    found = pooled.pool(sweep({"torch": 29e-6 * 18, "numpy": 18e-6, "jax": 18e-6 * 250}))
+    found = pool(sweep({"torch": 29e-6 * 18, "numpy": 18e-6, "jax": 18e-6 * 250}))
     assert [(p.label, p.runs) for p in found] == [("numpy", 2), ("torch", 2), ("jax", 2)]  # fastest first
     assert found[0].verdict == Verdict.FASTEST and found[0].ratio == 1.0
     torch, jax = found[1], found[2]
@@ -66,7 +72,7 @@ def test_replicates_are_pooled_into_one_row_per_configuration_against_the_fastes
 
 
 def test_the_answer_says_who_is_fastest_and_by_how_much_in_one_sentence():
-    found = pooled.pool(sweep({"numpy": 18e-6, "torch": 18e-6 * 29, "jax": 18e-6 * 250}))
+    found = pool(sweep({"numpy": 18e-6, "torch": 18e-6 * 29, "jax": 18e-6 * 250}))
     sentence = pooled.sentence(found)
     assert sentence.startswith(f"numpy fastest ({format_seconds(found[0].time_s)}); torch")
     assert f"torch {format_ratio(found[1].ratio)} {pooled.interval_text(found[1])}" in sentence
@@ -78,7 +84,7 @@ def test_the_sizes_are_said_in_the_intervals_own_terms_on_a_busy_machine_too():
     already; the sentence says how far they reach, and the machine is left to the warnings."""
     frame = sweep({"numpy": 1e-5, "torch": 3e-4})
     frame["metrics.machine_other_runnable"] = 2.0
-    numpy, torch = found = pooled.pool(frame)
+    numpy, torch = found = pool(frame)
     said = pooled.sentence(found)
     far = max(torch.high / torch.ratio, torch.ratio / torch.low) - 1
     assert said.endswith(f"the order is certain, the sizes known to ±{100 * far:.0f}%") and "busy" not in said
@@ -87,7 +93,7 @@ def test_the_sizes_are_said_in_the_intervals_own_terms_on_a_busy_machine_too():
 
 def test_wide_intervals_and_no_interval_are_said_so():
     frame = sweep({"numpy": 1e-5, "torch": 3e-4})
-    numpy, torch = pooled.pool(frame)
+    numpy, torch = pool(frame)
     wide = replace(torch, comparison=replace(torch.comparison, low=torch.ratio / 1.6, high=torch.ratio * 1.3))
     assert pooled.sizes_known([wide]) == "the sizes known only to ±60%"  # it spans more than WIDE
     wider = replace(torch, comparison=replace(torch.comparison, low=torch.ratio / 29, high=torch.ratio * 2))
@@ -107,7 +113,7 @@ def test_how_to_read_this_is_the_section_of_the_docs():
 
 
 def test_identical_configurations_are_called_within_noise():
-    found = pooled.pool(sweep({"numpy": 1e-5, "tnp": 1e-5}))
+    found = pool(sweep({"numpy": 1e-5, "tnp": 1e-5}))
     assert found[1].verdict == Verdict.WITHIN_NOISE and found[1].low <= 1 <= found[1].high
     assert "within noise: " in pooled.sentence(found)
 
@@ -120,9 +126,9 @@ def test_rounds_that_disagree_give_the_ratio_of_the_medians_and_no_interval():
         samples[frame.at[i, "sample_rounds"] <= 8] *= 400
         frame.at[i, "samples_s"] = samples
         frame.at[i, "metrics.time_median_s"] = float(np.median(samples))
-    torch = pooled.pool(frame)[1]
+    torch = pool(frame)[1]
     assert torch.verdict == Verdict.UNSTABLE and np.isnan(torch.low)
-    assert torch.ratio == pytest.approx(torch.time_s / pooled.pool(frame)[0].time_s)
+    assert torch.ratio == pytest.approx(torch.time_s / pool(frame)[0].time_s)
 
 
 def test_replicates_that_stall_in_different_rounds_keep_the_figures_of_the_job_table():
@@ -134,7 +140,7 @@ def test_replicates_that_stall_in_different_rounds_keep_the_figures_of_the_job_t
         samples, rounds = frame.at[i, "samples_s"].copy(), frame.at[i, "sample_rounds"]
         samples[np.isin(rounds, np.unique(rounds)[stalled])] *= 300
         frame.at[i, "samples_s"] = samples
-    numpy, torch = pooled.pool(frame)
+    numpy, torch = pool(frame)
     each = [typical_s(frame.at[i, "samples_s"], frame.at[i, "sample_rounds"]) for i in torch_rows]
     assert torch.time_s == pytest.approx(np.exp(np.mean(np.log(each))))
     assert torch.ratio == pytest.approx(torch.time_s / numpy.time_s)  # the ratio the figures beside it give
@@ -142,7 +148,7 @@ def test_replicates_that_stall_in_different_rounds_keep_the_figures_of_the_job_t
 
 
 def test_the_short_table_fits_the_ui_and_the_parent_gets_metrics_and_tags():
-    found = pooled.pool(sweep({"numpy": 18e-6, "torch": 18e-6 * 29}))
+    found = pool(sweep({"numpy": 18e-6, "torch": 18e-6 * 29}))
     headers, cells = pooled.table_cells(found)
     assert len(headers) <= 8 and [row[0] for row in cells] == ["numpy", "torch"]
     assert all(" " not in cell for row in cells for cell in row[2:5])  # no value breaks across lines
@@ -156,13 +162,13 @@ def test_the_short_table_fits_the_ui_and_the_parent_gets_metrics_and_tags():
 def test_the_parent_names_its_answer_so_that_sweeps_share_a_column():
     """Per configuration (`torch.time_ratio`) every backend got its own mostly empty column across sweeps; the
     ranks' names are the same in every sweep of one workload."""
-    found = pooled.pool(sweep({"numpy": 18e-6, "torch": 18e-6 * 29, "jax": 18e-6 * 250}))
+    found = pool(sweep({"numpy": 18e-6, "torch": 18e-6 * 29, "jax": 18e-6 * 250}))
     metrics = pooled.metrics(found)
     assert metrics["fastest.time_typical_us"] == metrics["numpy.time_typical_us"]
     assert metrics["next_fastest.time_ratio"] == metrics["torch.time_ratio"]
     assert metrics["next_fastest.time_ratio_ci_high"] == metrics["torch.time_ratio_ci_high"]
     assert metrics["slowest.time_ratio"] == metrics["jax.time_ratio"]
-    other = pooled.metrics(pooled.pool(sweep({"tensorflow": 1e-4, "torch": 3e-4}, seed=1)))
+    other = pooled.metrics(pool(sweep({"tensorflow": 1e-4, "torch": 3e-4}, seed=1)))
     assert {k for k in metrics if not k.startswith(("numpy.", "torch.", "jax."))} == {
         k for k in other if not k.startswith(("tensorflow.", "torch."))
     }
@@ -171,7 +177,7 @@ def test_the_parent_names_its_answer_so_that_sweeps_share_a_column():
 def test_each_workload_gets_its_own_answer():
     small, large = sweep({"numpy": 1e-5, "torch": 3e-5}), sweep({"numpy": 2e-3, "torch": 1e-3}, seed=1)
     small["params.model.hidden"], large["params.model.hidden"] = 64, 4096
-    found = pooled.pool(pd.concat([small, large], ignore_index=True))
+    found = pool(pd.concat([small, large], ignore_index=True))
     assert [(p.workload, p.label) for p in found] == [
         ("hidden=64", "numpy"),
         ("hidden=64", "torch"),
@@ -192,7 +198,7 @@ def test_the_answer_has_a_job_table_narrow_enough_for_the_description():
 def test_speedup_plot_draws_time_over_the_fastest_with_intervals_on_a_log_axis(tmp_path):
     frame = sweep({"numpy": 18e-6, "torch": 18e-6 * 29, "jax": 18e-6 * 250})
     assert plots.plot_speedups(frame, tmp_path / "speedup.png").stat().st_size > 0
-    found = pooled.pool(frame)
+    found = pool(frame)
     plt = plots._pyplot()
     fig, ax = plt.subplots()
     plots._ratio_panel(ax, found, "mlp gradients")
@@ -225,7 +231,7 @@ def test_the_terminal_ends_on_the_answer_with_a_pooled_table_only_where_seeds_we
 def test_a_generation_sweep_says_the_time_per_token_of_the_fastest():
     frame = sweep({"numpy": 2e-3, "jax": 5e-4})
     frame["metrics.tpot_p50_s"] = np.where(frame["params.backend.name"] == "jax", 1.3e-4, 5e-4)
-    said = pooled.sentence(pooled.pool(frame))
+    said = pooled.sentence(pool(frame))
     assert said.startswith("jax fastest (") and f" a generation, {format_seconds(1.3e-4)} a token); numpy " in said
 
 
@@ -233,14 +239,14 @@ def test_a_training_sweep_says_what_it_timed_and_a_default_one_does_not():
     """The task, optimizer, model and precision a sweep fixed open its answer where not the defaults (issue 48):
     without them 'torch fastest (363 µs)' hid that a training step with Adam was timed."""
     frame = sweep({"torch": 3.6e-4, "tensorflow": 3.6e-4 * 23})
-    assert pooled.sentence(pooled.pool(frame)).startswith("torch fastest (")  # gradients on mlp: the defaults
+    assert pooled.sentence(pool(frame)).startswith("torch fastest (")  # gradients on mlp: the defaults
     frame["params.task.name"], frame["params.optimizer.name"] = "train_step", "adam"
-    found = pooled.pool(frame)
+    found = pool(frame)
     said = pooled.sentence(found)
     assert said.startswith(f"train_step (adam) on mlp: torch fastest ({format_seconds(found[0].time_s)} a step); ")
-    assert pooled.tags(pooled.pool(frame))["verdict"] == said
+    assert pooled.tags(pool(frame))["verdict"] == said
     frame["params.precision.name"] = "bf16_mixed"
-    assert pooled.sentence(pooled.pool(frame)).startswith("train_step (adam) on mlp in bf16_mixed precision: torch")
+    assert pooled.sentence(pool(frame)).startswith("train_step (adam) on mlp in bf16_mixed precision: torch")
 
 
 def test_what_varies_is_not_said_as_what_was_timed():
@@ -248,7 +254,7 @@ def test_what_varies_is_not_said_as_what_was_timed():
     small["params.model.name"], large["params.model.name"] = "mlp", "transformer"
     both = pd.concat([small, large], ignore_index=True)
     both["params.task.name"] = "inference"
-    said = pooled.sentence(pooled.pool(both))
+    said = pooled.sentence(pool(both))
     assert said.startswith("inference · mlp: numpy fastest") and ". transformer: torch fastest" in said
 
 
@@ -268,7 +274,7 @@ def test_log_axes_have_a_labelled_tick_near_the_values(seconds):
     plt = plots._pyplot()
     fig, (times, ratios) = plt.subplots(2, 1)
     plots._time_panel(times, frame.sort_values("metrics.time_median_s"), "mlp gradients")
-    found = pooled.pool(frame)
+    found = pool(frame)
     plots._ratio_panel(ratios, found, "mlp gradients")
     for axis, values in ((times.xaxis, frame["metrics.time_median_s"]), (ratios.xaxis, [p.ratio for p in found])):
         ticks = _labelled_ticks(axis)

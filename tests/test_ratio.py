@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from helpers import identified
 
 from runner import report
 from runner.report.ratio import PROCESS_SD, batch_count, instability, round_medians, time_ratio
@@ -136,7 +137,7 @@ def identical_sweep(rng: np.random.Generator, jobs: int, n_rounds: int = 40, n_s
                 "metrics.time_median_s": float(np.median(samples)),
             }
         )
-    return pd.DataFrame(rows)
+    return identified(pd.DataFrame(rows))
 
 
 @pytest.mark.parametrize("jobs", [4, pytest.param(16, marks=pytest.mark.heavy)])  # 16: 30 s of bootstraps on 2 cores
@@ -175,15 +176,17 @@ def test_the_interval_is_shared_among_the_comparisons():
 
 def two_jobs(a: np.ndarray, b: np.ndarray, rounds: np.ndarray, medians: list[float]) -> pd.DataFrame:
     """A sweep of two finished MLP jobs measured in the same rounds, with the medians its table shows."""
-    return pd.DataFrame(
-        {
-            "run": ["0", "1"],
-            "status": ["FINISHED"] * 2,
-            "params.model.name": ["mlp"] * 2,
-            "samples_s": [a, b],
-            "sample_rounds": [rounds, rounds],
-            "metrics.time_median_s": medians,
-        }
+    return identified(
+        pd.DataFrame(
+            {
+                "run": ["0", "1"],
+                "status": ["FINISHED"] * 2,
+                "params.model.name": ["mlp"] * 2,
+                "samples_s": [a, b],
+                "sample_rounds": [rounds, rounds],
+                "metrics.time_median_s": medians,
+            }
+        )
     )
 
 

@@ -8,9 +8,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from helpers import FAST_TIMING, clients, free_port, made_store, run_cli, runner_main
+from helpers import FAST_TIMING, clients, free_port, identified, made_store, run_cli, runner_main
 
 from runner import report
+from runner.record import runs
 from runner.report import frames, plots
 
 # -- judging differences -------------------------------------------------------------------------
@@ -30,7 +31,7 @@ def test_compare_against_the_fastest_run_doing_the_same_work():
             "sample_rounds": [rounds, rounds, None, None],
         }
     )
-    compared = report.compare(frame)
+    compared = report.compare(identified(frame))
     assert list(compared["time_ratio"][:3]) == pytest.approx([2.0, 1.0, 1.0], rel=0.01)  # size 1000: its own fastest
     assert compared["time_ratio_ci_low"][0] < 2.0 < compared["time_ratio_ci_high"][0]
     assert list(compared["within_noise"]) == ["slower", "fastest", "fastest", None]
@@ -50,7 +51,7 @@ def test_runs_at_different_sizes_are_not_compared_but_named_alternatives_are():
             "metrics.time_median_s": [1e-6, 2e-6, 1e-6, 9e-3],
         }
     )
-    frame = frames._finish_frame(frame)
+    frame = frames._finish_frame(identified(frame))
     compared = report.compare(frame)
     assert list(compared["time_ratio"]) == pytest.approx([1.0, 2.0, 1.0, 9000.0])
     titles = [title for title, _ in plots.workloads(frame)]
@@ -74,7 +75,7 @@ def test_params_of_run_directories_leave_out_only_recorded_copies(make_config, t
     del older["copied_keys"]
     (tmp_path / "older" / "result.json").write_text(json.dumps(older))
 
-    frame = frames.runs_from_dirs(tmp_path.iterdir())
+    frame = frames.frame(runs.from_dirs(sorted(tmp_path.iterdir())))
     frame.index = [Path(d).name for d in frame["run_dir"]]
     assert list(frame["params.data.image_size"]) == [64, 64, 64]
     assert pd.isna(frame.loc["copy", "params.model.image_size"])

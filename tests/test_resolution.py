@@ -14,8 +14,9 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from helpers import identified
 
-from runner import report
+from runner import identity, report
 from runner.measure.samples import turn_typical, typical_s
 from runner.report import comparison
 from runner.report.ratio import ASSUMED, PRIOR_DF, PROCESS_SD, process_spread, time_ratio
@@ -141,7 +142,7 @@ def identical_sweep(
                 "metrics.time_median_s": float(np.median(seconds)),
             }
         )
-    return pd.DataFrame(rows)
+    return identified(pd.DataFrame(rows))
 
 
 @pytest.mark.parametrize(
@@ -217,7 +218,8 @@ def test_the_sweep_knows_when_its_comparisons_resolve():
         config = {"model": {"name": model, "n": 128, "method": method}, "task": {"name": "inference"}}
         config |= {"batch_size": 32, "data": {"name": "random"}, "seed": seed, "timing": {"resolve": 0.05}}
         measurement = SimpleNamespace(samples=Samples({"samples_s": list(seconds), "sample_round": list(rounds)}))
-        return SimpleNamespace(spec=SimpleNamespace(config=config), failed=None, measurement=measurement)
+        spec = SimpleNamespace(config=config, params=lambda: identity.config_params(config, ()))
+        return SimpleNamespace(spec=spec, failed=None, measurement=measurement)
 
     rng = np.random.default_rng(2)
     the_machine = np.array(machine(rng, 40))  # every job of the sweep meets the same rounds

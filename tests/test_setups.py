@@ -8,32 +8,39 @@ import shutil
 import numpy as np
 import pandas as pd
 import pytest
-from helpers import FAST_TIMING, made_store, run_cli, runner_main
+from helpers import FAST_TIMING, identified, made_store, run_cli, runner_main
 
-from runner import report
-from runner.record import setups
+from runner import identity, report
+from runner.record import runs, setups
 from runner.record.environment import driver_version
 from runner.report import before_after
 from runner.report.ratio import APART_SD, PROCESS_SD, time_ratio
 
 
 def _frame(**columns) -> pd.DataFrame:
+    """Runs as runner.report.frame has them, each on the host, CPU and framework version given (else 'x')."""
     n = len(next(iter(columns.values())))
-    base = {f"env.{k}": ["x"] * n for k in (*setups.MACHINE, *setups.VERSIONS, *setups.FRAMEWORK)}
-    return pd.DataFrame(base | {f"env.{k}": v for k, v in columns.items()})
+    environments = [
+        {"hostname": "x", "cpu": "x", "cpu_count": 2, "memory_gib": 24, "python": "3.11", "git_commit": "x"}
+        | {k: v[i] for k, v in columns.items()}
+        for i in range(n)
+    ]
+    rows = [{"machine": identity.machine(env).key, **setups.environment_columns(env)} for env in environments]
+    return pd.DataFrame(rows)
 
 
-def test_runs_share_a_setup_only_on_one_machine_with_one_version_per_framework():
+def test_runs_share_a_setup_on_one_kind_of_machine_whatever_its_host_with_one_version_per_framework():
     frame = _frame(
-        hostname=["a", "a", "a", "b", "a"],
-        framework=["torch", "tensorflow", "torch", "torch", "tensorflow"],
-        framework_version=["2.14", "2.21", "2.15", "2.14", "2.21"],
+        hostname=["a", "a", "a", "b", "a", "a"],
+        cpu=["EPYC", "EPYC", "EPYC", "EPYC", "EPYC", "Xeon"],
+        framework=["torch", "tensorflow", "torch", "torch", "tensorflow", "torch"],
+        framework_version=["2.14", "2.21", "2.15", "2.14", "2.21", "2.14"],
     )
     numbers = setups.setups(frame)
-    assert list(numbers) == [1, 1, 2, 3, 1]  # torch 2.15 apart from 2.14; host b apart from a
+    assert list(numbers) == [1, 1, 2, 1, 1, 3]  # torch 2.15 apart from 2.14; host b with a; a Xeon apart
     lines = setups.describe(frame, numbers)
     assert lines[0] == "setup 2: torch 2.15 (setup 1: 2.14); ranked only within its own setup"
-    assert lines[1] == "setup 3: host b (setup 1: a); ranked only within its own setup"
+    assert lines[1] == "setup 3: CPU Xeon (setup 1: EPYC); ranked only within its own setup"
 
 
 def test_the_nvidia_driver_version_is_read_from_either_kernel_module_banner():
@@ -50,16 +57,18 @@ def _samples(rng: np.random.Generator, typical_s: float, n_rounds: int = 20) -> 
 
 def _runs(rng: np.random.Generator, typical_s: float) -> pd.DataFrame:
     samples, rounds = _samples(rng, typical_s)
-    return pd.DataFrame(
-        {
-            "run": ["torch-mlp #0"],
-            "status": ["FINISHED"],
-            "params.backend.name": ["torch"],
-            "params.timing.max_time_s": [1.0],
-            "metrics.time_median_s": [float(np.median(samples))],
-            "samples_s": [samples],
-            "sample_rounds": [rounds],
-        }
+    return identified(
+        pd.DataFrame(
+            {
+                "run": ["torch-mlp #0"],
+                "status": ["FINISHED"],
+                "params.backend.name": ["torch"],
+                "params.timing.max_time_s": [1.0],
+                "metrics.time_median_s": [float(np.median(samples))],
+                "samples_s": [samples],
+                "sample_rounds": [rounds],
+            }
+        )
     )
 
 
@@ -141,8 +150,8 @@ def two_versions(tmp_path_factory):
 
 
 def test_a_report_over_two_versions_ranks_each_run_only_within_its_version(two_versions):
-    dirs = report.sweep_run_dirs(two_versions / "1-before") + report.sweep_run_dirs(two_versions / "2-after")
-    frame = report.runs_from_dirs(dirs)
+    dirs = runs.runs_in(two_versions / "1-before") + runs.runs_in(two_versions / "2-after")
+    frame = report.frame(runs.from_dirs(dirs))
     compared = report.compare(frame)
     assert list(frame["setup"]) == [1, 1, 2, 2]
     assert list(compared["within_noise"]) == ["fastest"] * 4  # each size alone in its setup: nothing to rank
@@ -190,13 +199,13 @@ def test_runner_compare_of_mlflow_sweeps_fetches_samples_the_machine_no_longer_h
     result = runner_main("compare", parent, parent, "--tracking-uri", uri)
     assert result.returncode == 0, result.stderr
     rows = [line for line in result.stdout.splitlines() if line.startswith("| ") and "numpy-sigmoid" in line]
-    assert len(rows) == 2 and all(row.endswith("| within noise |") for row in rows), result.stdout
+    assert len(rows) == 1 and rows[0].endswith("| within noise |"), result.stdout  # seeds 1 and 2: one case, pooled
+    assert "| numpy-sigmoid-inference-eager-cpu-float32 batch_size=32 size=1024 |" in rows[0]
 
 
 def test_a_job_refused_before_it_ran_has_no_setup_and_splits_nothing():
-    frame = _frame(hostname=["a", "a", ""], cpu=["x", "x", ""], cpu_count=["x", "x", ""], python=["x", "x", ""])
-    for key in ("gpu_driver", "git_commit", "git_dirty"):
-        frame[f"env.{key}"] = ["x", "x", ""]
+    frame = _frame(hostname=["a", "a", ""])
+    frame.loc[2, "machine"] = None  # it recorded no environment, so it has no identity
     numbers = setups.setups(frame)
     assert list(numbers[:2]) == [1, 1] and numbers.isna()[2]
     assert setups.describe(frame, numbers) == []

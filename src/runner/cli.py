@@ -5,7 +5,8 @@ runner report --tracking-uri URI --experiment NAME --out DIR [--parent RUN_ID]
 runner report --sweep-dir DIR --out DIR
 runner compare BEFORE AFTER [--tracking-uri URI] [--factor 1.1]
 runner sync RUN_DIR... [--tracking-uri URI]
-runner history [DIR...] [--tracking-uri URI] [--experiment NAME] [--case KEY] [--json] [--html DIR] [--fail-on LABELS]
+runner history [DIR...] [--tracking-uri URI] [--experiment NAME] [--case KEY] [--by-host] [--json] [--html DIR]
+               [--fail-on LABELS]
 runner history --mark RUN_ID --why TEXT
 runner --version
 """
@@ -76,12 +77,17 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _history_parser(commands, uri_help: str) -> None:
-    history = commands.add_parser("history", help="each case's runs over time on one machine, and the steps in them")
+    history = commands.add_parser("history", help="each case's runs over time on one kind of machine, and its steps")
     history.add_argument("dirs", nargs="*", type=Path, metavar="DIR", help="run or sweep directories (else MLflow)")
     history.add_argument("--tracking-uri", help=uri_help)
     history.add_argument("--experiment", help="only this MLflow experiment (default: every one)")
     history.add_argument("--case", help="only this case (a run's `case` tag)")
-    history.add_argument("--machine", help="only this machine (a run's `machine` tag)")
+    history.add_argument("--machine", help="only this kind of machine (a run's `machine` tag)")
+    history.add_argument(
+        "--by-host",
+        action="store_true",
+        help="a series per host too (the machine is its kind: hosts of one kind share one)",
+    )
     history.add_argument("--json", action="store_true", help="print the histories as JSON, for other tools")
     history.add_argument("--html", type=Path, metavar="DIR", help="write a page per case and an index.html here")
     history.add_argument("--fail-on", default="", metavar="LABELS", help="exit 1 on a step so labelled: regression,...")
@@ -103,9 +109,9 @@ def _history(args: argparse.Namespace) -> int:
         return 0
     labels = history.fail_labels(args.fail_on)
     if args.dirs:
-        found = history.from_dirs([d for path in args.dirs for d in _run_dirs(path)])
+        found = history.from_runs([run for path in args.dirs for run in _runs(path)], args.by_host)
     elif uri:
-        found = history.from_rows(tracking.history_rows(uri, args.experiment, args.case, args.machine))
+        found = history.from_runs(tracking.history_runs(uri, args.experiment, args.case, args.machine), args.by_host)
         for h in found:
             tracking.set_tags(uri, h.entries[-1].run_id, {"history.verdict": history.verdict(h)})
     else:
@@ -121,30 +127,30 @@ def _history(args: argparse.Namespace) -> int:
     return 1 if failing else 0
 
 
-def _run_dirs(path: Path) -> list[Path]:
-    from runner import report
-    from runner.record.result import RESULT_FILE
+def _runs(path: Path) -> list:
+    from runner.record import runs
 
     if not path.is_dir():
         raise FileNotFoundError(f"{path} is not a directory")
-    return [path] if (path / RESULT_FILE).exists() else report.sweep_run_dirs(path)
+    return runs.from_path(path)
 
 
 def _report(args: argparse.Namespace) -> int:
-    from runner import report
+    from runner import report, tracking
+    from runner.record import runs
 
     parent, uri = args.parent, args.tracking_uri
     if args.sweep_dir is not None:
         if not args.sweep_dir.is_dir():
             raise FileNotFoundError(f"{args.sweep_dir} is not a directory")
-        frame = report.runs_from_dirs(report.sweep_run_dirs(args.sweep_dir))
+        frame = report.frame(runs.from_dirs(runs.runs_in(args.sweep_dir)))
         info = read_sweep_file(args.sweep_dir)
         parent, uri = parent or info.get("parent_run_id"), uri or info.get("uri")
     else:
         uri = uri or os.environ.get("MLFLOW_TRACKING_URI")
         if not uri:
             raise LookupError("--experiment needs --tracking-uri (or MLFLOW_TRACKING_URI)")
-        frame = report.runs_from_mlflow(uri, args.experiment, parent)
+        frame = report.frame(tracking.search_runs(uri, args.experiment, parent))
     files = report.write_report(frame, args.out)
     for path in files:
         print(path)

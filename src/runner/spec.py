@@ -19,6 +19,7 @@ from typing import Any, cast
 from omegaconf import DictConfig, OmegaConf
 
 from runner.config import TimingConfig, TrackingConfig, choices, plain
+from runner.identity import config_params
 
 
 @dataclass(frozen=True)
@@ -79,6 +80,10 @@ class JobSpec:
             "task": self.task,
             "dtype": self.dtype,
         }
+
+    def params(self) -> dict[str, str]:
+        """The settings that apply to the job, flattened: what its identity is computed from (runner.identity)."""
+        return config_params(self.config, self.copied_keys)
 
     def mlflow_store(self) -> tuple[str, str] | None:
         """(tracking URI, experiment) where the run is logged to MLflow; None where it is not tracked."""

@@ -2,7 +2,7 @@
 
 Its work can grow without its config changing, as a library upgrade changes a model's work unseen: the
 environment variable RUNNER_TEST_EXTRA_WORK (a fraction, e.g. 0.1) adds that share of layers (10 layers, 0.1: 11).
-The case key (runner.record.naming.case) comes from the config, so a run with the extra work is the same case, one
+The case key (runner.identity.case) comes from the config, so a run with the extra work is the same case, one
 point further along its history: benchmarks/history_real.py slows it from a chosen sweep on.
 """
 

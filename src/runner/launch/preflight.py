@@ -162,11 +162,11 @@ def _refuse_choice_names(parsed: list) -> None:
 
 def _warn_unread(parsed: list, cfg) -> None:
     """One warning naming the data and optimizer settings typed on the command line that the chosen run does not
-    read (runner.record.naming.applies: `data.image_size` on the MLP, `data.path` with random inputs, an
+    read (runner.identity.applies: `data.image_size` on the MLP, `data.path` with random inputs, an
     optimizer for a task that trains nothing)."""
     from omegaconf import OmegaConf
 
-    from runner.record.naming import applies
+    from runner.identity import applies
 
     config = cast(dict, OmegaConf.to_container(cfg, resolve=False))  # a DictConfig's container is a dict
     unread = [

@@ -31,13 +31,13 @@ from pathlib import Path
 
 import numpy as np
 
+from runner import identity
 from runner.launch import isolation
 from runner.launch.messages import Finished, Ready, Turn, TurnDone
 from runner.launch.sweep_lines import Every, time_left
 from runner.measure.samples import PROCESS, SECONDS
 from runner.measure.stop import Stopped, StopReason, stop_reason
 from runner.measure.timing import Measurement
-from runner.record import naming
 from runner.record.result import Result, Status
 from runner.spec import JobSpec
 
@@ -237,16 +237,13 @@ def widest_resolution(jobs: list[_Waiting]) -> float:
 
 
 def work(spec: JobSpec) -> str:
-    """What two jobs must share to be compared (runner.report.comparison.work_key), from the job's flattened config."""
-    from runner.report.comparison import work_key  # here: a single run never imports runner.report (pandas)
-
-    return work_key(naming.flatten(spec.config))
+    """What two jobs must share to be compared (runner.identity.work)."""
+    return identity.work(spec.params()).key
 
 
 def configuration(spec: JobSpec) -> str:
-    """A job's configuration, its seed and timing aside: jobs that share it are replicates (ratio.process_spread)."""
-    aside = ("seed", "timing", "tracking")
-    return repr(sorted((k, v) for k, v in spec.config.items() if k not in aside))
+    """A job's configuration, its seed aside: jobs that share it are replicates (ratio.process_spread)."""
+    return identity.configuration(spec.params()).key
 
 
 def _another_process(job: _Waiting, number: int, processes: int) -> None:

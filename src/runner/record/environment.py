@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import re
@@ -12,10 +13,10 @@ from functools import cache
 from pathlib import Path
 
 from runner import version
+from runner.identity import SPEED_VARIABLES
 from runner.locations import FROM_CHECKOUT, PROJECT_ROOT
 from runner.record.machine_state import machine_state
 
-THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "TF_NUM_INTRAOP_THREADS")
 # How the frameworks take GPU memory (runner.backends.share_gpu_memory sets the first two in a cuda job's worker).
 GPU_MEMORY_VARIABLES = (
     "XLA_PYTHON_CLIENT_PREALLOCATE",
@@ -57,6 +58,7 @@ def collect(backend_env: dict) -> dict:
         "hostname": platform.node(),
         "cpu": cpu_name(),
         "cpu_count": os.cpu_count(),
+        "memory_gib": memory_gib(),
         "argv": " ".join(sys.argv),
         "address_layout_randomized": layout_randomized(),
         "git_commit": "unknown",
@@ -64,7 +66,9 @@ def collect(backend_env: dict) -> dict:
     }
     if nvidia_driver_version():
         env["gpu_driver"] = nvidia_driver_version()
-    env.update({name: os.environ[name] for name in (*THREAD_VARIABLES, *GPU_MEMORY_VARIABLES) if name in os.environ})
+    if gpu_models():
+        env["gpus"] = gpus_said(gpu_models())
+    env.update({name: os.environ[name] for name in (*SPEED_VARIABLES, *GPU_MEMORY_VARIABLES) if name in os.environ})
     env.update(scheduler_context())
     env.update(machine_state())  # CPU clock and governor, GPU clocks, temperature and throttling where readable
     env.update(backend_env)
@@ -107,6 +111,33 @@ def cpu_name() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+@cache
+def memory_gib() -> int:
+    """The machine's memory in whole GiB (the kernel's total moves by megabytes between boots and kernels)."""
+    import psutil
+
+    return round(psutil.virtual_memory().total / 2**30)
+
+
+@cache
+def gpu_models(gpus: Path = Path("/proc/driver/nvidia/gpus")) -> tuple[str, ...]:
+    """The model of each NVIDIA GPU the driver sees, from its information file ('Model: NVIDIA H100 80GB HBM3'),
+    whatever the job's CUDA_VISIBLE_DEVICES: the machine's GPUs, not the run's. Empty without the driver."""
+    models = []
+    for information in sorted(gpus.glob("*/information")):
+        with contextlib.suppress(OSError):
+            for line in information.read_text().splitlines():
+                if line.startswith("Model:"):
+                    models.append(line.split(":", 1)[1].strip())
+    return tuple(models)
+
+
+def gpus_said(models: tuple[str, ...]) -> str:
+    """'8x NVIDIA H100 80GB HBM3'; several models, each with its count, in order: '1x NVIDIA A100, 1x NVIDIA T4'."""
+    counts = {m: models.count(m) for m in dict.fromkeys(models)}
+    return ", ".join(f"{n}x {m}" for m, n in counts.items())
 
 
 @cache

@@ -4,29 +4,16 @@ swept keys and title. Used with and without MLflow (runner report reads run dire
 from __future__ import annotations
 
 import functools
-import hashlib
 import re
 from collections.abc import Collection
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
-from runner.config import is_capability
+from runner.identity import config_params, flatten, under
 from runner.spec import JobSpec
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
-
-
-def flatten(config: dict, prefix: str = "") -> dict[str, str]:
-    """{"a": {"b": 1}} -> {"a.b": "1"}: MLflow params are flat strings."""
-    flat: dict[str, str] = {}
-    for key, value in config.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict):
-            flat.update(flatten(value, f"{name}."))
-        else:
-            flat[name] = str(value)
-    return flat
 
 
 def run_params(config: dict, copied: Collection[str]) -> dict[str, str]:
@@ -56,21 +43,6 @@ SERIES_PREFIX = "timing.series."  # name -> a Series class path: the names are w
 UNSET_SAID = {"threads": "framework default"}  # an unset (None) key that says something; others are left out
 
 
-def config_params(config: dict, copied: Collection[str]) -> dict[str, str]:
-    """The flattened config keys that apply to the run's model, data and mode, as the config holds them (the
-    case key hashes these: runner history's cases stay the same whatever run_params shows).
-
-    Left out: capability data (runner.config), where the run was logged (tracking.*), data settings the
-    chosen data or model does not read, and the keys that copy another (`copied`, as Result.copied_keys
-    records them: model.image_size = ${data.image_size})."""
-    return {k: v for k, v in flatten(config).items() if applies(k, config) and not _under(k, copied)}
-
-
-def _under(key: str, keys: Collection[str]) -> bool:
-    """Whether `key` is one of `keys` or lies under one (a copied subtree copies each key in it)."""
-    return any(key == k or key.startswith(f"{k}.") for k in keys)
-
-
 PLAIN_INTERPOLATION = re.compile(r"\$\{(\.*)([\w-]+(?:\.[\w-]+)*)\}")  # ${data.image_size}, ${.x}; no resolver
 
 
@@ -86,7 +58,7 @@ def copied_keys(cfg: DictConfig) -> dict[str, str]:
     for key, value in raw.items():
         match = PLAIN_INTERPOLATION.fullmatch(value)
         target = _absolute(key, *match.groups()) if match else None
-        if target and any(_under(other, (target,)) for other in raw):
+        if target and any(under(other, (target,)) for other in raw):
             copies[key] = target
     return copies
 
@@ -102,22 +74,6 @@ def _absolute(key: str, dots: str, target: str) -> str:
         return target
     parents = key.split(".")[:-1]
     return ".".join([*parents[: max(len(parents) + 1 - len(dots), 0)], target])
-
-
-def applies(key: str, config: dict) -> bool:
-    """Whether a flattened config key is a setting this run reads (else it is not one of its params)."""
-    if is_capability(key) or key.startswith("tracking."):
-        return False
-    data, model = config.get("data") or {}, config.get("model") or {}
-    if key == "data.image_size":
-        return "image_size" in model  # vision models read it
-    if key == "data.path":
-        return data.get("name") != "random"
-    if key == "data.dataset":
-        return data.get("name") == "hdf5"
-    if key.split(".")[0] == "optimizer":
-        return "optimizer" in (config.get("task") or {})  # the task reads it (task=train_step's ${optimizer})
-    return True
 
 
 NAME_GROUPS = ("backend", "model", "task", "mode", "device", "dtype")
@@ -159,25 +115,6 @@ def _varied(config: dict, key: str, value: str) -> str:
     last part and value ('seed=1', 'lr=0.1', 'precision=full': 'full' alone would not say what is full)."""
     said = choice(config, key) if isinstance(config.get(key), dict) or key in NAME_GROUPS else value
     return str(said) if key in BARE else f"{key.rsplit('.', 1)[-1]}={said}"
-
-
-NOT_CASE = ("seed", "isolation", "timing.", "tracking.")  # how often, where and with which draw: not what ran
-
-
-def case(config: dict, copied: Collection[str]) -> tuple[str, str]:
-    """The run's case for its history (`runner history`): a short key (a hash) shared by every run of the same
-    work on the same configuration, seed and timing budget aside, and the case as a person reads it."""
-    params = {k: v for k, v in config_params(config, copied).items() if not k.startswith(NOT_CASE)}
-    text = " ".join(f"{k}={params[k]}" for k in sorted(params))
-    said = [f"{_short(k)}={v}" for k, v in sorted(params.items()) if k in BEYOND_NAME and v != "None"]
-    return hashlib.sha1(text.encode()).hexdigest()[:16], " ".join([run_name(config), *said])
-
-
-BEYOND_NAME = ("batch_size", "threads", "model.n", "model.size", "model.arch")  # not in run_name
-
-
-def _short(key: str) -> str:
-    return key.removeprefix("model.") if key in ("model.size", "model.n", "model.arch", "model.method") else key
 
 
 def swept_keys(overrides: list[str], sweeper_params: dict | None = None) -> dict[str, str]:

@@ -2,10 +2,11 @@
 its tensors.h5 and images/). Worker, launcher, tracking, reports and scripts all go through it.
 
 result.json: {"format", "status", "config", "copied_keys", "metrics", "environment"} and, where they apply,
-"error", "warnings", "predictions" (classifiers: per example the top-5 {"label", "probability"}) and
-"output_tail" (the last lines of a job that did not finish). `status` is MLflow's word. "copied_keys": the
-flattened config keys written as a copy of another ({"model.image_size": "data.image_size"}), which the
-resolved config no longer shows; a file recorded before the key existed reads as copying none.
+"identity" (its work, configuration, case and machine: runner.identity), "error", "warnings", "predictions"
+(classifiers: per example the top-5 {"label", "probability"}) and "output_tail" (the last lines of a job that did
+not finish). `status` is MLflow's word. "copied_keys": the flattened config keys written as a copy of another
+({"model.image_size": "data.image_size"}), which the resolved config no longer shows; a file
+recorded before the key existed reads as copying none.
 
 Both files carry `format` (result.json's key, tensors.h5's root attribute): FORMAT when written. A file of a
 later format than this code knows is refused with one line saying so; a file without one is of format 1,
@@ -26,7 +27,9 @@ from typing import Any
 
 import numpy as np
 
+from runner import identity
 from runner.config import first_line
+from runner.identity import Identity
 
 RESULT_FILE = "result.json"
 TENSORS_FILE = "tensors.h5"
@@ -44,7 +47,8 @@ class Status(StrEnum):
 
 
 STATUSES = tuple(Status)
-FORMAT = 1  # of result.json and tensors.h5; raise it when a reader could misread the new layout
+FORMAT = 2  # of result.json and tensors.h5; raise it when a reader could misread the new layout
+# 2: result.json holds the run's `identity` (runner.identity); a record of format 1 has it computed when read
 
 
 class ResultUnreadable(ValueError):
@@ -64,6 +68,7 @@ class Result:
     started: float | None = None  # wall-clock epoch seconds of the job's start and end (the MLflow run spans them)
     ended: float | None = None
     copied_keys: dict[str, str] = field(default_factory=dict)  # config key -> the key it copies
+    recorded_identity: dict | None = None  # result.json's `identity` as read (format 2 on)
     # Kept in memory while the job runs, written beside result.json (tensors.h5, images/*.png):
     tensors: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
     attrs: dict[str, Any] = field(default_factory=dict, repr=False)  # root attributes of tensors.h5
@@ -81,7 +86,9 @@ class Result:
             "metrics": self.metrics,
             "environment": self.environment,
         }
+        found = self.identity()
         optional = {
+            "identity": found.to_dict() if found else None,
             "error": self.error,
             "warnings": self.warnings or None,
             "predictions": self.predictions,
@@ -106,7 +113,19 @@ class Result:
             output_tail=record.get("output_tail"),
             started=record.get("started"),
             ended=record.get("ended"),
+            recorded_identity=record.get("identity"),
         )
+
+    def identity(self) -> Identity | None:
+        """The run's work, configuration, case and machine (runner.identity): as recorded, else computed from its
+        config and environment; None for a job refused before it recorded either."""
+        if self.recorded_identity:
+            return Identity.from_dict(self.recorded_identity)
+        if not (self.config and self.environment):
+            return None
+        from runner.record.naming import run_name
+
+        return identity.of_config(self.config, self.copied_keys, self.environment, run_name(self.config))
 
     def save(self, run_dir: Path) -> Path:
         """Write result.json whole or not at all (a killed writer leaves the previous file). A symlink

@@ -1,54 +1,53 @@
 """Where a run ran and with what: runs are ranked against each other only within one setup.
 
-A setup is a machine (host, CPU model and count, NVIDIA driver) and the versions the run used (Python, the
-runner's commit and whether it had uncommitted changes, the framework's version). Runs of one sweep share
-it; an MLflow experiment gathered over months, or runs sent to several cluster nodes, may not. Two runs
-of different setups differ by more than the work they did, so `runner report` and a sweep's table compare
-each run only with runs of its own setup, and say what sets the others apart. Across setups the question
-is a before/after one: `runner compare` (runner.report.before_after).
+A setup is a kind of machine (runner.identity.machine: CPU model and cores, memory, GPUs, driver branch; never the
+host) and the versions the run used (Python, the runner's commit and whether it had uncommitted changes, the
+framework's version). Runs of one sweep share it, and so do the runs of a sweep sent to several nodes of one kind:
+their nodes are replicates, ranked together. An MLflow experiment gathered over months, or runs on two kinds of
+machine, may not: two runs of different setups differ by more than the work they did, so `runner report` and a
+sweep's table compare each run only with runs of its own setup, and say what sets the others apart. Across setups
+the question is a before/after one: `runner compare` (runner.report.before_after).
 """
 
 from __future__ import annotations
 
-import hashlib
 from typing import TYPE_CHECKING
+
+from runner.identity import MACHINE, machine_facts
 
 if TYPE_CHECKING:  # pandas only where frames are built: a job records and uploads its setup without it
     import pandas as pd
 
 # environment key -> how a person reads it; all of them must agree for two runs to share a setup
-MACHINE = {"hostname": "host", "cpu": "CPU", "cpu_count": "cores", "gpu_driver": "NVIDIA driver"}
 VERSIONS = {"python": "Python", "git_commit": "runner commit", "git_dirty": "uncommitted changes"}
 FRAMEWORK = ("framework", "framework_version")  # one version per framework within a setup
+MACHINE_SAID = {"cpu": "CPU", "memory_gib": "memory (GiB)", "gpus": "GPUs", "speed_variables": "environment"}
 COLUMNS = tuple(f"env.{k}" for k in (*MACHINE, *VERSIONS, *FRAMEWORK))
 
 
-def machine(environment: dict) -> tuple[str, str]:
-    """The machine a run ran on, for its history: a short key (a hash of MACHINE's facts) and the machine as a
-    person reads it ('host · AMD EPYC 7B13 · 2 cores')."""
-    facts = [str(environment.get(k, "")) for k in MACHINE]
-    name = " · ".join(f"{v} cores" if k == "cpu_count" else v for k, v in zip(MACHINE, facts, strict=True) if v)
-    return hashlib.sha1("|".join(facts).encode()).hexdigest()[:16], name
-
-
 def environment_columns(environment: dict) -> dict[str, str]:
-    """A run's setup as frame columns (env.hostname, ...) from its recorded environment; '' where unknown."""
-    return {f"env.{k}": str(environment.get(k, "")) for k in (*MACHINE, *VERSIONS, *FRAMEWORK)}
+    """A run's setup as frame columns (env.cpu, env.python, ...) from its recorded environment; '' where unknown.
+    The host is a column too (env.hostname), shown, never compared."""
+    facts = machine_facts(environment) if environment else dict.fromkeys(MACHINE, "")
+    columns = {f"env.{k}": v for k, v in facts.items()}
+    columns["env.hostname"] = str(environment.get("hostname", ""))
+    columns.update({f"env.{k}": str(environment.get(k, "")) for k in (*VERSIONS, *FRAMEWORK)})
+    return columns
 
 
 def setups(frame: pd.DataFrame) -> pd.Series:
     """Per run, the number of its setup (1, 2, ...: in order of first appearance; NaN for a run that recorded
-    no environment, refused before it ran). Runs share a setup when
-    their machine and versions agree and, where a framework appears in several versions, they used the
-    same one: the runs of its second version form a setup of their own, with the other frameworks'
-    runs of the first."""
+    no environment, refused before it ran). Runs share a setup when their kind of machine (the `machine` column,
+    runner.identity) and versions agree
+    and, where a framework appears in several versions, they used the same one: the runs of its second version
+    form a setup of their own, with the other frameworks' runs of the first."""
     import pandas as pd
 
-    if frame.empty or not set(COLUMNS) <= set(frame):
+    if frame.empty or not {"machine", *COLUMNS} <= set(frame):
         return pd.Series(1, index=frame.index)
-    facts = frame[[f"env.{k}" for k in (*MACHINE, *VERSIONS)]].astype(str)
-    recorded = facts.ne("").any(axis=1)  # a job refused before it ran recorded no environment: no setup
-    base = facts.agg("|".join, axis=1)
+    recorded = frame["machine"].notna()  # a job refused before it ran recorded no environment: no setup
+    versions = frame[[f"env.{k}" for k in VERSIONS]].astype(str)
+    base = frame["machine"].astype(str) + "|" + versions.agg("|".join, axis=1)
     nth_version = pd.Series(0, index=frame.index)
     for _, runs in frame.groupby([base, frame["env.framework"]], sort=False):
         versions = list(dict.fromkeys(runs["env.framework_version"]))
@@ -71,10 +70,11 @@ def describe(frame: pd.DataFrame, numbers: pd.Series) -> list[str]:
 
 
 def differences(before: pd.DataFrame, after: pd.DataFrame, before_name: str = "before") -> str:
-    """What sets the runs of `after` apart from those of `before`: 'host node-2 (before: node-1)',
-    'torch 2.15.0 (before: 2.14.1)'; 'the same machine and versions' where nothing does."""
+    """What sets the runs of `after` apart from those of `before`: 'CPU AMD EPYC 9654 (before: AMD EPYC 7B13)',
+    'torch 2.15.0 (before: 2.14.1)'; 'the same kind of machine and versions' where nothing does (and on which hosts,
+    where they differ: where the runs ran, not what sets them apart)."""
     said = []
-    for key, name in {**MACHINE, **VERSIONS}.items():
+    for key, name in {**{k: MACHINE_SAID.get(k, v or k) for k, v in MACHINE.items()}, **VERSIONS}.items():
         was, now = _values(before, key), _values(after, key)
         if was != now:
             said.append(f"{name} {', '.join(now) or 'unknown'} ({before_name}: {', '.join(was) or 'unknown'})")
@@ -84,7 +84,13 @@ def differences(before: pd.DataFrame, after: pd.DataFrame, before_name: str = "b
         now = _values(after[after["env.framework"] == framework], "framework_version")
         if was != now:
             said.append(f"{framework} {', '.join(now)} ({before_name}: {', '.join(was)})")
-    return "; ".join(said) or "the same machine and versions"
+    if said:
+        return "; ".join(said)
+    hosts_was, hosts_now = _values(before, "hostname"), _values(after, "hostname")
+    if hosts_was != hosts_now:  # where they ran, not what sets them apart
+        hosts = f"{', '.join(hosts_now)} ({before_name}: {', '.join(hosts_was)})"
+        return f"the same kind of machine and versions, on hosts {hosts}"
+    return "the same kind of machine and versions"
 
 
 def _values(runs: pd.DataFrame, key: str) -> list[str]:

@@ -1,11 +1,12 @@
 """Compare runs: a table (CSV, markdown) and PNG plots, from a sweep directory or an MLflow experiment.
 
-Rows are runs; columns follow `mlflow.search_runs`: `params.<flattened config key>`, `metrics.<name>`,
-plus `status`, `error`, `run_dir`, `size` and `size_name` (in a size sweep: the one numeric setting of
-the model or its inputs that varies, e.g. model.n of matmul) and the raw timing samples (`samples_s`,
-and the round of each in `sample_rounds`, from each run's tensors.h5 where it is on this machine). Each
-run is compared with the fastest run doing the same work (runner.report.comparison, the one place a ratio against a
-baseline is computed): `time_ratio` with its 95% interval over the rounds, and a verdict.
+Rows are runs (runner.record.runs, loaded from directories or MLflow); columns follow `mlflow.search_runs`:
+`params.<flattened config key>`, `metrics.<name>`, plus `status`, `error`, `run_dir`, the run's identity
+(`work`, `configuration`, `case`, `machine`, `host`: runner.identity), its `setup`, `size` and `size_name` (in a
+size sweep: the one numeric setting of the model or its inputs that varies, e.g. model.n of matmul) and the raw
+timing samples (`samples_s`, and the round of each in `sample_rounds`, from each run's tensors.h5 where it is on
+this machine). Each run is compared with the fastest run doing the same work (runner.report.comparison, the one
+place a ratio against a baseline is computed): `time_ratio` with its 95% interval over the rounds, and a verdict.
 """
 
 from __future__ import annotations
@@ -17,15 +18,11 @@ import pandas as pd
 from runner import tracking
 from runner.report.frames import (
     COMPARISON,
-    NOT_LABELS,
     compare,
+    frame,
     human_table,
     markdown,
-    runs_from_dirs,
-    runs_from_mlflow,
-    runs_from_mlflow_rows,
     setup_notes,
-    sweep_run_dirs,
     table,
     work_keys,
 )
@@ -41,17 +38,13 @@ from runner.report.pooled import Answer, answer
 __all__ = [
     "Answer",
     "COMPARISON",
-    "NOT_LABELS",
     "answer",
     "compare",
     "human_table",
     "log_to_parent",
     "markdown",
-    "runs_from_dirs",
-    "runs_from_mlflow",
-    "runs_from_mlflow_rows",
+    "frame",
     "setup_notes",
-    "sweep_run_dirs",
     "table",
     "work_keys",
     "write_report",

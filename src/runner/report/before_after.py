@@ -2,7 +2,8 @@
 (another framework version, another commit of the code measured, another machine)?
 
 Each side is a run directory, a sweep directory, or an MLflow run id (a sweep's parent run: its jobs).
-Runs are matched by what they ran: their params, timing and tracking settings aside. The ratio is
+Runs are matched by their case (runner.identity: every setting but the seed and how it was timed), a side's runs of
+one case pooled as replicates. The ratio is
 after / before, as runner.report.comparison compares runs measured apart: unpaired (round r of one met a different
 moment of the machine than round r of the other), widened by the drift of the machine between two sweeps, the 95%
 shared among the pairs compared at once. As asv's `compare` does for commits, a change is called only when the
@@ -11,18 +12,18 @@ interval excludes 1 and the ratio is beyond `factor`: a difference that is real 
 
 from __future__ import annotations
 
-import math
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
 
 from runner import report, tracking
-from runner.record import setups
-from runner.record.result import RESULT_FILE, TENSORS_FILE, Status
+from runner.record import runs, setups
+from runner.record.result import RESULT_FILE, TENSORS_FILE
 from runner.record.table import format_interval, format_ratio
 from runner.report import comparison
-from runner.report.frames import timings
+from runner.report.frames import timed_runs, timings
 
 FACTOR = 1.1  # asv compare's default
 
@@ -32,41 +33,28 @@ def load(source: str, uri: str | None, downloads: Path) -> pd.DataFrame:
     runs whose directory is not on this machine come from their tensors.h5 artifact, fetched into `downloads`."""
     path = Path(source)
     if path.is_dir():
-        dirs = [path] if (path / RESULT_FILE).exists() else report.sweep_run_dirs(path)
-        if not dirs:
+        found = runs.from_path(path)
+        if not found:
             raise LookupError(f"{path} holds no run ({RESULT_FILE}) and no sweep of runs")
-        return report.runs_from_dirs(dirs)
+        return report.frame(found)
     if not uri:
         raise LookupError(f"{source} is neither a directory nor, without --tracking-uri or MLFLOW_TRACKING_URI, a run")
-    rows = tracking.runs_of(uri, source)
-    for row in rows:
-        if not (row["run_dir"] and (Path(row["run_dir"]) / TENSORS_FILE).exists()):
-            row["run_dir"] = tracking.download_tensors(uri, row["run_id"], downloads / row["run_id"])
-    return report.runs_from_mlflow_rows(rows)
+    found = [_with_samples(run, uri, downloads) for run in tracking.runs_of(uri, source)]
+    return report.frame(found)
 
 
-def match(before: pd.DataFrame, after: pd.DataFrame) -> list[tuple[pd.Series, pd.Series]]:
-    """Pairs of finished, timed runs that did the same work (the params both sides record, timing and
-    tracking aside), in the order of `before`."""
-    before, after = _timed(before), _timed(after)
-    shared = set(before) & set(after)
-    keys = sorted(k for k in shared if k.startswith("params.") and not k.startswith(report.NOT_LABELS))
-
-    def identity(frame: pd.DataFrame) -> pd.Series:
-        return frame[keys].map(_param_text).agg("|".join, axis=1)
-
-    found = {key: index for index, key in identity(after).items()}
-    return [(before.loc[i], after.loc[found[key]]) for i, key in identity(before).items() if key in found]
+def _with_samples(run: runs.Run, uri: str, downloads: Path) -> runs.Run:
+    if run.run_dir and (Path(run.run_dir) / TENSORS_FILE).exists() or not run.run_id:
+        return run
+    return replace(run, run_dir=tracking.download_tensors(uri, run.run_id, downloads / run.run_id))
 
 
-def _param_text(value: object) -> str:
-    return "" if value is None or (isinstance(value, float) and math.isnan(value)) else str(value)
-
-
-def _timed(frame: pd.DataFrame) -> pd.DataFrame:
-    if frame.empty or "metrics.time_median_s" not in frame:
-        return frame.iloc[0:0]
-    return frame[(frame["status"] == Status.FINISHED) & frame["metrics.time_median_s"].notna()]
+def match(before: pd.DataFrame, after: pd.DataFrame) -> list[tuple[pd.DataFrame, pd.DataFrame]]:
+    """Pairs of cases (runner.identity: every setting but the seed and how it was timed) that both sides ran,
+    finished and timed, in the order of `before`: each side's runs of it (replicates), pooled when compared."""
+    before, after = timed_runs(before), timed_runs(after)
+    theirs = dict(list(after.groupby("case", sort=False)))
+    return [(runs, theirs[key]) for key, runs in before.groupby("case", sort=False) if key in theirs]
 
 
 def compare(before: pd.DataFrame, after: pd.DataFrame, factor: float = FACTOR) -> pd.DataFrame:
@@ -75,11 +63,17 @@ def compare(before: pd.DataFrame, after: pd.DataFrame, factor: float = FACTOR) -
     pairs = match(before, after)
     rows = []
     for old, new in pairs:
-        was, now = timings(old.to_frame().T), timings(new.to_frame().T)
+        was, now = timings(old), timings(new)
         found = comparison.compare(now, was, len(pairs), apart=True, factor=factor)
         cells = (found.ratio, found.low, found.high, found.words())
-        rows.append((old["run"].split(" #")[0], was.typical_s(), now.typical_s(), *cells))
+        rows.append((_case_name(old), was.typical_s(), now.typical_s(), *cells))
     return pd.DataFrame(rows, columns=["run", "before", "after", "ratio", "low", "high", "verdict"])
+
+
+def _case_name(runs: pd.DataFrame) -> str:
+    """The case's name ('numpy-matmul-inference-eager-cpu-float32 batch_size=1 n=128'), else its first run's."""
+    name = runs.iloc[0].get("case_name")
+    return str(name) if isinstance(name, str) and name else str(runs.iloc[0]["run"]).split(" #")[0]
 
 
 def run(before_source: str, after_source: str, uri: str | None, factor: float = FACTOR) -> list[str]:
@@ -115,7 +109,7 @@ def run(before_source: str, after_source: str, uri: str | None, factor: float = 
         f"(what the ratio compares); a change is called where the interval excludes 1 and the ratio is beyond "
         f"{factor:.2f}x"
     )
-    unmatched = len(_timed(before)) - len(compared)
+    unmatched = timed_runs(before)["case"].nunique() - len(compared)
     if unmatched:
-        lines.append(f"{unmatched} finished run(s) of {before_source} did work no run of {after_source} did")
+        lines.append(f"{unmatched} case(s) of {before_source} were not run by {after_source}")
     return lines

@@ -5,59 +5,41 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any, cast
 
 import numpy as np
 import pandas as pd
 
-from runner import tracking
+from runner.identity import MEASUREMENT, SETTING_PREFIXES, WORK_KEYS, under
 from runner.measure.samples import PROCESS, ROUND
-from runner.record import naming, setups
-from runner.record.result import RESULT_FILE, Result, ResultUnreadable, Status, read_samples, read_timings
+from runner.record import setups
+from runner.record.result import Status, read_samples, read_timings
+from runner.record.runs import Run
 from runner.record.table import COLUMNS, PROSE, Column, present, rows
 from runner.record.table import markdown as table_markdown
-from runner.report.comparison import SETTING_PREFIXES, WORK_KEYS, Timings, versus_fastest, work_key
+from runner.report.comparison import Timings, versus_fastest
 from runner.report.ratio import Job
 
+IDENTITY_COLUMNS = ("work", "configuration", "case", "case_name", "machine", "machine_name", "host")
 PANEL_KEYS = tuple(f"params.{k}" for k in WORK_KEYS)  # a size sweep shares one panel
 SETTINGS = tuple(f"params.{p}" for p in SETTING_PREFIXES)  # the workload's own settings, as frame columns
 # -- loading -------------------------------------------------------------------------------------
 
 
-def runs_from_dirs(run_dirs: Iterable[Path]) -> pd.DataFrame:
-    """One row per run directory that holds a result.json (an unreadable one is a FAILED row saying why)."""
+def frame(runs: Iterable[Run]) -> pd.DataFrame:
+    """One row per run (runner.record.runs: from run or sweep directories, or MLflow), with its identity's keys as
+    columns (`work`, `configuration`, `case`, `machine`, `machine_name`, `host`) and its setup."""
     rows = []
-    for run_dir in sorted(Path(d) for d in run_dirs):
-        if not Result.exists(run_dir):
-            continue
-        try:
-            result = Result.load(run_dir)
-        except ResultUnreadable as error:
-            result = Result(status=Status.FAILED, error=str(error))
-        name = naming.run_name(result.config, *naming.job_context(run_dir)) if result.config else run_dir.name
-        row: dict[str, Any] = {"run": name, "run_dir": str(run_dir), "status": result.status, "error": result.error}
-        row["warnings"] = result.warnings
-        row.update(setups.environment_columns(result.environment))
-        row.update({f"params.{k}": v for k, v in naming.run_params(result.config, result.copied_keys).items()})
-        row.update({f"metrics.{k}": v for k, v in result.metrics.items()})
+    for run in runs:
+        row: dict[str, Any] = {"run": run.name, "run_id": run.run_id, "run_dir": run.run_dir, "status": run.status}
+        row.update(error=run.error, warnings=list(run.warnings), timed=run.timed)
+        if run.identity is not None:
+            row.update({k: v.key for k, v in vars(run.identity).items() if k != "host"})
+            row.update(case_name=run.identity.case.name, machine_name=run.identity.machine.name, host=run.identity.host)
+        row.update(setups.environment_columns(run.environment))
+        row.update({f"params.{k}": v for k, v in run.params.items()})
+        row.update({f"metrics.{k}": v for k, v in run.metrics.items()})
         rows.append(row)
-    return _finish_frame(pd.DataFrame(rows))
-
-
-def sweep_run_dirs(sweep_dir: Path) -> list[Path]:
-    """The job directories of a sweep (Hydra's numbered subdirectories), in job order."""
-    dirs = [p.parent for p in Path(sweep_dir).glob(f"*/{RESULT_FILE}")]
-    return sorted(dirs, key=lambda d: (not d.name.isdigit(), int(d.name) if d.name.isdigit() else 0, d.name))
-
-
-def runs_from_mlflow(uri: str, experiment: str, parent_run_id: str | None = None) -> pd.DataFrame:
-    """The runs of an experiment (only the children of parent_run_id when given; never parent runs)."""
-    return runs_from_mlflow_rows(tracking.search_runs(uri, experiment, parent_run_id))
-
-
-def runs_from_mlflow_rows(rows: list[dict]) -> pd.DataFrame:
-    """The frame of runs as tracking.search_runs / runs_of give them."""
     return _finish_frame(pd.DataFrame(rows))
 
 
@@ -67,6 +49,9 @@ def _finish_frame(frame: pd.DataFrame) -> pd.DataFrame:
     for key in ("metrics.time_median_s", "metrics.time_iqr_s"):  # absent when no run was timed
         if key not in frame:
             frame[key] = np.nan
+    for key in IDENTITY_COLUMNS:  # absent where every run was refused before it ran
+        if key not in frame:
+            frame[key] = None
     for key in ("params.batch_size", "params.seed", *(k for k in frame if str(k).startswith(SETTINGS))):
         if key in frame and _all_numbers(frame[key]):
             frame[key] = pd.to_numeric(frame[key])
@@ -77,10 +62,6 @@ def _finish_frame(frame: pd.DataFrame) -> pd.DataFrame:
     frame["sample_rounds"] = [read_timings(d, ROUND) if d else None for d in run_dirs]
     frame["sample_processes"] = [read_timings(d, PROCESS) if d else None for d in run_dirs]
     return frame
-
-
-def _params(row: pd.Series) -> dict[str, object]:
-    return {str(k).removeprefix("params."): v for k, v in row.items() if str(k).startswith("params.") and pd.notna(v)}
 
 
 def _all_numbers(column: pd.Series) -> bool:
@@ -96,7 +77,7 @@ def numeric_settings(frame: pd.DataFrame) -> list[str]:
 
 
 def work_keys(frame: pd.DataFrame) -> list[str]:
-    """The columns of the same-work key (runner.report.comparison.work_key) that the frame has: what titles a
+    """The columns of the same-work key (runner.identity.work) that the frame has: what titles a
     panel or a workload."""
     return [k for k in PANEL_KEYS if k in frame] + numeric_settings(frame)
 
@@ -118,13 +99,10 @@ def _sizes(frame: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
 # -- comparing -----------------------------------------------------------------------------------
 
 
-NOT_LABELS = ("params.timing.", "params.tracking.")  # how long or where a run was recorded, not what it ran
-
-
 def varied_params(frame: pd.DataFrame) -> list[str]:
     """The params.* columns whose value differs between runs that have the key: what the sweep varied
-    (timing budgets and tracking settings aside)."""
-    cols = [c for c in frame.columns if c.startswith("params.") and not c.startswith(NOT_LABELS)]
+    (how it was measured aside: runner.identity.MEASUREMENT)."""
+    cols = [c for c in frame.columns if c.startswith("params.") and not under(c.removeprefix("params."), MEASUREMENT)]
     return [c for c in cols if frame[c].dropna().map(str).nunique() > 1]
 
 
@@ -163,11 +141,9 @@ def compare(frame: pd.DataFrame) -> pd.DataFrame:
         frame[key] = None if key in PROSE_KEYS else np.nan
     if frame.empty or "metrics.time_median_s" not in frame:
         return frame
-    timed = frame[(frame["status"] == Status.FINISHED) & frame["metrics.time_median_s"].notna()]
-    varied = [c for c in varied_params(frame) if c != "params.seed"]
+    timed = timed_runs(frame)
     for _, group in timed.groupby(same_work(timed), sort=False):
-        configurations = labels(group, varied).tolist() if varied else [""] * len(group)
-        found = versus_fastest([timings(group.loc[[i]]) for i in group.index], configurations)
+        found = versus_fastest([timings(group.loc[[i]]) for i in group.index], group["configuration"].tolist())
         for i, c in zip(group.index, found, strict=True):
             resolution = c.resolution if not math.isnan(c.low) else np.nan  # shown only beside an interval
             frame.loc[i, COMPARISON] = [c.ratio, c.low, c.high, c.verdict, c.reason, c.basis, resolution]
@@ -175,10 +151,14 @@ def compare(frame: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
+def timed_runs(frame: pd.DataFrame) -> pd.DataFrame:
+    """The runs a comparison can use: finished with a timing (runner.record.runs.Run.timed)."""
+    return frame[frame["timed"].astype(bool)] if "timed" in frame else frame.iloc[0:0]
+
+
 def same_work(frame: pd.DataFrame) -> list[pd.Series]:
-    """Group keys for runs that did the same work (runner.report.comparison.work_key) in the same setup."""
-    work = pd.Series([work_key(_params(row)) for _, row in frame.iterrows()], index=frame.index, dtype=object)
-    return [work, frame["setup"].map(str)] if "setup" in frame else [work]
+    """Group keys for runs that did the same work (runner.identity.work) in the same setup."""
+    return [frame["work"].map(str), *([frame["setup"].map(str)] if "setup" in frame else [])]
 
 
 def timings(runs: pd.DataFrame) -> Timings:

@@ -1,9 +1,10 @@
 """`runner history`: every case's series of runs on one machine, and the steps in it (when did it get slower, by how
 much, is it real).
 
-A case is the same work on the same configuration, seed and timing budget aside (runner.record.naming.case); a
-machine, the host, CPU and driver (runner.record.setups.machine); every run carries both as MLflow tags (`case`,
-`machine`), so a case's history is one filtered search, not a scan of the store. Each run is one point: its typical
+A case is the same work on the same configuration, seed and timing budget aside, and a machine is a kind of machine,
+not a host (runner.identity): a CI runner pool's runs, each on another host of one kind, are one series (`--by host`
+splits it per host). Every run carries both as MLflow tags (`case`, `machine`), so a case's history is one filtered
+search, not a scan of the store. Each run is one point: its typical
 time, with the interval that runs made apart get (runner.report.comparison.apart_interval: the machine's drift
 between runs and each process's own offset, calibrated by A/A runs). runner.report.steps finds the steps; a run
 tagged `history.change` (runner history --mark RUN_ID) is a known change (a new machine, a driver): no alert there.
@@ -17,8 +18,8 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from runner.record import naming, setups
-from runner.record.result import Result, ResultUnreadable, Status
+from runner.identity import Key
+from runner.record.runs import Run, from_dirs
 from runner.record.table import format_interval, format_ratio, format_seconds
 from runner.report.comparison import apart_interval
 from runner.report.steps import MIN_POINTS, Label, Point, Step, find_steps
@@ -75,50 +76,29 @@ def _urgency(history: History) -> tuple:
     return (not regressions, -newest, history.case_name)
 
 
-def from_rows(rows: list[dict]) -> list[History]:
-    """Histories from tracking.history_rows (MLflow runs with their case and machine tags)."""
+def from_runs(runs: list[Run], by_host: bool = False) -> list[History]:
+    """Histories of the timed runs among `runs` (runner.record.runs: from MLflow or run directories), one series per
+    case and machine, or per case, machine and host (`by_host`)."""
     entries = []
-    for row in rows:
-        typical = row.get("metrics.time_typical_s")
-        if row.get("status") != Status.FINISHED or typical is None or math.isnan(typical):
+    for run in runs:
+        if not (run.timed and run.identity and not math.isnan(run.typical_s)):
             continue
-        entry = Entry(
-            run_id=row["run_id"],
-            started=row["start_time"] / 1000,
-            typical_s=float(typical),
-            processes=int(row.get("metrics.n_processes") or 1),
-            change=row.get(f"tags.{CHANGE_TAG}") or "",
-            version=_version(row),
+        found = run.identity
+        machine = (
+            Key(f"{found.machine.key}@{found.host}", f"{found.host} ({found.machine.name})")
+            if by_host
+            else found.machine
         )
-        entries.append((row["tags.case"], row["tags.case_name"], row["tags.machine"], row["tags.machine_name"], entry))
+        entry = Entry(
+            run_id=run.where,
+            started=run.started,
+            typical_s=run.typical_s,
+            processes=int(run.metrics.get("n_processes") or 1),
+            change=run.tags.get(CHANGE_TAG, ""),
+            version=run.version,
+        )
+        entries.append((found.case.key, found.case.name, machine.key, machine.name, entry))
     return build(entries)
-
-
-def from_dirs(run_dirs: list[Path]) -> list[History]:
-    """Histories from run directories (result.json), for runs kept on disk rather than in MLflow."""
-    entries = []
-    for run_dir in run_dirs:
-        try:
-            result = Result.load(run_dir)
-        except ResultUnreadable:
-            continue
-        typical = result.metrics.get("time_typical_s")
-        if result.status != Status.FINISHED or typical is None or not result.environment:
-            continue
-        case, case_name = naming.case(result.config, result.copied_keys)
-        machine, machine_name = setups.machine(result.environment)
-        env = result.environment
-        version = f"{env.get('framework', '')} {env.get('framework_version', '')} @ {env.get('git_commit', '')}"
-        processes = int(result.metrics.get("n_processes") or 1)
-        entry = Entry(str(run_dir), result.started or 0.0, float(typical), processes, version=version.strip())
-        entries.append((case, case_name, machine, machine_name, entry))
-    return build(entries)
-
-
-def _version(row: dict) -> str:
-    framework = f"{row.get('env.framework', '')} {row.get('env.framework_version', '')}".strip()
-    commit = row.get("env.git_commit") or ""
-    return f"{framework} @ {commit[:10]}" if commit else framework
 
 
 def step_record(history: History, step: Step) -> dict:
@@ -205,18 +185,14 @@ def regressed_here(uri: str, run_dirs: list[Path]) -> list[str]:
     from runner import tracking
 
     ours, cases = set(), set()
-    for run_dir in run_dirs:
-        run_id = tracking.read_link(run_dir).get("run_id")
-        try:
-            result = Result.load(run_dir)
-        except ResultUnreadable:
-            continue
-        if run_id and result.status == Status.FINISHED and result.environment:
+    for run in from_dirs(run_dirs):
+        run_id = tracking.read_link(Path(str(run.run_dir))).get("run_id")
+        if run_id and run.timed and run.identity:
             ours.add(run_id)
-            cases.add((naming.case(result.config, result.copied_keys)[0], setups.machine(result.environment)[0]))
+            cases.add((run.identity.case.key, run.identity.machine.key))
     lines = []
     for case, machine in sorted(cases):
-        for h in from_rows(tracking.history_rows(uri, None, case, machine)):
+        for h in from_runs(tracking.history_runs(uri, None, case, machine)):
             step = h.newest_step()
             if step and step.label in (Label.REGRESSION, Label.SUSPICIOUS) and h.entries[step.index].run_id in ours:
                 lines.append(f"history: {h.case_name}: {describe_step(h, step)} (runner history --case {case})")

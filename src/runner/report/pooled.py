@@ -1,9 +1,10 @@
 """A sweep's answer: its replicates pooled, each configuration against the fastest doing the same work, said in
 one sentence and a short table.
 
-Runs that differ only in `seed` (REPLICATE_KEYS) are replicates of one configuration: the same work with other
-weights and inputs, each in its own process. A configuration is compared as runner.report.comparison compares a run
-(its replicates pooled round by round: Timings), with the fastest configuration doing the same work as its baseline.
+Runs of one configuration (runner.identity: every setting but the seed) are replicates: the same work with other
+weights and inputs, each in its own process, on any node of one kind of machine. A configuration is compared as
+runner.report.comparison compares a run (its replicates pooled round by round: Timings), with the fastest
+configuration doing the same work as its baseline.
 """
 
 from __future__ import annotations
@@ -16,10 +17,10 @@ from pathlib import Path
 
 import pandas as pd
 
+from runner.identity import REPLICATE, under
 from runner.measure.machine_load import BUSY_OTHER_RUNNABLE
 from runner.record import naming
 from runner.record.naming import TIMED_GROUPS
-from runner.record.result import Status
 from runner.record.table import format_interval, format_ratio, format_seconds, ratio_figure
 from runner.report.comparison import Comparison, Verdict, versus_fastest
 from runner.report.frames import (
@@ -29,12 +30,12 @@ from runner.report.frames import (
     same_work,
     setup_notes,
     short_name,
+    timed_runs,
     timings,
     varied_params,
     work_keys,
 )
 
-REPLICATE_KEYS = ("params.seed",)  # runs that differ only in these measure one configuration
 WIDE = 1.5  # an interval whose high / low exceeds this gives the size of a difference only roughly
 BARE = ("params.dtype",)  # keys shown as their value alone, as group choices (`backend.name`) are
 STEP_TASK = "train_step"  # its time per call is a training step's
@@ -84,17 +85,17 @@ class Pooled:
 def pool(frame: pd.DataFrame) -> list[Pooled]:
     """The finished, timed runs of `frame` grouped into configurations (replicates pooled), per workload in
     the order they came, fastest first within each."""
-    timed = frame[(frame["status"] == Status.FINISHED) & frame["metrics.time_median_s"].notna()]
+    timed = timed_runs(frame)
     if timed.empty:
         return []
-    varied = [k for k in varied_params(frame) if k not in REPLICATE_KEYS]
+    varied = [k for k in varied_params(frame) if not under(k.removeprefix("params."), REPLICATE)]
     several_setups = "setup" in frame and frame["setup"].nunique() > 1
     titled = [k for k in work_keys(frame) if k in varied] + (["setup"] if several_setups else [])
     shown = [k for k in varied if k not in work_keys(frame)]
     out: list[Pooled] = []
     said = what_was_timed(timed)
     for _, group in timed.groupby(same_work(timed), sort=False):
-        configs = _configurations(group, varied)
+        configs = [runs for _, runs in group.groupby("configuration", sort=False)]
         found = versus_fastest([timings(c) for c in configs], [_key(c.iloc[0], varied) for c in configs])
         pooled = [
             Pooled(
@@ -128,12 +129,6 @@ def what_was_timed(frame: pd.DataFrame) -> str:
 def _per_token(runs: pd.DataFrame) -> float:
     column = "metrics.tpot_p50_s"
     return float(runs[column].median()) if column in runs and runs[column].notna().any() else math.nan
-
-
-def _configurations(group: pd.DataFrame, varied: list[str]) -> list[pd.DataFrame]:
-    if not varied:
-        return [group]
-    return [c for _, c in group.groupby([group[k].map(str) for k in varied], sort=False)]
 
 
 def _workload(row: pd.Series, keys: list[str]) -> str:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from runner.config import first_line
 from runner.record.result import TENSORS_FILE
+from runner.record.runs import Run, identity_from_record
 from runner.tracking.run_page import stored_metric
 from runner.tracking.store import client
 from runner.tracking.upload import GIT_TAGS
@@ -17,10 +18,8 @@ def _recorded_environment(tags: dict[str, str]) -> dict[str, str]:
     return environment | {key: tags[tag] for key, tag in GIT_TAGS.items() if tag in tags}
 
 
-def search_runs(uri: str, experiment: str, parent_run_id: str | None = None) -> list[dict]:
-    """The measurement runs of an experiment (only the children of parent_run_id when given), oldest
-    first, as {"run", "run_id", "run_dir", "status", "error", "parent_run_id", "params.*", "metrics.*",
-    "env.*" (runner.record.setups)}."""
+def search_runs(uri: str, experiment: str, parent_run_id: str | None = None) -> list[Run]:
+    """The measurement runs of an experiment (only the children of parent_run_id when given), oldest first."""
     mlflow = client(uri)
     found = mlflow.get_experiment_by_name(experiment)
     if found is None:
@@ -28,7 +27,7 @@ def search_runs(uri: str, experiment: str, parent_run_id: str | None = None) -> 
     return _measurement_rows(mlflow, found.experiment_id, parent_run_id)
 
 
-def runs_of(uri: str, run_id: str) -> list[dict]:
+def runs_of(uri: str, run_id: str) -> list[Run]:
     """One run as search_runs gives it, or a sweep's jobs where run_id is the sweep's parent run."""
     mlflow = client(uri)
     try:
@@ -37,7 +36,7 @@ def runs_of(uri: str, run_id: str) -> list[dict]:
         raise LookupError(f"no run {run_id} at {uri} ({first_line(error)})") from None
     if "sweep_dir" in run.data.tags:
         return _measurement_rows(mlflow, run.info.experiment_id, run_id)
-    return [_run_row(run)]
+    return [_run(run)]
 
 
 def download_tensors(uri: str, run_id: str, directory: Path) -> str | None:
@@ -54,37 +53,39 @@ def download_tensors(uri: str, run_id: str, directory: Path) -> str | None:
     return str(directory)
 
 
-def _measurement_rows(mlflow, experiment_id: str, parent_run_id: str | None) -> list[dict]:
+def _measurement_rows(mlflow, experiment_id: str, parent_run_id: str | None) -> list[Run]:
     query = f"tags.mlflow.parentRunId = '{parent_run_id}'" if parent_run_id else ""
     runs = mlflow.search_runs([experiment_id], filter_string=query, max_results=50_000)
     # a sweep's parent run is not a measurement
-    return [_run_row(r) for r in sorted(runs, key=lambda r: r.info.start_time) if "sweep_dir" not in r.data.tags]
+    return [_run(r) for r in sorted(runs, key=lambda r: r.info.start_time) if "sweep_dir" not in r.data.tags]
 
 
-def _run_row(run) -> dict:
-    from runner.record.setups import environment_columns
+def _run(run) -> Run:
+    """An MLflow run as a Run: its identity from its tags (computed for a run recorded before them)."""
+    tags = dict(run.data.tags)
+    metrics = dict(stored_metric(*item) for item in run.data.metrics.items())
+    if "machine_cpus" in metrics:  # measured, and no steal to log (run_page.ZERO_SAYS_NOTHING)
+        metrics.setdefault("machine_steal_pct", 0.0)
+    name = run.info.run_name or run.info.run_id[:8]
+    params, environment = dict(run.data.params), _recorded_environment(tags)
+    return Run(
+        name=name,
+        status=run.info.status,
+        identity=identity_from_record(params, tags, environment, name) if environment else None,
+        params=params,
+        metrics=metrics,
+        environment=environment,
+        run_dir=tags.get("run_dir"),
+        run_id=run.info.run_id,
+        started=(run.info.start_time or 0) / 1000,
+        error=tags.get("error"),
+        tags=tags,
+    )
 
-    tags = run.data.tags
-    row = {
-        "run": run.info.run_name or run.info.run_id[:8],
-        "run_id": run.info.run_id,
-        "run_dir": tags.get("run_dir"),
-        "status": run.info.status,
-        "error": tags.get("error"),
-        "parent_run_id": tags.get("mlflow.parentRunId"),
-    }
-    row.update({f"params.{k}": v for k, v in run.data.params.items()})
-    row.update({f"metrics.{k}": v for k, v in (stored_metric(*item) for item in run.data.metrics.items())})
-    if "metrics.machine_cpus" in row:  # measured, and no steal to log (run_page.ZERO_SAYS_NOTHING)
-        row.setdefault("metrics.machine_steal_pct", 0.0)
-    row.update(environment_columns(_recorded_environment(tags)))
-    return row
 
-
-def history_rows(uri: str, experiment: str | None, case: str | None = None, machine: str | None = None) -> list[dict]:
-    """The finished runs that carry a case (runner.record.naming.case), of one experiment or of all, only those of
-    `case` and `machine` where given: MLflow filters on the tags (an index lookup, not a scan of the store). Each as
-    {"run_id", "start_time" (ms), "status", "tags.*", "metrics.*" (seconds), "env.*"}."""
+def history_runs(uri: str, experiment: str | None, case: str | None = None, machine: str | None = None) -> list[Run]:
+    """The finished runs that carry a case (runner.identity), of one experiment or of all, only those of `case` and
+    `machine` where given: MLflow filters on the tags (an index lookup, not a scan of the store)."""
     from mlflow.entities import ViewType
 
     _must_exist(uri)
@@ -106,7 +107,7 @@ def history_rows(uri: str, experiment: str | None, case: str | None = None, mach
         token = page.token
         if not token:
             break
-    return [_history_row(run) for run in runs]
+    return [_run(run) for run in runs]
 
 
 def _must_exist(uri: str) -> None:
@@ -130,11 +131,3 @@ def set_tags(uri: str, run_id: str, tags: dict[str, str]) -> None:
         raise LookupError(f"no run {run_id} at {uri} ({first_line(error)})") from None
     for key, value in tags.items():
         retry_on_lock(mlflow.set_tag, run_id, key, value[:5000])
-
-
-def _history_row(run) -> dict:
-    row = {"run_id": run.info.run_id, "start_time": run.info.start_time, "status": run.info.status}
-    row.update({f"tags.{k}": v for k, v in run.data.tags.items()})
-    row.update({f"metrics.{k}": v for k, v in (stored_metric(*item) for item in run.data.metrics.items())})
-    row.update({f"env.{k}": v for k, v in _recorded_environment(run.data.tags).items()})
-    return row

@@ -13,7 +13,6 @@ from enum import StrEnum
 from pathlib import Path
 
 from runner.config import first_line
-from runner.record import naming, setups
 from runner.record.naming import job_context, run_name, run_params
 from runner.record.result import (
     ERROR_LOG,
@@ -110,9 +109,9 @@ def run_tags(run_dir: Path, result: Result, parent_run_id: str | None) -> dict[s
         **{f"env.{k}": str(v)[:5000] for k, v in env.items() if not _duplicate(k, env)},
     }
     tags.update(git_tags(env))
-    if result.config and env:  # the run's place in a history (runner history): same work and setting, same machine
-        tags["case"], tags["case_name"] = naming.case(result.config, result.copied_keys)
-        tags["machine"], tags["machine_name"] = setups.machine(env)
+    found = result.identity()
+    if found:  # what it is the same as: its comparisons, replicates, history series and machine (runner.identity)
+        tags.update(found.tags())
     if result.error:
         tags["error"] = result.error[:5000]
     if result.output_tail:

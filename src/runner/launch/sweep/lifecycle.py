@@ -22,7 +22,7 @@ from runner import tracking
 from runner.config import first_line
 from runner.launch import launchers
 from runner.launch.sweep import summary
-from runner.record import naming
+from runner.record import naming, runs
 from runner.record.result import Status
 from runner.record.sweep_file import SWEEP_FILE, read_sweep_file, write_sweep_file
 
@@ -138,7 +138,7 @@ def finish(sweep_dir: Path, interrupted: str | None = None) -> int:
     sweep = Sweep(Path(sweep_dir), read_sweep_file(sweep_dir))
     if sweep.info.get("status"):  # closed already
         return EXIT_CODES[sweep.info["status"]]
-    frame = report.runs_from_dirs(report.sweep_run_dirs(sweep.sweep_dir))
+    frame = report.frame(runs.from_dirs(runs.runs_in(sweep.sweep_dir)))
     statuses = list(frame["status"]) if not frame.empty else []
     status = sweep_status(statuses, bool(interrupted))
     files: list[Path] = []
@@ -176,7 +176,7 @@ def close_parent(sweep: Sweep, statuses: list[str], status: str, files: list[Pat
     }
     files = [sweep.sweep_dir / SWEEP_FILE, sweep.sweep_dir / "multirun.yaml", *files]
     try:
-        frame = report.runs_from_dirs(report.sweep_run_dirs(sweep.sweep_dir))
+        frame = report.frame(runs.from_dirs(runs.runs_in(sweep.sweep_dir)))
         answer = report.answer(frame) if not frame.empty else None
         warnings = summary.sweep_warnings(frame, sweep.sweep_dir) if not frame.empty else []
         tracking.close_parent_run(sweep.info, counts, files, status, answer, warnings)

@@ -9,6 +9,7 @@ from runner import tracking
 from runner.config import first_line
 from runner.launch.sweep.lifecycle import Sweep, close_parent, sweep_status
 from runner.record.result import Status
+from runner.record.runs import runs_in
 from runner.record.sweep_file import read_sweep_file, write_sweep_file
 
 
@@ -47,9 +48,7 @@ def sync_sweep(sweep_dir: Path, uri: str | None) -> list[tracking.Synced]:
 
 def job_dirs(sweep_dir: Path) -> list[Path]:
     """The job directories of a sweep: those with a result, and those whose job never recorded one."""
-    from runner import report
-
-    found = set(report.sweep_run_dirs(sweep_dir))
+    found = set(runs_in(sweep_dir))
     found |= {p.parent for p in Path(sweep_dir).glob(f"*/{tracking.TRACKING_FILE}")}
     return sorted(found, key=lambda d: (not d.name.isdigit(), int(d.name) if d.name.isdigit() else 0, d.name))
 

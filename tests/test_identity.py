@@ -84,7 +84,8 @@ def test_the_keys_set_aside_what_they_say():
     assert identity.configuration(other_seed) == identity.configuration(params)
     assert identity.configuration(other_budget) != identity.configuration(params)
     assert identity.case(other_budget) == identity.case(params)
-    assert identity.work(other_backend) == identity.work(params) and identity.case(other_backend) != identity.case(params)
+    assert identity.work(other_backend) == identity.work(params)
+    assert identity.case(other_backend) != identity.case(params)
 
 
 def test_a_record_of_the_first_format_loads_with_its_identity_computed(tmp_path):
@@ -137,7 +138,8 @@ def test_two_gpu_models_on_one_driver_are_two_histories(tmp_path):
     uri, _ = _store(tmp_path, [H100, a100] * 4, [100e-6, 150e-6] * 4)
     found = json.loads(runner_main("history", "--tracking-uri", uri, "--json").stdout)
     assert sorted(len(h["runs"]) for h in found) == [4, 4]
-    assert {h["machine_name"].split(" · ")[3] for h in found} == {"8x NVIDIA H100 80GB HBM3", "8x NVIDIA A100-SXM4-80GB"}
+    models = {h["machine_name"].split(" · ")[3] for h in found}
+    assert models == {"8x NVIDIA H100 80GB HBM3", "8x NVIDIA A100-SXM4-80GB"}
 
 
 PLUGIN = Path(__file__).parent / "plugin"

@@ -11,9 +11,10 @@ import pytest
 from test_pooled import sweep
 
 from runner.config import PROJECT_ROOT
+from runner.identity import work
 from runner.record.table import format_interval, format_ratio, ratio_figure
 from runner.report import compare, pooled
-from runner.report.comparison import Comparison, Timings, Verdict, work_key
+from runner.report.comparison import Comparison, Timings, Verdict
 from runner.report.comparison import compare as compare_two
 
 
@@ -54,11 +55,11 @@ def test_printed_ratios_keep_three_figures_and_the_recorded_metric_is_the_printe
 def test_the_same_work_is_model_task_batch_and_numeric_settings(other, same):
     base = {"model.name": "reshape", "task.name": "gradients", "batch_size": 32, "model.n": 64}
     base |= {"backend.name": "numpy", "mode.name": "eager", "model.method": "view", "seed": 0}
-    assert (work_key(base) == work_key(base | other)) is same
+    assert (work(base) == work(base | other)) is same
 
 
 def test_params_as_mlflow_returns_them_make_the_same_key_as_the_config():
-    assert work_key({"model.name": "matmul", "batch_size": 32, "model.n": 64.0}) == work_key(
+    assert work({"model.name": "matmul", "batch_size": 32, "model.n": 64.0}) == work(
         {"model.name": "matmul", "batch_size": "32", "model.n": "64", "model.pretrained": "False"}
     )
 

@@ -48,6 +48,9 @@ class _Job:
 
 
 class RoundsLauncher(Launcher):
+    def __init__(self, notes_jobs_launched: bool = True) -> None:
+        self.notes_jobs_launched = notes_jobs_launched  # False in a cluster's block: the sweep's count is not its own
+
     # What setup() is given: Hydra calls it before launch().
     config: DictConfig
     task_function: TaskFunction
@@ -69,7 +72,8 @@ class RoundsLauncher(Launcher):
         coordinator = rounds.Coordinator()
         returns: dict[int, JobReturn] = {}
         waiting: list[_Job] = []
-        lifecycle.note_jobs_launched(sweep_dir, initial_job_idx + len(job_overrides))
+        if self.notes_jobs_launched:
+            lifecycle.note_jobs_launched(sweep_dir, initial_job_idx + len(job_overrides))
         progress = Every(log)
         try:
             for number, overrides in enumerate(job_overrides, initial_job_idx):

@@ -25,6 +25,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
@@ -65,6 +66,7 @@ class SlurmConf(SlurmQueueConf):
     _target_: str = "hydra_plugins.tensor_runner.slurm_launcher.SlurmLauncher"
     exclusive: bool = True  # sbatch --exclusive: a node per job
     gpus_per_cuda_job: int = 1  # gpus_per_node of a device=cuda job, unless GPUs are asked for explicitly
+    blocks: int | None = None  # N: N nodes, each running every job of the sweep in interleaved rounds (a block)
 
 
 class SlurmLauncher(SubmititSlurmLauncher):
@@ -72,6 +74,8 @@ class SlurmLauncher(SubmititSlurmLauncher):
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         quiet_sacct_warnings()
+        if self.params.get("blocks"):
+            return self._launch_blocks(job_overrides, initial_job_idx, int(self.params["blocks"]))
         try:
             partition = read_partition(self.params.get("partition"))
             devices = self._devices(job_overrides, initial_job_idx)
@@ -97,6 +101,68 @@ class SlurmLauncher(SubmititSlurmLauncher):
         # would raise in the middle of the job. Ignored (inherited by the worker), the job runs to its limit.
         signal.signal(signal.SIGUSR2, signal.SIG_IGN)
         return super().__call__(*args, **kwargs)
+
+    def _launch_blocks(self, job_overrides: Sequence[Sequence[str]], first: int, blocks: int) -> list[JobReturn]:
+        """The node as a block: `blocks` SLURM jobs, each on a node of its own (--exclusive), each running every job
+        of the sweep in interleaved rounds (runner.launch.rounds), numbered first + b * len(job_overrides) on. Each
+        node's runs record its host; the answer pools the nodes as replicates (runner.report.ratio.node_spread)."""
+        k = len(job_overrides)
+        numbered = [[(first + b * k + j, list(o)) for j, o in enumerate(job_overrides)] for b in range(blocks)]
+        try:
+            partition = read_partition(self.params.get("partition"))
+            devices = self._devices(job_overrides, first)
+            device = "cuda" if "cuda" in devices else devices[0] if devices else ""
+            ((request, _),) = fit_arrays(self.params, [device] * blocks, partition, 0)
+            sweep_dir = self._sweep_dir()
+        except LaunchRefused as error:
+            cluster_jobs.refuse(str(error))
+        for number, overrides in (job for block in numbered for job in block):
+            log.info(f"\t#{number} : {' '.join(filter_overrides(overrides))}")
+        executor = self._executor(request)
+        summary = sbatch_summary(executor._executor.parameters)
+        print(f"slurm: submitting {blocks} blocks of {k} jobs ({summary}); sweep in {sweep_dir}", flush=True)
+        jobs = executor.map_array(self.run_block, numbered, [Singleton.get_state()] * blocks)
+        follower = Follower(jobs, first=1, noun="block ")
+        try:
+            states = follower.run()
+        except BaseException:  # Ctrl-C, SIGTERM: nothing of the sweep keeps running on the cluster
+            follower.cancel_all()
+            raise
+        return [
+            ret for job, block in zip(jobs, numbered, strict=True) for ret in self._block_returns(job, block, states)
+        ]
+
+    def run_block(self, numbered: list[tuple[int, list[str]]], singleton_state: dict) -> list[JobReturn]:
+        """On the block's node: its jobs in interleaved rounds, as the rounds launcher runs a sweep on one machine."""
+        from runner.launch.local_launcher import RoundsLauncher
+
+        signal.signal(signal.SIGUSR2, signal.SIG_IGN)  # as __call__ does
+        Singleton.set_state(singleton_state)
+        rounds = RoundsLauncher(notes_jobs_launched=False)  # the sweep's count is the submitting host's to keep
+        rounds.setup(hydra_context=self.hydra_context, task_function=self.task_function, config=self.config)
+        return list(rounds.launch([overrides for _, overrides in numbered], numbered[0][0]))
+
+    def _block_returns(self, job: Any, numbered: list[tuple[int, list[str]]], states: dict) -> list[JobReturn]:
+        """A block's jobs' returns; where SLURM ended the block, each of its jobs is recorded FAILED with why."""
+        state: JobState = states[job.job_id]
+        returned: list[JobReturn] = []
+        if job.paths.result_pickle.exists():
+            with contextlib.suppress(Exception):  # a block that raised: its jobs are recorded below
+                returned = job.results()[0]
+        if len(returned) == len(numbered) and state.state in ("COMPLETED", "UNKNOWN_END") and not state.extra:
+            return returned
+        if state.state == "TIMEOUT":
+            state.extra += f": past its time limit, hydra.launcher.timeout_min={self.params.get('timeout_min')}"
+        ended = []
+        for number, overrides in numbered:
+            run_dir, spec = cluster_jobs.job_config(self.hydra_context, self.config, overrides, number)
+            record_slurm_end(spec, run_dir, state)
+            ended.append(
+                JobReturn(
+                    overrides=overrides, working_dir=str(run_dir), status=JobStatus.COMPLETED, _return_value=math.nan
+                )
+            )
+        return ended
 
     def _devices(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> list[str]:
         """Each job's device.name from its composed config, where it decides the GPUs asked for."""

@@ -74,6 +74,7 @@ class Follower:
 
     jobs: list[Any]  # submitit jobs, in the sweep's order
     first: int = 0  # the first job's number in the sweep
+    noun: str = "job #"  # what a line calls each: 'job #3', 'block 2' (hydra.launcher.blocks)
     states: dict[str, JobState] = field(default_factory=dict)
     pending_since: dict[str, float] = field(default_factory=dict)
     missing: dict[str, int] = field(default_factory=dict)
@@ -110,7 +111,7 @@ class Follower:
                 f": pending for {seen.reason}, which waiting cannot resolve; cancelled after {PENDING_GRACE_S:.0f} s"
             )
         if (seen.state, seen.reason, seen.extra) != (old.state, old.reason, old.extra):
-            print(f"slurm: job #{self.first + index} {seen.describe()}{_hint(seen)}", flush=True)
+            print(f"slurm: {self.noun}{self.first + index} {seen.describe()}{_hint(seen)}", flush=True)
         self.states[job.job_id] = seen
 
     def vanished(self, job: Any, old: JobState, listed: bool) -> JobState:

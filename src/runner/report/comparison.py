@@ -2,11 +2,13 @@
 is than a baseline, with its interval, its resolution and a verdict. Every table, plot, MLflow run and `runner
 compare` asks this module; the statistics beneath it are runner.report.ratio's.
 
-- The same work (work_key): the model and task, the batch size and the numeric settings of the model and its inputs.
-  Everything else (backend, mode, device, dtype, named alternatives such as model.arch) is what a comparison is for.
+- The same work (runner.identity.work, as is a run's configuration): the model and task, the batch size and the
+  numeric settings of the model and its inputs. Everything else (backend, mode, device, dtype, named alternatives
+  such as model.arch) is what a comparison is for.
 - The typical time (Timings.typical_s): a run's is the median over its rounds of each turn's fastest block
-  (runner.measure.samples.typical_s); a configuration's, the geometric mean of its replicates' (runs that differ only
-  in their seed). The ratio of two typical times is what a comparison reports (or agrees with, see below).
+  (runner.measure.samples.typical_s); a configuration's, the geometric mean of its replicates' (runs of one
+  configuration: other seeds, other nodes). The ratio of two typical times is what a comparison reports (or agrees
+  with, see below).
 - The ratio and its interval: runner.report.ratio.time_ratio over the rounds. Two runs measured in the same rounds
   get the geometric mean of their per-round ratios, in which the machine's drift from round to round cancels; it
   agrees with their typical times' ratio to within noise (beyond UNSTABLE_DISAGREE there is no verdict). Centring it
@@ -14,6 +16,10 @@ compare` asks this module; the statistics beneath it are runner.report.ratio's.
   Where replicates are pooled, or runs were measured apart (`apart`: two sweeps, unpaired, the machine's drift
   between them added, ratio.APART_SD), the rounds give the width and the typical times the centre: replicates that
   stall in different rounds move the pooled rounds, not their own typical times.
+- Several nodes (a cluster sweep blocked by node: each node measured every configuration in its own interleaved
+  rounds): a configuration's replicates on each node are paired with its baseline's there, so a node's own speed
+  cancels, and the nodes are pooled as replicates; the interval adds how much the ratio moves from node to node
+  (ratio.node_spread, measured, pooled with the stated NODE_SD where the nodes are few), so more nodes narrow it.
 - The verdict (Verdict) and its reason, in one vocabulary: fastest (the baseline), within noise, slower, faster,
   no change (real, but under `factor`: asv compare's rule), cannot tell (why), unstable (why).
 """
@@ -22,7 +28,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from statistics import NormalDist
@@ -40,14 +46,12 @@ from runner.report.ratio import (
     Job,
     ProcessSpread,
     instability,
+    node_spread,
     process_count,
     process_spread,
     tamed,
     time_ratio,
 )
-
-WORK_KEYS = ("model.name", "task.name", "batch_size")  # besides the numeric settings of these prefixes:
-SETTING_PREFIXES = ("model.", "data.")  # model.n, model.size, data.image_size, ...
 
 
 class Verdict(StrEnum):
@@ -93,6 +97,16 @@ class Timings:
     replicates: tuple[Job, ...] = ()
     medians_s: tuple[float, ...] = ()  # each replicate's median (time_median_s)
     busy: float = 0.0  # other runnable threads while it was timed, on average (machine_other_runnable)
+    hosts: tuple[str, ...] = ()  # where each replicate ran ('' unknown): a node measures a block of its own rounds
+
+    def by_host(self) -> dict[str, list[Job]]:
+        """Its replicates per host that ran them (none where the hosts are not known)."""
+        found: dict[str, list[Job]] = {}
+        if len(self.hosts) == len(self.replicates):
+            for host, job in zip(self.hosts, self.replicates, strict=True):
+                if host:
+                    found.setdefault(host, []).append(job)
+        return found
 
     def typical_s(self) -> float:
         """The geometric mean of the replicates' typical times (one replicate: its own)."""
@@ -135,6 +149,7 @@ def compare(
     spread between worker processes; `apart`: measured in different sweeps), resolution and verdict. A difference
     under `factor` is called NO_CHANGE."""
     by_typical = run.typical_s() / baseline.typical_s()
+    apart = apart or on_other_nodes(run, baseline)
     if not run.replicates or not baseline.replicates:  # the replicates' medians may still disagree
         why = run.instability()
         return Comparison(
@@ -152,6 +167,7 @@ def compare(
         process_df=df,
         paired=not apart,
         processes=processes,
+        nodes=None if apart else node_spread(run.by_host(), baseline.by_host()),
     )
     # no verdict where the rounds disagree; the resolution stays (the rounds launcher plans by it)
     no_verdict = functools.partial(
@@ -175,6 +191,13 @@ def compare(
         busy = max(run.busy, baseline.busy)
         verdict, reason = Verdict.CANNOT_TELL, f"looks {verdict}, but the machine was busy: {busy:.1f} other runnable"
     return Comparison(value, low, high, verdict, reason, over.basis(), over.resolution)
+
+
+def on_other_nodes(run: Timings, baseline: Timings) -> bool:
+    """Whether the two were measured on different hosts only (a SLURM sweep with a node per job): their rounds met
+    different machines, not the same moments of one, so they compare as runs measured apart."""
+    hosts = set(run.by_host()), set(baseline.by_host())
+    return bool(hosts[0] and hosts[1] and not hosts[0] & hosts[1])
 
 
 def apart_interval(typical_s: float, processes: int = 1, level: float = 0.95) -> tuple[float, float]:
@@ -203,7 +226,8 @@ def versus_fastest(candidates: Sequence[Timings], configurations: Sequence[str])
     replicates show (`configurations` names each candidate's; candidates of one configuration are replicates)."""
     fastest = int(np.argmin([c.typical_s() for c in candidates]))
     jobs = [job for c in candidates for job in c.replicates]
-    names = [name for c, name in zip(candidates, configurations, strict=True) for _ in c.replicates]
+    # replicates on one node share its rounds' moments; on several, each node's own speed is no process's offset
+    names = [f"{name}@{host}" for c, name in zip(candidates, configurations, strict=True) for host in _hosts(c)]
     spread = process_spread(jobs, names) if jobs else ASSUMED
     out = []
     for i, candidate in enumerate(candidates):
@@ -216,31 +240,5 @@ def versus_fastest(candidates: Sequence[Timings], configurations: Sequence[str])
     return out
 
 
-def is_work_setting(key: str, value: object) -> bool:
-    """Whether a flattened config key (no 'params.' prefix) with this value is part of the same-work key."""
-    if key in WORK_KEYS:
-        return True
-    return key.startswith(SETTING_PREFIXES) and is_number(value)
-
-
-def is_number(value: object) -> bool:
-    """A number, or a number as MLflow hands params back ("1024"); booleans are not numbers here."""
-    if isinstance(value, bool) or value is None:
-        return False
-    if isinstance(value, int | float | np.number):
-        return not (isinstance(value, float) and math.isnan(value))
-    try:
-        float(str(value))
-    except ValueError:
-        return False
-    return str(value).strip().lower() not in ("nan", "inf", "-inf", "true", "false")
-
-
-def work_key(params: Mapping[str, object]) -> str:
-    """What two runs must share to be compared, from their flattened config (keys as 'model.n')."""
-    parts = []
-    for key in sorted(params):
-        value = params[key]
-        if is_work_setting(key, value):
-            parts.append(f"{key}={float(str(value)):g}" if is_number(value) else f"{key}={value}")
-    return " ".join(parts)
+def _hosts(timings: Timings) -> list[str]:
+    return list(timings.hosts) if len(timings.hosts) == len(timings.replicates) else [""] * len(timings.replicates)

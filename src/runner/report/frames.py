@@ -172,7 +172,8 @@ def timings(runs: pd.DataFrame) -> Timings:
     replicates: tuple[Job, ...] = ()
     if all(s is not None for s in samples):
         replicates = tuple(zip(cast(list[np.ndarray], samples), rounds, processes, strict=True))
-    return Timings(replicates, tuple(medians.tolist()), 0.0 if pd.isna(busy) else float(busy))
+    hosts = tuple(runs["host"].fillna("").map(str)) if "host" in runs and replicates else ()
+    return Timings(replicates, tuple(medians.tolist()), 0.0 if pd.isna(busy) else float(busy), hosts)
 
 
 def table(frame: pd.DataFrame) -> pd.DataFrame:

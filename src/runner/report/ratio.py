@@ -55,7 +55,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -73,6 +73,9 @@ PRIOR_DF = 4  # the weight of PROCESS_SD beside the spread a sweep's replicates 
 APART_SD = 0.03
 OUTLYING = 3.0  # robust sds from the median beyond which a round's log ratio is pulled in (tamed)
 POWER = 0.9  # a comparison's resolution: the difference it calls this often
+# Between nodes of one kind of machine, a configuration's ratio to its baseline moves by this much (sd of the log ratio,
+# node x configuration): assumed where a sweep's nodes are too few to measure it (node_spread), as PROCESS_SD is.
+NODE_SD = 0.01
 UNSTABLE_SPREAD = 3.0  # p90/p10 of a job's per-round medians
 UNSTABLE_DISAGREE = 1.25  # the ratio over rounds against the ratio of the medians
 
@@ -86,13 +89,15 @@ class Ratio:
     paired: bool
     comparisons: int = 1  # made at once, the interval's level shared among them
     resolution: float = math.nan  # the smallest difference called 9 times in 10 at this spread (0.05: 5%)
+    nodes: int = 1  # the nodes it pools, each a block that measured both (node_spread)
 
     def basis(self) -> str:
         """What the ratio rests on, for a person: '40 rounds', '1 round', '5 rounds, unpaired', '40 rounds,
-        1 of 7 comparisons'."""
+        1 of 7 comparisons', '40 rounds on 3 nodes'."""
         unpaired = ", unpaired" if not self.paired and self.rounds > 1 else ""
+        nodes = f" on {self.nodes} nodes" if self.nodes > 1 else ""
         shared = f", 1 of {self.comparisons} comparisons" if self.comparisons > 1 else ""
-        return f"{self.rounds} round{'s' if self.rounds != 1 else ''}{unpaired}{shared}"
+        return f"{self.rounds} round{'s' if self.rounds != 1 else ''}{nodes}{unpaired}{shared}"
 
 
 def round_medians(samples_s: np.ndarray, rounds: np.ndarray | None) -> dict[int, float]:
@@ -135,12 +140,15 @@ def time_ratio(
     paired: bool = True,
     process_df: float = math.inf,
     processes: tuple[int, int] = (1, 1),
+    nodes: NodeSpread | None = None,
 ) -> Ratio:
     """A's time relative to B's, with its interval: 95% over `comparisons` such ratios made at once, the
     spread between worker processes (`process_sd`, log scale, estimated on `process_df` degrees of freedom;
     infinite: taken as known; A and B each averaging `processes` of them) included (see the module's docstring).
-    `paired=False` for jobs measured apart, whose round numbers do not name the same moments."""
-    spread = functools.partial(interval, process_sd=process_sd, process_df=process_df, processes=processes)
+    `paired=False` for jobs measured apart, whose round numbers do not name the same moments. `nodes`: A and B are
+    each pooled over the same nodes, each node a block that measured both in its own rounds (node_spread)."""
+    spread = functools.partial(interval, process_sd=process_sd, process_df=process_df, processes=processes, nodes=nodes)
+    on = nodes.nodes if nodes else 1
     a, b = turn_typical(samples_a, rounds_a), turn_typical(samples_b, rounds_b)
     shared = sorted(set(a) & set(b)) if paired else []
     level = 1 - (1 - LEVEL) / comparisons
@@ -151,7 +159,7 @@ def time_ratio(
         half, resolution = spread(sem, len(batches) - 1, level)
         mean = logs.mean()
         return Ratio(
-            math.exp(mean), math.exp(mean - half), math.exp(mean + half), len(shared), True, comparisons, resolution
+            math.exp(mean), math.exp(mean - half), math.exp(mean + half), len(shared), True, comparisons, resolution, on
         )
     log_a, log_b = tamed(np.log([a[r] for r in sorted(a)])), tamed(np.log([b[r] for r in sorted(b)]))
     if len(log_a) >= 2 and len(log_b) >= 2:
@@ -186,15 +194,19 @@ def interval(
     process_sd: float,
     process_df: float = math.inf,
     processes: tuple[int, int] = (1, 1),
+    nodes: NodeSpread | None = None,
 ) -> tuple[float, float]:
-    """half_width (each job averaging `processes` processes' offsets), and the resolution: the smallest difference
-    (0.05: 5%) whose interval would exclude 1 in 9 comparisons of 10 at this spread, exp((t_level + t_0.9) * se) - 1
-    (the minimum detectable effect at 90% power)."""
+    """half_width (each job averaging `processes` processes' offsets, and where it is pooled over nodes, the spread of
+    its ratio from node to node over their number), and the resolution: the smallest difference (0.05: 5%) whose
+    interval would exclude 1 in 9 comparisons of 10 at this spread, exp((t_level + t_0.9) * se) - 1 (the minimum
+    detectable effect at 90% power)."""
     from scipy.special import stdtrit  # Student's t quantile; importing scipy.stats would slow every sweep's end
 
     process = process_sd**2 * (1 / processes[0] + 1 / processes[1])
-    total = sem**2 + process
+    node = nodes.variance_of_mean() if nodes else 0.0
+    total = sem**2 + process + node
     terms = (sem**4 / df if sem else 0.0) + (process**2 / process_df if process else 0.0)
+    terms += node**2 / nodes.df if nodes and node else 0.0
     df = total**2 / terms if terms else math.inf
     se, quantile = math.sqrt(total), float(stdtrit(df, (1 + level) / 2))
     return quantile * se, math.expm1((quantile + float(stdtrit(df, POWER))) * se)
@@ -212,6 +224,54 @@ class ProcessSpread:
 
 
 ASSUMED = ProcessSpread(PROCESS_SD, math.inf, f"assumed {PROCESS_SD:.1%} (one process a job, no replicates)")
+
+
+@dataclass(frozen=True)
+class NodeSpread:
+    """How much a configuration's ratio to its baseline moves from node to node (sd, log scale, on `df` degrees of
+    freedom), where both were measured on the same `nodes` nodes, each in its own interleaved rounds: the node is a
+    block, its own speed cancels in its ratio, and what is left between nodes (node x configuration) is this."""
+
+    sd: float
+    df: float
+    nodes: int
+    measured: float = math.nan  # what the nodes alone showed (NaN: too few to say)
+
+    def variance_of_mean(self) -> float:
+        """Its share of the variance of the ratio pooled over the nodes (each node weighs the same)."""
+        return self.sd**2 / self.nodes
+
+
+def node_spread(run: Mapping[str, Sequence[Job]], baseline: Mapping[str, Sequence[Job]]) -> NodeSpread | None:
+    """The node-to-node spread of A's ratio to B, from the nodes that measured both (`run` and `baseline`: each
+    node's replicates of A and of B); None with fewer than 2 such nodes. Each node's log ratio is the mean over its
+    shared rounds of each round's (geometric mean over replicates) ratio; their variance over nodes, less what the
+    rounds' own noise explains (method of moments), is the node term. Few nodes know it poorly: it is pooled with
+    NODE_SD as PRIOR_DF degrees of freedom, as process_spread pools PROCESS_SD."""
+    hosts = sorted(set(run) & set(baseline))
+    if len(hosts) < 2:
+        return None
+    means, noise = [], []
+    for host in hosts:
+        a, b = _pooled_rounds(run[host]), _pooled_rounds(baseline[host])
+        shared = sorted(set(a) & set(b))
+        if len(shared) < 2:
+            return None
+        logs = tamed(np.log([a[r] for r in shared]) - np.log([b[r] for r in shared]))
+        batches = batch_means(logs)
+        means.append(logs.mean())
+        noise.append(batches.var(ddof=1) / len(batches))
+    between = max(float(np.var(means, ddof=1)) - float(np.mean(noise)), 0.0)
+    df = len(hosts) - 1
+    sd = math.sqrt((PRIOR_DF * NODE_SD**2 + df * between) / (PRIOR_DF + df))
+    return NodeSpread(sd, float(df + PRIOR_DF), len(hosts), math.sqrt(between))
+
+
+def _pooled_rounds(jobs: Sequence[Job]) -> dict[int, float]:
+    """Each round's typical time, the geometric mean over the replicates that took part in it."""
+    turns = [turn_typical(*_columns(job)[:2]) for job in jobs]
+    numbers = sorted(set().union(*turns))
+    return {n: float(np.exp(np.mean([np.log(t[n]) for t in turns if n in t]))) for n in numbers}
 
 
 # A job's samples: seconds per call, and the round and the worker process of each (None: all round 1, process 0).

@@ -2,7 +2,7 @@
 
 `pytest -m slurm tests/test_local_cluster.py` brings the three nodes up (as root) unless partition `debug` holds
 node-1 .. node-3 already, and takes them down afterwards. This machine runs one SLURM at a time, and
-tests/test_slurm.py's is one node: with both files selected, run them in one process (-p no:xdist), where this
+tests/test_slurm.py's is one node: with both files selected, run them in one process (-n0), where this
 module's cluster is down again before test_slurm.py's comes up.
 """
 
@@ -43,7 +43,7 @@ def three_nodes(request):
         yield
         return
     if _another_slurm_module_runs_at_once(request.session):
-        pytest.skip("the other SLURM tests start a one-node cluster at the same time: run with -p no:xdist")
+        pytest.skip("the other SLURM tests start a one-node cluster at the same time: run with -n0")
     if _debug_partition_answers():
         pytest.skip(f"partition `debug` answers with nodes {_debug_nodes()}, not {NODES}: take it down first")
     if os.geteuid() != 0:
@@ -75,3 +75,30 @@ def test_a_job_on_each_node_sees_that_nodes_name_as_its_host_name(three_nodes, t
         assert sbatch.returncode == 0, f"{node}: {out}"
     seen = {node: (tmp_path / f"{node}.out").read_text().split() for node in NODES}
     assert seen == {node: [node, node] for node in NODES}  # platform.node(), then $SLURMD_NODENAME
+
+
+@pytest.mark.slurm
+def test_a_sweep_blocked_by_node_ranks_three_configurations_over_three_nodes(three_nodes, tmp_path):
+    """hydra.launcher.blocks=3: each node runs the three configurations in interleaved rounds; the answer pools the
+    nodes as replicates, each configuration against the fastest with an interval over the three nodes."""
+    from helpers import sweep_cli
+
+    from runner import report
+    from runner.record import runs
+    from runner.report import pooled
+
+    overrides = ["hydra/launcher=slurm", "hydra.launcher.partition=debug", "hydra.launcher.blocks=3"]
+    overrides += ["model=matmul", "task=inference", "model.n=128", "backend=numpy,torch,tnp", "threads=1"]
+    result = sweep_cli(tmp_path, *overrides, "timing.max_time_s=1", timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    found = runs.from_dirs(runs.runs_in(tmp_path / "sweep"))
+    assert [run.status for run in found] == ["FINISHED"] * 9
+    by_node = {node: sorted(r.params["backend.name"] for r in found if r.identity.host == node) for node in NODES}
+    assert by_node == {node: ["numpy", "tnp", "torch"] for node in NODES}
+    assert len({r.identity.machine.key for r in found}) == 1  # three hosts, one kind of machine
+    answer = pooled.pool(report.frame(found))
+    assert sorted(p.label for p in answer) == ["numpy", "tnp", "torch"] and {p.runs for p in answer} == {3}
+    for compared in (p for p in answer if not p.is_fastest):
+        assert compared.low < compared.ratio < compared.high, compared
+        assert compared.comparison.basis is not None and " on 3 nodes" in compared.comparison.basis
+    assert "slurm: submitting 3 blocks of 3 jobs" in result.stdout

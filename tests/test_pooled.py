@@ -225,7 +225,7 @@ def test_the_terminal_ends_on_the_answer_with_a_pooled_table_only_where_seeds_we
     print_answer(console, answer)
     lines = console.export_text().strip().splitlines()
     assert lines[-1] == pooled.sentence(answer.pooled)
-    assert any(line.startswith("Seeds pooled") for line in lines) == (seeds > 1)
+    assert any(line.startswith("Replicates pooled") for line in lines) == (seeds > 1)
 
 
 def test_a_generation_sweep_says_the_time_per_token_of_the_fastest():

@@ -13,7 +13,8 @@ from typing import Any
 from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
 from omegaconf import OmegaConf
 
-OWN_KEYS = {"submitit_folder", "max_num_timeout", "exclusive", "gpus_per_cuda_job"}  # not sbatch parameters as they are
+# not sbatch parameters as they are
+OWN_KEYS = {"submitit_folder", "max_num_timeout", "exclusive", "gpus_per_cuda_job", "blocks"}
 SHOWN = ("partition", "exclusive", "cpus_per_task", "mem", "gpus_per_node", "gpus_per_task", "gres", "time")
 
 

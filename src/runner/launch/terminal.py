@@ -64,7 +64,7 @@ def ui_lines(uri: str, run_id: str, runs_list: bool = False) -> list[str]:
 
 
 def print_answer(console, answer) -> None:
-    """A sweep's answer under its table of jobs (runner.report.pooled.Answer): where seeds were pooled, a row per
+    """A sweep's answer under its table of jobs (runner.report.pooled.Answer): where replicates were pooled, a row per
     configuration; then the sentence, the last thing the terminal shows before the MLflow link."""
     from rich.table import Table
 
@@ -74,7 +74,8 @@ def print_answer(console, answer) -> None:
         return
     if any(p.runs > 1 for p in answer.pooled):  # else the rows would be the job table's again
         headers, cells = table_cells(answer.pooled)
-        table = Table(title="Seeds pooled (replicates): each configuration against the fastest", title_justify="left")
+        title = "Replicates pooled (seeds, nodes): each configuration against the fastest"
+        table = Table(title=title, title_justify="left")
         for header in headers:
             table.add_column(header, overflow="fold")
         for row in cells:

@@ -9,7 +9,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from runner.record.result import Status
 from runner.record.table import format_seconds
 from runner.report.frames import (
     PANEL_KEYS,
@@ -17,6 +16,7 @@ from runner.report.frames import (
     _param_cell,
     numeric_settings,
     short_name,
+    timed_runs,
     varied_params,
     work_keys,
 )
@@ -61,10 +61,6 @@ def _workload_title(row: pd.Series, settings: list[str]) -> str:
     return title
 
 
-def _timed(frame: pd.DataFrame) -> pd.DataFrame:
-    return frame[(frame["status"] == Status.FINISHED) & frame["metrics.time_median_s"].notna()]
-
-
 def _panel_labels(rows: pd.DataFrame) -> pd.Series:
     """Per run, what varied among these comparable runs, wrapped to stay narrow; its name otherwise."""
     import textwrap
@@ -93,9 +89,9 @@ def _panels(plt, groups: list, rows_per_group: list[int]):
 def plot_times(frame: pd.DataFrame, path: Path) -> Path | None:
     """Time per call of each run (a box of its raw samples; median and IQR where they are not here), one panel per
     workload; speedup.png compares the configurations, seeds pooled."""
-    if _timed(frame).empty:
+    if timed_runs(frame).empty:
         return None
-    groups = workloads(_timed(frame), PANEL_KEYS)
+    groups = workloads(timed_runs(frame), PANEL_KEYS)
     plt = _pyplot()
     fig, axes = _panels(plt, groups, [len(g) for _, g in groups])
     for ax, (title, group) in zip(axes, groups, strict=True):
@@ -146,7 +142,7 @@ def _size_axis(ax, sizes: pd.Series) -> None:
 
 def _size_groups(frame: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
     """Size sweeps: runs of one model, task and batch size at two or more sizes."""
-    sized = _timed(frame)[_timed(frame)["size"].notna()]
+    sized = timed_runs(frame)[timed_runs(frame)["size"].notna()]
     groups = workloads(sized, PANEL_KEYS)
     return [(title, g) for title, g in groups if g["size"].nunique() >= 2]
 
@@ -179,7 +175,7 @@ def plot_speedups(frame: pd.DataFrame, path: Path) -> Path | None:
     that differ only in seed) pooled, the 95% intervals drawn, a log axis; a panel per workload (size sweeps
     have speedup_vs_size instead)."""
     in_size_sweeps = {i for _, g in _size_groups(frame) for i in g.index}
-    timed = _timed(frame).drop(index=list(in_size_sweeps))
+    timed = timed_runs(frame).drop(index=list(in_size_sweeps))
     panels = [(_titled(t, found), found) for t, g in workloads(timed) for found in _pooled(g) if len(found) >= 2]
     if not panels:
         return None
@@ -284,7 +280,7 @@ def plot_token_latency(frame: pd.DataFrame, path: Path) -> Path | None:
     first token is the prefill's), one panel per workload; None where no run on this machine recorded them."""
     from runner.record.result import read_timings
 
-    timed = _timed(frame)
+    timed = timed_runs(frame)
     read = {i: read_timings(Path(d), "token_latency_s") for i, d in timed.get("run_dir", pd.Series()).items()}
     rows = {i: r for i, r in read.items() if r is not None and r.ndim == 2 and not np.isnan(r).all()}
     if not rows:

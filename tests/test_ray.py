@@ -124,3 +124,104 @@ def test_a_job_whose_ray_task_dies_is_failed_and_the_others_land(ray_head, tmp_p
     assert len(parents) == 1 and parents[0].info.status == "FAILED"
     assert sorted(c.info.status for c in children) == ["FAILED", "FINISHED", "FINISHED"]
     assert {c.data.tags["mlflow.parentRunId"] for c in children} == {parents[0].info.run_id}
+
+
+NODES = ("node-1", "node-2", "node-3")
+
+
+def _on_host(host: str, *command: str) -> list[str]:
+    """The command in a UTS namespace of its own, named `host`: a Ray node whose tasks see that host name."""
+    return ["unshare", "--uts", "sh", "-c", f'hostname {host} && exec "$0" "$@"', *command]
+
+
+@pytest.fixture
+def ray_nodes():
+    """A Ray cluster of three nodes on this machine (a head and two workers, each `ray start` in a host name of its
+    own and on ports of its own); its address. Needs root for unshare."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("three Ray nodes with their own host names need unshare --uts (root)")
+    port = free_port()
+    temp_dir = tempfile.mkdtemp(prefix="ray-", dir="/tmp")
+    paths = [str(PROJECT_ROOT / "src"), str(PLUGIN), os.environ.get("PYTHONPATH", "")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
+    ray = [sys.executable, "-m", "ray.scripts.scripts", "start", "--block", "--node-ip-address=127.0.0.1"]
+    ray += ["--num-cpus=2", "--disable-usage-stats"]
+    head = [*ray, "--head", f"--port={port}", "--include-dashboard=false", f"--temp-dir={temp_dir}"]
+    started = [_start(_on_host(NODES[0], *head), env)]
+    try:
+        _wait_for_head(started[0])
+        for k, node in enumerate(NODES[1:], 1):  # the ports a raylet takes by default would collide on one machine
+            base = 30000 + 1000 * k  # a range of ports per node, its workers' above its own six
+            names = ("node-manager", "object-manager", "metrics-export", "dashboard-agent-listen")
+            names += ("dashboard-agent-grpc", "runtime-env-agent")
+            ports = [f"--{name}-port={base + i}" for i, name in enumerate(names)]
+            ports += [f"--min-worker-port={base + 100}", f"--max-worker-port={base + 999}"]
+            started.append(_start(_on_host(node, *ray, f"--address=127.0.0.1:{port}", *ports), env))
+            _wait_for_nodes(f"127.0.0.1:{port}", env, k + 1, started)  # one at a time: 2 cores, a busy GCS
+        yield f"127.0.0.1:{port}"
+    finally:
+        for process in reversed(started):
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGTERM)
+                process.wait(timeout=120)
+        shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def _start(command: list[str], env: dict) -> subprocess.Popen:
+    return subprocess.Popen(
+        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
+
+
+def _wait_for_nodes(address: str, env: dict, count: int, started: list, timeout_s: float = 120) -> None:
+    code = f"import ray; ray.init(address='{address}', logging_level='ERROR')\n"
+    code += "print(len([n for n in ray.nodes() if n['Alive']]))"
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+        if done.stdout.strip().splitlines()[-1:] == [str(count)]:
+            return
+        time.sleep(2)
+    said = [process.stdout.read() if process.poll() is not None else "(running)" for process in started]
+    raise AssertionError(f"the Ray cluster at {address} did not reach {count} nodes: {said}")
+
+
+@pytest.mark.slow
+def test_a_sweep_blocked_by_node_on_three_ray_nodes_ranks_its_configurations(ray_nodes, tmp_path):
+    """hydra.launcher.blocks=3 on Ray: each node (a bundle of a STRICT_SPREAD placement group) runs both
+    configurations in interleaved rounds; the answer pools the three nodes as replicates."""
+    from runner import report
+    from runner.record import runs
+    from runner.report import pooled
+
+    result = sweep_cli(
+        tmp_path,
+        "hydra/launcher=ray_cluster",
+        f"hydra.launcher.ray.init.address={ray_nodes}",
+        "hydra.launcher.ray.remote.num_cpus=1",
+        "hydra.launcher.blocks=3",
+        "model=matmul",
+        "task=inference",
+        "model.n=128",
+        "backend=numpy,torch",
+        "threads=1",
+        "timing.max_time_s=1",
+        timeout=900,
+    )
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    found = runs.from_dirs(runs.runs_in(tmp_path / "sweep"))
+    assert [run.status for run in found] == ["FINISHED"] * 6
+    by_node = {node: sorted(r.params["backend.name"] for r in found if r.identity.host == node) for node in NODES}
+    assert by_node == {node: ["numpy", "torch"] for node in NODES}
+    (torch,) = [p for p in pooled.pool(report.frame(found)) if not p.is_fastest]
+    assert torch.runs == 3 and torch.low < torch.ratio < torch.high
+    assert torch.comparison.basis is not None and " on 3 nodes" in torch.comparison.basis
+    refused = sweep_cli(
+        tmp_path / "more",
+        "hydra/launcher=ray_cluster",
+        f"hydra.launcher.ray.init.address={ray_nodes}",
+        "hydra.launcher.blocks=4",
+        "backend=numpy,torch",
+    )
+    assert refused.returncode == 1
+    assert "error: hydra.launcher.blocks=4 asks for 4 nodes, but the Ray cluster has 3" in refused.stderr

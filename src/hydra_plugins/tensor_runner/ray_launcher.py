@@ -25,5 +25,6 @@ if RAY:
         _target_: str = "hydra_plugins.tensor_runner.ray_launcher.RayLauncher"
         ray: Any = field(default_factory=RayConf)
         gpus_per_cuda_job: float = 1  # GPUs a device=cuda job asks Ray for
+        blocks: Any = None  # N: N nodes, each running every job of the sweep in interleaved rounds (int or None)
 
     ConfigStore.instance().store(group="hydra/launcher", name="tensor_runner_ray", node=RayClusterConf)

@@ -1,6 +1,6 @@
 """What a cluster launcher (SLURM, Ray) does for the jobs it sends away: refuse a sweep before anything is
-submitted, find a job's config and directory as the job itself had them, and record a job the cluster
-ended before it could record itself."""
+submitted, find a job's config and directory as the job itself had them, record a job the cluster
+ended before it could record itself, and run a block of jobs on one node (the node as a block)."""
 
 from __future__ import annotations
 
@@ -32,6 +32,31 @@ def job_config(hydra_context, sweep_config: DictConfig, overrides: list[str], in
     with open_dict(config):
         del config["hydra"]
     return run_dir, job_spec(config)
+
+
+Numbered = list[tuple[int, list[str]]]  # (job number, its overrides): a block's jobs
+
+
+def blocks_of(job_overrides, first: int, blocks: int) -> list[Numbered]:
+    """The node as a block (hydra.launcher.blocks): every job of the sweep in each of `blocks` blocks, block b's
+    numbered first + b * len(job_overrides) on."""
+    k = len(job_overrides)
+    return [[(first + b * k + j, list(o)) for j, o in enumerate(job_overrides)] for b in range(blocks)]
+
+
+def run_block(hydra_context, task_function, sweep_config: DictConfig, numbered: Numbered, singleton_state: dict):
+    """On the block's node: its jobs in interleaved rounds, as the rounds launcher runs a sweep on one machine (each
+    a run of its own, recording this node as its host). Returns their JobReturns."""
+    from hydra.core.singleton import Singleton
+    from hydra.core.utils import setup_globals
+
+    from runner.launch.local_launcher import RoundsLauncher
+
+    setup_globals()
+    Singleton.set_state(singleton_state)
+    rounds = RoundsLauncher(notes_jobs_launched=False)  # the sweep's count is the submitting host's to keep
+    rounds.setup(hydra_context=hydra_context, task_function=task_function, config=sweep_config)
+    return list(rounds.launch([overrides for _, overrides in numbered], numbered[0][0]))
 
 
 def record_ended(spec: JobSpec, run_dir: Path, reason: str, context: dict[str, str]) -> None:

@@ -106,13 +106,17 @@ class SlurmLauncher(SubmititSlurmLauncher):
         """The node as a block: `blocks` SLURM jobs, each on a node of its own (--exclusive), each running every job
         of the sweep in interleaved rounds (runner.launch.rounds), numbered first + b * len(job_overrides) on. Each
         node's runs record its host; the answer pools the nodes as replicates (runner.report.ratio.node_spread)."""
-        k = len(job_overrides)
-        numbered = [[(first + b * k + j, list(o)) for j, o in enumerate(job_overrides)] for b in range(blocks)]
+        numbered = cluster_jobs.blocks_of(job_overrides, first, blocks)
         try:
             partition = read_partition(self.params.get("partition"))
             devices = self._devices(job_overrides, first)
             device = "cuda" if "cuda" in devices else devices[0] if devices else ""
             ((request, _),) = fit_arrays(self.params, [device] * blocks, partition, 0)
+            if blocks > len(partition.nodes):  # each block a node of its own: more would wait for ever
+                raise LaunchRefused(
+                    f"hydra.launcher.blocks={blocks} asks for {blocks} nodes, but partition {partition.name} has "
+                    f"{len(partition.nodes)} (sinfo)"
+                )
             sweep_dir = self._sweep_dir()
         except LaunchRefused as error:
             cluster_jobs.refuse(str(error))
@@ -120,7 +124,10 @@ class SlurmLauncher(SubmititSlurmLauncher):
             log.info(f"\t#{number} : {' '.join(filter_overrides(overrides))}")
         executor = self._executor(request)
         summary = sbatch_summary(executor._executor.parameters)
-        print(f"slurm: submitting {blocks} blocks of {k} jobs ({summary}); sweep in {sweep_dir}", flush=True)
+        print(
+            f"slurm: submitting {blocks} blocks of {len(job_overrides)} jobs ({summary}); sweep in {sweep_dir}",
+            flush=True,
+        )
         jobs = executor.map_array(self.run_block, numbered, [Singleton.get_state()] * blocks)
         follower = Follower(jobs, first=1, noun="block ")
         try:
@@ -132,15 +139,10 @@ class SlurmLauncher(SubmititSlurmLauncher):
             ret for job, block in zip(jobs, numbered, strict=True) for ret in self._block_returns(job, block, states)
         ]
 
-    def run_block(self, numbered: list[tuple[int, list[str]]], singleton_state: dict) -> list[JobReturn]:
-        """On the block's node: its jobs in interleaved rounds, as the rounds launcher runs a sweep on one machine."""
-        from runner.launch.local_launcher import RoundsLauncher
-
+    def run_block(self, numbered: cluster_jobs.Numbered, singleton_state: dict) -> list[JobReturn]:
+        """On the block's node (runner.launch.cluster_jobs.run_block)."""
         signal.signal(signal.SIGUSR2, signal.SIG_IGN)  # as __call__ does
-        Singleton.set_state(singleton_state)
-        rounds = RoundsLauncher(notes_jobs_launched=False)  # the sweep's count is the submitting host's to keep
-        rounds.setup(hydra_context=self.hydra_context, task_function=self.task_function, config=self.config)
-        return list(rounds.launch([overrides for _, overrides in numbered], numbered[0][0]))
+        return cluster_jobs.run_block(self.hydra_context, self.task_function, self.config, numbered, singleton_state)
 
     def _block_returns(self, job: Any, numbered: list[tuple[int, list[str]]], states: dict) -> list[JobReturn]:
         """A block's jobs' returns; where SLURM ended the block, each of its jobs is recorded FAILED with why."""

@@ -92,7 +92,7 @@ def _history_parser(commands, uri_help: str) -> None:
     history.add_argument("--html", type=Path, metavar="DIR", help="write a page per case and an index.html here")
     history.add_argument("--fail-on", default="", metavar="LABELS", help="exit 1 on a step so labelled: regression,...")
     history.add_argument("--mark", metavar="RUN_ID", help="mark a known change at this run (no alert there) and exit")
-    history.add_argument("--why", default="known change", help="what changed, with --mark (e.g. 'new machine')")
+    history.add_argument("--why", help="what changed, with --mark (e.g. 'new machine'; default: known change)")
     history.set_defaults(command=_history)
 
 
@@ -104,10 +104,15 @@ def _history(args: argparse.Namespace) -> int:
     if args.mark:
         if not uri:
             raise LookupError("--mark needs --tracking-uri (or MLFLOW_TRACKING_URI)")
-        tracking.set_tags(uri, args.mark, {history.CHANGE_TAG: args.why})
-        print(f"marked run {args.mark}: {args.why} (no alert at it; the series before and after are fitted apart)")
+        why = args.why or "known change"
+        tracking.set_tags(uri, args.mark, {history.CHANGE_TAG: why})
+        print(f"marked run {args.mark}: {why} (no alert at it; the series before and after are fitted apart)")
         return 0
+    if args.why is not None:
+        raise LookupError("--why says what changed at the run --mark names: give --mark RUN_ID too")
     labels = history.fail_labels(args.fail_on)
+    if args.html:
+        writable_folder(args.html, "--html")
     if args.dirs:
         found = history.from_runs([run for path in args.dirs for run in _runs(path)], args.by_host)
     elif uri:
@@ -127,6 +132,15 @@ def _history(args: argparse.Namespace) -> int:
     return 1 if failing else 0
 
 
+def writable_folder(path: Path, option: str) -> None:
+    """Where a command writes its files: a folder, or a place one can be made (checked before anything prints)."""
+    existing = next(p for p in (path, *path.parents) if p.exists())
+    if not existing.is_dir():
+        raise LookupError(f"{option} {path}: {existing} is a file, not a folder; give a folder to write into")
+    if not os.access(existing, os.W_OK):
+        raise LookupError(f"{option} {path}: {existing} is not writable by this user")
+
+
 def _runs(path: Path) -> list:
     from runner.record import runs
 
@@ -140,6 +154,7 @@ def _report(args: argparse.Namespace) -> int:
     from runner.record import runs
 
     parent, uri = args.parent, args.tracking_uri
+    writable_folder(args.out, "--out")
     if args.sweep_dir is not None:
         if not args.sweep_dir.is_dir():
             raise FileNotFoundError(f"{args.sweep_dir} is not a directory")
@@ -163,8 +178,8 @@ def _report(args: argparse.Namespace) -> int:
 def _compare(args: argparse.Namespace) -> int:
     from runner.report import before_after
 
-    if not args.factor >= 1.0:
-        raise LookupError(f"--factor {args.factor}: it must be 1 or more (1.1 = a change of 10%)")
+    if not 1.0 <= args.factor < float("inf"):
+        raise LookupError(f"--factor {args.factor}: it must be a number from 1 up (1.1 = a change of 10%)")
     uri = args.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
     for line in before_after.run(args.before, args.after, uri, args.factor):
         print(line)

@@ -83,6 +83,10 @@ def run(before_source: str, after_source: str, uri: str | None, factor: float = 
 
     with tempfile.TemporaryDirectory(prefix="runner-compare-") as downloads:
         before, after = load(before_source, uri, Path(downloads)), load(after_source, uri, Path(downloads))
+        for side, source in ((before, before_source), (after, after_source)):
+            if timed_runs(side).empty:
+                statuses = ", ".join(sorted(set(side["status"].map(str)))) if not side.empty else "none"
+                raise LookupError(f"{source} has no finished, timed run to compare ({len(side)} run(s): {statuses})")
         compared = compare(before, after, factor)
     if compared.empty:
         raise LookupError(f"no run of {after_source} did the same work as a finished run of {before_source}")

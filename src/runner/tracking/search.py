@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from runner.config import first_line
@@ -20,23 +23,25 @@ def _recorded_environment(tags: dict[str, str]) -> dict[str, str]:
 
 def search_runs(uri: str, experiment: str, parent_run_id: str | None = None) -> list[Run]:
     """The measurement runs of an experiment (only the children of parent_run_id when given), oldest first."""
-    mlflow = client(uri)
-    found = mlflow.get_experiment_by_name(experiment)
-    if found is None:
-        raise LookupError(f"no experiment named {experiment!r} at {uri}")
-    return _measurement_rows(mlflow, found.experiment_id, parent_run_id)
+    mlflow = _reader(uri)
+    with _reading(uri):
+        found = mlflow.get_experiment_by_name(experiment)
+        if found is None:
+            raise LookupError(f"no experiment named {experiment!r} at {uri}")
+        return _measurement_rows(mlflow, found.experiment_id, parent_run_id)
 
 
 def runs_of(uri: str, run_id: str) -> list[Run]:
     """One run as search_runs gives it, or a sweep's jobs where run_id is the sweep's parent run."""
-    mlflow = client(uri)
+    mlflow = _reader(uri)
     try:
         run = mlflow.get_run(run_id)
     except Exception as error:
         raise LookupError(f"no run {run_id} at {uri} ({first_line(error)})") from None
-    if "sweep_dir" in run.data.tags:
-        return _measurement_rows(mlflow, run.info.experiment_id, run_id)
-    return [_run(run)]
+    with _reading(uri):
+        if "sweep_dir" in run.data.tags:
+            return _measurement_rows(mlflow, run.info.experiment_id, run_id)
+        return [_run(run)]
 
 
 def download_tensors(uri: str, run_id: str, directory: Path) -> str | None:
@@ -88,46 +93,83 @@ def history_runs(uri: str, experiment: str | None, case: str | None = None, mach
     `machine` where given: MLflow filters on the tags (an index lookup, not a scan of the store)."""
     from mlflow.entities import ViewType
 
-    _must_exist(uri)
-    mlflow = client(uri)
-    if experiment:
-        found = mlflow.get_experiment_by_name(experiment)
-        if found is None:
-            raise LookupError(f"no experiment named {experiment!r} at {uri}")
-        experiments = [found.experiment_id]
-    else:
-        experiments = [e.experiment_id for e in mlflow.search_experiments(view_type=ViewType.ACTIVE_ONLY)]
-    query = ["attributes.status = 'FINISHED'", f"tags.`case` = '{case}'" if case else "tags.`case` LIKE '%'"]
+    query = [
+        "attributes.status = 'FINISHED'",
+        f"tags.`case` = '{_key(case, '--case')}'" if case else "tags.`case` LIKE '%'",
+    ]
     if machine:
-        query.append(f"tags.`machine` = '{machine}'")
-    runs, token = [], None
-    while True:  # MLflow pages search results
-        page = mlflow.search_runs(experiments, " and ".join(query), max_results=10_000, page_token=token)
-        runs += page
-        token = page.token
-        if not token:
-            break
-    return [_run(run) for run in runs]
+        query.append(f"tags.`machine` = '{_key(machine, '--machine')}'")
+    mlflow = _reader(uri)
+    with _reading(uri):
+        if experiment:
+            found = mlflow.get_experiment_by_name(experiment)
+            if found is None:
+                raise LookupError(f"no experiment named {experiment!r} at {uri}")
+            experiments = [found.experiment_id]
+        else:
+            experiments = [e.experiment_id for e in mlflow.search_experiments(view_type=ViewType.ACTIVE_ONLY)]
+        runs, token = [], None
+        while True:  # MLflow pages search results
+            page = mlflow.search_runs(experiments, " and ".join(query), max_results=10_000, page_token=token)
+            runs += page
+            token = page.token
+            if not token:
+                break
+        return [_run(run) for run in runs]
 
 
-def _must_exist(uri: str) -> None:
-    """A command that reads a local store finds it (MLflow would create an empty one, folders and all)."""
-    from runner.tracking.store import sqlite_path
+def _key(value: str, option: str) -> str:
+    """A case or machine key as a filter's value: 16 hex digits (runner.identity), never text spliced in."""
+    if not re.fullmatch(r"[0-9a-f]{16}", value):
+        raise LookupError(f"{option} {value}: a key is 16 hex digits, as a run's tag of that name holds it")
+    return value
 
+
+READ_SCHEMES = ("sqlite", "postgresql", "mysql", "mssql", "http", "https", "databricks")
+SQLITE_HEADER = b"SQLite format 3\x00"  # the first 16 bytes of every SQLite database file
+
+
+def _reader(uri: str):
+    """A client for a store that a command only reads: the URI names one MLflow reads, a local store exists and is
+    an SQLite database (reading never creates one, folders and all), a server answers; LookupError (one line)
+    otherwise."""
+    from runner.tracking.store import check_reachable, sqlite_path
+
+    scheme = uri.split("://", 1)[0].split("+", 1)[0] if "://" in uri else ""
+    if scheme not in READ_SCHEMES:
+        raise LookupError(
+            f"tracking URI {uri}: not a store MLflow reads; give sqlite:///PATH/mlflow.db, http://HOST:PORT or a "
+            f"database URL ({', '.join(READ_SCHEMES)})"
+        )
     path = sqlite_path(uri)
     if path is not None and not path.is_file():
         raise LookupError(f"no MLflow store at {path} (tracking URI {uri})")
+    if path is not None and path.open("rb").read(len(SQLITE_HEADER)) != SQLITE_HEADER:
+        raise LookupError(f"{path} is not an SQLite database, so no MLflow store (tracking URI {uri})")
+    check_reachable(uri)  # a server that does not answer: ConnectionError, one line
+    return client(uri)
+
+
+@contextmanager
+def _reading(uri: str) -> Iterator[None]:
+    """What MLflow, its database driver or its HTTP client raise while a store is read, as one line."""
+    try:
+        yield
+    except Exception as error:
+        if type(error).__module__.split(".")[0] not in ("mlflow", "sqlalchemy", "requests", "urllib3"):
+            raise
+        raise LookupError(f"the MLflow store at {uri} could not be read: {first_line(error)}") from None
 
 
 def set_tags(uri: str, run_id: str, tags: dict[str, str]) -> None:
     """Tag a run that exists (a known change's mark, a history's verdict on its newest run)."""
     from runner.tracking.store import retry_on_lock
 
-    _must_exist(uri)
-    mlflow = client(uri)
+    mlflow = _reader(uri)
     try:
         mlflow.get_run(run_id)
     except Exception as error:
         raise LookupError(f"no run {run_id} at {uri} ({first_line(error)})") from None
-    for key, value in tags.items():
-        retry_on_lock(mlflow.set_tag, run_id, key, value[:5000])
+    with _reading(uri):
+        for key, value in tags.items():
+            retry_on_lock(mlflow.set_tag, run_id, key, value[:5000])

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -171,3 +172,46 @@ def test_a_store_that_is_not_there_is_one_line_and_stays_not_there(tmp_path):
     result = runner_main("history", "--tracking-uri", f"sqlite:///{tmp_path}/none/mlflow.db")
     assert result.returncode == 1 and result.stderr.startswith("error: no MLflow store at ")
     assert not (tmp_path / "none").exists()
+
+
+def _strict_json(text: str):
+    def refuse(constant: str):
+        raise ValueError(f"{constant} is not JSON")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_history_with_no_arguments_reads_the_default_store_and_says_so(slowed, monkeypatch, tmp_path):
+    import runner.locations
+
+    uri, _ = slowed
+    store = Path(uri.removeprefix("sqlite:///"))
+    (tmp_path / "outputs").mkdir()
+    shutil.copyfile(store, tmp_path / "outputs" / "mlflow.db")
+    monkeypatch.setattr(runner.locations, "output_root", lambda: tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    result = runner_main("history", "--json")
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.startswith(f"runs of {tmp_path / 'outputs' / 'mlflow.db'} (run.py's default store")
+    (case,) = _strict_json(result.stdout)
+    assert len(case["runs"]) == 14
+    monkeypatch.setattr(runner.locations, "output_root", lambda: tmp_path / "elsewhere")
+    missing = runner_main("history")
+    assert missing.returncode == 1 and missing.stderr.startswith("error: no store at ")
+
+
+def test_a_folder_argument_finds_the_runs_below_it_and_json_is_strict(tmp_path):
+    """Two runs of a case in folders of their own under one folder: a series of two, its step 'insufficient data'
+    with no interval, which strict JSON says as null."""
+    for i, value in enumerate((1e-4, 1.1e-4)):
+        run_dir = tmp_path / "outputs" / "runs" / f"2026-11-2{i}" / "12-00"
+        run_dir.mkdir(parents=True)
+        metrics = {"time_typical_s": value, "time_median_s": value, "time_iqr_s": 0.0, "first_call_s": value}
+        Result(Status.FINISHED, CONFIG, metrics, MACHINE, started=1.79e9 + 3600 * i).save(run_dir)
+    result = runner_main("history", str(tmp_path / "outputs"), "--json", "--html", str(tmp_path / "pages"))
+    assert result.returncode == 0, result.stderr
+    (case,) = _strict_json(result.stdout)
+    assert len(case["runs"]) == 2 and [s["label"] for s in case["steps"]] == ["insufficient data"]
+    assert case["steps"][0]["low"] is None
+    index = (tmp_path / "pages" / "index.html").read_text()
+    assert "2 runs, now 110 µs (2026-09-21 " in index, index

@@ -115,12 +115,11 @@ def _history(args: argparse.Namespace) -> int:
         writable_folder(args.html, "--html")
     if args.dirs:
         found = history.from_runs([run for path in args.dirs for run in _runs(path)], args.by_host)
-    elif uri:
+    else:
+        uri = uri or _project_store()
         found = history.from_runs(tracking.history_runs(uri, args.experiment, args.case, args.machine), args.by_host)
         for h in found:
             tracking.set_tags(uri, h.entries[-1].run_id, {"history.verdict": history.verdict(h)})
-    else:
-        raise LookupError("give run or sweep directories, or --tracking-uri (or MLFLOW_TRACKING_URI)")
     if not found:
         raise LookupError("no finished run with a case and a typical time there")
     print(history.to_json(found) if args.json else "\n".join(history.lines(found)))
@@ -141,12 +140,30 @@ def writable_folder(path: Path, option: str) -> None:
         raise LookupError(f"{option} {path}: {existing} is not writable by this user")
 
 
+def _project_store() -> str:
+    """The store run.py writes to by default (outputs/mlflow.db), where neither --tracking-uri nor
+    MLFLOW_TRACKING_URI names one; said in one line on stderr, so that --json stays parseable."""
+    from runner.locations import output_root
+
+    path = output_root() / "outputs" / "mlflow.db"
+    if not path.is_file():
+        raise LookupError(
+            f"no store at {path}, where run.py records by default: give run or sweep folders, or --tracking-uri"
+        )
+    print(
+        f"runs of {path} (run.py's default store; --tracking-uri or MLFLOW_TRACKING_URI for another)", file=sys.stderr
+    )
+    return f"sqlite:///{path}"
+
+
 def _runs(path: Path) -> list:
+    """The runs in a folder: a run's, a sweep's, or any below it (outputs/, outputs/multirun/2026-11-28/)."""
     from runner.record import runs
+    from runner.record.result import RESULT_FILE
 
     if not path.is_dir():
         raise FileNotFoundError(f"{path} is not a directory")
-    return runs.from_path(path)
+    return runs.from_dirs(sorted(p.parent for p in path.rglob(RESULT_FILE)))
 
 
 def _report(args: argparse.Namespace) -> int:

@@ -116,21 +116,36 @@ def step_record(history: History, step: Step) -> dict:
 
 
 def to_json(histories: list[History]) -> str:
-    """Per case and machine: its names, its runs and the steps found (step_record)."""
+    """Per case and machine: its names, its runs and the steps found (step_record); strict JSON, a number that is
+    not one (an interval a run lacks) as null."""
     return json.dumps(
-        [
-            {
-                "case": h.case,
-                "case_name": h.case_name,
-                "machine": h.machine,
-                "machine_name": h.machine_name,
-                "runs": [asdict(e) for e in h.entries],
-                "steps": [step_record(h, s) for s in h.steps],
-            }
-            for h in histories
-        ],
+        _strict(
+            [
+                {
+                    "case": h.case,
+                    "case_name": h.case_name,
+                    "machine": h.machine,
+                    "machine_name": h.machine_name,
+                    "runs": [asdict(e) for e in h.entries],
+                    "steps": [step_record(h, s) for s in h.steps],
+                }
+                for h in histories
+            ]
+        ),
         indent=1,
+        allow_nan=False,
     )
+
+
+def _strict(value):
+    """NaN and infinities as None, everywhere in a structure of lists and dicts, as strict JSON has no such number."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _strict(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_strict(v) for v in value]
+    return value
 
 
 def describe_step(history: History, step: Step) -> str:

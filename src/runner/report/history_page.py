@@ -25,7 +25,10 @@ def write(histories: list[History], out_dir: Path) -> Path:
         (out_dir / f"{name}.html").write_text(_case_page(h, f"{name}.png"))
         steps = "; ".join(describe_step(h, s) for s in h.steps) or "no step"
         items.append(f'<li><a href="{name}.html">{html.escape(h.case_name)}</a> on {html.escape(h.machine_name)}: ')
-        items[-1] += f"{len(h.entries)} runs; {html.escape(steps)}</li>"
+        newest = h.entries[-1]
+        runs = f"{len(h.entries)} run{'s' if len(h.entries) != 1 else ''}"
+        now = f"now {format_seconds(newest.typical_s)} ({_when(newest.started)})"
+        items[-1] += f"{runs}, {now}; {html.escape(steps)}</li>"
     index = out_dir / "index.html"
     body = f"<h1>History</h1><p>Cases with a regression first, the newest first.</p><ul>{''.join(items)}</ul>"
     index.write_text(_page("History", body))

@@ -28,6 +28,12 @@ def _error_lines(stderr: str) -> list[str]:
         (["model._target_=no.such.Thing"], "model._target_=no.such.Thing cannot be imported (ModuleNotFoundError"),
         (["+timing.series.x=no.such.Thing"], "timing.series.x=no.such.Thing cannot be imported (ModuleNotFoundError"),
         (["+timing.series.samples_s=runner.measure.samples.SampleEnd"], "samples_s is the samples' own column"),
+        (["+model.extra=1"], "+model.extra=1: model=mlp has no setting extra (its settings: in_features, hidden,"),
+        (
+            ["model=gpt2", "task=generate", "+task.max_new_tokens=8"],
+            "task=generate has no setting max_new_tokens (its settings: new_tokens); did you mean task.new_tokens?",
+        ),
+        (["model=gpt2", "task=generate", "+model.prompt=Hello"], "did you mean model.prompt_len?"),
     ],
 )
 def test_bad_input_is_one_line_and_nonzero(cli, tmp_path, overrides, expected):
@@ -43,6 +49,13 @@ def test_bad_input_is_one_line_and_nonzero(cli, tmp_path, overrides, expected):
     assert lines[0].startswith("error: ")
     assert expected in lines[0]
     assert "Traceback" not in result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("added", ["+batchsize=8", "++batchsize=8"])
+def test_a_key_added_beside_a_setting_is_warned_with_its_nearest_name(cli, tmp_path, added):
+    result = cli("tracking=none", f"hydra.run.dir={tmp_path}", "timing.max_time_s=0.01", added)
+    assert result.returncode == 0, result.stderr
+    assert f"warning: {added} adds a key no setting of the runner has; did you mean batch_size?" in result.stderr
 
 
 def test_refused_combination_is_recorded_as_failed(cli, tmp_path):

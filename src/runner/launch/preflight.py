@@ -71,6 +71,7 @@ def check(argv: list[str], config_dir: Path = CONFIG_DIR) -> Checked | None:
             variant[base.index(override.input_line)] = f"{_prefix(override)}{override.key_or_group}={value}"
             _compose(_singles(variant, parsed), config_dir)
     _warn_unread(parsed, cfg)
+    _check_added(parsed, cfg)
     multirun = any(arg in MULTIRUN_FLAGS for arg in argv)
     key = "sweep" if multirun else "run"
     check_writable(f"hydra.{key}.dir", str(cfg.hydra[key].dir))
@@ -179,6 +180,48 @@ def _warn_unread(parsed: list, cfg) -> None:
             f"warning: this run does not read {', '.join(unread)}: its task, model and data have no use for it",
             file=sys.stderr,
         )
+
+
+def _check_added(parsed: list, cfg) -> None:
+    """A key added with `+` (or `++`) that the run has no setting for, with the nearest name it has: refused where a
+    built-in model or task would be handed it (its constructor takes exactly its yaml's settings), warned elsewhere
+    (`+batchsize=8` beside batch_size). A key added to a user's own model or task is theirs to read."""
+    import difflib
+
+    from omegaconf import OmegaConf
+
+    from runner.config import RunConfig
+
+    for override in parsed:
+        key = override.key_or_group
+        if override.type.name not in ("ADD", "FORCE_ADD") or _is_hydra(key) or OmegaConf.select(cfg, key) is None:
+            continue  # not an added key (a config group added: +experiment=NAME)
+        parent, _, name = key.rpartition(".")
+        node = OmegaConf.select(cfg, parent) if parent else cfg
+        known = [str(k) for k in node if k != name and not str(k).startswith("_") and k not in ("name", "supports")]
+        if not parent and (override.type.name == "ADD" or name not in RunConfig.__dataclass_fields__):
+            known = [k for k in known if k in RunConfig.__dataclass_fields__]
+        elif parent not in ("model", "task") or name in _built_in_settings(node, parent):
+            continue
+        nearest = difflib.get_close_matches(name, known, n=1)
+        hint = f"; did you mean {parent + '.' if parent else ''}{nearest[0]}?" if nearest else ""
+        if parent in ("model", "task") and str(node.get("_target_", "")).startswith("runner."):
+            raise BadInput(
+                f"{override.input_line}: {parent}={node.name} has no setting {name} (its settings: "
+                f"{', '.join(known) or 'none'}){hint}"
+            )
+        if not parent:
+            print(f"warning: {override.input_line} adds a key no setting of the runner has{hint}", file=sys.stderr)
+
+
+def _built_in_settings(node, group: str) -> set[str]:
+    """The settings a built-in model or task declares (conf/GROUP/NAME.yaml's keys); none for a user's own."""
+    from omegaconf import OmegaConf
+
+    path = CONFIG_DIR / group / f"{node.get('name')}.yaml"
+    if not str(node.get("_target_", "")).startswith("runner.") or not path.is_file():
+        return set()
+    return {str(k) for k in OmegaConf.load(path)}
 
 
 def _singles(lines: list[str], parsed) -> list[str]:

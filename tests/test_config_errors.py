@@ -34,6 +34,11 @@ def _error_lines(stderr: str) -> list[str]:
             "task=generate has no setting max_new_tokens (its settings: new_tokens); did you mean task.new_tokens?",
         ),
         (["model=gpt2", "task=generate", "+model.prompt=Hello"], "did you mean model.prompt_len?"),
+        (["model=gpt2", "task=generate", "task.new_tokens=1e1"], "task.new_tokens=10.0 is not a valid int"),
+        (["model=gpt2", "task=generate", "task.new_tokens=abc"], "task.new_tokens='abc' is not a valid int"),
+        (["model=gpt2", "task=generate", "task.new_tokens=null"], "task.new_tokens=None is not a valid int"),
+        (["model=gpt2", "task=generate", "task.new_tokens=true"], "task.new_tokens=True is not a valid int"),
+        (["model=gpt2", "task=generate", "task.new_tokens=0"], "task.new_tokens=0: must be a positive integer"),
     ],
 )
 def test_bad_input_is_one_line_and_nonzero(cli, tmp_path, overrides, expected):

@@ -252,6 +252,7 @@ def check_combination(cfg: Mapping[str, Any]) -> None:
     if cfg["mode"]["per_example"] and not task.per_example_modes:
         raise ConfigError(f"mode={c['mode']} computes per-example gradients: task={c['task']} has none")
     _check_model(cfg["model"], cfg["backend"], c, task.like)
+    check_task_arguments(cfg["task"])
     if c["device"] == "cuda" and not nvidia_driver_present():
         raise ConfigError("device=cuda but this machine has no NVIDIA GPU driver (use device=cpu or auto)")
 
@@ -300,21 +301,36 @@ def backend_capabilities() -> dict[str, list[str]]:
 
 def check_model_arguments(model: Mapping[str, Any]) -> None:
     """The model's settings against its class's constructor: unknown class, missing or mistyped arguments."""
+    check_arguments("model", model, workload_arguments(model))
+
+
+TASK_META_KEYS = ("_target_", "name")  # a task's settings that are not its constructor's arguments (name is passed)
+
+
+def check_task_arguments(task: Mapping[str, Any]) -> None:
+    """The task's settings against its class's constructor, as a model's are (task.new_tokens=abc, =true, =1e1)."""
+    check_arguments("task", task, {k: v for k, v in plain(task).items() if k not in TASK_META_KEYS})
+
+
+def check_arguments(group: str, node: Mapping[str, Any], arguments: Mapping[str, Any]) -> None:
+    """A model's or task's settings against the constructor of the class its `_target_` names: the class exists, no
+    argument without a default is missing, and each typed one is of its type (an integer is no float and no bool)."""
     import inspect
     import typing
 
-    target = model.get("_target_")
+    target = node.get("_target_")
     if not target:
-        raise ConfigError(f"model={model.get('name')} names no class: set model._target_ to the workload's class")
-    cls: type[Any] = class_named("model._target_", target)
+        raise ConfigError(f"{group}={node.get('name')} names no class: set {group}._target_ to its class")
+    cls: type[Any] = class_named(f"{group}._target_", target)
     hints = typing.get_type_hints(cls.__init__)
-    arguments = workload_arguments(model)
     for name, parameter in inspect.signature(cls).parameters.items():
+        if name in TASK_META_KEYS or parameter.kind in (parameter.VAR_KEYWORD, parameter.VAR_POSITIONAL):
+            continue
         if name not in arguments and parameter.default is inspect.Parameter.empty:
-            raise ConfigError(f"model={model['name']} needs model.{name} ({target})")
+            raise ConfigError(f"{group}={node['name']} needs {group}.{name} ({target})")
         if name in arguments and not _fits(arguments[name], hints.get(name)):
             expected = getattr(hints[name], "__name__", str(hints[name]))
-            raise ConfigError(f"model.{name}={arguments[name]!r} is not a valid {expected}")
+            raise ConfigError(f"{group}.{name}={arguments[name]!r} is not a valid {expected}")
 
 
 def class_named(key: str, path: str) -> type:
@@ -354,11 +370,12 @@ def _fits(value: object, hint: object) -> bool:
     return True  # anything richer is the workload's own business
 
 
-def require_positive(**sizes: int) -> None:
-    """For a workload's constructor: model sizes (model.n=0, model.hidden=-1) are refused with one line."""
+def require_positive(group: str = "model", **sizes: int) -> None:
+    """For a workload's or task's constructor: sizes (model.n=0, model.hidden=-1, task.new_tokens=0) are refused with
+    one line naming the key."""
     for name, value in sizes.items():
         if value < 1:
-            raise ConfigError(f"model.{name}={value}: must be a positive integer")
+            raise ConfigError(f"{group}.{name}={value}: must be a positive integer")
 
 
 def first_line(error: BaseException) -> str:

@@ -17,9 +17,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from runner.config import ConfigError, class_named, plain
-
-TASK_META_KEYS = ("_target_", "name")  # not constructor arguments
+from runner.config import TASK_META_KEYS, ConfigError, class_named, plain
 
 
 @dataclass

@@ -133,7 +133,7 @@ class Generate(Task):
 
     def __init__(self, name: str, new_tokens: int = 16):
         super().__init__(name)
-        require_positive(new_tokens=new_tokens)
+        require_positive("task", new_tokens=new_tokens)
         self.new_tokens = new_tokens
         self.batch_size = 0  # known once built
         self.generation: Generation | WholeGeneration | None = None

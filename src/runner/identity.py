@@ -103,7 +103,7 @@ def of(params: Mapping[str, object], environment: Mapping[str, object], run_name
     its recorded environment; `run_name` opens its case's name ('numpy-mlp-gradients-eager-cpu-float32')."""
     return Identity(
         work=work(params),
-        configuration=configuration(params),
+        configuration=configuration(params, run_name),
         case=case(params, run_name),
         machine=machine(environment),
         host=str(environment.get("hostname", "")),
@@ -120,9 +120,10 @@ def work(params: Mapping[str, object]) -> Key:
     return _key(" ".join(parts))
 
 
-def configuration(params: Mapping[str, object]) -> Key:
-    """Every setting, the seed aside: runs that share it are replicates."""
-    return _key(_text(params, REPLICATE))
+def configuration(params: Mapping[str, object], run_name: str = "") -> Key:
+    """Every setting, the seed aside: runs that share it are replicates. Its name is its case's (what differs from
+    its case, the timing budget, is in the params beside it: a name of every setting would fill a page)."""
+    return Key(_hash(_text(params, REPLICATE)), case(params, run_name).name)
 
 
 def case(params: Mapping[str, object], run_name: str = "") -> Key:

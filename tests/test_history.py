@@ -94,7 +94,7 @@ def test_every_run_is_tagged_with_its_case_and_machine(slowed):
     rows = tracking.history_runs(uri, "history")
     assert len(rows) == 14 and {r.tags["case"] for r in rows} == {_case(CONFIG).key}
     assert {r.tags["machine_name"] for r in rows} == {"AMD EPYC 7B13 · 2 cores · 24 GiB"}
-    assert {r.tags["host"] for r in rows} == {"box"}
+    assert {r.identity.host for r in rows} == {"box"}
     assert len(tracking.history_runs(uri, None, case="0" * 16)) == 0  # the filter, not a scan, picks the case
 
 

@@ -75,8 +75,8 @@ class Identity:
         return cls(**keys, host=str(record.get("host", "")))
 
     def tags(self) -> dict[str, str]:
-        """As MLflow tags: `work`, `work_name`, ..., `machine`, `machine_name`, `host`."""
-        tags = {"host": self.host}
+        """As MLflow tags: `work`, `work_name`, ..., `machine`, `machine_name` (the host is env.hostname's already)."""
+        tags = {}
         for name in ("work", "configuration", "case", "machine"):
             key: Key = getattr(self, name)
             tags[name], tags[f"{name}_name"] = key.key, key.name
@@ -89,7 +89,7 @@ class Identity:
         if not all(tags.get(n) for n in names):
             return None
         keys = {n: Key(str(tags[n]), str(tags.get(f"{n}_name", ""))) for n in names}
-        return cls(**keys, host=str(tags.get("host", "")))
+        return cls(**keys, host=str(tags.get("env.hostname", "")))
 
 
 def of_config(config: dict, copied: Collection[str], environment: Mapping[str, object], run_name: str = "") -> Identity:

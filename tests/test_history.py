@@ -108,6 +108,8 @@ def test_history_finds_the_slowdown_at_the_run_it_started(slowed, tmp_path):
     assert step["low"] < 1.1 < step["high"] and step["ratio"] == pytest.approx(1.1, rel=0.03)
     assert (tmp_path / "page" / "index.html").read_text().count("regression") >= 1
     assert len(list((tmp_path / "page").glob("*.png"))) == 1
+    (page,) = [p for p in (tmp_path / "page").glob("*.html") if p.name != "index.html"]
+    assert f"<a href='http://127.0.0.1:5000/#/runs/{ids[7]}'>{ids[7]}</a>" in page.read_text()  # its MLflow page
     run = tracking.search.client(uri).get_run(ids[-1])
     assert run.data.tags["history.verdict"].startswith("regression: 1.1")
 

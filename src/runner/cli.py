@@ -124,7 +124,8 @@ def _history(args: argparse.Namespace) -> int:
         raise LookupError("no finished run with a case and a typical time there")
     print(history.to_json(found) if args.json else "\n".join(history.lines(found)))
     if args.html:
-        print(f"wrote {history_page.write(found, args.html)}", file=sys.stderr if args.json else sys.stdout)
+        index = history_page.write(found, args.html, None if args.dirs else tracking.ui_base(uri or ""))
+        print(f"wrote {index}", file=sys.stderr if args.json else sys.stdout)
     failing = history.failing(found, labels)
     for line in failing:
         print(f"failing: {line}", file=sys.stderr)

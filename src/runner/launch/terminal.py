@@ -39,7 +39,6 @@ def tracking_lines(run_dir: Path) -> list[str]:
     return [f"  MLflow run      {link['run_id']}", *ui_lines(link["uri"], link["run_id"])]
 
 
-UI_PORT = 5000  # `mlflow ui`'s own default, given in the command so that the command and the link agree
 MODEL_TRAINING = "workflowType=machine_learning"  # MLflow 3's UI opens on its GenAI view otherwise
 
 
@@ -50,8 +49,8 @@ def ui_lines(uri: str, run_id: str, runs_list: bool = False) -> list[str]:
     from runner import tracking
 
     served = uri.startswith(("http://", "https://"))
-    base = uri.rstrip("/") if served else f"http://127.0.0.1:{UI_PORT}"
-    lines = [] if served else [f"  browse with     mlflow ui --backend-store-uri {uri} --port {UI_PORT}"]
+    base = tracking.ui_base(uri)
+    lines = [] if served else [f"  browse with     mlflow ui --backend-store-uri {uri} --port {tracking.UI_PORT}"]
     label = "open" if served else "then open"
     experiment = tracking.experiment_of(uri, run_id)
     if experiment is None:

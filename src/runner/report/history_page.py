@@ -15,14 +15,15 @@ SHADES = {Label.REGRESSION: "tab:red", Label.IMPROVEMENT: "tab:green", Label.SUS
 STYLE = "body{font-family:sans-serif;max-width:60em;margin:2em auto}td,th{padding:.2em .6em;text-align:left}"
 
 
-def write(histories: list[History], out_dir: Path) -> Path:
-    """index.html and one page (with its PNG) per case and machine under `out_dir`; returns the index."""
+def write(histories: list[History], out_dir: Path, ui: str | None = None) -> Path:
+    """index.html and one page (with its PNG) per case and machine under `out_dir`; returns the index. `ui`: the
+    MLflow UI's address where the runs came from a store, which each run's id links to."""
     out_dir.mkdir(parents=True, exist_ok=True)
     items = []
     for h in histories:
         name = f"{h.case}-{h.machine}"
         _plot(h, out_dir / f"{name}.png")
-        (out_dir / f"{name}.html").write_text(_case_page(h, f"{name}.png"))
+        (out_dir / f"{name}.html").write_text(_case_page(h, f"{name}.png", ui))
         steps = "; ".join(describe_step(h, s) for s in h.steps) or "no step"
         items.append(f'<li><a href="{name}.html">{html.escape(h.case_name)}</a> on {html.escape(h.machine_name)}: ')
         newest = h.entries[-1]
@@ -41,11 +42,18 @@ def _page(title: str, body: str) -> str:
     )
 
 
-def _case_page(h: History, image: str) -> str:
+def _run_cell(run_id: str, ui: str | None) -> str:
+    """A run's id, linked to its page in the MLflow UI where the history came from a store (`ui`: its address)."""
+    if not ui:
+        return html.escape(run_id)
+    return f"<a href='{html.escape(ui)}/#/runs/{html.escape(run_id)}'>{html.escape(run_id)}</a>"
+
+
+def _case_page(h: History, image: str, ui: str | None = None) -> str:
     steps = "".join(f"<li>{html.escape(describe_step(h, s))}</li>" for s in h.steps) or "<li>no step</li>"
     rows = "".join(
         f"<tr><td>{i}</td><td>{_when(e.started)}</td><td>{format_seconds(e.typical_s)}</td>"
-        f"<td>{html.escape(e.version)}</td><td>{html.escape(e.change)}</td><td>{html.escape(e.run_id)}</td></tr>"
+        f"<td>{html.escape(e.version)}</td><td>{html.escape(e.change)}</td><td>{_run_cell(e.run_id, ui)}</td></tr>"
         for i, e in enumerate(h.entries)
     )
     headers = "".join(f"<th>{name}</th>" for name in ("#", "started", "typical", "version", "known change", "run"))

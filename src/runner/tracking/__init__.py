@@ -19,6 +19,7 @@ from runner.tracking.link import TRACKING_FILE, read_link, write_link, write_pen
 from runner.tracking.search import download_tensors, history_runs, runs_of, search_runs, set_tags
 from runner.tracking.store import (
     RUNS_VIEW,
+    UI_PORT,
     check_reachable,
     check_store_path,
     client,
@@ -27,6 +28,7 @@ from runner.tracking.store import (
     open_store,
     retry_on_lock,
     store_lock,
+    ui_base,
 )
 from runner.tracking.sweeps import GUIDE, close_parent_run, create_parent_run
 from runner.tracking.upload import (
@@ -47,6 +49,7 @@ __all__ = [
     "NOTE_LIMIT",
     "NO_RESULT",
     "RUNS_VIEW",
+    "UI_PORT",
     "TRACKING_FILE",
     "check_reachable",
     "check_store_path",
@@ -67,6 +70,7 @@ __all__ = [
     "set_tags",
     "history_runs",
     "store_lock",
+    "ui_base",
     "sync",
     "sync_one",
     "Synced",

@@ -119,6 +119,14 @@ def store_lock(uri: str) -> Iterator[None]:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
+UI_PORT = 5000  # `mlflow ui`'s own default, given in the command so that the command and the link agree
+
+
+def ui_base(uri: str) -> str:
+    """Where a person opens the store at `uri` in the MLflow UI: the server itself, or `mlflow ui` on this machine."""
+    return uri.rstrip("/") if uri.startswith(("http://", "https://")) else f"http://127.0.0.1:{UI_PORT}"
+
+
 def client(uri: str):
     """An MlflowClient for `uri` (MLflow caches the store behind it)."""
     from mlflow.tracking import MlflowClient

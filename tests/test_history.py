@@ -144,14 +144,17 @@ def test_a_marked_known_change_raises_no_alert(tmp_path):
 
 
 @pytest.mark.heavy  # five fresh processes that import MLflow; the tests above cover each option in-process or once
-def test_the_history_page_commands_run_as_printed(slowed, tmp_path):
+def test_the_history_page_commands_run_as_printed(slowed, tmp_path, monkeypatch):
     """docs/history.md's `runner history` commands, against this store instead of the user's (the page's --mark
-    takes the newest run's id): each ends as the page says (exit 1 only with --fail-on, as a regression is here)."""
+    takes the newest run's id; the command without a store reads MLFLOW_TRACKING_URI's): each ends as the page says
+    (exit 1 only with --fail-on, as a regression is here)."""
     from runner.config import PROJECT_ROOT
 
     uri, ids = slowed
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     page = (PROJECT_ROOT / "docs" / "history.md").read_text()
-    commands = [line.split()[1:] for line in page.splitlines() if line.startswith(".venv/bin/runner history")]
+    lines = [line.split("  #")[0] for line in page.splitlines() if line.startswith(".venv/bin/runner history")]
+    commands = [line.split()[1:] for line in lines]
     assert len(commands) >= 5
     for args in commands:
         args = [a.replace("sqlite:///outputs/mlflow.db", uri).replace("RUN_ID", ids[-1]) for a in args]

@@ -122,6 +122,7 @@ READS_THE_CONFIG = {
     "runner.launch.launchers",  # hydra.launcher's node: which launcher runs the sweep
     "runner.launch.local_launcher",  # Hydra's Launcher: each job's config
     "runner.launch.cluster_jobs",  # a cluster job's config, composed again for the record of its end (SLURM, Ray)
+    "runner.launch.control",  # the sweep's config: the control case's overrides
     "runner.launch.ray_launch",  # hydra.launcher.ray: Ray's own options
     "runner.launch.sweep.callback",  # Hydra's Callback: the sweep's config
     "runner.launch.sweep.lifecycle",

@@ -153,7 +153,8 @@ def experiment_file(command: Command) -> Path | None:
 
 
 def n_jobs(command: Command) -> int:
-    """How many jobs the command's sweep has: the experiment's sweep, with the command's values in place."""
+    """How many jobs the command's sweep has: the experiment's sweep, with the command's values in place, and its
+    control's where it names one (runner.launch.control)."""
     swept: dict[str, str] = {}
     experiment = experiment_file(command)
     if experiment is not None:
@@ -164,7 +165,8 @@ def n_jobs(command: Command) -> int:
         if key in swept or ("," in value and not value.startswith("[")):
             swept[key] = value
     sizes = [2 if "runner.devices" in v and nvidia_driver_present() else len(v.split(",")) for v in swept.values()]
-    return int(np.prod(sizes)) if sizes else 1
+    control = _overrides(command).get("control", "null") != "null" and "-m" in command.args
+    return (int(np.prod(sizes)) if sizes else 1) + control
 
 
 def needs_gpu(command: Command) -> bool:

@@ -117,7 +117,10 @@ def _history(args: argparse.Namespace) -> int:
         found = history.from_runs([run for path in args.dirs for run in _runs(path)], args.by_host)
     else:
         uri = uri or _project_store()
-        found = history.from_runs(tracking.history_runs(uri, args.experiment, args.case, args.machine), args.by_host)
+        measured = tracking.history_runs(uri, args.experiment, args.case, args.machine)
+        control_cases = {r.tags[history.CONTROL_TAG] for r in measured if r.tags.get(history.CONTROL_TAG)}
+        controls = [r for case in sorted(control_cases) for r in tracking.history_runs(uri, None, case)]
+        found = history.from_runs(measured, args.by_host, controls)
         for h in found:
             tracking.set_tags(uri, h.entries[-1].run_id, {"history.verdict": history.verdict(h)})
     if not found:

@@ -126,6 +126,7 @@ class RunConfig:
     threads: int | None = None  # intra-op threads of the chosen backend; None: the framework's own default
     isolation: Isolation = Isolation.process
     check_reference: bool = True  # compare with a float64 numpy computation (false: skip it, e.g. huge matmuls)
+    control: Any = None  # conf/control/NAME.yaml: a case a sweep times beside its jobs (`name`, `overrides`)
 
 
 def register_configs() -> None:

@@ -203,7 +203,7 @@ def config_params(config: dict, copied: Collection[str]) -> dict[str, str]:
 
 def applies(key: str, config: dict) -> bool:
     """Whether a flattened config key is a setting this run reads (else it is not one of its params)."""
-    if is_capability(key) or key.startswith("tracking."):
+    if is_capability(key) or key.startswith(("tracking.", "control.")) or key == "control":
         return False
     data, model = config.get("data") or {}, config.get("model") or {}
     if key == "data.image_size":

@@ -27,13 +27,14 @@ from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
-from runner.launch import rounds
+from runner.launch import control, rounds
 from runner.launch.job_return import job_return
 from runner.launch.sweep import lifecycle, summary
 from runner.launch.sweep_lines import Every, time_left
 from runner.measure.stop import SIGTERM, Stopped, stop_reason
-from runner.record.naming import job_spec
+from runner.record.naming import job_spec, run_name
 from runner.record.result import Result, Status
+from runner.record.sweep_file import note_control
 from runner.spec import JobSpec
 
 log = logging.getLogger(__name__)
@@ -72,11 +73,16 @@ class RoundsLauncher(Launcher):
         coordinator = rounds.Coordinator()
         returns: dict[int, JobReturn] = {}
         waiting: list[_Job] = []
+        jobs = list(job_overrides)
+        control_job = control.job_overrides(self.config, jobs[0]) if jobs else None
+        if control_job is not None:  # noted before any job runs: each records which case its control is
+            jobs.append(control_job)
+            self._note_control(sweep_dir, control_job, initial_job_idx + len(job_overrides))
         if self.notes_jobs_launched:
-            lifecycle.note_jobs_launched(sweep_dir, initial_job_idx + len(job_overrides))
+            lifecycle.note_jobs_launched(sweep_dir, initial_job_idx + len(jobs))
         progress = Every(log)
         try:
-            for number, overrides in enumerate(job_overrides, initial_job_idx):
+            for number, overrides in enumerate(jobs, initial_job_idx):
                 log.debug(f"\t#{number} : {' '.join(filter_overrides(overrides))}")  # Hydra's line, per job
                 job = self._job(list(overrides), number)
                 spec = job_spec(job.task_cfg)
@@ -85,14 +91,23 @@ class RoundsLauncher(Launcher):
                     continue
                 self._set_up(job, spec, coordinator, parent)
                 waiting.append(job)
-                _say_set_up(progress, len(waiting), len(job_overrides))
+                _say_set_up(progress, len(waiting), len(jobs))
             coordinator.run(measured=summary.import_report_meanwhile)
         except KeyboardInterrupt as stop:
             coordinator.run(stopped_by=stop_reason(stop))  # the jobs set up so far record what they have
             raise
         for job in waiting:
             returns[job.number] = self._run(job, partial(_measured, coordinator.outcomes[job.run_dir]))
-        return [returns[number] for number in sorted(returns)]
+        # the sweeper gets its own jobs' returns: the control is the launcher's addition
+        return [returns[number] for number in sorted(returns)][: len(job_overrides)]
+
+    def _note_control(self, sweep_dir: Path, overrides: list[str], number: int) -> None:
+        """The control job's case in sweep.json (runner.record.sweep_file.note_control)."""
+        from runner.identity import case
+
+        spec = job_spec(self._job(overrides, number).task_cfg)
+        found = case(spec.params(), run_name(spec.config))
+        note_control(sweep_dir, number, found.key, found.name)
 
     def _set_up(self, job: _Job, spec: JobSpec, coordinator: rounds.Coordinator, parent: str | None) -> None:
         """Set the job up in its worker, to wait for its turns; a job that ended meanwhile keeps its record."""

@@ -16,6 +16,7 @@ from runner import identity
 from runner.identity import Identity, Key
 from runner.record import naming
 from runner.record.result import RESULT_FILE, Result, ResultUnreadable, Status
+from runner.record.sweep_file import SWEEP_FILE, control_of
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,19 @@ class Run:
     def where(self) -> str:
         """Its MLflow run id, else its directory."""
         return self.run_id or self.run_dir or self.name
+
+    @property
+    def sweep(self) -> str:
+        """The sweep it belongs to: its MLflow parent run, else its sweep directory; '' for a single run."""
+        if self.tags.get("mlflow.parentRunId"):
+            return self.tags["mlflow.parentRunId"]
+        parent = Path(self.run_dir).parent if self.run_dir else None
+        return str(parent) if parent and (parent / SWEEP_FILE).exists() else ""
+
+    @property
+    def is_control(self) -> bool:
+        """The control its sweep timed beside its jobs: measured, but no configuration of the sweep's answer."""
+        return self.tags.get("is_control") == "true"
 
     @property
     def timed(self) -> bool:
@@ -80,7 +94,17 @@ def from_dir(run_dir: Path) -> Run | None:
         started=result.started or 0.0,
         error=result.error,
         warnings=tuple(result.warnings),
+        tags=control_tag(run_dir, result),
     )
+
+
+def control_tag(run_dir: Path, result: Result) -> dict[str, str]:
+    """Where its sweep timed a control (runner.launch.control): `is_control` on the control's own run, `control_case`
+    (the control's case) on the others'. Its MLflow tags (tracking.upload) and its Run's."""
+    control, found = control_of(run_dir), result.identity()
+    if not (control and found):
+        return {}
+    return {"is_control": "true"} if control["case"] == found.case.key else {"control_case": control["case"]}
 
 
 def from_dirs(run_dirs: Iterable[Path]) -> list[Run]:

@@ -16,3 +16,14 @@ def write_sweep_file(sweep_dir: Path, content: dict) -> None:
 def read_sweep_file(sweep_dir: Path) -> dict:
     path = Path(sweep_dir) / SWEEP_FILE
     return json.loads(path.read_text()) if path.exists() else {}
+
+
+def note_control(sweep_dir: Path, number: int, case: str, case_name: str) -> None:
+    """A sweep's control case (runner.launch.control), in its sweep.json: its job's number and its case."""
+    info = read_sweep_file(sweep_dir)
+    write_sweep_file(sweep_dir, {**info, "control": {"job": number, "case": case, "case_name": case_name}})
+
+
+def control_of(run_dir: Path) -> dict:
+    """The control case of the sweep a run belongs to, {"job", "case", "case_name"}; {} where it has none."""
+    return read_sweep_file(Path(run_dir).parent).get("control") or {}

@@ -209,6 +209,14 @@ def apart_interval(typical_s: float, processes: int = 1, level: float = 0.95) ->
     return typical_s * math.exp(-half), typical_s * math.exp(half)
 
 
+def relative_interval(ratio: float, processes: int = 1, level: float = 0.95) -> tuple[float, float]:
+    """A run's time over its control's, measured in the same rounds, as one point of a history: the machine's drift
+    between sweeps cancels in it; the offsets of their processes stay (PROCESS_SD; the run's averaged over its own)."""
+    sd = PROCESS_SD * math.sqrt(1 / processes + 1)
+    half = NormalDist().inv_cdf((1 + level) / 2) * sd
+    return ratio * math.exp(-half), ratio * math.exp(half)
+
+
 def _verdict(ratio: float, low: float, high: float, factor: float, basis: str) -> tuple[Verdict, str | None]:
     if math.isnan(low):
         return Verdict.CANNOT_TELL, basis.split(",")[0]  # '1 round'

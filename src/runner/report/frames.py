@@ -32,7 +32,7 @@ def frame(runs: Iterable[Run]) -> pd.DataFrame:
     rows = []
     for run in runs:
         row: dict[str, Any] = {"run": run.name, "run_id": run.run_id, "run_dir": run.run_dir, "status": run.status}
-        row.update(error=run.error, warnings=list(run.warnings), timed=run.timed)
+        row.update(error=run.error, warnings=list(run.warnings), timed=run.timed, is_control=run.is_control)
         if run.identity is not None:
             row.update({k: v.key for k, v in vars(run.identity).items() if k != "host"})
             row.update(case_name=run.identity.case.name, machine_name=run.identity.machine.name, host=run.identity.host)

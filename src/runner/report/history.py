@@ -21,10 +21,11 @@ from pathlib import Path
 from runner.identity import Key
 from runner.record.runs import Run, from_dirs
 from runner.record.table import format_interval, format_ratio, format_seconds
-from runner.report.comparison import apart_interval
+from runner.report.comparison import apart_interval, relative_interval
 from runner.report.steps import MIN_POINTS, Label, Point, Step, find_steps
 
 CHANGE_TAG = "history.change"  # a curator's mark: the distribution changes at this run (why, as its value)
+CONTROL_TAG = "control_case"  # the case of the control its sweep timed beside it (runner.launch.control)
 
 
 @dataclass(frozen=True)
@@ -37,10 +38,18 @@ class Entry:
     processes: int = 1
     change: str = ""  # why the distribution changes here, where a curator marked it
     version: str = ""  # what it ran with: the framework's version and the runner's commit
+    control_s: float = math.nan  # the typical time of the control its sweep timed beside it (runner.launch.control)
 
-    def point(self) -> Point:
-        low, high = apart_interval(self.typical_s, self.processes)
-        return Point(self.typical_s, low, high, known_change=bool(self.change))
+    def point(self, relative: bool = False) -> Point:
+        """Its typical time as a point of the series, or its ratio to its control (`relative`): measured in the same
+        rounds, the machine's drift between sweeps cancels in it and only the two processes' offsets are left."""
+        if relative:
+            value = self.typical_s / self.control_s
+            low, high = relative_interval(value, self.processes)
+        else:
+            value = self.typical_s
+            low, high = apart_interval(value, self.processes)
+        return Point(value, low, high, known_change=bool(self.change))
 
 
 @dataclass
@@ -53,20 +62,38 @@ class History:
     machine_name: str
     entries: list[Entry] = field(default_factory=list)
     steps: list[Step] = field(default_factory=list)
+    control_name: str = ""  # the control the steps were found relative to ('' : fitted on the times themselves)
+    is_control: bool = False  # the control of other series: its steps are the machine's, no gate fails on them
+    raw_steps: list[Step] = field(default_factory=list)  # where relative: the steps of the times themselves
+
+    @property
+    def relative(self) -> bool:
+        return bool(self.control_name)
 
     def newest_step(self) -> Step | None:
         return max(self.steps, key=lambda s: s.index, default=None)
 
 
-def build(entries: list[tuple[str, str, str, str, Entry]]) -> list[History]:
+def build(
+    entries: list[tuple[str, str, str, str, Entry]],
+    controls: dict[str, str] | None = None,
+    control_cases: set[str] | None = None,
+) -> list[History]:
     """Histories from (case, case name, machine, machine name, entry) tuples, each series in time order with its
-    steps; the ones with a regression first, the newest regression first."""
+    steps; the ones with a regression first, the newest regression first. A case named in `controls` (case -> its
+    control's name) whose every run has its control's time is fitted relative to it, its raw steps kept beside; a
+    case among `control_cases` is marked as the control it is."""
+    controls, control_cases = controls or {}, control_cases or set()
     found: dict[tuple[str, str], History] = {}
     for case, case_name, machine, machine_name, entry in entries:
         found.setdefault((case, machine), History(case, case_name, machine, machine_name)).entries.append(entry)
     for history in found.values():
         history.entries.sort(key=lambda e: e.started)
         history.steps = find_steps([e.point() for e in history.entries])
+        history.is_control = history.case in control_cases
+        if controls.get(history.case) and all(not math.isnan(e.control_s) for e in history.entries):
+            history.control_name, history.raw_steps = controls[history.case], history.steps
+            history.steps = find_steps([e.point(relative=True) for e in history.entries])
     return sorted(found.values(), key=_urgency)
 
 
@@ -76,9 +103,15 @@ def _urgency(history: History) -> tuple:
     return (not regressions, -newest, history.case_name)
 
 
-def from_runs(runs: list[Run], by_host: bool = False) -> list[History]:
+def from_runs(runs: list[Run], by_host: bool = False, control_runs: list[Run] | None = None) -> list[History]:
     """Histories of the timed runs among `runs` (runner.record.runs: from MLflow or run directories), one series per
-    case and machine, or per case, machine and host (`by_host`)."""
+    case and machine, or per case, machine and host (`by_host`). A run whose sweep timed a control (its control's
+    run among `runs` or `control_runs`) carries the control's time, and a series all of whose runs do is fitted
+    relative to it."""
+    timed = [r for r in [*runs, *(control_runs or [])] if r.timed and r.identity and r.sweep]
+    control_times = {(r.sweep, r.identity.case.key): r.typical_s for r in timed if r.identity}
+    control_names = {r.identity.case.key: r.identity.case.name for r in timed if r.identity}
+    controls: dict[str, str] = {}
     entries = []
     for run in runs:
         if not (run.timed and run.identity and not math.isnan(run.typical_s)):
@@ -89,6 +122,9 @@ def from_runs(runs: list[Run], by_host: bool = False) -> list[History]:
             if by_host
             else found.machine
         )
+        control = run.tags.get(CONTROL_TAG, "")
+        if control in control_names:
+            controls[found.case.key] = control_names[control]
         entry = Entry(
             run_id=run.where,
             started=run.started,
@@ -96,9 +132,10 @@ def from_runs(runs: list[Run], by_host: bool = False) -> list[History]:
             processes=int(run.metrics.get("n_processes") or 1),
             change=run.tags.get(CHANGE_TAG, ""),
             version=run.version,
+            control_s=control_times.get((run.sweep, control), math.nan),
         )
         entries.append((found.case.key, found.case.name, machine.key, machine.name, entry))
-    return build(entries)
+    return build(entries, controls, {r.tags[CONTROL_TAG] for r in runs if r.tags.get(CONTROL_TAG)})
 
 
 def step_record(history: History, step: Step) -> dict:
@@ -127,7 +164,9 @@ def to_json(histories: list[History]) -> str:
                     "machine": h.machine,
                     "machine_name": h.machine_name,
                     "runs": [asdict(e) for e in h.entries],
+                    "fitted": f"relative to {h.control_name}" if h.relative else "times",
                     "steps": [step_record(h, s) for s in h.steps],
+                    "raw_steps": [step_record(h, s) for s in h.raw_steps],
                 }
                 for h in histories
             ]
@@ -168,13 +207,27 @@ def lines(histories: list[History]) -> list[str]:
         newest = h.entries[-1]
         runs = f"{len(h.entries)} run{'s' if len(h.entries) != 1 else ''}"
         out.append(f"{h.case_name} on {h.machine_name}: {runs}, now {format_seconds(newest.typical_s)}")
+        if h.is_control:
+            out.append("  the control of the cases timed beside it: its steps are the machine's; no gate fails on them")
+        if h.relative:
+            now = newest.typical_s / newest.control_s
+            out.append(f"  fitted relative to its control, {h.control_name}, timed in the same rounds: now {now:.3g}x")
         out += [f"  {describe_step(h, s)}" for s in h.steps] or ["  no step"]
+        if h.relative:
+            out.append(f"  the times themselves: {'; '.join(describe_step(h, s) for s in h.raw_steps) or 'no step'}")
     return out
 
 
 def failing(histories: list[History], labels: set[str]) -> list[str]:
-    """The steps whose label is one of `labels` (runner history --fail-on), as printed."""
-    return [f"{h.case_name}: {describe_step(h, s)}" for h in histories for s in h.steps if str(s.label) in labels]
+    """The steps whose label is one of `labels` (runner history --fail-on), as printed; a control's own series aside
+    (its steps are the whole machine's, which the series fitted relative to it have cancelled)."""
+    return [
+        f"{h.case_name}: {describe_step(h, s)}"
+        for h in histories
+        if not h.is_control
+        for s in h.steps
+        if str(s.label) in labels
+    ]
 
 
 def fail_labels(text: str) -> set[str]:

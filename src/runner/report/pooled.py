@@ -85,6 +85,8 @@ class Pooled:
 def pool(frame: pd.DataFrame) -> list[Pooled]:
     """The finished, timed runs of `frame` grouped into configurations (replicates pooled), per workload in
     the order they came, fastest first within each."""
+    if "is_control" in frame:  # the sweep's control (runner.launch.control) is measured, not compared in its answer
+        frame = frame[~frame["is_control"].astype(bool)]
     timed = timed_runs(frame)
     if timed.empty:
         return []

@@ -25,6 +25,7 @@ from runner.record.result import (
     read_samples,
     read_timings,
 )
+from runner.record.runs import control_tag
 from runner.tracking.link import TRACKING_FILE, read_link, read_link_or_empty, run_key, write_link
 from runner.tracking.run_page import TRACE, microseconds, note_content, ui_metric
 from runner.tracking.store import check_reachable, client, ensure_experiment, open_store, retry_on_lock
@@ -112,6 +113,7 @@ def run_tags(run_dir: Path, result: Result, parent_run_id: str | None) -> dict[s
     found = result.identity()
     if found:  # what it is the same as: its comparisons, replicates, history series and machine (runner.identity)
         tags.update(found.tags())
+    tags.update(control_tag(run_dir, result))  # the case of the control its sweep timed beside it
     if result.error:
         tags["error"] = result.error[:5000]
     if result.output_tail:

@@ -1,0 +1,127 @@
+"""A control case (`control=matmul`): timed in a sweep's rounds beside its jobs, it lets a history divide each run by
+the control of its sweep, so that drift of the whole machine cancels and only the case's own step is called."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+from helpers import FAST_TIMING, mlflow_runs, runner_main, sweep_cli
+
+from runner import identity
+from runner.launch import control
+from runner.record import naming
+from runner.record.result import Result, Status
+from runner.record.sweep_file import note_control, write_sweep_file
+from runner.tracking.upload import log_to_mlflow
+
+CASE = {
+    "backend": {"name": "torch"},
+    "model": {"name": "mlp", "hidden": 64},
+    "task": {"name": "gradients"},
+    "mode": {"name": "eager"},
+    "device": {"name": "cpu"},
+    "dtype": "float32",
+    "batch_size": 32,
+    "seed": 0,
+    "threads": None,
+    "timing": {"max_time_s": 1.0},
+}
+CONTROL = {**CASE, "backend": {"name": "numpy"}, "model": {"name": "matmul", "n": 128}, "task": {"name": "inference"}}
+MACHINE = {"hostname": "ci-1", "cpu": "AMD EPYC 7B13", "cpu_count": 2, "memory_gib": 24, "framework": "torch"}
+
+
+def test_the_control_job_is_the_first_job_less_what_the_control_sets():
+    from omegaconf import OmegaConf
+
+    sweep = OmegaConf.create(
+        {"control": {"name": "matmul", "overrides": ["backend=numpy", "model=matmul", "threads=1"]}}
+    )
+    first = [
+        "backend=torch",
+        "model=mlp",
+        "model.hidden=64",
+        "+model.extra=1",
+        "seed=1",
+        "control=matmul",
+        "dtype=float64",
+    ]
+    assert control.job_overrides(sweep, first) == [
+        "seed=1",
+        "dtype=float64",
+        "backend=numpy",
+        "model=matmul",
+        "threads=1",
+    ]
+    assert control.job_overrides(OmegaConf.create({"control": None}), first) is None
+
+
+def _case(config: dict) -> identity.Key:
+    return identity.of_config(config, (), MACHINE, naming.run_name(config)).case
+
+
+def _sweeps(tmp_path, case_s: list[float], control_s: list[float]) -> tuple[str, list[str]]:
+    """One sweep per pair: the case's run (job 0) and its control's (job 1), logged under a parent of the sweep's."""
+    from helpers import made_store
+
+    uri, ids = made_store(tmp_path), []
+    for i, (value, reference) in enumerate(zip(case_s, control_s, strict=True)):
+        sweep_dir = tmp_path / f"sweep{i:02d}"
+        sweep_dir.mkdir()
+        write_sweep_file(sweep_dir, {"overrides": []})
+        found = _case(CONTROL)
+        note_control(sweep_dir, 1, found.key, found.name)
+        for job, (config, seconds) in enumerate(((CASE, value), (CONTROL, reference))):
+            run_dir = sweep_dir / str(job)
+            run_dir.mkdir()
+            started = 1.79e9 + 3600 * i + job
+            metrics = {"time_typical_s": seconds, "time_median_s": seconds, "time_iqr_s": 0.0, "first_call_s": seconds}
+            Result(Status.FINISHED, config, metrics, MACHINE, started=started, ended=started + 1).save(run_dir)
+            run_id = log_to_mlflow(run_dir, uri, "control", parent_run_id=f"{i:032x}")
+            ids += [run_id] if job == 0 else []
+    return uri, ids
+
+
+def test_a_history_relative_to_its_control_calls_the_case_s_step_and_not_the_machine_s(tmp_path):
+    """12 sweeps: the whole machine 15% slower in sweeps 4-6 (the case and its control alike), the case's own work
+    10% heavier from sweep 9 on. Fitted relative to its control, the case has one step, at sweep 9; the control's
+    own series shows the machine's, and --fail-on regression fails on the case's step alone."""
+    rng = np.random.default_rng(2)
+    machine = [1.15 if 3 <= i <= 5 else 1.0 for i in range(12)]
+    noise = [math.exp(rng.normal(0, 0.005)) for _ in range(12)]
+    case_s = [1e-4 * m * n * (1.1 if i >= 8 else 1.0) for i, (m, n) in enumerate(zip(machine, noise, strict=True))]
+    control_s = [2e-5 * m * math.exp(rng.normal(0, 0.005)) for m in machine]
+    uri, ids = _sweeps(tmp_path, case_s, control_s)
+    result = runner_main("history", "--tracking-uri", uri, "--json", "--fail-on", "regression")
+    found = {h["case_name"]: h for h in json.loads(result.stdout)}
+    case = found[_case(CASE).name]
+    assert case["fitted"] == f"relative to {_case(CONTROL).name}"
+    assert [(s["index"], s["label"], s["run_id"]) for s in case["steps"]] == [(8, "regression", ids[8])]
+    # the times themselves: the machine's 15% for three sweeps widens their noise, and the case's own step is lost
+    assert (8, "regression") not in [(s["index"], s["label"]) for s in case["raw_steps"]]
+    assert found[_case(CONTROL).name]["fitted"] == "times"
+    assert result.returncode == 1 and result.stderr.count("failing: ") == 1, result.stderr
+    assert f"failing: {_case(CASE).name}: regression" in result.stderr
+    printed = runner_main("history", "--tracking-uri", uri).stdout
+    assert f"fitted relative to its control, {_case(CONTROL).name}, timed in the same rounds" in printed
+    assert "the control of the cases timed beside it" in printed
+
+
+def test_a_sweep_with_a_control_times_it_in_the_same_rounds_and_its_jobs_name_it(tmp_path):
+    result = sweep_cli(tmp_path, "backend=numpy,torch", "model=mlp", "control=matmul", *FAST_TIMING)
+    assert result.returncode == 0, result.stderr[-3000:]
+    info = json.loads((tmp_path / "sweep" / "sweep.json").read_text())
+    assert info["control"]["job"] == 2 and info["control"]["case_name"].startswith("numpy-matmul-inference")
+    control_record = json.loads((tmp_path / "sweep" / "2" / "result.json").read_text())
+    assert (
+        control_record["status"] == "FINISHED" and control_record["identity"]["case"]["key"] == info["control"]["case"]
+    )
+    parents, children = mlflow_runs(tmp_path)
+    tagged = {c.data.tags["case_name"]: c.data.tags.get("control_case") for c in children}
+    assert len(tagged) == 3 and sorted(v for v in tagged.values() if v) == [info["control"]["case"]] * 2
+    assert tagged[info["control"]["case_name"]] is None  # the control itself names no control
+    control_run = next(c for c in children if c.data.tags["case_name"] == info["control"]["case_name"])
+    assert control_run.data.tags["is_control"] == "true"
+    answer = next(line for line in result.stdout.splitlines() if " fastest (" in line)
+    assert "matmul" not in answer and "threads=" not in answer, answer  # measured beside, not compared

@@ -9,9 +9,9 @@ A run has four identities, each a short key (a hash) with a name a person reads:
   of one configuration are replicates: other seeds, other worker processes, other nodes of one kind of machine.
 - its case: its configuration with how it was measured (MEASUREMENT: the timing budget, the isolation) set aside
   too: the series of a history (runner history).
-- its machine: the kind of machine, not its name (machine below). The host is recorded beside it (`host`), never
-  inside it: a SLURM sweep's nodes, a CI runner pool, a team's machines of one kind are one machine, and a reboot
-  or a driver's patch release leaves a machine what it was.
+- its machine: the kind of machine, not its name (machine below). The host is recorded beside it (result.json's
+  `host`, MLflow's env.hostname), never inside it: a SLURM sweep's nodes, a CI runner pool, a team's machines of
+  one kind are one machine, and a reboot or a driver's patch release leaves a machine what it was.
 
 Where a run was logged (tracking.*) and the runner's own capability data are no settings at all (config_params).
 Keys are computed once, when a run is recorded (result.json's `identity`, MLflow tags `work`, `configuration`,
@@ -64,7 +64,7 @@ class Identity:
     configuration: Key
     case: Key
     machine: Key
-    host: str = ""  # where it ran, recorded beside the machine (runner history --by host)
+    host: str = ""  # where it ran, recorded beside the machine (runner history --by-host)
 
     def to_dict(self) -> dict[str, dict[str, str] | str]:
         return asdict(self)

@@ -53,9 +53,12 @@ def torch_against_numpy(frame: pd.DataFrame) -> pooled.Pooled:
 
 
 def test_nodes_of_one_kind_are_ranked_together_as_replicates():
-    found = torch_against_numpy(node_sweep(np.random.default_rng(0), 3, 1.2))
+    answer = pooled.pool(node_sweep(np.random.default_rng(0), 3, 1.2))
+    (found,) = [p for p in answer if p.label == "torch"]
     assert found.runs == 3 and found.comparison.basis == "20 rounds on 3 nodes"
     assert found.low < 1.2 < found.high and str(found.verdict) == "slower"
+    headers, cells = pooled.table_cells(answer)
+    assert [row[headers.index("runs")] for row in cells] == ["3 on 3 nodes"] * 2
 
 
 def test_more_nodes_give_a_narrower_interval():

@@ -55,6 +55,7 @@ class Pooled:
     per_token_s: float = math.nan  # task=generate: the median time per output token, over its replicates
     task: str = ""  # the task it timed (params.task.name)
     timed: str = ""  # what the runs timed where not the defaults: 'train_step (adam) on mlp' (naming.what_was_timed)
+    nodes: int = 1  # the hosts its replicates ran on (a sweep blocked by node: each a block)
 
     @property
     def ratio(self) -> float:
@@ -111,6 +112,7 @@ def pool(frame: pd.DataFrame) -> list[Pooled]:
                 per_token_s=_per_token(runs),
                 task=str(runs.iloc[0].get("params.task.name", "")),
                 timed=said,
+                nodes=int(runs["host"].nunique()) if "host" in runs else 1,
             )
             for runs, c in zip(configs, found, strict=True)
         ]
@@ -281,11 +283,16 @@ def table_cells(pooled: list[Pooled]) -> tuple[list[str], list[list[str]]]:
     nbsp = "\u00a0"  # keeps '58.5 µs' and '25–34x' whole in a narrow column
     cells = [
         ([p.workload] if several else [])
-        + [p.label, str(p.runs), format_seconds(p.time_s).replace(" ", nbsp), format_ratio(p.ratio), _interval(p)]
+        + [p.label, _runs(p), format_seconds(p.time_s).replace(" ", nbsp), format_ratio(p.ratio), _interval(p)]
         + [_verdict(p)]
         for p in pooled
     ]
     return headers, cells
+
+
+def _runs(p: Pooled) -> str:
+    """Its replicates, and the nodes they ran on where more than one: '3 on 3 nodes'."""
+    return f"{p.runs} on {p.nodes} nodes" if p.nodes > 1 else str(p.runs)
 
 
 def _verdict(p: Pooled) -> str:

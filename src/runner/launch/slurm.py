@@ -85,11 +85,7 @@ class SlurmLauncher(SubmititSlurmLauncher):
             cluster_jobs.refuse(str(error))
         jobs = self._submit(job_overrides, initial_job_idx, arrays, sweep_dir)
         follower = Follower(jobs, first=initial_job_idx)
-        try:
-            states = follower.run()
-        except BaseException:  # Ctrl-C, SIGTERM: nothing of the sweep keeps running on the cluster
-            follower.cancel_all()
-            raise
+        states = follower.run()
         return [
             self._job_return(job, list(overrides), initial_job_idx + i, states[job.job_id])
             for i, (job, overrides) in enumerate(zip(jobs, job_overrides, strict=True))
@@ -130,11 +126,7 @@ class SlurmLauncher(SubmititSlurmLauncher):
         )
         jobs = executor.map_array(self.run_block, numbered, [Singleton.get_state()] * blocks)
         follower = Follower(jobs, first=1, noun="block ")
-        try:
-            states = follower.run()
-        except BaseException:  # Ctrl-C, SIGTERM: nothing of the sweep keeps running on the cluster
-            follower.cancel_all()
-            raise
+        states = follower.run()
         return [
             ret for job, block in zip(jobs, numbered, strict=True) for ret in self._block_returns(job, block, states)
         ]

@@ -81,12 +81,18 @@ class Follower:
     queue_failed: bool = False
 
     def run(self) -> dict[str, JobState]:
+        """Each job's end state; on Ctrl-C or SIGTERM, the jobs still queued or running are cancelled first, so that
+        nothing of the sweep keeps running on the cluster."""
         start = time.monotonic()
         self.states = {job.job_id: JobState(job.job_id) for job in self.jobs}
-        while not all(s.state in ENDED for s in self.states.values()):
-            self.poll()
-            if not all(s.state in ENDED for s in self.states.values()):
-                time.sleep(min(POLL_MAX_S, POLL_MIN_S + (time.monotonic() - start) / 10))
+        try:
+            while not all(s.state in ENDED for s in self.states.values()):
+                self.poll()
+                if not all(s.state in ENDED for s in self.states.values()):
+                    time.sleep(min(POLL_MAX_S, POLL_MIN_S + (time.monotonic() - start) / 10))
+        except BaseException:
+            self.cancel_all()
+            raise
         return self.states
 
     def poll(self) -> None:

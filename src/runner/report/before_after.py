@@ -44,7 +44,8 @@ def load(source: str, uri: str | None, downloads: Path) -> pd.DataFrame:
 
 
 def _with_samples(run: runs.Run, uri: str, downloads: Path) -> runs.Run:
-    if run.run_dir and (Path(run.run_dir) / TENSORS_FILE).exists() or not run.run_id:
+    """The run, its samples fetched from MLflow where its tensors.h5 is not on this machine."""
+    if not run.run_id or (run.run_dir and (Path(run.run_dir) / TENSORS_FILE).exists()):
         return run
     return replace(run, run_dir=tracking.download_tensors(uri, run.run_id, downloads / run.run_id))
 
@@ -54,7 +55,7 @@ def match(before: pd.DataFrame, after: pd.DataFrame) -> list[tuple[pd.DataFrame,
     finished and timed, in the order of `before`: each side's runs of it (replicates), pooled when compared."""
     before, after = timed_runs(before), timed_runs(after)
     theirs = dict(list(after.groupby("case", sort=False)))
-    return [(runs, theirs[key]) for key, runs in before.groupby("case", sort=False) if key in theirs]
+    return [(mine, theirs[key]) for key, mine in before.groupby("case", sort=False) if key in theirs]
 
 
 def compare(before: pd.DataFrame, after: pd.DataFrame, factor: float = FACTOR) -> pd.DataFrame:

@@ -2,7 +2,7 @@
 much, is it real).
 
 A case is the same work on the same configuration, seed and timing budget aside, and a machine is a kind of machine,
-not a host (runner.identity): a CI runner pool's runs, each on another host of one kind, are one series (`--by host`
+not a host (runner.identity): a CI runner pool's runs, each on another host of one kind, are one series (`--by-host`
 splits it per host). Every run carries both as MLflow tags (`case`, `machine`), so a case's history is one filtered
 search, not a scan of the store. Each run is one point: its typical
 time, with the interval that runs made apart get (runner.report.comparison.apart_interval: the machine's drift

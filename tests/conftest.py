@@ -35,3 +35,14 @@ def make_config():
 @pytest.fixture
 def cli():
     return run_cli
+
+
+@pytest.fixture(autouse=True)
+def tensorflow_type_rules():
+    """After a test that ran tnp in this process, TensorFlow's own dtype rules, as the next TensorFlow job sets them
+    (runner.backends.tnp_precision): a test of TensorFlow or Keras without a job sees the rules it would alone."""
+    yield
+    import sys
+
+    if "runner.backends.tnp_precision" in sys.modules:
+        sys.modules["runner.backends.tnp_precision"].tensorflow_rules()

@@ -31,12 +31,14 @@ def _env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": os.pathsep.join([str(PROJECT_ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
 
 
-def run_cli(*args: str, cwd: Path = PROJECT_ROOT, timeout: int = 300) -> subprocess.CompletedProcess:
-    """`python run.py ARGS` in a subprocess, as a user runs it."""
+def run_cli(
+    *args: str, cwd: Path = PROJECT_ROOT, timeout: int = 300, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    """`python run.py ARGS` in a subprocess, as a user runs it (with these environment variables added)."""
     return subprocess.run(
         [sys.executable, str(PROJECT_ROOT / "run.py"), *args],
         cwd=cwd,
-        env=_env(),
+        env={**_env(), **(env or {})},
         capture_output=True,
         text=True,
         timeout=timeout,

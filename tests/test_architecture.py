@@ -53,15 +53,25 @@ def test_runner_modules_import_no_cycle():
         visit(name, (name,))
 
 
+BACKENDS_OWN = ("_backend", "_decoder", "_precision")  # backends/*: a backend module and the modules only it imports
+
+
 def test_heavy_frameworks_are_imported_only_where_chosen():
-    """At module level only a backend module (and its `decoder` ops, `*_decoder.py`, which only it imports) imports its
-    framework; everything else imports one inside the function that needs it, so `python run.py backend=numpy` never
-    pays for torch, TensorFlow or MLflow."""
+    """At module level only a backend module (and its own modules: its `decoder` ops, `*_decoder.py`, its precision,
+    `*_precision.py`, which only backend modules import) imports its framework; everything else imports one inside
+    the function that needs it, so `python run.py backend=numpy` never pays for torch, TensorFlow or MLflow."""
     for path in SOURCE.rglob("*.py"):
         heavy = {name for name in _imports(path, top_level_only=True) if name.split(".")[0] in HEAVY}
-        if path.parent.name == "backends" and path.stem.endswith(("_backend", "_decoder")):
+        if path.parent.name == "backends" and path.stem.endswith(BACKENDS_OWN):
+            assert path.stem.endswith("_backend") or not _imported_outside_backends(path.stem), path
             continue
         assert not heavy, f"{path.relative_to(PROJECT_ROOT)} imports {sorted(heavy)} at module level"
+
+
+def _imported_outside_backends(stem: str) -> list[str]:
+    module = f"runner.backends.{stem}"
+    importers = [p for p in SOURCE.rglob("*.py") if p.parent.name != "backends"]
+    return [str(p) for p in importers if any(name.startswith(module) for name in _imports(p, top_level_only=False))]
 
 
 def test_start_up_imports_only_what_it_needs():

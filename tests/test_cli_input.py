@@ -83,8 +83,9 @@ def sweeps(tmp_path_factory) -> Path:
     tmp = tmp_path_factory.mktemp("sides")
     failed = run_cli("-m", "tracking=none", "model=matmul", "task=gradients", f"hydra.sweep.dir={tmp}/failed")
     finished = run_cli(
-        "-m", "tracking=none", "model=matmul", "task=inference", *FAST_TIMING, f"hydra.sweep.dir={tmp}/finished"
-    )
+        "-m", f"tracking.uri=sqlite:///{tmp}/mlflow.db", "model=matmul", "task=inference", *FAST_TIMING,
+        f"hydra.sweep.dir={tmp}/finished",
+    )  # fmt: skip
     assert failed.returncode == 1 and finished.returncode == 0, finished.stderr[-2000:]
     return tmp
 
@@ -103,3 +104,81 @@ def test_history_with_an_html_folder_it_cannot_write_prints_nothing_before_refus
     assert result.stdout == ""
     fine = runner_main("history", str(sweeps / "finished"), "--json", "--html", str(tmp_path / "pages"))
     assert fine.returncode == 0 and json.loads(fine.stdout) and (tmp_path / "pages" / "index.html").is_file()
+
+
+# The fuzz's values: each a realistic mistake or an absurd value, beside a few that work ({sweeps}: the module's sweeps
+# and their store; {tmp}: the junk folder; {port}: a port nobody listens on; {run}: a run id in the store).
+VALUES = {
+    "store": [
+        "sqlite:///{sweeps}/mlflow.db",
+        "sqlite:///{tmp}/notes.db",
+        "foo://bar",
+        "{tmp}/folder",
+        "",
+        "sqlite:///{tmp}/typo/mlflow.db",
+        "http://127.0.0.1:{port}",
+        "sqlite://",
+        "file:///no/such/place",
+    ],
+    "side": [
+        "{sweeps}/finished",
+        "{sweeps}/failed",
+        "{tmp}/nothing",
+        "{tmp}/a-file",
+        "{tmp}/folder",
+        "0" * 32,
+        "zz",
+        "",
+        "'; drop table runs; --",
+        "{run}",
+    ],
+    "text": ["a'b", 'x"y', "", " ", "\n", "%", "é", "0" * 16, "-", "regression", "tensor-runner"],
+    "number": ["0", "-1", "1", "1.1", "inf", "nan", "1e309", "abc", ""],
+    "folder": ["{tmp}/out", "{tmp}/a-file", "{tmp}/a-file/sub", "/proc/no-such", ""],
+}
+OPTIONS = {  # subcommand -> (option, kind of value); option None: a positional argument
+    "history": [("--tracking-uri", "store"), ("--experiment", "text"), ("--case", "text"), ("--machine", "text"),
+                ("--by-host", None), ("--json", None), ("--html", "folder"), ("--fail-on", "text"), ("--mark", "side"),
+                ("--why", "text"), (None, "side")],
+    "compare": [(None, "side"), (None, "side"), ("--tracking-uri", "store"), ("--factor", "number")],
+    "report": [("--experiment", "text"), ("--sweep-dir", "side"), ("--tracking-uri", "store"), ("--parent", "side"),
+               ("--out", "folder")],
+    "sync": [(None, "side"), ("--tracking-uri", "store")],
+}  # fmt: skip
+
+
+def _fuzzed(rng, junk: Path, sweeps: Path, run_id: str) -> list[str]:
+    command = rng.choice(sorted(OPTIONS))
+    args = [command]
+    for option, kind in OPTIONS[command]:
+        if rng.random() < 0.5:
+            continue
+        if option:
+            args.append(option)
+        if kind:
+            args.append(rng.choice(VALUES[kind]).format(tmp=junk, sweeps=sweeps, port=_closed_port(), run=run_id))
+    return args
+
+
+def test_a_fuzz_of_the_commands_options_gives_no_traceback(junk, sweeps):
+    """300 seeded command lines of bad stores, paths, ids and values: each exits 0, or non-zero with its last line
+    an error (argparse's usage error, or one line of the runner's), and never a traceback."""
+    import random
+
+    import mlflow
+
+    run_id = mlflow.MlflowClient(f"sqlite:///{sweeps}/mlflow.db").search_runs(["0", "1"])[0].info.run_id
+    rng = random.Random(65)
+    wrong = []
+    for _ in range(300):
+        args = _fuzzed(rng, junk, sweeps, run_id)
+        result = runner_main(*args)
+        lines = result.stderr.strip().splitlines()
+        refused = bool(lines) and (lines[-1].startswith("error: ") or ": error: " in lines[-1])
+        if (
+            "Traceback" in result.stdout + result.stderr
+            or result.returncode not in (0, 1, 2)
+            or (result.returncode and not refused)
+        ):
+            wrong.append((args, result.returncode, result.stderr[-500:]))
+    assert not wrong, "\n".join(map(str, wrong))

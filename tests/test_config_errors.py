@@ -63,14 +63,20 @@ def test_a_key_added_beside_a_setting_is_warned_with_its_nearest_name(cli, tmp_p
     assert f"warning: {added} adds a key no setting of the runner has; did you mean batch_size?" in result.stderr
 
 
-def test_refused_combination_is_recorded_as_failed(cli, tmp_path):
-    import json
-
-    result = cli("tracking=none", f"hydra.run.dir={tmp_path}", "backend=numpy", "mode=vectorized_map")
-    assert result.returncode == 1
-    saved = json.loads((tmp_path / "result.json").read_text())
-    assert saved["status"] == "FAILED"
-    assert "backend=numpy cannot run mode=vectorized_map" in saved["error"]
+@pytest.mark.parametrize("backend", ["numpy", "torch", "tensorflow", "tnp", "jax"])
+def test_a_single_runs_impossible_combination_is_refused_before_its_framework_and_leaves_no_run(cli, tmp_path, backend):
+    """Refused by the command line's check: exit 2, one line, no run folder, no store, no framework imported (a sweep's
+    job is refused in its turn and recorded instead: test_sweep)."""
+    run_dir, store = tmp_path / "run", tmp_path / "mlflow.db"
+    result = cli(f"backend={backend}", "model=gpt2", "task=gradients", f"hydra.run.dir={run_dir}",
+                 f"tracking.uri=sqlite:///{store}", env={"PYTHONIMPORTTIME": "1"})  # fmt: skip
+    assert result.returncode == 2
+    timed = {line for line in result.stderr.splitlines() if line.startswith("import time:")}
+    errors = [line for line in _error_lines(result.stderr) if line not in timed]
+    assert errors == ["error: model=gpt2 runs only task=inference or task=generate, not task=gradients"]
+    imported = {line.rpartition("|")[2].strip() for line in timed}
+    assert not imported & {"torch", "tensorflow", "jax", "mlflow"}
+    assert not run_dir.exists() and not store.exists()
 
 
 @pytest.mark.parametrize(

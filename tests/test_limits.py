@@ -74,3 +74,20 @@ def test_check_reference_false_skips_the_reference(make_config, tmp_path):
     assert outcome.status == "FINISHED" and "max_abs_err_vs_reference" not in outcome.metrics
     outcome = run_and_record(job_spec(make_config("tracking=none", "backend=numpy")), tmp_path)
     assert "max_abs_err_vs_reference" in outcome.metrics
+
+
+def test_a_generation_too_large_names_the_task_setting_at_fault(make_config):
+    """task.new_tokens beyond the context is refused naming it, before the framework; a batch of generations beyond
+    the machine's memory names task.new_tokens beside the model's sizes."""
+    from runner.models import build_workload
+    from runner.record.naming import job_spec
+    from runner.tasks import build_task
+
+    spec = job_spec(make_config("model=gpt2_small", "task=generate", "task.new_tokens=1000000000", "tracking=none"))
+    workload, task = build_workload(spec.model_settings), build_task(spec.task_settings)
+    with pytest.raises(ConfigError, match=r"^model.prompt_len \+ task.new_tokens: 1000000032 tokens do not fit"):
+        task.check(workload)
+    spec = job_spec(make_config("model=gpt2_small", "task=generate", "task.new_tokens=900", "batch_size=100000"))
+    workload, task = build_workload(spec.model_settings), build_task(spec.task_settings)
+    with pytest.raises(ConfigError, match=r"batch_size=100000 task.new_tokens=900 dtype=float32 needs about .* TB"):
+        limits.check_fits(workload, spec, "cpu", task)

@@ -336,7 +336,7 @@ def test_a_truncated_result_in_a_sweep_is_named_by_sync_and_report(tmp_path, cap
     path = sweep_dir / "0" / RESULT_FILE
     path.write_text(path.read_text()[:100])
     assert cli.main(["sync", str(sweep_dir)]) == 1
-    assert f"{sweep_dir / '0'}: error: {path} cannot be read" in capsys.readouterr().out
+    assert f"{sweep_dir / '0'}: error: {path} cannot be read" in capsys.readouterr().err
     assert cli.main(["report", "--sweep-dir", str(sweep_dir), "--out", str(tmp_path / "report")]) == 0
 
 

@@ -60,7 +60,7 @@ def test_refusals_are_one_line_and_import_no_framework():
 def test_tf32_on_cpu_exits_with_one_line(cli, tmp_path):
     result = cli("tracking=none", f"hydra.run.dir={tmp_path}", "backend=torch", "precision=tf32")
     lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert result.returncode == 1  # as docs/precision.md prints (its command runs as printed in the heavy set)
+    assert result.returncode == 2  # as docs/precision.md prints (its command runs as printed in the heavy set)
     assert lines == ["error: precision=tf32 needs an NVIDIA GPU with TF32 (Ampere or newer); device=cpu has none"]
 
 

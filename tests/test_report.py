@@ -190,4 +190,4 @@ def test_sweep_made_offline_syncs_as_parent_and_children(tmp_path):
 
 def test_sync_of_an_untracked_directory_says_so(tmp_path):
     result = runner_main("sync", str(tmp_path))
-    assert result.returncode == 1 and "not a tracked run" in result.stdout
+    assert result.returncode == 1 and "not a tracked run" in result.stderr

@@ -174,18 +174,18 @@ def _report(args: argparse.Namespace) -> int:
     from runner import report, tracking
     from runner.record import runs
 
-    parent, uri = args.parent, args.tracking_uri
     writable_folder(args.out, "--out")
     if args.sweep_dir is not None:
         if not args.sweep_dir.is_dir():
             raise FileNotFoundError(f"{args.sweep_dir} is not a directory")
+        parent, uri = _sweeps_parent(args, read_sweep_file(args.sweep_dir))
         frame = report.frame(runs.from_dirs(runs.runs_in(args.sweep_dir)))
-        info = read_sweep_file(args.sweep_dir)
-        parent, uri = parent or info.get("parent_run_id"), uri or info.get("uri")
     else:
-        uri = uri or os.environ.get("MLFLOW_TRACKING_URI")
+        parent, uri = args.parent, args.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
         if not uri:
             raise LookupError("--experiment needs --tracking-uri (or MLFLOW_TRACKING_URI)")
+        if parent:
+            tracking.existing_run(uri, parent)  # the report is logged to it: refused before anything is written
         frame = report.frame(tracking.search_runs(uri, args.experiment, parent))
     files = report.write_report(frame, args.out)
     for path in files:
@@ -194,6 +194,24 @@ def _report(args: argparse.Namespace) -> int:
         report.log_to_parent(uri, parent, files)
         print(f"logged to the parent run {parent}")
     return 0
+
+
+def _sweeps_parent(args: argparse.Namespace, info: dict) -> tuple[str | None, str | None]:
+    """Where a sweep's report is logged: the --parent given (refused where its store lacks it), else the parent run its
+    sweep.json names where its store still holds it (a store moved or gone is a warning: the report is written)."""
+    from runner import tracking
+
+    parent, uri = args.parent or info.get("parent_run_id"), args.tracking_uri or info.get("uri")
+    if not (parent and uri):
+        return None, None
+    try:
+        tracking.existing_run(uri, parent)
+    except (LookupError, ConnectionError) as error:
+        if args.parent:
+            raise
+        print(f"warning: the report is not logged to the sweep's parent run: {error}", file=sys.stderr)
+        return None, None
+    return parent, uri
 
 
 def _compare(args: argparse.Namespace) -> int:
@@ -213,8 +231,9 @@ def _sync(args: argparse.Namespace) -> int:
     failures = 0
     for path in args.run_dirs:
         for synced in sync_path(path, args.tracking_uri):
-            failures += synced.state == tracking.SyncState.FAILED
-            print(synced.line())
+            failed = synced.state == tracking.SyncState.FAILED
+            failures += failed
+            print(synced.line(), file=sys.stderr if failed else sys.stdout)
     return 1 if failures else 0
 
 

@@ -7,8 +7,8 @@ composed config (the app's task function, a launcher's job); a worker process re
 
 The model's, the task's and the data's own settings are their nodes as plain values (resolved dicts), since a
 workload or task of the user's own is built from whatever its node holds. Building a spec checks nothing: the
-combination rules (runner.config.check_combination, on `config`) run in the job, so that a refused job is still
-recorded.
+combination rules (runner.config.check_combination, on `config`) run in the job, so that a sweep's refused job is
+recorded beside the others (a single run's are refused before: runner.launch.preflight).
 """
 
 from __future__ import annotations

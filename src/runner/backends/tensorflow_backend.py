@@ -19,7 +19,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2" if nvidia_driver_present() els
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from runner.backends import tf_precision  # noqa: E402
+from runner.backends import tf_precision, tnp_precision  # noqa: E402
 from runner.backends.tf_precision import set_precision, with_precision  # noqa: E402, F401 - the backend function set
 
 DTYPES = {"float16": tf.float16, "float32": tf.float32, "float64": tf.float64, "bfloat16": tf.bfloat16}
@@ -38,6 +38,7 @@ def prepare(device: str, dtype: str) -> str:
         raise ConfigError("device=cuda but tensorflow sees no GPU (use device=cpu or auto)")
     # TF32 would make float32 matmuls on Ampere+ GPUs disagree with the other backends.
     tf.config.experimental.enable_tensor_float_32_execution(False)
+    tnp_precision.tensorflow_rules()  # where a tnp job before this one set NumPy's
     return device
 
 

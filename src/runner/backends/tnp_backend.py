@@ -5,7 +5,6 @@ Everything but the ops and `prepare` is the tensorflow backend's: tnp arrays are
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 
 from runner.backends import tensorflow_backend as tf_backend
@@ -36,26 +35,22 @@ from runner.backends.tensorflow_backend import (  # noqa: F401 - re-exported: th
     reshape,
     set_threads,
     synchronizer,
-    tanh,
     to_native_layout,
     to_nchw,
     to_numpy,
     trainable,
 )
+from runner.backends.tnp_precision import enable_numpy_behavior, exp, sqrt, tanh  # noqa: F401 - tanh re-exported
 from runner.config import ConfigError
 from runner.precision import only_full
 
 tnp = tf_backend.tf.experimental.numpy  # imported through the tensorflow backend, which quiets TF's logs
 
 
-@functools.cache  # a process-wide switch in TF: flipped once
-def _enable_numpy_behavior() -> None:
-    tnp.experimental_enable_numpy_behavior(prefer_float32=True)
-
-
 def prepare(device: str, dtype: str) -> str:
-    _enable_numpy_behavior()
-    return tf_backend.prepare(device, dtype)
+    device = tf_backend.prepare(device, dtype)
+    enable_numpy_behavior()  # after TensorFlow's, which sets its own type rules
+    return device
 
 
 def set_precision(precision: str, device: str) -> dict:
@@ -83,7 +78,7 @@ def train_step(
     gradients (grad) and the optimizer's arithmetic on tnp arrays, the whole update in tf.function (jit_compile
     for xla) in the compiled modes. Adam's step count is an array, so the compiled update traces once."""
     compile_update = lambda fn: compile_step(fn, mode, device)  # noqa: E731
-    return written_out_step(grad(loss, numpy_backprop), params, optimizer, tnp.sqrt, compile_update)
+    return written_out_step(grad(loss, numpy_backprop), params, optimizer, sqrt, compile_update)
 
 
 # -- ops: written with tnp, as the TF-NumPy guide writes its model ----------------------------------------
@@ -101,7 +96,6 @@ def relu(x):
 
 
 matmul = tnp.matmul
-exp = tnp.exp
 
 square = tnp.square
 sum = tnp.sum  # noqa: A001 - the ops namespace mirrors the frameworks' names
@@ -110,7 +104,7 @@ sum = tnp.sum  # noqa: A001 - the ops namespace mirrors the frameworks' names
 def layer_norm(x, weight, bias, eps: float = 1e-5):
     mean = tnp.mean(x, -1, keepdims=True)
     var = tnp.mean(tnp.square(x - mean), -1, keepdims=True)
-    return (x - mean) / tnp.sqrt(var + eps) * weight + bias
+    return (x - mean) / sqrt(var + eps) * weight + bias
 
 
 def gelu(x):
@@ -125,7 +119,7 @@ def self_attention(qkv, heads: int, causal: bool):
     scores = tnp.matmul(q, tnp.swapaxes(k, -1, -2)) * (1 / (d // heads) ** 0.5)
     if causal:
         scores = scores + tf_backend.causal_mask(seq, scores.dtype)
-    weights = tnp.exp(scores - tnp.max(scores, -1, keepdims=True))
+    weights = exp(scores - tnp.max(scores, -1, keepdims=True))
     weights = weights / tnp.sum(weights, -1, keepdims=True)
     return tnp.reshape(tnp.swapaxes(tnp.matmul(weights, v), 1, 2), (-1, seq, d))
 

@@ -16,6 +16,7 @@ from runner.backends.tf_decoder import (  # noqa: F401 - re-exported: the op fam
     token_ids,
     write_cache,
 )
+from runner.backends.tnp_precision import exp, tanh
 
 tnp = tf.experimental.numpy
 
@@ -48,7 +49,7 @@ def affine(x, weight, bias):
 
 
 def gelu_tanh(x):
-    return 0.5 * x * (1 + tnp.tanh(float(np.sqrt(2 / np.pi)) * (x + 0.044715 * x**3)))
+    return 0.5 * x * (1 + tanh(float(np.sqrt(2 / np.pi)) * (x + 0.044715 * x**3)))
 
 
 def embed(table, ids):
@@ -56,7 +57,8 @@ def embed(table, ids):
 
 
 def positions_embedded(table, where, ids):
-    return tnp.take(table, where + tnp.arange(ids.shape[1]), axis=0)
+    # one integer dtype on both sides: NumPy's promotion of int32 and int64 fails inside a tf.function in TF 2.21
+    return tnp.take(table, tnp.asarray(where, tnp.int32) + tnp.arange(ids.shape[1], dtype=tnp.int32), axis=0)
 
 
 def unembed(x, table):
@@ -77,7 +79,7 @@ def merge_heads(x):
 def causal_attention(q, k, v, mask):
     scores = tnp.matmul(q, tnp.swapaxes(k, -1, -2)) / float(np.sqrt(q.shape[-1]))
     scores = tnp.where(mask, scores, -np.inf)
-    weights = tnp.exp(scores - tnp.max(scores, axis=-1, keepdims=True))
+    weights = exp(scores - tnp.max(scores, axis=-1, keepdims=True))
     return tnp.matmul(weights / tnp.sum(weights, axis=-1, keepdims=True), v)
 
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, NamedTuple, cast
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import MissingConfigException
+from hydra.types import RunMode
 
 from runner.config import CONFIG_DIR, ConfigError, check_values, compose, first_line
 
@@ -72,10 +73,24 @@ def check(argv: list[str], config_dir: Path = CONFIG_DIR) -> Checked | None:
             _compose(_singles(variant, parsed), config_dir)
     _warn_unread(parsed, cfg)
     _check_added(parsed, cfg)
-    multirun = any(arg in MULTIRUN_FLAGS for arg in argv)
+    multirun = any(arg in MULTIRUN_FLAGS for arg in argv) or cfg.hydra.mode == RunMode.MULTIRUN
+    if not multirun:
+        _check_combination(cfg)
     key = "sweep" if multirun else "run"
     check_writable(f"hydra.{key}.dir", str(cfg.hydra[key].dir))
     return Checked(cfg, as_given=not multirun and composed == overrides)
+
+
+def _check_combination(cfg: DictConfig) -> None:
+    """A single run's choices that cannot run together (runner.config.check_combination), refused here: before a
+    worker starts or a framework is imported, and with nothing recorded. A sweep's job is refused in its own turn
+    instead, recorded FAILED beside the others, so that the sweep's table says which job could not run and why."""
+    from runner.config import check_combination
+
+    try:
+        check_combination(cfg)
+    except ConfigError as error:
+        raise BadInput(str(error)) from None
 
 
 def _checked_as_value(cfg: DictConfig, override, value: str, config_dir: Path) -> bool:

@@ -94,6 +94,7 @@ def _prepare(spec: JobSpec, progress: ProgressLine) -> Prepared:
     workload = build_workload(spec.model_settings)
     task = build_task(spec.task_settings)
     check_known_wrong(spec.model_settings, c)  # before the framework is imported
+    task.check(workload)
     backend, device, precision_env, start_s = _start_backend(spec, workload, progress)
     cost = limits.check_fits(workload, spec, device, task)  # refuses what cannot fit: before any allocation
     if cost:

@@ -140,6 +140,7 @@ def check_fits(workload, spec: JobSpec, device: str, task=None) -> str:
     reference = spec.check_reference and workload.numpy_reference
     needed = memory_needed(elements, ITEMSIZE[spec.dtype], device, reference)
     what = "inputs, weights, results" + (", activations" if elements.get("activations") else "")
-    label = f"model={spec.model} {workload.size_setting(spec.batch_size)} dtype={spec.dtype}"
+    sized = task.size_setting(workload, spec.batch_size) if task is not None else workload.size_setting(spec.batch_size)
+    label = f"model={spec.model} {sized} dtype={spec.dtype}"
     check_memory(label, *needed, device, what)
     return cost_note(calls, spec.dtype, device, reference, spec.timing)

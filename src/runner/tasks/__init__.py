@@ -92,6 +92,13 @@ class Task:
         """Metrics of its own, from the median seconds per call and the samples' columns (its series among them)."""
         return {}
 
+    def check(self, workload: Any) -> None:
+        """Refuse (ConfigError, naming the setting) what this workload cannot take, before the framework is imported."""
+
+    def size_setting(self, workload: Any, batch_size: int) -> str:
+        """The settings that size the job, as the memory check's refusal names them."""
+        return workload.size_setting(batch_size)
+
     def array_elements(self, workload: Any, batch_size: int, per_example: bool) -> dict[str, int] | None:
         """Element counts for the memory check (runner.measure.limits): the workload's for the task this one runs
         like."""

@@ -138,10 +138,15 @@ class Generate(Task):
         self.batch_size = 0  # known once built
         self.generation: Generation | WholeGeneration | None = None
 
+    def check(self, workload: Any) -> None:
+        if hasattr(workload, "check_length"):  # a decoder of one's own may state no context
+            workload.check_length(workload.prompt_len + self.new_tokens, "model.prompt_len + task.new_tokens")
+
+    def size_setting(self, workload: Any, batch_size: int) -> str:
+        return f"{workload.size_setting(batch_size)} task.new_tokens={self.new_tokens}"
+
     def build(self, setup: Setup) -> TaskRun:
-        batch, prompt_len = setup.inputs["x"].shape
-        self.batch_size = int(batch)
-        setup.workload.check_length(int(prompt_len) + self.new_tokens, "model.prompt_len + task.new_tokens")
+        self.batch_size = int(setup.inputs["x"].shape[0])
         own = setup.workload.generate is not None
         generation = WholeGeneration(setup, self.new_tokens) if own else Generation(setup, self.new_tokens)
         self.generation = generation

@@ -16,7 +16,7 @@ What identifies a run (its params and name) is runner.record.naming's, with or w
 """
 
 from runner.tracking.link import TRACKING_FILE, read_link, write_link, write_pending
-from runner.tracking.search import download_tensors, history_runs, runs_of, search_runs, set_tags
+from runner.tracking.search import download_tensors, existing_run, history_runs, runs_of, search_runs, set_tags
 from runner.tracking.store import (
     RUNS_VIEW,
     UI_PORT,
@@ -68,6 +68,7 @@ __all__ = [
     "runs_of",
     "search_runs",
     "set_tags",
+    "existing_run",
     "history_runs",
     "store_lock",
     "ui_base",

@@ -161,15 +161,21 @@ def _reading(uri: str) -> Iterator[None]:
         raise LookupError(f"the MLflow store at {uri} could not be read: {first_line(error)}") from None
 
 
-def set_tags(uri: str, run_id: str, tags: dict[str, str]) -> None:
-    """Tag a run that exists (a known change's mark, a history's verdict on its newest run)."""
-    from runner.tracking.store import retry_on_lock
-
+def existing_run(uri: str, run_id: str):
+    """A client for a store that exists and holds the run `run_id`; LookupError (one line) otherwise."""
     mlflow = _reader(uri)
     try:
         mlflow.get_run(run_id)
     except Exception as error:
         raise LookupError(f"no run {run_id} at {uri} ({first_line(error)})") from None
+    return mlflow
+
+
+def set_tags(uri: str, run_id: str, tags: dict[str, str]) -> None:
+    """Tag a run that exists (a known change's mark, a history's verdict on its newest run)."""
+    from runner.tracking.store import retry_on_lock
+
+    mlflow = existing_run(uri, run_id)
     with _reading(uri):
         for key, value in tags.items():
             retry_on_lock(mlflow.set_tag, run_id, key, value[:5000])

@@ -39,6 +39,10 @@ def _error_lines(stderr: str) -> list[str]:
         (["model=gpt2", "task=generate", "task.new_tokens=null"], "task.new_tokens=None is not a valid int"),
         (["model=gpt2", "task=generate", "task.new_tokens=true"], "task.new_tokens=True is not a valid int"),
         (["model=gpt2", "task=generate", "task.new_tokens=0"], "task.new_tokens=0: must be a positive integer"),
+        (
+            ["model=mlp", "+implementation=keras_hub", "task=inference", "backend=torch"],
+            "model=gpt2_keras_hub has no setting in_features (its settings: backend_module, layers,",
+        ),
     ],
 )
 def test_bad_input_is_one_line_and_nonzero(cli, tmp_path, overrides, expected):

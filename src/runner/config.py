@@ -314,8 +314,9 @@ def check_task_arguments(task: Mapping[str, Any]) -> None:
 
 
 def check_arguments(group: str, node: Mapping[str, Any], arguments: Mapping[str, Any]) -> None:
-    """A model's or task's settings against the constructor of the class its `_target_` names: the class exists, no
-    argument without a default is missing, and each typed one is of its type (an integer is no float and no bool)."""
+    """A model's or task's settings against the constructor of the class its `_target_` names: the class exists, it
+    takes every setting (or **kwargs), no argument without a default is missing, and each typed one is of its type (an
+    integer is no float and no bool)."""
     import inspect
     import typing
 
@@ -324,7 +325,13 @@ def check_arguments(group: str, node: Mapping[str, Any], arguments: Mapping[str,
         raise ConfigError(f"{group}={node.get('name')} names no class: set {group}._target_ to its class")
     cls: type[Any] = class_named(f"{group}._target_", target)
     hints = typing.get_type_hints(cls.__init__)
-    for name, parameter in inspect.signature(cls).parameters.items():
+    parameters = inspect.signature(cls).parameters
+    if not any(p.kind == p.VAR_KEYWORD for p in parameters.values()):
+        unknown = [key for key in arguments if key not in parameters]
+        if unknown:
+            takes = ", ".join(k for k in parameters if k not in TASK_META_KEYS)
+            raise ConfigError(f"{group}={node.get('name')} has no setting {unknown[0]} (its settings: {takes})")
+    for name, parameter in parameters.items():
         if name in TASK_META_KEYS or parameter.kind in (parameter.VAR_KEYWORD, parameter.VAR_POSITIONAL):
             continue
         if name not in arguments and parameter.default is inspect.Parameter.empty:

@@ -188,3 +188,29 @@ def test_the_architecture_page_names_every_module_and_only_modules_that_exist():
     assert not unnamed, f"docs/architecture.md does not name {unnamed}"
     missing = sorted(name for name in names if _named_file(name) is None)
     assert not missing, f"docs/architecture.md names files that do not exist: {missing}"
+
+
+def test_no_module_outside_the_tasks_names_a_task_or_its_metrics():
+    """The record, the report, MLflow's pages and the launchers read what a task says of itself (runner.tasks.Task:
+    its unit, its parts, its metrics, its page lines): none of their code names a built-in task or a task's own
+    metric (docstrings and comments may, as examples), so a new task needs no edit there."""
+    from runner.tasks import _builtin_targets, builtin_metrics
+
+    names = set(_builtin_targets()) | {m.key for m in builtin_metrics()}
+    readers = [p for part in ("record", "report", "tracking", "launch") for p in (SOURCE / part).rglob("*.py")]
+    for path in [*readers, SOURCE / "identity.py", SOURCE / "config.py"]:
+        tree = ast.parse(path.read_text())
+        docstrings = {
+            id(node.body[0].value)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+            and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)
+        }  # fmt: skip
+        said = {
+            word
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
+            and not re.search(r"\s", node.value)  # a name or a key ('train_step', 'metrics.ttft_s'), not prose
+            for word in re.split(r"\W+", node.value)
+        }  # fmt: skip
+        assert not said & names, f"{path.relative_to(PROJECT_ROOT)} names {sorted(said & names)}"

@@ -132,9 +132,10 @@ def test_the_plot_title_names_a_training_steps_optimizer():
     from runner.report.plots import _workload_title
 
     row = {"params.model.name": "mlp", "params.task.name": "train_step", "params.batch_size": 32}
-    assert _workload_title(pd.Series({**row, "params.optimizer.name": "adam"}), []) == "mlp train_step (adam), batch 32"
+    adam = {**row, "params.task.optimizer.name": "adam"}  # the task reads the optimizer: its node holds ${optimizer}
+    assert _workload_title(pd.Series(adam), []) == "mlp train_step (adam), batch 32"
     assert _workload_title(pd.Series(row), []) == "mlp train_step, batch 32"
-    gradients = {**row, "params.task.name": "gradients", "params.optimizer.name": float("nan")}
+    gradients = {**row, "params.task.name": "gradients", "params.task.optimizer.name": float("nan")}
     assert _workload_title(pd.Series(gradients), []) == "mlp gradients, batch 32"
 
 
@@ -144,3 +145,16 @@ def test_a_numpy_runs_device_is_the_cpu_model():
 
     env = environment.collect(numpy_backend.environment("cpu"))
     assert env["device_name"] == env["cpu"] == environment.cpu_name()
+
+
+def test_a_generations_description_opens_with_what_one_call_is_and_its_token_figures():
+    config = {**CONFIG, "batch_size": 1, "model": {"name": "gpt2", "prompt_len": 8},
+              "task": {"name": "generate", "new_tokens": 8}}  # fmt: skip
+    metrics = {"time_median_s": 0.004, "time_iqr_s": 0.0001, "first_call_s": 0.3, "ttft_s": 0.0012,
+               "tpot_p50_s": 0.0003, "tpot_p99_s": 0.0005, "tokens_per_s": 2000.0}  # fmt: skip
+    first, what, figures, *rest = note_content(Result(status=Status.FINISHED, config=config, metrics=metrics)).split(
+        "  \n"
+    )
+    assert what == "one call: a generation of 8 prompt + 8 new tokens, batch 1"
+    assert figures == "first token 1.2 ms; per token p50 300 µs; p99 500 µs; 2000 tokens/s"
+    assert rest[0].startswith("median 4 ms")

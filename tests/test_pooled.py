@@ -230,9 +230,11 @@ def test_the_terminal_ends_on_the_answer_with_a_pooled_table_only_where_seeds_we
 
 def test_a_generation_sweep_says_the_time_per_token_of_the_fastest():
     frame = sweep({"numpy": 2e-3, "jax": 5e-4})
+    frame["params.task.name"] = "generate"  # the task says its parts (runner.tasks.Task.part): a token's time
     frame["metrics.tpot_p50_s"] = np.where(frame["params.backend.name"] == "jax", 1.3e-4, 5e-4)
     said = pooled.sentence(pool(frame))
-    assert said.startswith("jax fastest (") and f" a generation, {format_seconds(1.3e-4)} a token); numpy " in said
+    assert said.startswith("generate on mlp: jax fastest (")
+    assert f" a generation, {format_seconds(1.3e-4)} a token); numpy " in said
 
 
 def test_a_training_sweep_says_what_it_timed_and_a_default_one_does_not():
@@ -240,7 +242,7 @@ def test_a_training_sweep_says_what_it_timed_and_a_default_one_does_not():
     without them 'torch fastest (363 µs)' hid that a training step with Adam was timed."""
     frame = sweep({"torch": 3.6e-4, "tensorflow": 3.6e-4 * 23})
     assert pooled.sentence(pool(frame)).startswith("torch fastest (")  # gradients on mlp: the defaults
-    frame["params.task.name"], frame["params.optimizer.name"] = "train_step", "adam"
+    frame["params.task.name"], frame["params.task.optimizer.name"] = "train_step", "adam"
     found = pool(frame)
     said = pooled.sentence(found)
     assert said.startswith(f"train_step (adam) on mlp: torch fastest ({format_seconds(found[0].time_s)} a step); ")

@@ -98,13 +98,19 @@ def run_name(config: dict, swept: dict[str, str] | None = None, job: str | None 
 
 
 def _part(config: dict, key: str, swept: dict[str, str]) -> str:
-    """A group's choice in a run's name; a training step with its optimizer (what its time depends on beside the
-    model), unless the sweep varies the optimizer and says it first."""
+    """A group's choice in a run's name; a task with the groups it reads (a training step's optimizer: what its time
+    depends on beside the model), unless the sweep varies that group and says it first."""
     said = str(choice(config, key))
-    optimizer = choice(config, "optimizer")
-    if key == "task" and said == "train_step" and optimizer and "optimizer" not in swept:
-        said += f"({optimizer})"
+    if key == "task":
+        said += "".join(f"({value})" for group, value in read_by_task(config).items() if group not in swept)
     return said
+
+
+def read_by_task(config: dict) -> dict[str, str]:
+    """The groups a run's task reads, by their choice: {'optimizer': 'adam'} for a training step, whose node holds
+    `${optimizer}`; {} for a task that reads none."""
+    task = config.get("task") or {}
+    return {str(k): str(v["name"]) for k, v in task.items() if isinstance(v, dict) and "name" in v}
 
 
 BARE = (*NAME_GROUPS, "optimizer", "model.arch")  # swept, a value that says what it is: torch, adam, MobileNetV2
@@ -137,17 +143,22 @@ def sweep_title(info: dict) -> str:
     return f"sweep of {info['timed']}: {varied}" if info.get("timed") else f"sweep {varied}"
 
 
-TIMED_GROUPS = ("task", "optimizer", "model", "precision")  # what a sweep's title and answer name when not default
+# What a sweep's title and answer name when not the default, and where a run's config holds each one's choice: an
+# optimizer where the task reads it (its node holds ${optimizer}), so that no other task's runs say one.
+TIMED_GROUPS = {
+    "task": "task.name",
+    "optimizer": "task.optimizer.name",
+    "model": "model.name",
+    "precision": "precision.name",
+}
 
 
 def what_was_timed(fixed: dict[str, object]) -> str:
     """What a sweep (or a set of runs) timed, where it fixed a task, optimizer, model or precision other than the
     defaults of conf/config.yaml: 'train_step (adam) on mlp', 'inference on resnet', 'gradients on mlp in bf16_mixed
-    precision'; '' where each is the default or varies. `fixed`: a group (TIMED_GROUPS) -> its one choice; the
-    optimizer is said with task=train_step only (no other task reads it)."""
+    precision'; '' where each is the default or varies. `fixed`: a group (TIMED_GROUPS) -> its one choice, as the
+    runs hold it (TIMED_GROUPS' paths: an optimizer only where the task reads one)."""
     chosen = {g: str(v) for g, v in fixed.items() if g in TIMED_GROUPS and v not in (None, "", "None", "nan")}
-    if chosen.get("task") != "train_step":
-        chosen.pop("optimizer", None)
     defaults = _group_defaults()
     if all(defaults.get(g) == v for g, v in chosen.items()):
         return ""

@@ -11,6 +11,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from runner.tasks import builtin_metrics
+
 
 def format_seconds(seconds: float) -> str:
     for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
@@ -94,10 +96,7 @@ COLUMNS: tuple[Column, ...] = (
     Column("first_call_s", "first call", format_seconds),  # tracing, compilation
     Column("load_s", "load", format_seconds),  # device start-up, weights built and placed
     Column("throughput_per_s", "examples/s", _number),
-    Column("ttft_s", "first token", format_seconds),  # task=generate: time to first token (the prefill)
-    Column("tpot_p50_s", "per token", format_seconds),  # ... and per output token after it, median and tail
-    Column("tpot_p99_s", "per token p99", format_seconds),
-    Column("tokens_per_s", "tokens/s", _number),
+    *(Column(m.key, m.heading, format_seconds if m.kind == "seconds" else _number) for m in builtin_metrics()),
     Column("gflops_per_s", "GFLOP/s", _number),
     Column("time_ratio", "time / fastest job", format_ratio),
     Column("time_ratio_ci", "95% interval", format_interval),  # over the rounds: runner.report.comparison
@@ -126,7 +125,8 @@ _TERMINAL_ONLY = (
     # the tail: one more column would fold a sweep row's headings; runs.csv and runs.md have every column
     *("time_p90_s", "time_p95_s", "time_p99_s", "time_mean_s", "time_stdev_s", "load_s"),
     *("energy_per_call_j", "examples_per_j"),
-    *("n_rounds", "n_processes", "tpot_p99_s"),
+    *("n_rounds", "n_processes"),
+    *(m.key for m in builtin_metrics() if not m.in_terminal),
     *("machine_other_runnable", "machine_load_1m", "machine_steal_pct"),  # a busy machine warns
 )
 PROSE = ("time_ratio_ci", "within_noise")  # cells made of other values: runs.csv has those values instead

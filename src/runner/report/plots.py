@@ -48,11 +48,12 @@ def workloads(frame: pd.DataFrame, keys: Iterable[str] | None = None) -> list[tu
 
 
 def _workload_title(row: pd.Series, settings: list[str]) -> str:
-    """'mlp gradients, batch 32'; a training step names its optimizer: 'mlp train_step (adam), batch 32'."""
+    """'mlp gradients, batch 32'; a task names the groups it reads: 'mlp train_step (adam), batch 32'."""
     title = f"{row.get('params.model.name', '?')} {row.get('params.task.name', '')}".strip()
-    optimizer = row.get("params.optimizer.name")
-    if row.get("params.task.name") == "train_step" and isinstance(optimizer, str) and optimizer:
-        title += f" ({optimizer})"
+    read = [row[k] for k in row.index if k.startswith("params.task.") and k.count(".") == 3 and k.endswith(".name")]
+    read = [str(value) for value in read if pd.notna(value) and value]  # a group's choice: params.task.GROUP.name
+    if read:
+        title += f" ({', '.join(read)})"
     if pd.notna(row.get("params.batch_size")):
         title += f", batch {int(row['params.batch_size'])}"
     for key in settings:

@@ -35,10 +35,10 @@ from runner.report.frames import (
     varied_params,
     work_keys,
 )
+from runner.tasks import Task, task_class
 
 WIDE = 1.5  # an interval whose high / low exceeds this gives the size of a difference only roughly
 BARE = ("params.dtype",)  # keys shown as their value alone, as group choices (`backend.name`) are
-STEP_TASK = "train_step"  # its time per call is a training step's
 
 
 @dataclass(frozen=True)
@@ -52,8 +52,9 @@ class Pooled:
     time_s: float  # typical time per call: the geometric mean of its replicates' typical times
     comparison: Comparison  # against the fastest configuration doing the same work
     busy: float = 0.0  # other runnable threads while timed, on average over its replicates
-    per_token_s: float = math.nan  # task=generate: the median time per output token, over its replicates
-    task: str = ""  # the task it timed (params.task.name)
+    unit: str = Task.unit  # one call of the task it timed, in words (runner.tasks.Task.unit): "a step"
+    part: str = ""  # where the task times parts of a call too (Task.part), one in words: "a token"
+    part_s: float = math.nan  # ... and their median time, over its replicates
     timed: str = ""  # what the runs timed where not the defaults: 'train_step (adam) on mlp' (naming.what_was_timed)
     nodes: int = 1  # the hosts its replicates ran on (a sweep blocked by node: each a block)
 
@@ -109,8 +110,7 @@ def pool(frame: pd.DataFrame) -> list[Pooled]:
                 time_s=timings(runs).typical_s(),
                 comparison=c,
                 busy=timings(runs).busy,
-                per_token_s=_per_token(runs),
-                task=str(runs.iloc[0].get("params.task.name", "")),
+                **_presented(runs),
                 timed=said,
                 nodes=int(runs["host"].nunique()) if "host" in runs else 1,
             )
@@ -123,16 +123,23 @@ def pool(frame: pd.DataFrame) -> list[Pooled]:
 def what_was_timed(frame: pd.DataFrame) -> str:
     """The task, optimizer, model and precision the runs share, where not the defaults: 'train_step (adam) on mlp'."""
     fixed = {}
-    for group in TIMED_GROUPS:
-        values = frame[f"params.{group}.name"].dropna().map(str).unique() if f"params.{group}.name" in frame else []
+    for group, path in TIMED_GROUPS.items():
+        values = frame[f"params.{path}"].dropna().map(str).unique() if f"params.{path}" in frame else []
         if len(values) == 1:
             fixed[group] = values[0]
     return naming.what_was_timed(fixed)
 
 
-def _per_token(runs: pd.DataFrame) -> float:
-    column = "metrics.tpot_p50_s"
-    return float(runs[column].median()) if column in runs and runs[column].notna().any() else math.nan
+def _presented(runs: pd.DataFrame) -> dict:
+    """How the runs' task says its times (runner.tasks.Task): its unit, and a part's median time where it has one."""
+    task = task_class(runs.iloc[0].get("params.task._target_"), runs.iloc[0].get("params.task.name"))
+    said: dict = {"unit": task.unit}
+    if task.part is not None:
+        metric, part = task.part
+        column = f"metrics.{metric}"
+        if column in runs and runs[column].notna().any():
+            said.update(part=part, part_s=float(runs[column].median()))
+    return said
 
 
 def _workload(row: pd.Series, keys: list[str]) -> str:
@@ -162,10 +169,9 @@ def _key(row: pd.Series, keys: list[str]) -> str:
 
 
 def _time_said(p: Pooled) -> str:
-    """'607 µs', for a training step '363 µs a step', for a generation '607 µs a generation, 139 µs a token'."""
-    if not math.isnan(p.per_token_s):
-        return f"{format_seconds(p.time_s)} a generation, {format_seconds(p.per_token_s)} a token"
-    return f"{format_seconds(p.time_s)} a step" if p.task == STEP_TASK else format_seconds(p.time_s)
+    """'607 µs' a call, for a training step '363 µs a step', for a generation '607 µs a generation, 139 µs a token'."""
+    said = format_seconds(p.time_s) if p.unit == Task.unit else f"{format_seconds(p.time_s)} {p.unit}"
+    return f"{said}, {format_seconds(p.part_s)} {p.part}" if p.part else said
 
 
 def interval_text(p: Pooled) -> str:
@@ -186,8 +192,7 @@ def sentence(pooled: list[Pooled]) -> str:
         title = " · ".join(t for t in (group[0].timed if i == 0 else "", workload) if t)
         if len(group) == 1:
             one = group[0]
-            per = "a step" if one.task == STEP_TASK else "a call"
-            parts.append(f"{title + ': ' if title else ''}{one.label} {format_seconds(one.time_s)} {per}")
+            parts.append(f"{title + ': ' if title else ''}{one.label} {format_seconds(one.time_s)} {one.unit}")
             continue
         steps = [f"{group[0].label} fastest ({_time_said(group[0])})"]
         steps += [

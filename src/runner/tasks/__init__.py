@@ -9,6 +9,7 @@ and `runner.tasks.train_step`; a task of your own is a subclass of `Task` and it
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -66,12 +67,28 @@ class Setup:
         return forward, loss
 
 
+@dataclass(frozen=True)
+class Metric:
+    """A metric of a task's own, as the tables show it (runner.record.table)."""
+
+    key: str  # its name in result.json's metrics: "tpot_p50_s"
+    heading: str  # "per token"
+    kind: str = "number"  # "seconds" or "number": how its cells are written
+    in_terminal: bool = True  # a sweep's terminal table has room for it (runs.csv and runs.md have every one)
+
+
 class Task:
-    """A task: its timed call (`build`), its float64 reference (`reference`), what it may be combined with."""
+    """A task: its timed call (`build`), its float64 reference (`reference`), what it may be combined with, and how
+    it presents itself (`unit`, `part`, `metrics_shown`, `page_lines`): the record, the report and the MLflow pages
+    read those and name no task."""
 
     per_example_modes: ClassVar[bool] = False  # may run in a per-example mode (mode=vectorized_map, map_fn)
     like: ClassVar[str] = "inference"  # the built-in task this one runs like: a model that supports that one
     # supports this one, and states its memory and FLOPs for it (runner.measure.limits)
+    unit: ClassVar[str] = "a call"  # one timed call in words, as an answer says a time: "363 µs a step"
+    # where a call is made of parts timed too: (the metric of a part's median time, the part in words)
+    part: ClassVar[tuple[str, str] | None] = None
+    metrics_shown: ClassVar[tuple[Metric, ...]] = ()  # its own metrics, as the tables' columns
 
     def __init__(self, name: str):
         self.name = name
@@ -112,11 +129,54 @@ class Task:
         """What ran, in words, for result.json's environment (e.g. how the training step was compiled)."""
         return {}
 
+    @classmethod
+    def page_lines(cls, config: dict, metrics: dict, environment: dict, seconds: Callable[[float], str]) -> list[str]:
+        """Lines of its own on a run's page in the MLflow UI (runner.tracking.run_page), from the run's record, times
+        written by `seconds`: first, what one call of it is and its own figures."""
+        return []
+
 
 def with_workload_warnings(setup: Setup, task_warnings: Callable[[], list[str]] = list) -> Callable[[], list[str]]:
     """The task's warnings and the workload's own (`workload.run_warnings()`: model=keras says where Keras computes a
     float64 model in float32), read after timing and the reference."""
     return lambda: task_warnings() + setup.workload.run_warnings()
+
+
+def task_class(target: object = None, name: object = None) -> type[Task]:
+    """The Task class a run's `task._target_` names, or where its record kept only the task's name (MLflow's params)
+    the class conf/task/NAME.yaml names; Task itself where neither imports (a record of a task since removed): its
+    presentation is then a call's."""
+    target = target if isinstance(target, str) and target else _builtin_targets().get(str(name))
+    try:
+        cls = class_named("task._target_", str(target))
+    except ConfigError:
+        return Task
+    return cls if issubclass(cls, Task) else Task
+
+
+@functools.cache
+def _builtin_targets() -> dict[str, str]:
+    """The runner's own tasks (conf/task/NAME.yaml): NAME -> the class its `_target_` names."""
+    import yaml
+
+    from runner.locations import CONFIG_DIR
+
+    found = {
+        path.stem: (yaml.safe_load(path.read_text()) or {}).get("_target_")
+        for path in (CONFIG_DIR / "task").glob("*.yaml")
+    }
+    return {name: target for name, target in sorted(found.items()) if target}
+
+
+@functools.cache
+def builtin_metrics() -> tuple[Metric, ...]:
+    """The metrics the runner's own tasks show, each once: the tables' columns and the MLflow runs view's beside the
+    times, so that no module outside the tasks names a task's metric."""
+    shown: dict[str, Metric] = {}
+    for target in _builtin_targets().values():
+        for metric in task_class(target).metrics_shown:
+            shown.setdefault(metric.key, metric)
+    return tuple(shown.values())
 
 
 def build_task(task: Mapping[str, Any]) -> Task:

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from runner.config import require_positive
-from runner.tasks import Setup, Task, TaskRun, errors_vs_reference, with_workload_warnings
+from runner.tasks import Metric, Setup, Task, TaskRun, errors_vs_reference, with_workload_warnings
 
 TOKEN_SERIES = "token_latency_s"
 
@@ -126,10 +126,21 @@ class TokenLatencies:
         return {}  # Generate.metrics reads the rows
 
 
+TOKEN_FIGURES = (("ttft_s", "first token"), ("tpot_p50_s", "per token p50"), ("tpot_p99_s", "p99"))
+
+
 class Generate(Task):
     """Greedy generation of `new_tokens` tokens after the model's prompt: outputs/tokens and outputs/logits."""
 
     like = "generate"
+    unit = "a generation"
+    part = ("tpot_p50_s", "a token")
+    metrics_shown = (
+        Metric("ttft_s", "first token", "seconds"),  # time to first token: the prefill
+        Metric("tpot_p50_s", "per token", "seconds"),  # per output token after it, median and tail
+        Metric("tpot_p99_s", "per token p99", "seconds", in_terminal=False),
+        Metric("tokens_per_s", "tokens/s"),
+    )
 
     def __init__(self, name: str, new_tokens: int = 16):
         super().__init__(name)
@@ -144,6 +155,17 @@ class Generate(Task):
 
     def size_setting(self, workload: Any, batch_size: int) -> str:
         return f"{workload.size_setting(batch_size)} task.new_tokens={self.new_tokens}"
+
+    @classmethod
+    def page_lines(cls, config: dict, metrics: dict, environment: dict, seconds: Callable[[float], str]) -> list[str]:
+        """What one call is, then time to first token, time per token (p50, p99) and tokens per second."""
+        model, task = config.get("model") or {}, config.get("task") or {}
+        prompt, new = model.get("prompt_len", "?"), task.get("new_tokens", "?")
+        lines = [f"one call: a generation of {prompt} prompt + {new} new tokens, batch {config.get('batch_size')}"]
+        said = [f"{label} {seconds(metrics[key])}" for key, label in TOKEN_FIGURES if key in metrics]
+        if "tokens_per_s" in metrics:
+            said.append(f"{metrics['tokens_per_s']:.4g} tokens/s")
+        return lines + ["; ".join(said)] if said else lines
 
     def build(self, setup: Setup) -> TaskRun:
         self.batch_size = int(setup.inputs["x"].shape[0])

@@ -21,9 +21,21 @@ from runner.backends.optimizers import Optimizer
 from runner.config import ConfigError
 from runner.tasks import Setup, Task, TaskRun, float64, with_workload_warnings
 
+# optimizer_convention (the record's environment), said: how the framework writes the update the step times
+CONVENTION_SAID = {
+    ("sgd", "torch"): "torch's convention, as torch.optim and optax write momentum: v = momentum·v + g, w −= lr·v",
+    ("sgd", "keras"): "Keras's convention: v = momentum·v − lr·g, w += v (the same trajectory as torch's)",
+    ("adam", "torch"): "torch's convention, as torch.optim and optax write Adam: w −= lr·m̂/(√v̂ + eps)",
+    ("adam", "keras"): (
+        "Keras's convention: w −= lr·√(1−beta2^t)/(1−beta1^t)·m/(√v + eps), Kingma and Ba's epsilon hat, "
+        "so eps weighs differently in the first steps than in torch's"
+    ),
+}
+
 
 class TrainStep(Task):
     like = "gradients"
+    unit = "a step"
 
     def __init__(self, name: str, optimizer: dict, checked_steps: int = 10):
         super().__init__(name)
@@ -32,6 +44,26 @@ class TrainStep(Task):
             raise ConfigError(f"task.checked_steps={checked_steps}: must be a positive integer")
         self.checked_steps = checked_steps
         self.losses: dict[str, float] = {}  # loss_before, loss_after: read by the checked steps (build's `trained`)
+
+    @classmethod
+    def page_lines(cls, config: dict, metrics: dict, environment: dict, seconds: Callable[[float], str]) -> list[str]:
+        """The optimizer with its settings and its convention in words (environment's optimizer_convention), and the
+        loss on the batch before and after the checked steps (whether training progressed)."""
+        task, optimizer = config.get("task") or {}, (config.get("task") or {}).get("optimizer")
+        if not isinstance(optimizer, dict):
+            return []
+        settings = ", ".join(f"{k} {v}" for k, v in optimizer.items() if k != "name")
+        line = f"optimizer {optimizer.get('name')} ({settings})"
+        convention = environment.get("optimizer_convention")
+        said = CONVENTION_SAID.get((str(optimizer.get("name")), str(convention)))
+        if said:
+            line += f"; optimizer_convention {convention}: {said}"
+        lines = [line]
+        if "loss_before" in metrics and "loss_after" in metrics:
+            before, after = metrics["loss_before"], metrics["loss_after"]
+            steps = task.get("checked_steps", "the checked")
+            lines.append(f"loss on the batch {before:.4g} before training, {after:.4g} after {steps} steps")
+        return lines
 
     def build(self, setup: Setup) -> TaskRun:
         b, scale = setup.backend, _per_label(setup.inputs["labels"])

@@ -1,6 +1,6 @@
-"""What a run's page in the MLflow UI shows: its description (what ran, how fast, how accurate, on what, and for
-a training step its optimizer and loss) and its metrics in units the UI's charts print legibly (ui_metric), with
-the way back to result.json's names and units (stored_metric)."""
+"""What a run's page in the MLflow UI shows: its description (what ran; what its task says of itself: what one call
+is, its own figures, a training step's optimizer and loss; how fast, how accurate, on what) and its metrics in units
+the UI's charts print legibly (ui_metric), with the way back to result.json's names and units (stored_metric)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import re
 
 from runner.record.naming import run_name
 from runner.record.result import Result
+from runner.tasks import task_class
 
 
 def note_content(result: Result) -> str:
@@ -17,6 +18,8 @@ def note_content(result: Result) -> str:
 
     m, c = result.metrics, result.config
     lines = [f"**{run_name(c)}**, batch {c.get('batch_size')}, seed {c.get('seed')}: {result.status}"]
+    task = task_class((c.get("task") or {}).get("_target_"), (c.get("task") or {}).get("name"))
+    lines += task.page_lines(c, m, result.environment, format_seconds)  # what a call is, the task's own figures
     if "time_median_s" in m:
         lines.append(
             f"median {format_seconds(m['time_median_s'])} ± {format_seconds(m['time_iqr_s'])} (IQR) per call "
@@ -24,7 +27,6 @@ def note_content(result: Result) -> str:
         )
     if "throughput_per_s" in m:
         lines.append(f"{m['throughput_per_s']:.3g} examples/s")
-    lines += training_lines(result)
     if "max_rel_err_vs_reference" in m:
         within = {1.0: "within", 0.0: "beyond"}.get(m.get("within_reference_tolerance", -1.0))
         tolerance = f" ({within} its tolerance {m['reference_tolerance']:.2g})" if within else ""
@@ -38,38 +40,6 @@ def note_content(result: Result) -> str:
         device = env.get("cpu") if env.get("device") == "cpu" else env.get("device_name")  # not "x86_64"
         lines.append(f"on {device or '?'} ({framework})")
     return "  \n".join(lines)[:5000]
-
-
-# optimizer_convention (task=train_step's environment), said: how the framework writes the update the step times
-CONVENTION_SAID = {
-    ("sgd", "torch"): "torch's convention, as torch.optim and optax write momentum: v = momentum·v + g, w −= lr·v",
-    ("sgd", "keras"): "Keras's convention: v = momentum·v − lr·g, w += v (the same trajectory as torch's)",
-    ("adam", "torch"): "torch's convention, as torch.optim and optax write Adam: w −= lr·m̂/(√v̂ + eps)",
-    ("adam", "keras"): (
-        "Keras's convention: w −= lr·√(1−beta2^t)/(1−beta1^t)·m/(√v + eps), Kingma and Ba's epsilon hat, "
-        "so eps weighs differently in the first steps than in torch's"
-    ),
-}
-
-
-def training_lines(result: Result) -> list[str]:
-    """For task=train_step: the optimizer with its settings and its convention in words (env.optimizer_convention),
-    and the loss on the batch before and after the checked steps (whether training progressed)."""
-    c, m = result.config, result.metrics
-    task, optimizer = c.get("task"), c.get("optimizer")
-    if not (isinstance(task, dict) and task.get("name") == "train_step" and isinstance(optimizer, dict)):
-        return []
-    settings = ", ".join(f"{k} {v}" for k, v in optimizer.items() if k != "name")
-    line = f"optimizer {optimizer.get('name')} ({settings})"
-    convention = result.environment.get("optimizer_convention")
-    said = CONVENTION_SAID.get((str(optimizer.get("name")), str(convention)))
-    if said:
-        line += f"; optimizer_convention {convention}: {said}"
-    lines = [line]
-    if "loss_before" in m and "loss_after" in m:
-        before, after, steps = m["loss_before"], m["loss_after"], task.get("checked_steps", "the checked")
-        lines.append(f"loss on the batch {before:.4g} before training, {after:.4g} after {steps} steps")
-    return lines
 
 
 SECONDS = re.compile(r"(?<=_)s(?=_|$)")  # the unit in time_median_s, cpu_s_per_call; not in throughput_per_s

@@ -86,7 +86,7 @@ def timed(config: DictConfig, swept: dict[str, str]) -> str:
     ('train_step (adam) on mlp'; runner.record.naming.what_was_timed), for its parent's name."""
     from omegaconf import OmegaConf
 
-    fixed = {g: OmegaConf.select(config, f"{g}.name") for g in naming.TIMED_GROUPS if g not in swept}
+    fixed = {g: OmegaConf.select(config, path) for g, path in naming.TIMED_GROUPS.items() if g not in swept}
     return naming.what_was_timed(fixed)
 
 

@@ -112,6 +112,8 @@ def test_history_finds_the_slowdown_at_the_run_it_started(slowed, tmp_path):
     assert f"<a href='http://127.0.0.1:5000/#/runs/{ids[7]}'>{ids[7]}</a>" in page.read_text()  # its MLflow page
     run = tracking.search.client(uri).get_run(ids[-1])
     assert run.data.tags["history.verdict"].startswith("regression: 1.1")
+    logged = {a.path for a in tracking.search.client(uri).list_artifacts(ids[-1], "history")}
+    assert logged == {f"history/{page.name}", f"history/{page.with_suffix('.png').name}"}  # found from the runs
 
 
 def test_a_sweep_that_measured_the_slowdown_says_so_in_its_closing_lines(slowed):

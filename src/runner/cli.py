@@ -129,10 +129,24 @@ def _history(args: argparse.Namespace) -> int:
     if args.html:
         index = history_page.write(found, args.html, None if args.dirs else tracking.ui_base(uri or ""))
         print(f"wrote {index}", file=sys.stderr if args.json else sys.stdout)
+        if not args.dirs:
+            _log_history_pages(found, args.html, uri or "", sys.stderr if args.json else sys.stdout)
     failing = history.failing(found, labels)
     for line in failing:
         print(f"failing: {line}", file=sys.stderr)
     return 1 if failing else 0
+
+
+def _log_history_pages(found: list, folder: Path, uri: str, out) -> None:
+    """Each case's page (and its plot) as artifacts of the case's newest run, under `history/`, where a person
+    looking at the runs finds them, beside the run's `history.verdict` tag."""
+    from runner import tracking
+    from runner.report import history_page
+
+    for h in found:
+        name = history_page.page_name(h)
+        tracking.log_files(uri, h.entries[-1].run_id, [folder / f"{name}.html", folder / f"{name}.png"], "history")
+    print("logged each case's page to its newest run in MLflow (artifacts: history/)", file=out)
 
 
 def writable_folder(path: Path, option: str) -> None:

@@ -21,7 +21,7 @@ def write(histories: list[History], out_dir: Path, ui: str | None = None) -> Pat
     out_dir.mkdir(parents=True, exist_ok=True)
     items = []
     for h in histories:
-        name = f"{h.case}-{h.machine}"
+        name = page_name(h)
         _plot(h, out_dir / f"{name}.png")
         (out_dir / f"{name}.html").write_text(_case_page(h, f"{name}.png", ui))
         steps = "; ".join(describe_step(h, s) for s in h.steps) or "no step"
@@ -34,6 +34,11 @@ def write(histories: list[History], out_dir: Path, ui: str | None = None) -> Pat
     body = f"<h1>History</h1><p>Cases with a regression first, the newest first.</p><ul>{''.join(items)}</ul>"
     index.write_text(_page("History", body))
     return index
+
+
+def page_name(h: History) -> str:
+    """The file name (without .html or .png) of a case's page on one kind of machine."""
+    return f"{h.case}-{h.machine}"
 
 
 def _page(title: str, body: str) -> str:

@@ -136,21 +136,31 @@ def client(uri: str):
 
 # The runs list's columns without setup: MLflow's shared view state (an experiment tag the UI reads for
 # `?viewStateShareKey=RUNS_VIEW`): a sweep's verdict and one ratio column across sweeps (pooled.ranked_metrics),
-# each job's median and ratio. A column key is the UI's: `metrics.`NAME``.
+# each job's typical time (what its ratio compares: one statistic on the page) and ratio, then the tasks' own
+# metrics (runner.tasks.builtin_metrics: a generation's first token, per token, tokens/s). A column key is the UI's:
+# `metrics.`NAME``.
 RUNS_VIEW = "tensor-runner"
 RUNS_VIEW_COLUMNS = (
     "tags.`verdict`",
     "metrics.`next_fastest.time_ratio`",
     "metrics.`fastest.time_typical_us`",
-    "metrics.`time_median_us`",
+    "metrics.`time_typical_us`",
     "metrics.`time_ratio`",
 )
+
+
+def runs_view_columns() -> list[str]:
+    from runner.tasks import builtin_metrics
+    from runner.tracking.run_page import ui_metric
+
+    shown = [ui_metric(m.key, 1.0) for m in builtin_metrics()]
+    return [*RUNS_VIEW_COLUMNS, *(f"metrics.`{said[0]}`" for said in shown if said is not None)]
 
 
 def runs_view_tag() -> tuple[str, str]:
     import json
 
-    return f"mlflow.sharedViewState.{RUNS_VIEW}", json.dumps({"selectedColumns": list(RUNS_VIEW_COLUMNS)})
+    return f"mlflow.sharedViewState.{RUNS_VIEW}", json.dumps({"selectedColumns": runs_view_columns()})
 
 
 # MLflow 3's UI opens an experiment on its GenAI overview unless this tag calls it a model-training one.

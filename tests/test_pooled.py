@@ -343,3 +343,29 @@ def test_the_parent_says_how_to_read_it_draws_the_comparison_and_warns_as_the_te
     assert pooled.HOW_TO_READ in open(guide).read()
     summary = (tmp / "sweep" / "summary.md").read_text()
     assert all(f"{line}  \n" in summary for line in printed)  # summary.md carries them too
+
+
+def test_an_unstable_configuration_gets_no_ratio_and_the_answer_opens_with_no_reliable_order():
+    """Issue 62: 'jax fastest (7.05 ms a step); torch 2.49x (unstable)' opened on a winner and gave a ratio its
+    disagreeing rounds did not support."""
+    numpy, torch, jax = pool(sweep({"numpy": 1e-5, "torch": 3e-5, "jax": 9e-5}))
+    why = "rounds 1-10 at 536 µs, 11-33 at 106 ms"
+    torch = replace(torch, comparison=replace(torch.comparison, verdict=Verdict.UNSTABLE, reason=why))
+    said = pooled.sentence([numpy, torch, jax])
+    assert said.startswith(
+        f"no reliable order (torch's measurements disagree: {why}; quiet the machine, or pin each job: threads=1): "
+        f"numpy {format_seconds(numpy.time_s)}; torch {format_seconds(torch.time_s)}, unstable; jax "
+    )
+    assert "fastest" not in said and f"{format_ratio(torch.ratio)}" not in said
+    no_interval = {"low": math.nan, "high": math.nan, "verdict": Verdict.CANNOT_TELL, "reason": "1 round"}
+    one_round = replace(jax, comparison=replace(jax.comparison, **no_interval))
+    said = pooled.sentence([numpy, pool(sweep({"numpy": 1e-5, "torch": 3e-5}))[1], one_round])
+    assert said.startswith("no reliable order (jax: 1 round): numpy ") and "(cannot tell)" in said
+
+
+def test_a_resolution_beyond_100_percent_is_said_as_the_factor_it_is():
+    from runner.record.table import format_resolution
+
+    assert format_resolution(0.225) == "22.5%"
+    assert format_resolution(8.987) == "a 9.99x difference"  # 'resolves only 898.7%' read as no resolution at all
+    assert format_resolution(math.inf) == ""

@@ -39,6 +39,7 @@ from runner.measure.samples import PROCESS, SECONDS
 from runner.measure.stop import Stopped, StopReason, stop_reason
 from runner.measure.timing import Measurement
 from runner.record.result import Result, Status
+from runner.record.table import format_resolution
 from runner.spec import JobSpec
 
 MIN_ROUNDS_TO_STOP = 8  # runner.report.ratio.MIN_BATCHES: an interval from fewer may look narrow by chance
@@ -194,7 +195,9 @@ def _rounds(jobs: list[_Waiting], first_round: int) -> None:
         )
     widest = widest_resolution(jobs)
     if resolve and widest > resolve:
-        resolves = "has no interval" if math.isinf(widest) else f"resolves only {widest:.1%}"  # inf: an unstable job
+        resolves = (
+            "has no interval" if math.isinf(widest) else f"resolves only {format_resolution(widest)}"
+        )  # inf: unstable
         line = (
             f"out of budget: a comparison {resolves} after {total} rounds (timing.resolve={resolve:g});"
             " a longer timing.max_time_s narrows it (the table's resolution column has each)"

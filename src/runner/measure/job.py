@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import resource
 import sys
 import time
@@ -248,11 +249,11 @@ def _metrics(job: Prepared, measurement: Measurement, results: dict, first_outpu
     if job.spec.check_reference and job.workload.numpy_reference:
         metrics.update(job.task.agreement(job.setup, job.params_held, job.inputs_held, results))
         metrics.update(precision.tolerance_metrics(metrics, job.spec.dtype, job.spec.precision, job.device))
-    flops = job.workload.flops_per_call()
-    if flops and "time_median_s" in metrics:
-        metrics["gflops_per_s"] = flops / metrics["time_median_s"] / 1e9
-    if metrics.get("time_median_s"):
-        metrics.update(job.task.metrics(metrics["time_median_s"], measurement.samples.columns))
+    flops, call_s = job.workload.flops_per_call(), rate_time(metrics)
+    if flops and call_s:
+        metrics["gflops_per_s"] = flops / call_s / 1e9
+    if call_s:
+        metrics.update(job.task.metrics(call_s, measurement.samples.columns))
     metrics.update(job.workload.extra_metrics(job.backend, job.state, job.inputs, first_output))
     return metrics
 
@@ -329,9 +330,20 @@ def timing_metrics(measurement: Measurement, examples_per_call: int) -> dict:
     if len(measurement.samples):
         metrics["n_rounds"] = len(set(measurement.samples.rounds))
         metrics["n_processes"] = len(set(measurement.samples.processes))  # timing.processes, as the budget paid
-    if "time_median_s" in metrics and metrics["time_median_s"] > 0:
-        metrics["throughput_per_s"] = examples_per_call / metrics["time_median_s"]
+    if rate_time(metrics):
+        metrics["throughput_per_s"] = examples_per_call / rate_time(metrics)
     return metrics
+
+
+def rate_time(metrics: dict[str, float]) -> float | None:
+    """The seconds per call every rate (examples/s, GFLOP/s, a task's tokens/s) is computed from: the typical time,
+    which the comparisons use, so that a rate and a ratio beside it tell one story (the median is recorded under its
+    own name); the median where there is no typical time. None where neither is a positive time."""
+    for key in ("time_typical_s", "time_median_s"):
+        value = metrics.get(key)
+        if value is not None and math.isfinite(value) and value > 0:
+            return value
+    return None
 
 
 def memory_metrics(backend, device: str) -> dict:

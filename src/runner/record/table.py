@@ -53,8 +53,12 @@ def _one_decimal(value: float) -> str:
     return f"{value:.1f}"
 
 
-def _share(value: float) -> str:
-    return f"{value:.1%}" if math.isfinite(value) else ""
+def format_resolution(value: float) -> str:
+    """The smallest difference a comparison calls (0.225: '22.5%'); from 100% on as the factor it is ('a 9.99x
+    difference'), as no share above 100% reads as a resolution; '' where there is none."""
+    if not math.isfinite(value):
+        return ""
+    return f"{value:.1%}" if value < 1 else f"a {1 + value:.3g}x difference"
 
 
 def _percent(value: float) -> str:
@@ -100,7 +104,7 @@ COLUMNS: tuple[Column, ...] = (
     Column("gflops_per_s", "GFLOP/s", _number),
     Column("time_ratio", "time / fastest job", format_ratio),
     Column("time_ratio_ci", "95% interval", format_interval),  # over the rounds: runner.report.comparison
-    Column("time_ratio_resolution", "resolves", _share),  # the smallest difference called 9 times in 10
+    Column("time_ratio_resolution", "resolves", format_resolution),  # the smallest difference called 9 times in 10
     Column("within_noise", "verdict"),  # the verdict with its reason: runner.report.comparison
     Column("time_ratio_basis", "ratio from"),  # "40 rounds", "1 round"
     Column("max_abs_err_vs_reference", "max abs err", _number),

@@ -194,12 +194,42 @@ def sentence(pooled: list[Pooled]) -> str:
             one = group[0]
             parts.append(f"{title + ': ' if title else ''}{one.label} {format_seconds(one.time_s)} {one.unit}")
             continue
+        if _order_unknown(group):
+            parts.append(f"{title + ': ' if title else ''}{_no_reliable_order(group)}")
+            continue
         steps = [f"{group[0].label} fastest ({_time_said(group[0])})"]
         steps += [
             f"{p.label} {format_ratio(p.ratio)} {interval_text(p) or _no_interval(p)}".rstrip() for p in group[1:]
         ]
         parts.append(f"{title + ': ' if title else ''}{'; '.join(steps)}; {_certainty(group)}")
     return ". ".join(parts)
+
+
+def _order_unknown(group: list[Pooled]) -> bool:
+    """No order is certain: a configuration's rounds or replicates disagree (unstable), or a comparison has no
+    verdict (cannot tell: one round, a busy machine, an unstable baseline)."""
+    return any(p.verdict in (Verdict.UNSTABLE, Verdict.CANNOT_TELL) for p in group)
+
+
+UNSTABLE_ADVICE = "quiet the machine, or pin each job: threads=1"
+
+
+def _no_reliable_order(group: list[Pooled]) -> str:
+    """'no reliable order (torch: its rounds disagree: rounds 1-10 at 536 µs, 11-33 at 106 ms; quiet the machine, or
+    pin each job: threads=1): jax 7.05 ms a step; torch 17.6 ms a step, unstable'. No winner opens it, and an unstable
+    configuration gets its typical time and no ratio, which its disagreeing rounds do not support."""
+    unstable = [p for p in group if p.verdict == Verdict.UNSTABLE]
+    why = [f"{p.label}'s measurements disagree: {p.reason}" for p in unstable]
+    if unstable:
+        why.append(UNSTABLE_ADVICE)
+    why += [f"{p.label}: {p.reason}" for p in group if p.verdict == Verdict.CANNOT_TELL and p.reason and not unstable]
+    said = []
+    for p in group:
+        if p.verdict == Verdict.UNSTABLE or p is group[0]:
+            said.append(f"{p.label} {_time_said(p)}{', unstable' if p.verdict == Verdict.UNSTABLE else ''}")
+        else:
+            said.append(f"{p.label} {format_ratio(p.ratio)} {interval_text(p) or _no_interval(p)}".rstrip())
+    return f"no reliable order ({'; '.join(dict.fromkeys(why))}): {'; '.join(said)}"
 
 
 def _no_interval(p: Pooled) -> str:
@@ -214,13 +244,8 @@ def _by_workload(pooled: list[Pooled]) -> list[tuple[str, list[Pooled]]]:
 def _certainty(group: list[Pooled]) -> str:
     """How far to trust the order and the sizes, in the intervals' own terms (how a busy machine moved the rounds is
     in them); how busy the machine was only where there is no interval."""
-    others = group[1:]
-    unstable = [p.label for p in group if p.verdict == Verdict.UNSTABLE]
-    if unstable:
-        order = f"the order is uncertain ({', '.join(unstable)}: measurements that disagree)"
-    elif any(p.verdict == Verdict.CANNOT_TELL for p in others):
-        order = "the order is uncertain (" + "; ".join(f"{p.label}: {p.reason}" for p in others if p.reason) + ")"
-    elif any(p.verdict == Verdict.WITHIN_NOISE for p in others):
+    others = group[1:]  # none unstable or without a verdict: those say `no reliable order` instead
+    if any(p.verdict == Verdict.WITHIN_NOISE for p in others):
         order = "within noise: " + ", ".join(p.label for p in others if p.verdict == Verdict.WITHIN_NOISE)
     elif all(a.high < b.low for a, b in pairwise(others)):
         order = "the order is certain"
@@ -260,13 +285,14 @@ numpy fastest (109 µs); torch 5.74x [4.11–8.02]; jax 180x [159–204]; the or
 - **`the sizes known to ±40%`**: how far the interval farthest from its ratio reaches (`only` where an interval spans
   more than 1.5x). A busy machine is in the intervals already: it makes the rounds disagree, which widens them; it is
   named among the warnings, not as the reason. `the order is certain`: every interval lies above 1 and no two overlap;
-  `within noise: torch`: torch's interval holds 1; `the order is uncertain (...)`: a comparison without an interval,
-  or measurements that disagree.
+  `within noise: torch`: torch's interval holds 1. Where a comparison has no interval or a configuration's
+  measurements disagree, no winner opens the answer: `no reliable order (why; what to set): numpy 19 µs; torch
+  31 µs, unstable; jax 9.0x (cannot tell)`, an unstable configuration with its typical time and no ratio.
 - **Verdicts**: `fastest`; `slower` or `faster` (the interval excludes 1); `within noise` (it holds 1);
   `cannot tell (why)` (no interval: one round, no samples, an unstable fastest); `unstable: why` (its rounds or seeds
   disagree too much for a verdict).
 - **`resolves 20.0%`** (a job's resolution): the smallest difference its comparison would call 9 times in 10 at the
-  spread it saw. A sweep measures in rounds until every comparison resolves `timing.resolve` (default 0.1, 10%);
+  spread it saw (from 100% on, the factor: `a 9.99x difference`). A sweep measures in rounds until every comparison resolves `timing.resolve` (default 0.1, 10%);
   `out of budget: a comparison resolves only 22.5% after 11 rounds` says its budget ran out first:
   a longer `timing.max_time_s` narrows it.
 - **`ratio from 9 rounds, 1 of 5 comparisons`**: a round is every job taking one turn; the ratio is the geometric

@@ -105,8 +105,9 @@ class Task:
         """How the results agree with the float64 reference: errors_vs_reference of `reference`, for most tasks."""
         return errors_vs_reference(results, self.reference(setup, params, inputs))
 
-    def metrics(self, time_median_s: float, samples: dict[str, list]) -> dict[str, float]:
-        """Metrics of its own, from the median seconds per call and the samples' columns (its series among them)."""
+    def metrics(self, call_s: float, samples: dict[str, list]) -> dict[str, float]:
+        """Metrics of its own, from the seconds per call every rate uses (the typical time: runner.measure.job's
+        rate_time) and the samples' columns (its series among them)."""
         return {}
 
     def check(self, workload: Any) -> None:

@@ -106,11 +106,11 @@ class TrainStep(Task):
             params, state = self.optimizer.update(params, grads, state, np.sqrt, convention)
         return {f"trained/{k}": v for k, v in params.items()}
 
-    def metrics(self, time_median_s: float, samples: dict[str, list]) -> dict[str, float]:
+    def metrics(self, call_s: float, samples: dict[str, list]) -> dict[str, float]:
         """Steps per second, and the loss on the batch before and after the checked steps (where finite: a diverged
         step's NaN is said in the warnings)."""
         finite = {k: v for k, v in self.losses.items() if np.isfinite(v)}
-        return {"steps_per_s": 1.0 / time_median_s, **finite}
+        return {"steps_per_s": 1.0 / call_s, **finite}
 
     def describe(self, setup: Setup) -> dict[str, str]:
         owner = _owner(setup)

@@ -292,9 +292,9 @@ numpy fastest (109 µs); torch 5.74x [4.11–8.02]; jax 180x [159–204]; the or
   `cannot tell (why)` (no interval: one round, no samples, an unstable fastest); `unstable: why` (its rounds or seeds
   disagree too much for a verdict).
 - **`resolves 20.0%`** (a job's resolution): the smallest difference its comparison would call 9 times in 10 at the
-  spread it saw (from 100% on, the factor: `a 9.99x difference`). A sweep measures in rounds until every comparison resolves `timing.resolve` (default 0.1, 10%);
-  `out of budget: a comparison resolves only 22.5% after 11 rounds` says its budget ran out first:
-  a longer `timing.max_time_s` narrows it.
+  spread it saw (from 100% on, the factor: `a 9.99x difference`). A sweep measures in rounds until every
+  comparison resolves `timing.resolve` (default 0.1, 10%); `out of budget: a comparison resolves only 22.5% after
+  11 rounds` says its budget ran out first: a longer `timing.max_time_s` narrows it.
 - **`ratio from 9 rounds, 1 of 5 comparisons`**: a round is every job taking one turn; the ratio is the geometric
   mean of its 9 rounds' ratios. `1 of 5 comparisons`: the sweep compares 5 jobs with the fastest at once, so each
   interval is at 1 - 0.05 / 5 and the five together at 95%. `1 round`: measured apart, no interval.

@@ -123,5 +123,5 @@ def test_a_sweep_with_a_control_times_it_in_the_same_rounds_and_its_jobs_name_it
     assert tagged[info["control"]["case_name"]] is None  # the control itself names no control
     control_run = next(c for c in children if c.data.tags["case_name"] == info["control"]["case_name"])
     assert control_run.data.tags["is_control"] == "true"
-    answer = next(line for line in result.stdout.splitlines() if " fastest (" in line)
-    assert "matmul" not in answer and "threads=" not in answer, answer  # measured beside, not compared
+    answer = next(line for line in result.stdout.splitlines() if " fastest (" in line or "no reliable order" in line)
+    assert "matmul" not in answer, answer  # measured beside, not compared

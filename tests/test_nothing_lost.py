@@ -19,7 +19,8 @@ from runner import cli, tracking
 from runner.config import ConfigError
 from runner.launch import isolation, preflight
 from runner.launch.fork_server import ForkedWorker
-from runner.measure.job import non_finite_warnings, run_and_record
+from runner.measure.figures import non_finite_warnings
+from runner.measure.job import run_and_record
 from runner.measure.samples import Samples
 from runner.measure.stop import Stopped, stop_reason
 from runner.measure.timing import LoopSettings, measure

@@ -12,6 +12,7 @@ import pytest
 from helpers import identified
 
 from runner.config import PROJECT_ROOT
+from runner.launch.sweep import summary as sweep_summary
 from runner.measure.samples import typical_s
 from runner.record.table import format_ratio, format_seconds
 from runner.report import plots, pooled
@@ -107,9 +108,9 @@ def test_how_to_read_this_is_the_section_of_the_docs():
     """The words of the answer ('resolves', '1 of 5 comparisons', 'ratio from 9 rounds') are explained once, in
     docs/sweeps.md, and the same text goes with every sweep to its parent run (how-to-read.md)."""
     page = (PROJECT_ROOT / "docs" / "sweeps.md").read_text()
-    assert f"## How to read this\n\n{pooled.HOW_TO_READ}" in page
+    assert f"## How to read this\n\n{sweep_summary.HOW_TO_READ}" in page
     for words in ("resolves", "1 of 5 comparisons", "ratio from 9 rounds", "the sizes known to", "out of budget"):
-        assert words in pooled.HOW_TO_READ, words
+        assert words in sweep_summary.HOW_TO_READ, words
 
 
 def test_identical_configurations_are_called_within_noise():
@@ -340,7 +341,7 @@ def test_the_parent_says_how_to_read_it_draws_the_comparison_and_warns_as_the_te
     }
     assert {"how-to-read.md", "summary.md", "report/speedup.png"} <= artifacts
     guide = client.download_artifacts(run_id, "how-to-read.md", str(tmp))
-    assert pooled.HOW_TO_READ in open(guide).read()
+    assert sweep_summary.HOW_TO_READ in open(guide).read()
     summary = (tmp / "sweep" / "summary.md").read_text()
     assert all(f"{line}  \n" in summary for line in printed)  # summary.md carries them too
 

@@ -106,8 +106,8 @@ class Task:
         return errors_vs_reference(results, self.reference(setup, params, inputs))
 
     def metrics(self, call_s: float, samples: dict[str, list]) -> dict[str, float]:
-        """Metrics of its own, from the seconds per call every rate uses (the typical time: runner.measure.job's
-        rate_time) and the samples' columns (its series among them)."""
+        """Metrics of its own, from the seconds per call every rate uses (the typical time:
+        rate_time in runner.measure.figures) and the samples' columns (its series among them)."""
         return {}
 
     def check(self, workload: Any) -> None:

@@ -37,10 +37,43 @@ def import_report_meanwhile() -> None:
     threading.Thread(target=load, name="import-report", daemon=True).start()
 
 
+# The answer's words explained, once: docs/sweeps.md's section "How to read this" (tests/test_pooled.py holds the two
+# to one text), and how-to-read.md beside every sweep and on its parent run.
+HOW_TO_READ = """\
+A sweep's answer (the last lines in the terminal, the top of `summary.md` and of its parent run's description) reads
+like this:
+
+```text
+numpy fastest (109 µs); torch 5.74x [4.11–8.02]; jax 180x [159–204]; the order is certain, the sizes known to ±40%
+```
+
+- **`torch 5.74x [4.11–8.02]`**: torch's time per call over the fastest configuration's (typical times: each turn's
+  fastest block, the median over rounds, the seeds' geometric mean), and that ratio's 95% interval, for all of the
+  sweep's comparisons together. The chart `report/speedup.png` draws the same figures.
+- **`the sizes known to ±40%`**: how far the interval farthest from its ratio reaches (`only` where an interval spans
+  more than 1.5x). A busy machine is in the intervals already: it makes the rounds disagree, which widens them; it is
+  named among the warnings, not as the reason. `the order is certain`: every interval lies above 1 and no two overlap;
+  `within noise: torch`: torch's interval holds 1. Where a comparison has no interval or a configuration's
+  measurements disagree, no winner opens the answer: `no reliable order (why; what to set): numpy 19 µs; torch
+  31 µs, unstable; jax 9.0x (cannot tell)`, an unstable configuration with its typical time and no ratio.
+- **Verdicts**: `fastest`; `slower` or `faster` (the interval excludes 1); `within noise` (it holds 1);
+  `cannot tell (why)` (no interval: one round, no samples, an unstable fastest); `unstable: why` (its rounds or seeds
+  disagree too much for a verdict).
+- **`resolves 20.0%`** (a job's resolution): the smallest difference its comparison would call 9 times in 10 at the
+  spread it saw (from 100% on, the factor: `a 9.99x difference`). A sweep measures in rounds until every
+  comparison resolves `timing.resolve` (default 0.1, 10%); `out of budget: a comparison resolves only 22.5% after
+  11 rounds` says its budget ran out first: a longer `timing.max_time_s` narrows it.
+- **`ratio from 9 rounds, 1 of 5 comparisons`**: a round is every job taking one turn; the ratio is the geometric
+  mean of its 9 rounds' ratios. `1 of 5 comparisons`: the sweep compares 5 jobs with the fastest at once, so each
+  interval is at 1 - 0.05 / 5 and the five together at 95%. `1 round`: measured apart, no interval.
+- **Warnings** (`busy machine while timing`, `noisy measurement`, `out of budget`): each once, with the jobs it
+  concerns, under the terminal's table, in `summary.md` and in the parent run's description.
+"""
+
+
 def write_files(frame: pd.DataFrame, sweep_dir: Path) -> list[Path]:
     """The report and summary.md in the sweep folder (and each job's MLflow note); the files written."""
     from runner import report
-    from runner.report.pooled import HOW_TO_READ
     from runner.tracking import GUIDE
 
     files = []

@@ -150,11 +150,11 @@ def test_a_numpy_runs_device_is_the_cpu_model():
 def test_a_generations_description_opens_with_what_one_call_is_and_its_token_figures():
     config = {**CONFIG, "batch_size": 1, "model": {"name": "gpt2", "prompt_len": 8},
               "task": {"name": "generate", "new_tokens": 8}}  # fmt: skip
-    metrics = {"time_median_s": 0.004, "time_iqr_s": 0.0001, "first_call_s": 0.3, "ttft_s": 0.0012,
-               "tpot_p50_s": 0.0003, "tpot_p99_s": 0.0005, "tokens_per_s": 2000.0}  # fmt: skip
+    metrics = {"time_median_s": 0.004, "time_typical_s": 0.0039, "time_iqr_s": 0.0001, "first_call_s": 0.3,
+               "ttft_s": 0.0012, "tpot_p50_s": 0.0003, "tpot_p99_s": 0.0005, "tokens_per_s": 2000.0}  # fmt: skip
     first, what, figures, *rest = note_content(Result(status=Status.FINISHED, config=config, metrics=metrics)).split(
         "  \n"
     )
     assert what == "one call: a generation of 8 prompt + 8 new tokens, batch 1"
     assert figures == "first token 1.2 ms; per token p50 300 µs; p99 500 µs; 2000 tokens/s"
-    assert rest[0].startswith("median 4 ms")
+    assert rest[0].startswith("typical 3.9 ms per call (what ratios and rates use); median 4 ms ± 100 µs (IQR)")

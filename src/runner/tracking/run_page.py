@@ -21,8 +21,11 @@ def note_content(result: Result) -> str:
     task = task_class((c.get("task") or {}).get("_target_"), (c.get("task") or {}).get("name"))
     lines += task.page_lines(c, m, result.environment, format_seconds)  # what a call is, the task's own figures
     if "time_median_s" in m:
+        typical = f"typical {format_seconds(m['time_typical_s'])} per call (what ratios and rates use); " if (
+            "time_typical_s" in m
+        ) else ""  # fmt: skip
         lines.append(
-            f"median {format_seconds(m['time_median_s'])} ± {format_seconds(m['time_iqr_s'])} (IQR) per call "
+            f"{typical}median {format_seconds(m['time_median_s'])} ± {format_seconds(m['time_iqr_s'])} (IQR) "
             f"over {m.get('n_samples', '?')} samples; first call {format_seconds(m['first_call_s'])}"
         )
     if "throughput_per_s" in m:

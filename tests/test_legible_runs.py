@@ -132,10 +132,10 @@ def test_the_plot_title_names_a_training_steps_optimizer():
     from runner.report.plots import _workload_title
 
     row = {"params.model.name": "mlp", "params.task.name": "train_step", "params.batch_size": 32}
-    adam = {**row, "params.task.optimizer.name": "adam"}  # the task reads the optimizer: its node holds ${optimizer}
+    adam = {**row, "params.optimizer.name": "adam"}  # a run's params hold it where its task reads it
     assert _workload_title(pd.Series(adam), []) == "mlp train_step (adam), batch 32"
     assert _workload_title(pd.Series(row), []) == "mlp train_step, batch 32"
-    gradients = {**row, "params.task.name": "gradients", "params.task.optimizer.name": float("nan")}
+    gradients = {**row, "params.task.name": "gradients", "params.optimizer.name": float("nan")}
     assert _workload_title(pd.Series(gradients), []) == "mlp gradients, batch 32"
 
 

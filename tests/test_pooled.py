@@ -243,7 +243,7 @@ def test_a_training_sweep_says_what_it_timed_and_a_default_one_does_not():
     without them 'torch fastest (363 µs)' hid that a training step with Adam was timed."""
     frame = sweep({"torch": 3.6e-4, "tensorflow": 3.6e-4 * 23})
     assert pooled.sentence(pool(frame)).startswith("torch fastest (")  # gradients on mlp: the defaults
-    frame["params.task.name"], frame["params.task.optimizer.name"] = "train_step", "adam"
+    frame["params.task.name"], frame["params.optimizer.name"] = "train_step", "adam"
     found = pool(frame)
     said = pooled.sentence(found)
     assert said.startswith(f"train_step (adam) on mlp: torch fastest ({format_seconds(found[0].time_s)} a step); ")

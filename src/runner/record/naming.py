@@ -143,21 +143,17 @@ def sweep_title(info: dict) -> str:
     return f"sweep of {info['timed']}: {varied}" if info.get("timed") else f"sweep {varied}"
 
 
-# What a sweep's title and answer name when not the default, and where a run's config holds each one's choice: an
-# optimizer where the task reads it (its node holds ${optimizer}), so that no other task's runs say one.
-TIMED_GROUPS = {
-    "task": "task.name",
-    "optimizer": "task.optimizer.name",
-    "model": "model.name",
-    "precision": "precision.name",
-}
+# The groups a task may read (its node holds ${GROUP}: a training step's optimizer). A run's params hold one only
+# where its task reads it (runner.identity.applies); in a composed config, read_by_task says which.
+READ_BY_TASKS = ("optimizer",)
+TIMED_GROUPS = ("task", *READ_BY_TASKS, "model", "precision")  # what a sweep's title and answer name when not default
 
 
 def what_was_timed(fixed: dict[str, object]) -> str:
     """What a sweep (or a set of runs) timed, where it fixed a task, optimizer, model or precision other than the
     defaults of conf/config.yaml: 'train_step (adam) on mlp', 'inference on resnet', 'gradients on mlp in bf16_mixed
-    precision'; '' where each is the default or varies. `fixed`: a group (TIMED_GROUPS) -> its one choice, as the
-    runs hold it (TIMED_GROUPS' paths: an optimizer only where the task reads one)."""
+    precision'; '' where each is the default or varies. `fixed`: a group (TIMED_GROUPS) -> its one choice; a group of
+    READ_BY_TASKS only where the task reads it."""
     chosen = {g: str(v) for g, v in fixed.items() if g in TIMED_GROUPS and v not in (None, "", "None", "nan")}
     defaults = _group_defaults()
     if all(defaults.get(g) == v for g, v in chosen.items()):

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from runner.record.naming import READ_BY_TASKS
 from runner.record.table import format_seconds
 from runner.report.frames import (
     PANEL_KEYS,
@@ -50,8 +51,8 @@ def workloads(frame: pd.DataFrame, keys: Iterable[str] | None = None) -> list[tu
 def _workload_title(row: pd.Series, settings: list[str]) -> str:
     """'mlp gradients, batch 32'; a task names the groups it reads: 'mlp train_step (adam), batch 32'."""
     title = f"{row.get('params.model.name', '?')} {row.get('params.task.name', '')}".strip()
-    read = [row[k] for k in row.index if k.startswith("params.task.") and k.count(".") == 3 and k.endswith(".name")]
-    read = [str(value) for value in read if pd.notna(value) and value]  # a group's choice: params.task.GROUP.name
+    read = [row.get(f"params.{group}.name") for group in READ_BY_TASKS]  # held only where the task reads it
+    read = [str(value) for value in read if isinstance(value, str) and value]
     if read:
         title += f" ({', '.join(read)})"
     if pd.notna(row.get("params.batch_size")):

@@ -123,8 +123,8 @@ def pool(frame: pd.DataFrame) -> list[Pooled]:
 def what_was_timed(frame: pd.DataFrame) -> str:
     """The task, optimizer, model and precision the runs share, where not the defaults: 'train_step (adam) on mlp'."""
     fixed = {}
-    for group, path in TIMED_GROUPS.items():
-        values = frame[f"params.{path}"].dropna().map(str).unique() if f"params.{path}" in frame else []
+    for group in TIMED_GROUPS:  # an optimizer's params only where the task reads it (runner.identity.applies)
+        values = frame[f"params.{group}.name"].dropna().map(str).unique() if f"params.{group}.name" in frame else []
         if len(values) == 1:
             fixed[group] = values[0]
     return naming.what_was_timed(fixed)

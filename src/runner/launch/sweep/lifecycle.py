@@ -86,7 +86,10 @@ def timed(config: DictConfig, swept: dict[str, str]) -> str:
     ('train_step (adam) on mlp'; runner.record.naming.what_was_timed), for its parent's name."""
     from omegaconf import OmegaConf
 
-    fixed = {g: OmegaConf.select(config, path) for g, path in naming.TIMED_GROUPS.items() if g not in swept}
+    task = cast(dict, OmegaConf.to_container(config.task, resolve=True))  # a DictConfig's: a dict
+    chosen = {g: OmegaConf.select(config, f"{g}.name") for g in naming.TIMED_GROUPS if g not in naming.READ_BY_TASKS}
+    read = naming.read_by_task({"task": task})  # a group the task reads: said only then
+    fixed = {g: v for g, v in {**chosen, **read}.items() if g not in swept}
     return naming.what_was_timed(fixed)
 
 

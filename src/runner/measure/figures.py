@@ -18,8 +18,9 @@ def timing_metrics(measurement: Measurement, examples_per_call: int) -> dict:
     if len(measurement.samples):
         metrics["n_rounds"] = len(set(measurement.samples.rounds))
         metrics["n_processes"] = len(set(measurement.samples.processes))  # timing.processes, as the budget paid
-    if rate_time(metrics):
-        metrics["throughput_per_s"] = examples_per_call / rate_time(metrics)
+    call_s = rate_time(metrics)
+    if call_s:
+        metrics["throughput_per_s"] = examples_per_call / call_s
     return metrics
 
 

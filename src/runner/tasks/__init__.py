@@ -158,15 +158,14 @@ def task_class(target: object = None, name: object = None) -> type[Task]:
 @functools.cache
 def _builtin_targets() -> dict[str, str]:
     """The runner's own tasks (conf/task/NAME.yaml): NAME -> the class its `_target_` names."""
-    import yaml
+    from omegaconf import OmegaConf
 
     from runner.locations import CONFIG_DIR
 
     found = {
-        path.stem: (yaml.safe_load(path.read_text()) or {}).get("_target_")
-        for path in (CONFIG_DIR / "task").glob("*.yaml")
+        path.stem: OmegaConf.select(OmegaConf.load(path), "_target_") for path in (CONFIG_DIR / "task").glob("*.yaml")
     }
-    return {name: target for name, target in sorted(found.items()) if target}
+    return {name: str(target) for name, target in sorted(found.items()) if target}
 
 
 @functools.cache

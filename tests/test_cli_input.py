@@ -160,7 +160,7 @@ def _fuzzed(rng, junk: Path, sweeps: Path, run_id: str) -> list[str]:
     return args
 
 
-def test_a_fuzz_of_the_commands_options_gives_no_traceback(junk, sweeps):
+def test_a_fuzz_of_the_commands_options_gives_no_traceback(junk, sweeps, monkeypatch):
     """300 seeded command lines of bad stores, paths, ids and values: each exits 0, or non-zero with its last line
     an error (argparse's usage error, or one line of the runner's), and never a traceback."""
     import random
@@ -168,6 +168,8 @@ def test_a_fuzz_of_the_commands_options_gives_no_traceback(junk, sweeps):
     import mlflow
 
     run_id = mlflow.MlflowClient(f"sqlite:///{sweeps}/mlflow.db").search_runs(["0", "1"])[0].info.run_id
+    monkeypatch.chdir(junk)  # a relative path the fuzz makes up lands here, never in the checkout
+    before = set(junk.iterdir())
     rng = random.Random(65)
     wrong = []
     for _ in range(300):
@@ -182,3 +184,4 @@ def test_a_fuzz_of_the_commands_options_gives_no_traceback(junk, sweeps):
         ):
             wrong.append((args, result.returncode, result.stderr[-500:]))
     assert not wrong, "\n".join(map(str, wrong))
+    assert {p.name for p in set(junk.iterdir()) - before} <= {"out"}  # only what an --html or --out named

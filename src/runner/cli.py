@@ -44,6 +44,13 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
+def _path(text: str) -> Path:
+    """A path option's value: an empty one is a slip (Path('') would be the current folder), refused by argparse."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty path: give a file or folder")
+    return Path(text)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="runner", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"tensor-runner {version()}")
@@ -53,11 +60,11 @@ def _parser() -> argparse.ArgumentParser:
     report = commands.add_parser("report", help="CSV, markdown and PNG plots comparing runs")
     source = report.add_mutually_exclusive_group(required=True)
     source.add_argument("--experiment", help="MLflow experiment name (with --tracking-uri)")
-    source.add_argument("--sweep-dir", type=Path, help="a sweep directory (reads its result.json files)")
+    source.add_argument("--sweep-dir", type=_path, help="a sweep directory (reads its result.json files)")
     uri_help = "MLflow tracking URI, e.g. sqlite:///outputs/mlflow.db (default: MLFLOW_TRACKING_URI)"
     report.add_argument("--tracking-uri", help=uri_help)
     report.add_argument("--parent", help="only the children of this sweep parent run (and log the report to it)")
-    report.add_argument("--out", type=Path, required=True, help="directory for runs.csv, runs.md and *.png")
+    report.add_argument("--out", type=_path, required=True, help="directory for runs.csv, runs.md and *.png")
     report.set_defaults(command=_report)
 
     compare = commands.add_parser("compare", help="the same work measured apart: after / before, with a verdict")
@@ -70,7 +77,7 @@ def _parser() -> argparse.ArgumentParser:
     _history_parser(commands, uri_help)
 
     sync = commands.add_parser("sync", help="upload runs (or whole sweeps) kept locally to MLflow")
-    sync.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN_DIR")
+    sync.add_argument("run_dirs", nargs="+", type=_path, metavar="RUN_DIR")
     sync.add_argument("--tracking-uri", help="upload here instead of the URI the run was made with")
     sync.set_defaults(command=_sync)
     return parser
@@ -78,7 +85,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def _history_parser(commands, uri_help: str) -> None:
     history = commands.add_parser("history", help="each case's runs over time on one kind of machine, and its steps")
-    history.add_argument("dirs", nargs="*", type=Path, metavar="DIR", help="run or sweep directories (else MLflow)")
+    history.add_argument("dirs", nargs="*", type=_path, metavar="DIR", help="run or sweep directories (else MLflow)")
     history.add_argument("--tracking-uri", help=uri_help)
     history.add_argument("--experiment", help="only this MLflow experiment (default: every one)")
     history.add_argument("--case", help="only this case (a run's `case` tag)")
@@ -89,7 +96,7 @@ def _history_parser(commands, uri_help: str) -> None:
         help="a series per host too (the machine is its kind: hosts of one kind share one)",
     )
     history.add_argument("--json", action="store_true", help="print the histories as JSON, for other tools")
-    history.add_argument("--html", type=Path, metavar="DIR", help="write a page per case and an index.html here")
+    history.add_argument("--html", type=_path, metavar="DIR", help="write a page per case and an index.html here")
     history.add_argument("--fail-on", default="", metavar="LABELS", help="exit 1 on a step so labelled: regression,...")
     history.add_argument("--mark", metavar="RUN_ID", help="mark a known change at this run (no alert there) and exit")
     history.add_argument("--why", help="what changed, with --mark (e.g. 'new machine'; default: known change)")

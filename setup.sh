@@ -20,4 +20,7 @@ cert=$(.venv/bin/python scripts/uv_args.py cert)
 if [ -n "$cert" ]; then
     export SSL_CERT_FILE="$cert"
 fi
-.venv/bin/uv pip install -q --python .venv/bin/python "${options[@]}" -e '.[test]' --constraint requirements.lock
+# --compile-bytecode: as pip does; else each first import compiles (TensorFlow, torch and MLflow: thousands of
+# modules), in every process the first run and the first tests start at once
+.venv/bin/uv pip install -q --compile-bytecode --python .venv/bin/python "${options[@]}" -e '.[test]' \
+    --constraint requirements.lock

@@ -3,6 +3,8 @@ as printed, and shows what the seed was about."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from test_readme_commands import experiment_checked_commands, n_jobs, run_as_printed
 
@@ -71,6 +73,7 @@ def test_experiment_runs_as_one_command(scratch, tmp_path, name):
         assert copied[("jax", "transpose")] == 1.0  # jax arrays are immutable buffers: XLA writes a new one
     if name == "generation":
         assert all(r["metrics"]["tokens_differ"] == 0 for r in results)
-        assert " a token)" in result.stdout  # the answer names the fastest's time per token
+        # the answer names a time per token: the fastest's, or each one's where its order is not reliable
+        assert re.search(r" a generation, [\d.]+ .?s a token[);]", result.stdout), result.stdout[-2000:]
     if name == "horse2zebra":
         assert all((tmp_path / "sweep" / str(job) / "images" / "000.png").exists() for job in range(len(results)))

@@ -441,6 +441,10 @@ def run_as_printed(command: Command, scratch: Path, tmp_path: Path) -> tuple[sub
     output = f"{command.source}: {command.text}\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
     paths = sorted(tmp_path.glob("*/**/result.json"), key=lambda p: [int(x) if x.isdigit() else x for x in p.parts])
     results = [json.loads(p.read_text()) for p in paths]
+    if command.printed_status == 2:  # refused by the command line's check: one line, nothing written
+        lines = [line for line in result.stderr.splitlines() if line.strip()]
+        assert result.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: ") and not results, output
+        return result, results
     assert results, output
     refused = [r for r in results if r["status"] != "FINISHED"]
     for r in refused:

@@ -195,9 +195,8 @@ def _rounds(jobs: list[_Waiting], first_round: int) -> None:
         )
     widest = widest_resolution(jobs)
     if resolve and widest > resolve:
-        resolves = (
-            "has no interval" if math.isinf(widest) else f"resolves only {format_resolution(widest)}"
-        )  # inf: unstable
+        unstable = math.isinf(widest)  # an unstable job has no interval
+        resolves = "has no interval" if unstable else f"resolves only {format_resolution(widest)}"
         line = (
             f"out of budget: a comparison {resolves} after {total} rounds (timing.resolve={resolve:g});"
             " a longer timing.max_time_s narrows it (the table's resolution column has each)"

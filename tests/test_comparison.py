@@ -13,17 +13,17 @@ from test_pooled import sweep
 from runner.config import PROJECT_ROOT
 from runner.identity import work
 from runner.record.table import format_interval, format_ratio, ratio_figure
-from runner.report import compare, pooled
+from runner.report import compare, pooled, sweep_answer
 from runner.report.comparison import Comparison, Timings, Verdict
 from runner.report.comparison import compare as compare_two
 
 
 def test_a_configuration_of_one_run_shows_the_same_figure_in_every_table_and_metric():
     frame = sweep({"numpy": 18e-6, "torch": 18e-6 * 1.04, "jax": 18e-6 * 23}, seeds=1)
-    headers, cells = pooled.table_cells(pooled.pool(frame))
+    headers, cells = sweep_answer.table_cells(pooled.pool(frame))
     by_label = {row[0]: row for row in cells}
     jobs = compare(frame)
-    parent = pooled.metrics(pooled.pool(frame))
+    parent = sweep_answer.metrics(pooled.pool(frame))
     for _, job in jobs.iterrows():
         row = by_label[job["params.backend.name"]]
         assert row[headers.index("time / fastest configuration")] == format_ratio(job["time_ratio"])
@@ -31,7 +31,7 @@ def test_a_configuration_of_one_run_shows_the_same_figure_in_every_table_and_met
             (job["time_ratio_ci_low"], job["time_ratio_ci_high"])
         )
         assert parent[f"{job['params.backend.name']}.time_ratio"] == ratio_figure(job["time_ratio"])  # = the child's
-    job_headers, _ = pooled.job_table(frame)
+    job_headers, _ = sweep_answer.job_table(frame)
     assert "time / fastest job" in job_headers  # each table names its baseline
 
 

@@ -195,6 +195,30 @@ def test_the_report_draws_each_runs_time_per_token(tmp_path):
     assert tmp_path / "report" / "token_latency.png" in written
 
 
+def test_a_sweeps_answer_says_what_a_generation_is_with_token_columns_and_the_token_plot(tmp_path):
+    """The parent's description (issue 62): what one call is, the time per generation and the token figures in both
+    tables, and the token-latency plot under the chart."""
+    from runner.record import runs
+    from runner.report import frame
+    from runner.report.sweep_answer import answer
+    from runner.tracking.sweeps import description
+
+    for backend in ("numpy", "torch"):
+        run(tmp_path / backend, f"backend={backend}")
+    said = answer(frame(runs.from_dirs([tmp_path / "numpy", tmp_path / "torch"])))
+    assert said.call == "one call: a generation of 5 prompt + 6 new tokens, batch 3"
+    headers = said.table.splitlines()[0]
+    assert "| time / generation |" in headers and headers.endswith("| first token | per token | tokens/s |")
+    assert all(row.count("µs") + row.count("ms") >= 3 for row in said.table.splitlines()[2:])  # filled, not blank
+    assert "| first token | per token | tokens/s |" in said.details.splitlines()[0]
+    artifacts = {"report/speedup.png", "report/token_latency.png"}
+    info = {"parent_run_id": "r1", "overrides": ["backend=numpy,torch"], "sweep_dir": str(tmp_path)}
+    page = description(info, said, [], artifacts, "1")
+    assert page.index(said.call) < page.index(said.table) < page.index("report%2Fspeedup.png")
+    assert page.index("report%2Fspeedup.png") < page.index("report%2Ftoken_latency.png")
+    assert "the charts under the table" in page
+
+
 def test_reduced_precision_is_the_runs_dtype_and_mixed_policies_are_refused(tmp_path):
     outcome = run(tmp_path / "bf16", "backend=torch", "dtype=bfloat16")
     assert outcome.metrics["within_reference_tolerance"] == 1.0 and outcome.metrics["tokens_differ"] == 0

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 from helpers import identified
 
-from runner.report import pooled
+from runner.report import pooled, sweep_answer
 from runner.report.ratio import NODE_SD, PROCESS_SD, node_spread
 
 ROUNDS, PER_ROUND = 20, 5
@@ -57,7 +57,7 @@ def test_nodes_of_one_kind_are_ranked_together_as_replicates():
     (found,) = [p for p in answer if p.label == "torch"]
     assert found.runs == 3 and found.comparison.basis == "20 rounds on 3 nodes"
     assert found.low < 1.2 < found.high and str(found.verdict) == "slower"
-    headers, cells = pooled.table_cells(answer)
+    headers, cells = sweep_answer.table_cells(answer)
     assert [row[headers.index("runs")] for row in cells] == ["3 on 3 nodes"] * 2
 
 

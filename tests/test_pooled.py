@@ -15,7 +15,7 @@ from runner.config import PROJECT_ROOT
 from runner.launch.sweep import summary as sweep_summary
 from runner.measure.samples import typical_s
 from runner.record.table import format_ratio, format_seconds
-from runner.report import plots, pooled
+from runner.report import plots, pooled, sweep_answer
 from runner.report.comparison import Verdict
 
 ROUNDS = 20
@@ -74,9 +74,9 @@ def test_replicates_are_pooled_into_one_row_per_configuration_against_the_fastes
 
 def test_the_answer_says_who_is_fastest_and_by_how_much_in_one_sentence():
     found = pool(sweep({"numpy": 18e-6, "torch": 18e-6 * 29, "jax": 18e-6 * 250}))
-    sentence = pooled.sentence(found)
+    sentence = sweep_answer.sentence(found)
     assert sentence.startswith(f"numpy fastest ({format_seconds(found[0].time_s)}); torch")
-    assert f"torch {format_ratio(found[1].ratio)} {pooled.interval_text(found[1])}" in sentence
+    assert f"torch {format_ratio(found[1].ratio)} {sweep_answer.interval_text(found[1])}" in sentence
     assert "the order is certain" in sentence and "±" in sentence  # a quiet machine: how close the sizes are
 
 
@@ -86,7 +86,7 @@ def test_the_sizes_are_said_in_the_intervals_own_terms_on_a_busy_machine_too():
     frame = sweep({"numpy": 1e-5, "torch": 3e-4})
     frame["metrics.machine_other_runnable"] = 2.0
     numpy, torch = found = pool(frame)
-    said = pooled.sentence(found)
+    said = sweep_answer.sentence(found)
     far = max(torch.high / torch.ratio, torch.ratio / torch.low) - 1
     assert said.endswith(f"the order is certain, the sizes known to ±{100 * far:.0f}%") and "busy" not in said
     assert 0 < far < 0.2  # the figure beside it: a narrow interval
@@ -96,11 +96,11 @@ def test_wide_intervals_and_no_interval_are_said_so():
     frame = sweep({"numpy": 1e-5, "torch": 3e-4})
     numpy, torch = pool(frame)
     wide = replace(torch, comparison=replace(torch.comparison, low=torch.ratio / 1.6, high=torch.ratio * 1.3))
-    assert pooled.sizes_known([wide]) == "the sizes known only to ±60%"  # it spans more than WIDE
+    assert sweep_answer.sizes_known([wide]) == "the sizes known only to ±60%"  # it spans more than WIDE
     wider = replace(torch, comparison=replace(torch.comparison, low=torch.ratio / 29, high=torch.ratio * 2))
-    assert pooled.sizes_known([wider]) == "the sizes known only within a factor of 29"
+    assert sweep_answer.sizes_known([wider]) == "the sizes known only within a factor of 29"
     apart = replace(torch, busy=2.0, comparison=replace(torch.comparison, low=math.nan, high=math.nan))
-    said = pooled.sentence([replace(numpy, busy=2.0), apart])
+    said = sweep_answer.sentence([replace(numpy, busy=2.0), apart])
     assert said.endswith("the sizes uncertain: no interval, and a busy machine (2.0 other runnable threads)")
 
 
@@ -116,7 +116,7 @@ def test_how_to_read_this_is_the_section_of_the_docs():
 def test_identical_configurations_are_called_within_noise():
     found = pool(sweep({"numpy": 1e-5, "tnp": 1e-5}))
     assert found[1].verdict == Verdict.WITHIN_NOISE and found[1].low <= 1 <= found[1].high
-    assert "within noise: " in pooled.sentence(found)
+    assert "within noise: " in sweep_answer.sentence(found)
 
 
 def test_rounds_that_disagree_give_the_ratio_of_the_medians_and_no_interval():
@@ -150,26 +150,26 @@ def test_replicates_that_stall_in_different_rounds_keep_the_figures_of_the_job_t
 
 def test_the_short_table_fits_the_ui_and_the_parent_gets_metrics_and_tags():
     found = pool(sweep({"numpy": 18e-6, "torch": 18e-6 * 29}))
-    headers, cells = pooled.table_cells(found)
+    headers, cells = sweep_answer.table_cells(found)
     assert len(headers) <= 8 and [row[0] for row in cells] == ["numpy", "torch"]
     assert all(" " not in cell for row in cells for cell in row[2:5])  # no value breaks across lines
-    metrics = pooled.metrics(found)
+    metrics = sweep_answer.metrics(found)
     assert metrics["numpy.time_ratio"] == 1.0 and "numpy.time_ratio_ci_low" not in metrics
     assert metrics["torch.time_typical_us"] == pytest.approx(found[1].time_s * 1e6, rel=1e-3)  # 4 digits
     assert metrics["torch.time_ratio_ci_low"] < metrics["torch.time_ratio"] < metrics["torch.time_ratio_ci_high"]
-    assert pooled.tags(found) == {"verdict": pooled.sentence(found), "fastest": "numpy"}
+    assert sweep_answer.tags(found) == {"verdict": sweep_answer.sentence(found), "fastest": "numpy"}
 
 
 def test_the_parent_names_its_answer_so_that_sweeps_share_a_column():
     """Per configuration (`torch.time_ratio`) every backend got its own mostly empty column across sweeps; the
     ranks' names are the same in every sweep of one workload."""
     found = pool(sweep({"numpy": 18e-6, "torch": 18e-6 * 29, "jax": 18e-6 * 250}))
-    metrics = pooled.metrics(found)
+    metrics = sweep_answer.metrics(found)
     assert metrics["fastest.time_typical_us"] == metrics["numpy.time_typical_us"]
     assert metrics["next_fastest.time_ratio"] == metrics["torch.time_ratio"]
     assert metrics["next_fastest.time_ratio_ci_high"] == metrics["torch.time_ratio_ci_high"]
     assert metrics["slowest.time_ratio"] == metrics["jax.time_ratio"]
-    other = pooled.metrics(pool(sweep({"tensorflow": 1e-4, "torch": 3e-4}, seed=1)))
+    other = sweep_answer.metrics(pool(sweep({"tensorflow": 1e-4, "torch": 3e-4}, seed=1)))
     assert {k for k in metrics if not k.startswith(("numpy.", "torch.", "jax."))} == {
         k for k in other if not k.startswith(("tensorflow.", "torch."))
     }
@@ -185,12 +185,12 @@ def test_each_workload_gets_its_own_answer():
         ("hidden=4096", "torch"),
         ("hidden=4096", "numpy"),
     ]
-    assert pooled.sentence(found).startswith("hidden=64: numpy fastest")
-    assert {"numpy_hidden64.time_ratio", "torch_hidden4096.time_ratio"} <= set(pooled.metrics(found))
+    assert sweep_answer.sentence(found).startswith("hidden=64: numpy fastest")
+    assert {"numpy_hidden64.time_ratio", "torch_hidden4096.time_ratio"} <= set(sweep_answer.metrics(found))
 
 
 def test_the_answer_has_a_job_table_narrow_enough_for_the_description():
-    answer = pooled.answer(sweep({"numpy": 18e-6, "torch": 18e-6 * 29}))
+    answer = sweep_answer.answer(sweep({"numpy": 18e-6, "torch": 18e-6 * 29}))
     assert answer.markdown.startswith("**numpy fastest")
     header = answer.details.splitlines()[0]
     assert header.count("|") - 1 <= 8 and "| torch · seed=1 #3 |" in answer.details
@@ -209,7 +209,7 @@ def test_speedup_plot_draws_time_over_the_fastest_with_intervals_on_a_log_axis(t
     labels = [t.get_text() for t in ax.texts]
     assert (
         labels[0].startswith("fastest")
-        and labels[2] == f"{format_ratio(found[2].ratio)} {pooled.interval_text(found[2])}"
+        and labels[2] == f"{format_ratio(found[2].ratio)} {sweep_answer.interval_text(found[2])}"
     )
     assert len(ax.collections) == 1  # the interval lines
     plt.close(fig)
@@ -222,10 +222,10 @@ def test_the_terminal_ends_on_the_answer_with_a_pooled_table_only_where_seeds_we
     from runner.launch.terminal import print_answer
 
     console = Console(width=200, record=True)
-    answer = pooled.answer(sweep({"numpy": 18e-6, "torch": 18e-6 * 29}, seeds=seeds))
+    answer = sweep_answer.answer(sweep({"numpy": 18e-6, "torch": 18e-6 * 29}, seeds=seeds))
     print_answer(console, answer)
     lines = console.export_text().strip().splitlines()
-    assert lines[-1] == pooled.sentence(answer.pooled)
+    assert lines[-1] == sweep_answer.sentence(answer.pooled)
     assert any(line.startswith("Replicates pooled") for line in lines) == (seeds > 1)
 
 
@@ -233,7 +233,7 @@ def test_a_generation_sweep_says_the_time_per_token_of_the_fastest():
     frame = sweep({"numpy": 2e-3, "jax": 5e-4})
     frame["params.task.name"] = "generate"  # the task says its parts (runner.tasks.Task.part): a token's time
     frame["metrics.tpot_p50_s"] = np.where(frame["params.backend.name"] == "jax", 1.3e-4, 5e-4)
-    said = pooled.sentence(pool(frame))
+    said = sweep_answer.sentence(pool(frame))
     assert said.startswith("generate on mlp: jax fastest (")
     assert f" a generation, {format_seconds(1.3e-4)} a token); numpy " in said
 
@@ -242,14 +242,14 @@ def test_a_training_sweep_says_what_it_timed_and_a_default_one_does_not():
     """The task, optimizer, model and precision a sweep fixed open its answer where not the defaults (issue 48):
     without them 'torch fastest (363 µs)' hid that a training step with Adam was timed."""
     frame = sweep({"torch": 3.6e-4, "tensorflow": 3.6e-4 * 23})
-    assert pooled.sentence(pool(frame)).startswith("torch fastest (")  # gradients on mlp: the defaults
+    assert sweep_answer.sentence(pool(frame)).startswith("torch fastest (")  # gradients on mlp: the defaults
     frame["params.task.name"], frame["params.optimizer.name"] = "train_step", "adam"
     found = pool(frame)
-    said = pooled.sentence(found)
+    said = sweep_answer.sentence(found)
     assert said.startswith(f"train_step (adam) on mlp: torch fastest ({format_seconds(found[0].time_s)} a step); ")
-    assert pooled.tags(pool(frame))["verdict"] == said
+    assert sweep_answer.tags(pool(frame))["verdict"] == said
     frame["params.precision.name"] = "bf16_mixed"
-    assert pooled.sentence(pool(frame)).startswith("train_step (adam) on mlp in bf16_mixed precision: torch")
+    assert sweep_answer.sentence(pool(frame)).startswith("train_step (adam) on mlp in bf16_mixed precision: torch")
 
 
 def test_what_varies_is_not_said_as_what_was_timed():
@@ -257,7 +257,7 @@ def test_what_varies_is_not_said_as_what_was_timed():
     small["params.model.name"], large["params.model.name"] = "mlp", "transformer"
     both = pd.concat([small, large], ignore_index=True)
     both["params.task.name"] = "inference"
-    said = pooled.sentence(pool(both))
+    said = sweep_answer.sentence(pool(both))
     assert said.startswith("inference · mlp: numpy fastest") and ". transformer: torch fastest" in said
 
 
@@ -352,7 +352,7 @@ def test_an_unstable_configuration_gets_no_ratio_and_the_answer_opens_with_no_re
     numpy, torch, jax = pool(sweep({"numpy": 1e-5, "torch": 3e-5, "jax": 9e-5}))
     why = "rounds 1-10 at 536 µs, 11-33 at 106 ms"
     torch = replace(torch, comparison=replace(torch.comparison, verdict=Verdict.UNSTABLE, reason=why))
-    said = pooled.sentence([numpy, torch, jax])
+    said = sweep_answer.sentence([numpy, torch, jax])
     assert said.startswith(
         f"no reliable order (torch's measurements disagree: {why}; quiet the machine, or pin each job: threads=1): "
         f"numpy {format_seconds(numpy.time_s)}; torch {format_seconds(torch.time_s)}, unstable; jax "
@@ -360,7 +360,7 @@ def test_an_unstable_configuration_gets_no_ratio_and_the_answer_opens_with_no_re
     assert "fastest" not in said and f"{format_ratio(torch.ratio)}" not in said
     no_interval = {"low": math.nan, "high": math.nan, "verdict": Verdict.CANNOT_TELL, "reason": "1 round"}
     one_round = replace(jax, comparison=replace(jax.comparison, **no_interval))
-    said = pooled.sentence([numpy, pool(sweep({"numpy": 1e-5, "torch": 3e-5}))[1], one_round])
+    said = sweep_answer.sentence([numpy, pool(sweep({"numpy": 1e-5, "torch": 3e-5}))[1], one_round])
     assert said.startswith("no reliable order (jax: 1 round): numpy ") and "(cannot tell)" in said
 
 

@@ -63,11 +63,11 @@ def ui_lines(uri: str, run_id: str, runs_list: bool = False) -> list[str]:
 
 
 def print_answer(console, answer) -> None:
-    """A sweep's answer under its table of jobs (runner.report.pooled.Answer): where replicates were pooled, a row per
+    """A sweep's answer under its table of jobs (runner.report.sweep_answer.Answer): where replicates were pooled, a row per
     configuration; then the sentence, the last thing the terminal shows before the MLflow link."""
     from rich.table import Table
 
-    from runner.report.pooled import sentence, table_cells
+    from runner.report.sweep_answer import sentence, table_cells
 
     if len(answer.pooled) == len({p.workload for p in answer.pooled}):  # nothing compared: the job table says it
         return
@@ -81,3 +81,5 @@ def print_answer(console, answer) -> None:
             table.add_row(*(cell.replace("\u00a0", " ") for cell in row))
         console.print(table)
     console.print(f"[bold]{sentence(answer.pooled)}[/]", highlight=False)
+    if answer.call:
+        console.print(answer.call, highlight=False)

@@ -33,7 +33,7 @@ from runner.report.plots import (
     plot_times,
     plot_token_latency,
 )
-from runner.report.pooled import Answer, answer
+from runner.report.sweep_answer import Answer, answer
 
 __all__ = [
     "Answer",

@@ -207,7 +207,7 @@ def _ratio_panel(ax, found: list, title: str) -> None:
     from matplotlib.ticker import FuncFormatter
 
     from runner.record.table import format_ratio
-    from runner.report.pooled import interval_text
+    from runner.report.sweep_answer import interval_text
 
     ratios = np.array([p.ratio for p in found])
     lows = np.array([p.ratio - p.low for p in found])  # NaN where there is no interval: no line drawn

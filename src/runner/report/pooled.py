@@ -1,5 +1,5 @@
-"""A sweep's answer: its replicates pooled, each configuration against the fastest doing the same work, said in
-one sentence and a short table.
+"""A sweep's replicates pooled: each configuration against the fastest doing the same work (runner.report.sweep_answer
+says it in words).
 
 Runs of one configuration (runner.identity: every setting but the seed) are replicates: the same work with other
 weights and inputs, each in its own process, on any node of one kind of machine. A configuration is compared as
@@ -12,23 +12,16 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from itertools import pairwise
-from pathlib import Path
 
 import pandas as pd
 
 from runner.identity import REPLICATE, under
-from runner.measure.machine_load import BUSY_OTHER_RUNNABLE
 from runner.record import naming
 from runner.record.naming import TIMED_GROUPS
-from runner.record.table import format_interval, format_ratio, format_seconds, ratio_figure
 from runner.report.comparison import Comparison, Verdict, versus_fastest
 from runner.report.frames import (
     _param_cell,
-    _records,
-    compare,
     same_work,
-    setup_notes,
     short_name,
     timed_runs,
     timings,
@@ -37,7 +30,6 @@ from runner.report.frames import (
 )
 from runner.tasks import Task, task_class
 
-WIDE = 1.5  # an interval whose high / low exceeds this gives the size of a difference only roughly
 BARE = ("params.dtype",)  # keys shown as their value alone, as group choices (`backend.name`) are
 
 
@@ -55,6 +47,8 @@ class Pooled:
     unit: str = Task.unit  # one call of the task it timed, in words (runner.tasks.Task.unit): "a step"
     part: str = ""  # where the task times parts of a call too (Task.part), one in words: "a token"
     part_s: float = math.nan  # ... and their median time, over its replicates
+    figures: tuple[tuple[str, str], ...] = ()  # the task's own columns (Task.metrics_shown): (heading, median cell)
+    call: str = ""  # what one call is where the unit alone does not say it (Task.one_call)
     timed: str = ""  # what the runs timed where not the defaults: 'train_step (adam) on mlp' (naming.what_was_timed)
     nodes: int = 1  # the hosts its replicates ran on (a sweep blocked by node: each a block)
 
@@ -131,9 +125,11 @@ def what_was_timed(frame: pd.DataFrame) -> str:
 
 
 def _presented(runs: pd.DataFrame) -> dict:
-    """How the runs' task says its times (runner.tasks.Task): its unit, and a part's median time where it has one."""
-    task = task_class(runs.iloc[0].get("params.task._target_"), runs.iloc[0].get("params.task.name"))
-    said: dict = {"unit": task.unit}
+    """How the runs' task says its times (runner.tasks.Task): its unit, what one call is, its own figures (the
+    median over the replicates) and a part's median time where it has one."""
+    first = runs.iloc[0]
+    task = task_class(first.get("params.task._target_"), first.get("params.task.name"))
+    said: dict = {"unit": task.unit, "call": task.one_call(_settings(first)), "figures": _figures(task, runs)}
     if task.part is not None:
         metric, part = task.part
         column = f"metrics.{metric}"
@@ -142,15 +138,44 @@ def _presented(runs: pd.DataFrame) -> dict:
     return said
 
 
+def _figures(task: type[Task], runs: pd.DataFrame) -> tuple[tuple[str, str], ...]:
+    """The task's columns the terminal shows (Metric.in_terminal), each the median over the replicates, as the job
+    table writes it."""
+    from runner.record.table import COLUMNS
+
+    cells = {c.key: c for c in COLUMNS}
+    found = []
+    for metric in task.metrics_shown:
+        column = f"metrics.{metric.key}"
+        if metric.in_terminal and column in runs and runs[column].notna().any():
+            found.append((metric.heading, cells[metric.key].cell({metric.key: float(runs[column].median())})))
+    return tuple(found)
+
+
+def _settings(row: pd.Series) -> dict:
+    """A run's settings as nested as its config ({'model': {'prompt_len': 16}, 'batch_size': 32}), from its
+    `params.*` columns."""
+    nested: dict = {}
+    for key, value in row.items():
+        if not str(key).startswith("params.") or (isinstance(value, float) and math.isnan(value)):
+            continue
+        *groups, name = str(key).removeprefix("params.").split(".")
+        level = nested
+        for group in groups:
+            level = level.setdefault(group, {}) if isinstance(level.get(group, {}), dict) else {}
+        level[name] = _param_cell(value)
+    return nested
+
+
 def _workload(row: pd.Series, keys: list[str]) -> str:
-    return " · ".join(_setting(k, row[k]) for k in keys)
+    return " · ".join(setting_text(k, row[k]) for k in keys)
 
 
 def _label(row: pd.Series, keys: list[str]) -> str:
-    return " · ".join(_setting(k, row[k]) for k in keys) or "all runs"
+    return " · ".join(setting_text(k, row[k]) for k in keys) or "all runs"
 
 
-def _setting(key: str, value: object) -> str:
+def setting_text(key: str, value: object) -> str:
     """'torch' for a group's choice or a dtype, 'threads=2' for a plain key, 'setup 2' for a setup."""
     if key == "setup":
         return f"setup {value}"
@@ -161,230 +186,5 @@ def _setting(key: str, value: object) -> str:
 
 def _key(row: pd.Series, keys: list[str]) -> str:
     """A configuration as an MLflow metric name's prefix (letters, digits, _ . -): 'torch_function', 'numpy_n64'."""
-    parts = [_setting(k, row[k]).replace("=", "") for k in keys] or ["all"]
+    parts = [setting_text(k, row[k]).replace("=", "") for k in keys] or ["all"]
     return re.sub(r"[^\w.\-]", "-", "_".join(parts))
-
-
-# -- saying it -----------------------------------------------------------------------------------
-
-
-def _time_said(p: Pooled) -> str:
-    """'607 µs' a call, for a training step '363 µs a step', for a generation '607 µs a generation, 139 µs a token'."""
-    said = format_seconds(p.time_s) if p.unit == Task.unit else f"{format_seconds(p.time_s)} {p.unit}"
-    return f"{said}, {format_seconds(p.part_s)} {p.part}" if p.part else said
-
-
-def interval_text(p: Pooled) -> str:
-    """'[25–34]', or '' where there is no interval."""
-    return f"[{_interval(p)[:-1]}]" if _interval(p) else ""
-
-
-def _interval(p: Pooled) -> str:
-    return format_interval((p.low, p.high))
-
-
-def sentence(pooled: list[Pooled]) -> str:
-    """The answer in one sentence per workload: 'numpy fastest; torch 29x [25–34]; jax 250x [200–310]; the
-    order is certain, the sizes known to ±12%', opening on what was timed
-    where that is not the default ('train_step (adam) on mlp: torch fastest (363 µs a step); ...')."""
-    parts = []
-    for i, (workload, group) in enumerate(_by_workload(pooled)):
-        title = " · ".join(t for t in (group[0].timed if i == 0 else "", workload) if t)
-        if len(group) == 1:
-            one = group[0]
-            parts.append(f"{title + ': ' if title else ''}{one.label} {format_seconds(one.time_s)} {one.unit}")
-            continue
-        if _order_unknown(group):
-            parts.append(f"{title + ': ' if title else ''}{_no_reliable_order(group)}")
-            continue
-        steps = [f"{group[0].label} fastest ({_time_said(group[0])})"]
-        steps += [
-            f"{p.label} {format_ratio(p.ratio)} {interval_text(p) or _no_interval(p)}".rstrip() for p in group[1:]
-        ]
-        parts.append(f"{title + ': ' if title else ''}{'; '.join(steps)}; {_certainty(group)}")
-    return ". ".join(parts)
-
-
-def _order_unknown(group: list[Pooled]) -> bool:
-    """No order is certain: a configuration's rounds or replicates disagree (unstable), or a comparison has no
-    verdict (cannot tell: one round, a busy machine, an unstable baseline)."""
-    return any(p.verdict in (Verdict.UNSTABLE, Verdict.CANNOT_TELL) for p in group)
-
-
-UNSTABLE_ADVICE = "quiet the machine, or pin each job: threads=1"
-
-
-def _no_reliable_order(group: list[Pooled]) -> str:
-    """'no reliable order (torch: its rounds disagree: rounds 1-10 at 536 µs, 11-33 at 106 ms; quiet the machine, or
-    pin each job: threads=1): jax 7.05 ms a step; torch 17.6 ms a step, unstable'. No winner opens it, and an unstable
-    configuration gets its typical time and no ratio, which its disagreeing rounds do not support."""
-    unstable = [p for p in group if p.verdict == Verdict.UNSTABLE]
-    why = [f"{p.label}'s measurements disagree: {p.reason}" for p in unstable]
-    if unstable:
-        why.append(UNSTABLE_ADVICE)
-    why += [f"{p.label}: {p.reason}" for p in group if p.verdict == Verdict.CANNOT_TELL and p.reason and not unstable]
-    said = []
-    for p in group:
-        if p.verdict == Verdict.UNSTABLE or p is group[0]:
-            said.append(f"{p.label} {_time_said(p)}{', unstable' if p.verdict == Verdict.UNSTABLE else ''}")
-        else:
-            said.append(f"{p.label} {format_ratio(p.ratio)} {interval_text(p) or _no_interval(p)}".rstrip())
-    return f"no reliable order ({'; '.join(dict.fromkeys(why))}): {'; '.join(said)}"
-
-
-def _no_interval(p: Pooled) -> str:
-    return f"({p.verdict})" if p.verdict in (Verdict.UNSTABLE, Verdict.CANNOT_TELL) else ""
-
-
-def _by_workload(pooled: list[Pooled]) -> list[tuple[str, list[Pooled]]]:
-    titles = list(dict.fromkeys(p.workload for p in pooled))
-    return [(t, [p for p in pooled if p.workload == t]) for t in titles]
-
-
-def _certainty(group: list[Pooled]) -> str:
-    """How far to trust the order and the sizes, in the intervals' own terms (how a busy machine moved the rounds is
-    in them); how busy the machine was only where there is no interval."""
-    others = group[1:]  # none unstable or without a verdict: those say `no reliable order` instead
-    if any(p.verdict == Verdict.WITHIN_NOISE for p in others):
-        order = "within noise: " + ", ".join(p.label for p in others if p.verdict == Verdict.WITHIN_NOISE)
-    elif all(a.high < b.low for a, b in pairwise(others)):
-        order = "the order is certain"
-    else:
-        order = "faster than the rest is certain, the order after it is not"
-    bounded = [p for p in others if not math.isnan(p.low)]
-    if bounded:  # in the intervals' own terms: a busy machine is in them already (its rounds widen them)
-        return f"{order}, {sizes_known(bounded)}"
-    busy = max(p.busy for p in group)
-    if busy > BUSY_OTHER_RUNNABLE:  # no interval to hold it: measured apart, or unstable
-        return f"{order}, the sizes uncertain: no interval, and a busy machine ({busy:.1f} other runnable threads)"
-    return order
-
-
-def sizes_known(bounded: list[Pooled]) -> str:
-    """How well the intervals give the sizes: 'the sizes known to ±12%' (the widest interval's farther end from its
-    ratio), 'the sizes known only to ±40%' where an interval spans more than WIDE, 'the sizes known only
-    within a factor of 29' beyond ±100%."""
-    far = max(max(p.high / p.ratio, p.ratio / p.low) for p in bounded)
-    wide = any(p.high / p.low > WIDE for p in bounded)
-    if far >= 2:
-        return f"the sizes known only within a factor of {far:.2g}"
-    return f"the sizes known {'only ' if wide else ''}to ±{100 * (far - 1):.0f}%"
-
-
-TABLE_HEADERS = ["configuration", "runs", "time / call", "time / fastest configuration", "95% interval", "verdict"]
-
-
-def table_cells(pooled: list[Pooled]) -> tuple[list[str], list[list[str]]]:
-    """The short table under the sentence (at most 8 columns): a row per configuration, the workload first where
-    the sweep did more than one."""
-    several = len({p.workload for p in pooled}) > 1
-    headers = (["workload"] if several else []) + TABLE_HEADERS
-    nbsp = "\u00a0"  # keeps '58.5 µs' and '25–34x' whole in a narrow column
-    cells = [
-        ([p.workload] if several else [])
-        + [p.label, _runs(p), format_seconds(p.time_s).replace(" ", nbsp), format_ratio(p.ratio), _interval(p)]
-        + [_verdict(p)]
-        for p in pooled
-    ]
-    return headers, cells
-
-
-def _runs(p: Pooled) -> str:
-    """Its replicates, and the nodes they ran on where more than one: '3 on 3 nodes'."""
-    return f"{p.runs} on {p.nodes} nodes" if p.nodes > 1 else str(p.runs)
-
-
-def _verdict(p: Pooled) -> str:
-    """The verdict as the comparison words it; an unstable one's reason is long (the job table has it)."""
-    return str(p.verdict) if p.verdict == Verdict.UNSTABLE else p.comparison.words()
-
-
-def metrics(pooled: list[Pooled]) -> dict[str, float]:
-    """The pooled figures as a parent run's metrics: per configuration its typical time (µs, as the jobs' metrics),
-    time / fastest and its interval, and how many replicates; NaN ones left out."""
-    out: dict[str, float] = {}
-    for p in pooled:
-        values = {
-            "time_typical_us": float(f"{p.time_s * 1e6:.3g}"),  # as format_seconds prints it
-            "time_ratio": ratio_figure(p.ratio),  # as the tables print them
-            "time_ratio_ci_low": ratio_figure(p.low),
-            "time_ratio_ci_high": ratio_figure(p.high),
-            "n_replicates": float(p.runs),
-        }
-        out |= {f"{p.key}.{name}": v for name, v in values.items() if not math.isnan(v)}
-    return out | ranked_metrics(pooled)
-
-
-def ranked_metrics(pooled: list[Pooled]) -> dict[str, float]:
-    """The answer under names every sweep shares, so that the runs list shows one column across sweeps whatever
-    they compared: `fastest.time_typical_us`, `next_fastest.time_ratio` with its interval (the fastest's margin),
-    `slowest.time_ratio`; for a sweep of one workload (of several, the configurations' own names say which)."""
-    if not pooled or len({p.workload for p in pooled}) > 1:
-        return {}
-    out = {"fastest.time_typical_us": float(f"{pooled[0].time_s * 1e6:.3g}")}
-    if len(pooled) > 1:
-        following = pooled[1]
-        out |= {
-            "next_fastest.time_ratio": ratio_figure(following.ratio),
-            "next_fastest.time_ratio_ci_low": ratio_figure(following.low),
-            "next_fastest.time_ratio_ci_high": ratio_figure(following.high),
-            "slowest.time_ratio": ratio_figure(max(p.ratio for p in pooled)),
-        }
-    return {k: v for k, v in out.items() if not math.isnan(v)}
-
-
-def tags(pooled: list[Pooled]) -> dict[str, str]:
-    """The verdict as a parent run's tags: `verdict` (the sentence) and `fastest` (per workload)."""
-    if not pooled:
-        return {}
-    fastest = [(f"{t}: " if t else "") + g[0].label for t, g in _by_workload(pooled)]
-    return {"verdict": sentence(pooled)[:5000], "fastest": "; ".join(fastest)[:5000]}
-
-
-# -- the sweep's summary -------------------------------------------------------------------------
-
-
-NOTE_COLUMNS = ("time_median_s", "time_iqr_s", "time_typical_s", "time_ratio", "time_ratio_ci", "within_noise")
-
-
-@dataclass(frozen=True)
-class Answer:
-    """What a sweep says first (its parent run's description, summary.md, the terminal's last lines)."""
-
-    pooled: list[Pooled]
-    markdown: str  # the sentence, then a row per configuration
-    details: str  # a row per job (at most 7 columns), then where the runs came from several setups
-
-    def metrics(self) -> dict[str, float]:
-        return metrics(self.pooled)
-
-    def tags(self) -> dict[str, str]:
-        return tags(self.pooled)
-
-
-def answer(frame: pd.DataFrame) -> Answer:
-    """The sweep's answer and its details, from its runs (runner.report.frames)."""
-    from runner.record.table import markdown
-
-    found = pool(frame)
-    text = f"**{sentence(found)}**\n\n{markdown(*table_cells(found))}" if found else ""
-    return Answer(found, text, markdown(*job_table(frame)) + "".join(f"\n{n}\n" for n in setup_notes(frame)))
-
-
-def job_table(frame: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
-    """A row per job (at most 8 columns), named by what varied (seed included) and its number ('torch · seed=1
-    #3'): status, median, IQR, typical time, time / fastest job, interval and verdict; narrow enough for MLflow's
-    description."""
-    from runner.record.table import COLUMNS, present, rows
-
-    compared = compare(frame)
-    records = _records(compared)
-    shown = present(tuple(c for c in COLUMNS if c.key in NOTE_COLUMNS), records)
-    varied = varied_params(compared)
-    names = [
-        " · ".join(_setting(k, row[k]) for k in varied if _param_cell(row[k])) + f" #{Path(str(row['run_dir'])).name}"
-        for _, row in compared.iterrows()
-    ]
-    status = compared["status"].map(str).tolist()
-    cells = [[name, s, *cells] for name, s, cells in zip(names, status, rows(shown, records), strict=True)]
-    return ["job", "status", *(c.label for c in shown)], cells

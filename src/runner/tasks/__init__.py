@@ -131,6 +131,12 @@ class Task:
         return {}
 
     @classmethod
+    def one_call(cls, config: dict) -> str:
+        """What one timed call is, in words, from the run's settings, where the unit alone does not say it: 'a
+        generation of 16 prompt + 8 new tokens, batch 32'; '' otherwise. The run's page and a sweep's answer say it."""
+        return ""
+
+    @classmethod
     def page_lines(cls, config: dict, metrics: dict, environment: dict, seconds: Callable[[float], str]) -> list[str]:
         """Lines of its own on a run's page in the MLflow UI (runner.tracking.run_page), from the run's record, times
         written by `seconds`: first, what one call of it is and its own figures."""

@@ -157,11 +157,15 @@ class Generate(Task):
         return f"{workload.size_setting(batch_size)} task.new_tokens={self.new_tokens}"
 
     @classmethod
-    def page_lines(cls, config: dict, metrics: dict, environment: dict, seconds: Callable[[float], str]) -> list[str]:
-        """What one call is, then time to first token, time per token (p50, p99) and tokens per second."""
+    def one_call(cls, config: dict) -> str:
         model, task = config.get("model") or {}, config.get("task") or {}
         prompt, new = model.get("prompt_len", "?"), task.get("new_tokens", "?")
-        lines = [f"one call: a generation of {prompt} prompt + {new} new tokens, batch {config.get('batch_size')}"]
+        return f"a generation of {prompt} prompt + {new} new tokens, batch {config.get('batch_size')}"
+
+    @classmethod
+    def page_lines(cls, config: dict, metrics: dict, environment: dict, seconds: Callable[[float], str]) -> list[str]:
+        """What one call is, then time to first token, time per token (p50, p99) and tokens per second."""
+        lines = [f"one call: {cls.one_call(config)}"]
         said = [f"{label} {seconds(metrics[key])}" for key, label in TOKEN_FIGURES if key in metrics]
         if "tokens_per_s" in metrics:
             said.append(f"{metrics['tokens_per_s']:.4g} tokens/s")

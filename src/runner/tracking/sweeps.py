@@ -67,13 +67,17 @@ UNLESS_SOME = ("n_failed", "n_killed")  # counts logged only where some jobs did
 
 GUIDE = "how-to-read.md"  # a sweep's artifact that explains its answer's words (docs/sweeps.md#how-to-read-this)
 CHART = "report/speedup.png"  # each configuration's time / the fastest's with its interval (runner.report.plots)
+FIGURES = (  # drawn in the parent's description under its table, where the report made them
+    (CHART, "time / the fastest configuration, with 95% intervals"),
+    ("report/token_latency.png", "time to each new token"),
+)
 
 
 def close_parent_run(
     info: dict, counts: dict[str, int], files: list[Path], status: str, answer=None, warnings: Sequence[str] = ()
 ) -> None:
     """Log a sweep's job counts and summary files to its parent run and end it with `status`. Its `answer`
-    (runner.report.pooled.Answer) goes first in the description the UI shows (with the chart and the sweep's
+    (runner.report.sweep_answer.Answer) goes first in the description the UI shows (with the chart and the sweep's
     `warnings`, see description), its details after the command, its verdict into tags and its pooled figures into
     metrics (what the runs list can show)."""
     from mlflow.entities import Metric, RunTag
@@ -100,24 +104,23 @@ def close_parent_run(
 
 def description(info: dict, answer, warnings: Sequence[str], artifacts: set[str], experiment_id: str) -> str:
     """A sweep parent's description: the answer's sentence; a line pointing to how to read it (GUIDE, an artifact
-    opened in the UI), to the chart and to the warnings; the configurations' table; the chart itself (CHART,
-    drawn from the run's artifacts); the sweep's warnings as the terminal printed them; then what was swept, where
-    and by what command, and a row per job."""
+    opened in the UI), to the charts and to the warnings; what one call is; the configurations' table; the charts
+    themselves (FIGURES, drawn from the run's artifacts); the sweep's warnings as the terminal printed them; then what
+    was swept, where and by what command, and a row per job."""
     run_id = info["parent_run_id"]
-    headline, _, table = answer.markdown.partition("\n\n")
+    drawn = [(figure, alt) for figure, alt in FIGURES if figure in artifacts]
     pointers = []
     if GUIDE in artifacts:
         guide = f"#/experiments/{experiment_id}/runs/{run_id}/artifacts/{GUIDE}?workflowType=machine_learning"
         pointers.append(f"[how to read this]({guide})")  # opened in the UI's model-training view
-    if CHART in artifacts:
-        pointers.append("the chart under the table")
+    if drawn:
+        pointers.append(f"the chart{'s' * (len(drawn) > 1)} under the table")
     if warnings:
         count = f"{len(warnings)} warning{'s' * (len(warnings) != 1)}"
-        pointers.append(f"{count} under {'it' if CHART in artifacts else 'the table'}")
-    parts = [headline, " · ".join(pointers), table]
-    if CHART in artifacts:  # the UI's own address for an artifact, relative to the page: any host, port or prefix
-        address = f"get-artifact?path={quote(CHART, safe='')}&run_uuid={run_id}"
-        parts.append(f"![time / the fastest configuration, with 95% intervals]({address})")
+        pointers.append(f"{count} under {('them' if len(drawn) > 1 else 'it') if drawn else 'the table'}")
+    parts = [answer.headline, answer.call, " · ".join(pointers), answer.table]
+    # the UI's own address for an artifact, relative to the page: any host, port or prefix
+    parts += [f"![{alt}](get-artifact?path={quote(figure, safe='')}&run_uuid={run_id})" for figure, alt in drawn]
     if warnings:
         parts.append("".join(f"warning: {line}  \n" for line in warnings).rstrip())
     parts += [opening(info), answer.details]

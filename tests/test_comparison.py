@@ -101,3 +101,18 @@ def test_no_module_but_the_comparison_computes_a_ratio_against_a_baseline():
             if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")) == "time_ratio":
                 callers.add(path.relative_to(source).as_posix())
     assert callers == {"report/comparison.py"}
+
+
+def test_a_ratio_outside_the_interval_of_the_typical_times_beside_it_gets_no_verdict():
+    """A page shows a run's typical time (the median over its rounds) beside its ratio (the geometric mean over its
+    rounds): where the typical times' ratio falls outside the ratio's interval, the two figures contradict each other
+    and neither is given as the answer (seen on a busy machine: 6.53x [5.67-7.52] beside typical times 7.54x apart)."""
+    rounds = np.arange(1, 25)
+    skewed = np.tile([1.0, 1.0, 1.6], 8)  # every third round slow: median 1.0, geometric mean 1.17
+    run, baseline = Timings(((skewed * 1e-3, rounds),)), Timings(((np.full(24, 1e-3), rounds),))
+    found = compare_two(run, baseline)
+    assert run.typical_s() / baseline.typical_s() == pytest.approx(1.0)
+    assert found.verdict == Verdict.UNSTABLE and math.isnan(found.low)
+    assert found.reason == "1.17x over its rounds, 1.00x by the typical times"
+    steady = Timings(((np.full(24, 1.17e-3), rounds),))  # the same geometric mean, every round alike
+    assert compare_two(steady, baseline).verdict == Verdict.SLOWER

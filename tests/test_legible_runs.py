@@ -157,4 +157,4 @@ def test_a_generations_description_opens_with_what_one_call_is_and_its_token_fig
     )
     assert what == "one call: a generation of 8 prompt + 8 new tokens, batch 1"
     assert figures == "first token 1.2 ms; per token p50 300 µs; p99 500 µs; 2000 tokens/s"
-    assert rest[0].startswith("typical 3.9 ms per call (what ratios and rates use); median 4 ms ± 100 µs (IQR)")
+    assert rest[0].startswith("typical 3.9 ms a generation (what ratios and rates use); median 4 ms ± 100 µs (IQR)")

@@ -63,8 +63,9 @@ def ui_lines(uri: str, run_id: str, runs_list: bool = False) -> list[str]:
 
 
 def print_answer(console, answer) -> None:
-    """A sweep's answer under its table of jobs (runner.report.sweep_answer.Answer): where replicates were pooled, a row per
-    configuration; then the sentence, the last thing the terminal shows before the MLflow link."""
+    """A sweep's answer under its table of jobs (runner.report.sweep_answer.Answer): where replicates were pooled, a
+    row per configuration; then the sentence, the last thing the terminal shows before the MLflow link, and what one
+    call is."""
     from rich.table import Table
 
     from runner.report.sweep_answer import sentence, table_cells

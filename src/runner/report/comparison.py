@@ -182,7 +182,8 @@ def compare(
     pooled = apart or len(run.replicates) > 1 or len(baseline.replicates) > 1
     outside = not (pooled or math.isnan(over.low) or over.low <= by_typical <= over.high)
     if outside or max(over.value / by_typical, by_typical / over.value) > UNSTABLE_DISAGREE:
-        return no_verdict(Verdict.UNSTABLE, f"{over.value:.2f}x over its rounds, {by_typical:.2f}x by the typical times")
+        why = f"{over.value:.2f}x over its rounds, {by_typical:.2f}x by the typical times"
+        return no_verdict(Verdict.UNSTABLE, why)
     value, low, high = over.value, over.low, over.high
     if pooled:  # centred on the typical times (see above)
         value, low, high = by_typical, low * by_typical / over.value, high * by_typical / over.value

@@ -290,3 +290,14 @@ def git_dirty() -> str:
         ["git", "status", "--porcelain", "--untracked-files=no"], cwd=PROJECT_ROOT, capture_output=True, text=True
     ).stdout.strip()
     return "true" if changes else "false"
+
+
+def test_the_time_comparisons_use_is_logged_first_so_the_compare_page_draws_it():
+    """MLflow's compare page opens its parallel-coordinates plot on a run's first metric: the typical time (what
+    ratios and rates use), then the task's own figures, not the median the record opens with."""
+    from runner.record.result import Result, Status
+    from runner.tracking.upload import _metrics
+
+    recorded = {"time_median_s": 1e-3, "time_iqr_s": 1e-4, "tokens_per_s": 900.0, "time_typical_s": 9e-4}
+    logged = _metrics(Result(status=Status.FINISHED, metrics=recorded), None, None, 0)
+    assert [m.key for m in logged] == ["time_typical_us", "tokens_per_s", "time_median_us", "time_iqr_us"]

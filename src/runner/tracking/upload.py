@@ -26,6 +26,7 @@ from runner.record.result import (
     read_timings,
 )
 from runner.record.runs import control_tag
+from runner.tasks import builtin_metrics
 from runner.tracking.link import TRACKING_FILE, read_link, read_link_or_empty, run_key, write_link
 from runner.tracking.run_page import TRACE, microseconds, note_content, ui_metric
 from runner.tracking.store import check_reachable, client, ensure_experiment, open_store, retry_on_lock
@@ -155,7 +156,10 @@ def _metrics(result: Result, samples, sample_ends, ended_ms: int) -> list:
     from mlflow.entities import Metric
 
     numbers = {k: float(v) for k, v in result.metrics.items() if isinstance(v, int | float)}
-    shown = [m for m in (ui_metric(k, v) for k, v in numbers.items()) if m is not None]
+    # logged first: the time comparisons use, then the task's own; MLflow's compare page draws the first by default
+    first = {k: i for i, k in enumerate(("time_typical_s", *(m.key for m in builtin_metrics())))}
+    ordered = sorted(numbers, key=lambda k: first.get(k, len(first)))  # stable: the rest as the record has them
+    shown = [m for m in (ui_metric(k, numbers[k]) for k in ordered) if m is not None]
     metrics = [Metric(name, value, ended_ms, 0) for name, value in shown]
     if samples is None:
         return metrics

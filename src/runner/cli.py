@@ -6,7 +6,7 @@ runner report --sweep-dir DIR --out DIR
 runner compare BEFORE AFTER [--tracking-uri URI] [--factor 1.1]
 runner sync RUN_DIR... [--tracking-uri URI]
 runner history [DIR...] [--tracking-uri URI] [--experiment NAME] [--case KEY] [--by-host] [--json] [--html DIR]
-               [--fail-on LABELS]
+               [--fail-on LABELS [--confirm]]
 runner history --mark RUN_ID --why TEXT
 runner --version
 """
@@ -98,6 +98,11 @@ def _history_parser(commands, uri_help: str) -> None:
     history.add_argument("--json", action="store_true", help="print the histories as JSON, for other tools")
     history.add_argument("--html", type=_path, metavar="DIR", help="write a page per case and an index.html here")
     history.add_argument("--fail-on", default="", metavar="LABELS", help="exit 1 on a step so labelled: regression,...")
+    history.add_argument(
+        "--confirm",
+        action="store_true",
+        help="with --fail-on: run each flagged case again first; exit 1 only on the steps its re-run confirms",
+    )
     history.add_argument("--mark", metavar="RUN_ID", help="mark a known change at this run (no alert there) and exit")
     history.add_argument("--why", help="what changed, with --mark (e.g. 'new machine'; default: known change)")
     history.set_defaults(command=_history)
@@ -118,6 +123,8 @@ def _history(args: argparse.Namespace) -> int:
     if args.why is not None:
         raise LookupError("--why says what changed at the run --mark names: give --mark RUN_ID too")
     labels = history.fail_labels(args.fail_on)
+    if args.confirm and (not labels or args.dirs):
+        raise LookupError("--confirm runs the cases --fail-on flags again into MLflow: give --fail-on LABELS, no DIR")
     if args.html:
         writable_folder(args.html, "--html")
     if args.dirs:
@@ -138,10 +145,25 @@ def _history(args: argparse.Namespace) -> int:
         print(f"wrote {index}", file=sys.stderr if args.json else sys.stdout)
         if not args.dirs:
             _log_history_pages(found, args.html, uri or "", sys.stderr if args.json else sys.stdout)
+    if args.confirm:
+        return _confirmed(uri or "", history.failing_steps(found, labels))
     failing = history.failing(found, labels)
     for line in failing:
         print(f"failing: {line}", file=sys.stderr)
     return 1 if failing else 0
+
+
+def _confirmed(uri: str, flagged: list) -> int:
+    """--confirm: each flagged case run again (runner.launch.confirm); exit 1 only where a re-run confirms a step."""
+    from runner.launch.confirm import confirm
+    from runner.report.history import describe_step
+
+    said = confirm(uri, flagged)
+    steps = [(h, s) for h, found in flagged for s in found]
+    for (h, step), confirmation in zip(steps, said, strict=True):
+        word = "failing" if confirmation.confirmed else "flagged"
+        print(f"{word}: {h.case_name}: {describe_step(h, step)}; {confirmation.line()}", file=sys.stderr)
+    return 1 if any(c.confirmed for c in said) else 0
 
 
 def _log_history_pages(found: list, folder: Path, uri: str, out) -> None:

@@ -219,15 +219,15 @@ def lines(histories: list[History]) -> list[str]:
 
 
 def failing(histories: list[History], labels: set[str]) -> list[str]:
-    """The steps whose label is one of `labels` (runner history --fail-on), as printed; a control's own series aside
-    (its steps are the whole machine's, which the series fitted relative to it have cancelled)."""
-    return [
-        f"{h.case_name}: {describe_step(h, s)}"
-        for h in histories
-        if not h.is_control
-        for s in h.steps
-        if str(s.label) in labels
-    ]
+    """The steps whose label is one of `labels` (runner history --fail-on), as printed."""
+    return [f"{h.case_name}: {describe_step(h, s)}" for h, steps in failing_steps(histories, labels) for s in steps]
+
+
+def failing_steps(histories: list[History], labels: set[str]) -> list[tuple[History, list[Step]]]:
+    """Per history, its steps whose label is one of `labels`; a control's own series aside (its steps are the whole
+    machine's, which the series fitted relative to it have cancelled)."""
+    found = [(h, [s for s in h.steps if str(s.label) in labels]) for h in histories if not h.is_control]
+    return [(h, steps) for h, steps in found if steps]
 
 
 def fail_labels(text: str) -> set[str]:

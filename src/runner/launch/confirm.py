@@ -1,0 +1,163 @@
+"""`runner history --fail-on LABELS --confirm`: before the gate fails, each flagged case runs again on the spot, and
+its step stands only where the new run agrees with it.
+
+The new run is the flagged case's newest run made again: its own recorded overrides (MLflow artifact
+hydra/overrides.yaml), as a sweep of that one job, so that the control its sweep named (`control=NAME`) is timed
+beside it in the same rounds, into the same store and experiment. It confirms the step where it lies nearer the level
+after the step than the level before it: its time (relative to its control where the history was fitted so) over the
+level before the step is beyond the step's geometric midpoint, sqrt(after / before). The runs before the step are many
+and its after side is what a noisy night moves; one quiet re-run that lands back on the old level clears it. TorchBench
+files only the regressions it reproduces; Otava adds a minimum segment length against single spikes.
+
+The re-run is tagged `history.confirms` (the flagged run's id), the flagged run `history.confirmed` (yes or no, with
+the re-run's id and its ratio), so that the record says which alerts were confirmed.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from runner.locations import PROJECT_ROOT, output_root
+from runner.report.history import History
+from runner.report.steps import Step
+
+CONFIRMS_TAG = "history.confirms"  # on a re-run: the run whose step it was made to check
+CONFIRMED_TAG = "history.confirmed"  # on the flagged run: 'yes: ...' or 'no: ...'
+OWN_KEYS = ("tracking.uri", "tracking.experiment", "hydra.sweep.", "hydra.run.")  # the re-run's own, not the record's
+SEARCHPATH = "hydra.searchpath="  # configs of one's own (a model of one's own): the re-run finds them as the run did
+
+
+@dataclass(frozen=True)
+class Confirmation:
+    """A flagged step and what its re-run said."""
+
+    case_name: str
+    flagged_run: str  # the newest run of the case, whose configuration ran again
+    rerun: str  # the re-run's MLflow run id ('' where it did not finish)
+    ratio: float  # the re-run's time over the level before the step (NaN where it did not finish)
+    midpoint: float  # sqrt(the step's ratio): beyond it, the re-run sits nearer the level after the step
+    confirmed: bool
+    why: str = ""  # where the re-run did not finish: its error
+
+    def line(self) -> str:
+        """'confirmed by a re-run (run 3f2a…): 1.48x the level before the step, beyond the midpoint 1.22x'."""
+        if not self.rerun:
+            return f"not confirmed: the re-run did not finish ({self.why}); the step stands unconfirmed"
+        word = "confirmed" if self.confirmed else "not confirmed"
+        side = "beyond" if self.confirmed else "short of"
+        return (
+            f"{word} by a re-run (run {self.rerun[:12]}): {self.ratio:.3g}x the level before the step, {side} the "
+            f"midpoint {self.midpoint:.3g}x"
+        )
+
+
+def confirm(uri: str, flagged: list[tuple[History, list[Step]]], out=sys.stderr) -> list[Confirmation]:
+    """Re-run each flagged case's newest run once and say whether it confirms each of its flagged steps (see the
+    module's docstring), each re-run's progress on `out`; the record tagged as it says."""
+    from runner import tracking
+
+    found = []
+    for history, steps in flagged:
+        newest = history.entries[-1].run_id
+        print(f"re-running {history.case_name} (run {newest[:12]}) to confirm its step", file=out, flush=True)
+        rerun, value, why = _rerun(uri, newest, history.relative)
+        for step in steps:
+            midpoint = math.sqrt(step.ratio)
+            ratio = value / level_before(history, step)
+            confirmed = bool(rerun) and (ratio >= midpoint if step.ratio > 1 else ratio <= midpoint)
+            found.append(Confirmation(history.case_name, newest, rerun, ratio, midpoint, confirmed, why))
+        if rerun:
+            tracking.set_tags(uri, rerun, {CONFIRMS_TAG: newest})
+        said = "; ".join(c.line() for c in found[-len(steps) :])
+        tracking.set_tags(uri, newest, {CONFIRMED_TAG: f"{'yes' if found[-1].confirmed else 'no'}: {said}"})
+    return found
+
+
+def level_before(history: History, step: Step) -> float:
+    """The geometric mean of the points between the step before this one (or the first run) and this step, as the
+    history was fitted: times, or times over their control's."""
+    start = max((s.index for s in history.steps if s.index < step.index), default=0)
+    points = [e.point(history.relative).typical_s for e in history.entries[start : step.index]]
+    return float(np.exp(np.mean(np.log(points))))
+
+
+def _rerun(uri: str, run_id: str, relative: bool) -> tuple[str, float, str]:
+    """(the re-run's MLflow run id, its time or its time over its control's, '') or ('', NaN, why it failed)."""
+    from runner import tracking
+    from runner.record.runs import from_path
+
+    sweep_dir = output_root() / "outputs" / "confirm" / f"{time.strftime('%Y-%m-%d_%H-%M-%S')}_{run_id[:12]}"
+    command = rerun_command(recorded_overrides(uri, run_id), uri, _experiment(uri, run_id), sweep_dir)
+    done = subprocess.run(command, capture_output=True, text=True, cwd=output_root())
+    runs = from_path(sweep_dir) if sweep_dir.is_dir() else []
+    case = [r for r in runs if not r.is_control and r.timed]
+    control = [r for r in runs if r.is_control and r.timed]
+    if done.returncode != 0 or not case or (relative and not control):
+        lines = (done.stderr or done.stdout).strip().splitlines()
+        return "", math.nan, lines[-1] if lines else f"exit {done.returncode}"
+    rerun = tracking.read_link(Path(str(case[0].run_dir))).get("run_id", "")
+    value = case[0].typical_s / control[0].typical_s if relative else case[0].typical_s
+    return rerun, value, ""
+
+
+def rerun_command(overrides: list[str], uri: str, experiment: str, sweep_dir: Path) -> list[str]:
+    """The flagged run made again: `run.py -m` (a sweep of one job, and its control where it names one) with its
+    recorded overrides, into the same store and experiment, its folder `sweep_dir`."""
+    kept = [o for o in overrides if not o.lstrip("+~").startswith(OWN_KEYS)]
+    entry = [sys.executable, str(PROJECT_ROOT / "run.py")] if (PROJECT_ROOT / "run.py").is_file() else ["tensor-runner"]
+    own = [f"tracking.uri={uri}", f"tracking.experiment={experiment}", f"hydra.sweep.dir={sweep_dir}"]
+    return [*entry, "-m", *kept, *own]
+
+
+def recorded_overrides(uri: str, run_id: str) -> list[str]:
+    """The overrides a run was made with, from its hydra/ artifacts (runner.tracking.upload logs its .hydra folder):
+    its own (overrides.yaml), and where Hydra found configs of one's own (hydra.searchpath: in its hydra.yaml, or for
+    a sweep's job, whose files are logged before Hydra writes that, in its sweep's multirun.yaml)."""
+    from omegaconf import OmegaConf
+
+    with tempfile.TemporaryDirectory() as folder:
+        found = _artifact(uri, run_id, "hydra/overrides.yaml", folder)
+        if found is None:
+            raise LookupError(f"run {run_id} has no hydra/overrides.yaml artifact to run it again")
+        own = [str(o) for o in OmegaConf.load(found)]
+        hydra = _artifact(uri, run_id, "hydra/hydra.yaml", folder)
+        parent = _reader_of(uri, run_id).get_run(run_id).data.tags.get("mlflow.parentRunId")
+        if hydra is None and parent:
+            hydra = _artifact(uri, parent, "multirun.yaml", folder)
+        searched = (OmegaConf.select(OmegaConf.load(hydra), "hydra.overrides.hydra") or []) if hydra else []
+        return own + [str(o) for o in searched if str(o).startswith(SEARCHPATH)]
+
+
+def _artifact(uri: str, run_id: str, path: str, folder: str) -> Path | None:
+    """A run's artifact downloaded into `folder`, or None where it has none."""
+    import mlflow.artifacts
+
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # a bar per small file, on stderr
+    try:
+        return Path(
+            mlflow.artifacts.download_artifacts(
+                run_id=run_id, artifact_path=path, dst_path=f"{folder}/{run_id}", tracking_uri=uri
+            )
+        )
+    except Exception:  # noqa: BLE001 - MLflow raises several kinds for a missing artifact
+        return None
+
+
+def _reader_of(uri: str, run_id: str):
+    from runner.tracking.search import existing_run
+
+    return existing_run(uri, run_id)
+
+
+def _experiment(uri: str, run_id: str) -> str:
+    mlflow = _reader_of(uri, run_id)
+    return mlflow.get_experiment(mlflow.get_run(run_id).info.experiment_id).name

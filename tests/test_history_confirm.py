@@ -1,0 +1,124 @@
+"""`runner history --fail-on regression --confirm` (runner.launch.confirm): the flagged case runs again on the spot, and
+the gate fails only where the re-run lands nearer the level after the step than the one before it."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+from helpers import FAST_TIMING, made_store, run_cli, runner_main
+
+from runner.launch import confirm
+from runner.report.history import Entry, History
+from runner.report.steps import Label, Step
+
+PLUGIN = Path(__file__).parent / "plugin"
+CASE = ["model=chain", "model.features=64", "task=inference", "backend=numpy", "threads=1", "batch_size=8"]
+
+
+def history_of(values: list[float], step_at: int, ratio: float) -> tuple[History, Step]:
+    entries = [Entry(f"run{i}", float(i), v) for i, v in enumerate(values)]
+    step = Step(step_at, ratio, ratio * 0.95, ratio * 1.05, Label.REGRESSION)
+    return History("c", "chain", "m", "machine", entries, [step]), step
+
+
+def test_the_level_before_a_step_is_the_geometric_mean_since_the_step_before_it():
+    history, step = history_of([1.0, 1.0, 4.0, 4.0, 4.0, 8.0, 8.0], 5, 2.0)
+    earlier = Step(2, 4.0, 3.8, 4.2, Label.REGRESSION)
+    history.steps = [earlier, step]
+    assert confirm.level_before(history, step) == pytest.approx(4.0)
+    assert confirm.level_before(history, earlier) == pytest.approx(1.0)
+
+
+def test_the_rerun_is_the_recorded_run_with_its_own_store_and_folder(tmp_path):
+    recorded = ["model=chain", "tracking.uri=sqlite\\:///old.db", "control=matmul", "hydra.searchpath=[file:///p]"]
+    command = confirm.rerun_command(recorded, "sqlite:///new.db", "nightly", tmp_path)
+    assert command[-7:] == [
+        "-m",
+        "model=chain",
+        "control=matmul",
+        "hydra.searchpath=[file:///p]",
+        "tracking.uri=sqlite:///new.db",
+        "tracking.experiment=nightly",
+        f"hydra.sweep.dir={tmp_path}",
+    ]
+
+
+def test_confirm_without_fail_on_or_with_directories_is_one_line(tmp_path):
+    for args in (["--confirm"], [str(tmp_path), "--fail-on", "regression", "--confirm"]):
+        done = runner_main("history", *args)
+        assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
+        assert "--confirm runs the cases --fail-on flags again" in done.stderr
+
+
+def _store_with_a_regression(tmp_path: Path) -> tuple[str, str]:
+    """A store whose case (model=chain, a real run's tags, params and files) ran 12 nights: 6 at its time, then 6 at
+    twice it. Returns (uri, the newest night's run id)."""
+    from mlflow.entities import Metric, Param, RunTag
+    from mlflow.tracking import MlflowClient
+
+    uri = made_store(tmp_path)
+    done = run_cli(
+        *CASE,
+        *FAST_TIMING,
+        f"hydra.searchpath=[file://{PLUGIN / 'conf'}]",
+        f"tracking.uri={uri}",
+        "tracking.experiment=nightly",
+        f"hydra.run.dir={tmp_path}/run",
+        env={"PYTHONPATH": str(PLUGIN)},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    client = MlflowClient(uri)
+    (real,) = client.search_runs([client.get_experiment_by_name("nightly").experiment_id])
+    typical = real.data.metrics["time_typical_us"]
+    tags = [RunTag(k, v) for k, v in real.data.tags.items() if k not in ("mlflow.runName", "runner.run_key")]
+    params = [Param(k, v) for k, v in real.data.params.items()]
+    start = real.info.start_time - 13 * 86_400_000
+    newest = ""
+    for night in range(12):
+        run = client.create_run(real.info.experiment_id, start_time=start + night * 86_400_000, run_name=f"n{night}")
+        value = typical * (2.0 if night >= 6 else 1.0) * (1 + 0.01 * math.sin(night))
+        metrics = {**real.data.metrics, "time_typical_us": value, "time_median_us": value * 1.02}
+        stamp = start + night * 86_400_000
+        client.log_batch(
+            run.info.run_id,
+            metrics=[Metric(k, v, stamp, 0) for k, v in metrics.items() if not k.startswith("trace/")],
+            params=params,
+            tags=tags,
+        )
+        client.set_terminated(run.info.run_id, "FINISHED", end_time=stamp + 1000)
+        newest = run.info.run_id
+    client.log_artifacts(newest, str(tmp_path / "run" / ".hydra"), "hydra")
+    client.delete_run(real.info.run_id)
+    return uri, newest
+
+
+@pytest.mark.heavy  # a real run and two re-runs: about 25 s
+def test_a_regression_stands_only_where_its_rerun_confirms_it(tmp_path, monkeypatch):
+    """Twice as slow from the 7th night on. Re-run with the work as it was (a noisy week, not the code): the step is
+    not confirmed and the gate passes. Re-run with the extra work (the code did get slower): it is, and the gate
+    fails. Both leave the record saying which."""
+    from mlflow.tracking import MlflowClient
+
+    uri, newest = _store_with_a_regression(tmp_path)
+    monkeypatch.setattr(confirm, "output_root", lambda: tmp_path)
+    monkeypatch.setenv("PYTHONPATH", str(PLUGIN))
+    monkeypatch.syspath_prepend(str(PLUGIN))
+    plain = runner_main("history", "--tracking-uri", uri, "--fail-on", "regression")
+    assert plain.returncode == 1 and "failing: " in plain.stderr and "regression: 2" in plain.stderr
+
+    monkeypatch.setenv("RUNNER_TEST_EXTRA_WORK", "0")
+    cleared = runner_main("history", "--tracking-uri", uri, "--fail-on", "regression", "--confirm")
+    assert cleared.returncode == 0, cleared.stderr
+    assert "flagged: " in cleared.stderr and "not confirmed by a re-run" in cleared.stderr
+    client = MlflowClient(uri)
+    assert client.get_run(newest).data.tags[confirm.CONFIRMED_TAG].startswith("no: not confirmed by a re-run")
+
+    monkeypatch.setenv("RUNNER_TEST_EXTRA_WORK", "1.0")  # 20 layers, not 10: the work itself doubled
+    confirmed = runner_main("history", "--tracking-uri", uri, "--fail-on", "regression", "--confirm")
+    assert confirmed.returncode == 1, confirmed.stderr
+    assert "failing: " in confirmed.stderr and "confirmed by a re-run" in confirmed.stderr
+    reruns = [r for r in client.search_runs([client.get_run(newest).info.experiment_id]) if confirm.CONFIRMS_TAG in
+              r.data.tags]  # fmt: skip
+    assert len(reruns) == 2 and all(r.data.tags[confirm.CONFIRMS_TAG] for r in reruns)

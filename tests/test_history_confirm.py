@@ -122,3 +122,15 @@ def test_a_regression_stands_only_where_its_rerun_confirms_it(tmp_path, monkeypa
     reruns = [r for r in client.search_runs([client.get_run(newest).info.experiment_id]) if confirm.CONFIRMS_TAG in
               r.data.tags]  # fmt: skip
     assert len(reruns) == 2 and all(r.data.tags[confirm.CONFIRMS_TAG] for r in reruns)
+
+
+def test_a_step_whose_case_cannot_run_again_stands(tmp_path):
+    """Runs logged without their hydra/ files (a store of another tool's making) cannot be made again: the step fails
+    the gate, and the line says why."""
+    from test_history import _store
+
+    uri, _ = _store(tmp_path, [100e-6] * 6 + [150e-6] * 6)
+    done = runner_main("history", "--tracking-uri", uri, "--fail-on", "regression", "--confirm")
+    assert done.returncode == 1, done.stderr
+    assert "failing: " in done.stderr and "the re-run did not finish (run " in done.stderr
+    assert "has no hydra/overrides.yaml artifact to run it again): the step stands" in done.stderr

@@ -154,16 +154,16 @@ def _history(args: argparse.Namespace) -> int:
 
 
 def _confirmed(uri: str, flagged: list) -> int:
-    """--confirm: each flagged case run again (runner.launch.confirm); exit 1 only where a re-run confirms a step."""
+    """--confirm: each flagged case run again (runner.launch.confirm); exit 1 only where a step stands."""
     from runner.launch.confirm import confirm
     from runner.report.history import describe_step
 
     said = confirm(uri, flagged)
     steps = [(h, s) for h, found in flagged for s in found]
     for (h, step), confirmation in zip(steps, said, strict=True):
-        word = "failing" if confirmation.confirmed else "flagged"
+        word = "failing" if confirmation.stands else "flagged"
         print(f"{word}: {h.case_name}: {describe_step(h, step)}; {confirmation.line()}", file=sys.stderr)
-    return 1 if any(c.confirmed for c in said) else 0
+    return 1 if any(c.stands for c in said) else 0
 
 
 def _log_history_pages(found: list, folder: Path, uri: str, out) -> None:

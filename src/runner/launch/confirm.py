@@ -10,7 +10,8 @@ and its after side is what a noisy night moves; one quiet re-run that lands back
 files only the regressions it reproduces; Otava adds a minimum segment length against single spikes.
 
 The re-run is tagged `history.confirms` (the flagged run's id), the flagged run `history.confirmed` (yes or no, with
-the re-run's id and its ratio), so that the record says which alerts were confirmed.
+the re-run's id and its ratio), so that the record says which alerts were confirmed. A step whose re-run could not be
+made (no recorded overrides, or the case no longer runs) stands.
 """
 
 from __future__ import annotations
@@ -48,10 +49,16 @@ class Confirmation:
     confirmed: bool
     why: str = ""  # where the re-run did not finish: its error
 
+    @property
+    def stands(self) -> bool:
+        """Whether the step fails the gate: confirmed, or its re-run could not be made (a case that no longer runs is
+        no reason to pass)."""
+        return self.confirmed or not self.rerun
+
     def line(self) -> str:
         """'confirmed by a re-run (run 3f2a…): 1.48x the level before the step, beyond the midpoint 1.22x'."""
         if not self.rerun:
-            return f"not confirmed: the re-run did not finish ({self.why}); the step stands unconfirmed"
+            return f"the re-run did not finish ({self.why}): the step stands"
         word = "confirmed" if self.confirmed else "not confirmed"
         side = "beyond" if self.confirmed else "short of"
         return (
@@ -78,7 +85,7 @@ def confirm(uri: str, flagged: list[tuple[History, list[Step]]], out=sys.stderr)
         if rerun:
             tracking.set_tags(uri, rerun, {CONFIRMS_TAG: newest})
         said = "; ".join(c.line() for c in found[-len(steps) :])
-        tracking.set_tags(uri, newest, {CONFIRMED_TAG: f"{'yes' if found[-1].confirmed else 'no'}: {said}"})
+        tracking.set_tags(uri, newest, {CONFIRMED_TAG: f"{'yes' if found[-1].stands else 'no'}: {said}"})
     return found
 
 
@@ -96,7 +103,10 @@ def _rerun(uri: str, run_id: str, relative: bool) -> tuple[str, float, str]:
     from runner.record.runs import from_path
 
     sweep_dir = output_root() / "outputs" / "confirm" / f"{time.strftime('%Y-%m-%d_%H-%M-%S')}_{run_id[:12]}"
-    command = rerun_command(recorded_overrides(uri, run_id), uri, _experiment(uri, run_id), sweep_dir)
+    try:
+        command = rerun_command(recorded_overrides(uri, run_id), uri, _experiment(uri, run_id), sweep_dir)
+    except LookupError as error:
+        return "", math.nan, str(error)
     done = subprocess.run(command, capture_output=True, text=True, cwd=output_root())
     runs = from_path(sweep_dir) if sweep_dir.is_dir() else []
     case = [r for r in runs if not r.is_control and r.timed]

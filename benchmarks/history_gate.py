@@ -1,0 +1,131 @@
+#!/usr/bin/env python
+"""The CI gate's budget, measured: nights of a small real suite into one store, and after each night the gate a CI
+job runs, `runner history --fail-on regression`, with and without `--confirm`.
+
+    .venv/bin/python benchmarks/history_gate.py                          # 50 nights, about 30 minutes on 2 cores
+    .venv/bin/python benchmarks/history_gate.py --nights 12 --step-at 8 --busy 4,5,6 --keep /tmp/gate
+
+Each night is one `run.py -m` process (its own interpreter, as a nightly job is) of 6 cases, model=chain,mlp,matmul
+on numpy and torch, task=inference, threads=1, with the shipped control (`control=matmul`) timed in the same rounds,
+into one sqlite store. Nothing changes between nights (A/A) but:
+
+- from --step-at on, model=chain (tests/plugin/chain_model.py) does --extra more work (0.1: 11 layers, not 10), its
+  config and case unchanged, as a library upgrade changes a model's work: the gate must flag it within 3 nights;
+- on the --busy nights a burner (busy 50 ms, asleep 50 ms: half a core) runs beside the sweep, a slowdown of the whole
+  machine: where a case is fitted relative to its control, no alarm may follow.
+
+From --min-nights on, after each night the gate runs as CI runs it (a fresh `python -m runner history` process):
+plainly, and where that fails, again with --confirm, whose re-run of each flagged case joins the store as a CI job's
+would. A failure before --step-at, or on any case but chain's, is a false alarm. Prints a row per night, then the
+nights the gate failed with and without --confirm and how many nights the step took to be flagged.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT / "benchmarks")]
+from history_real import BURNER, PLUGIN, PYTHON  # noqa: E402
+
+EXPERIMENT = "history-gate"
+SLOWED = "chain"
+
+
+def night_command(uri: str, out: Path, budget: float) -> list[str]:
+    return [
+        PYTHON,
+        str(ROOT / "run.py"),
+        "-m",
+        f"hydra.searchpath=[file://{PLUGIN / 'conf'}]",
+        f"model={SLOWED},mlp,matmul",
+        "task=inference",
+        "backend=numpy,torch",
+        "threads=1",
+        "control=matmul",
+        f"timing.max_time_s={budget:g}",
+        f"tracking.uri={uri}",
+        f"tracking.experiment={EXPERIMENT}",
+        f"hydra.sweep.dir={out}",
+    ]
+
+
+def environment(extra: float) -> dict[str, str]:
+    path = os.pathsep.join([str(PLUGIN), str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])
+    return {**os.environ, "PYTHONPATH": path, "RUNNER_TEST_EXTRA_WORK": f"{extra:g}"}
+
+
+def run_night(uri: str, out: Path, budget: float, extra: float, busy: bool) -> float:
+    """One night's sweep, with the burner beside it where `busy`; its wall time."""
+    burner = subprocess.Popen([PYTHON, "-c", BURNER, "600"]) if busy else None
+    start = time.perf_counter()
+    try:
+        done = subprocess.run(night_command(uri, out, budget), cwd=ROOT, env=environment(extra), capture_output=True,
+                              text=True, timeout=900)  # fmt: skip
+    finally:
+        if burner is not None:
+            burner.kill()
+            burner.wait()
+    if done.returncode != 0:
+        raise SystemExit(f"night {out.name} exited {done.returncode}:\n{done.stderr[-3000:]}")
+    return time.perf_counter() - start
+
+
+def gate(uri: str, extra: float, confirm: bool) -> list[str]:
+    """The cases the gate fails on (its `failing: ` lines), run as CI runs it; a --confirm re-run does the work the
+    night did (`extra`)."""
+    command = [PYTHON, "-m", "runner", "history", "--tracking-uri", uri, "--experiment", EXPERIMENT]
+    command += ["--fail-on", "regression", *(["--confirm"] if confirm else [])]
+    done = subprocess.run(command, cwd=ROOT, env=environment(extra), capture_output=True, text=True, timeout=900)
+    failing = [line.removeprefix("failing: ") for line in done.stderr.splitlines() if line.startswith("failing: ")]
+    if done.returncode not in (0, 1) or (done.returncode == 1) != bool(failing):
+        raise SystemExit(f"runner history exited {done.returncode}:\n{done.stderr[-3000:]}")
+    return failing
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nights", type=int, default=50)
+    parser.add_argument("--step-at", type=int, default=40, help="the first night (0-based) with the extra work")
+    parser.add_argument("--extra", type=float, default=0.1, help="the extra work of model=chain (0.1: 10%% more)")
+    parser.add_argument("--busy", default="20,21,22", help="nights (0-based) with the burner beside them")
+    parser.add_argument("--min-nights", type=int, default=8, help="the first night after which the gate runs")
+    parser.add_argument("--budget", type=float, default=0.3, help="timing.max_time_s of every job")
+    parser.add_argument("--keep", type=Path, help="make the store and nights here (kept) instead of a temporary folder")
+    args = parser.parse_args()
+    busy = {int(n) for n in args.busy.split(",") if n.strip()}
+    folder = args.keep or Path(tempfile.mkdtemp(prefix="history-gate-"))
+    folder.mkdir(parents=True, exist_ok=True)
+    uri = f"sqlite:///{folder / 'mlflow.db'}"
+    plain_failed, confirmed_failed, flagged_after = [], [], None
+    for night in range(args.nights):
+        extra = args.extra if night >= args.step_at else 0.0
+        wall = run_night(uri, folder / f"night-{night:02d}", args.budget, extra, night in busy)
+        said = f"night {night:2d}: extra {extra:g}, burner {'on ' if night in busy else 'off'}, {wall:.0f} s"
+        if night + 1 >= args.min_nights:
+            plain = gate(uri, extra, confirm=False)
+            confirmed = gate(uri, extra, confirm=True) if plain else []
+            false_plain = [c for c in plain if night < args.step_at or SLOWED not in c]
+            false_confirmed = [c for c in confirmed if night < args.step_at or SLOWED not in c]
+            plain_failed += [night] if false_plain else []
+            confirmed_failed += [night] if false_confirmed else []
+            if flagged_after is None and night >= args.step_at and any(SLOWED in c for c in plain):
+                flagged_after = night - args.step_at + 1
+            said += f"; gate: {len(plain)} failing, {len(confirmed)} after --confirm"
+            said += "".join(f"\n    {c}" for c in confirmed or plain)
+        print(said, flush=True)
+    gated = args.nights - args.min_nights + 1
+    print(f"\nnights gated: {gated}; with a false alarm: {len(plain_failed)} plainly {plain_failed}, "
+          f"{len(confirmed_failed)} with --confirm {confirmed_failed}")  # fmt: skip
+    print(f"the {args.extra:.0%} step from night {args.step_at}: flagged after {flagged_after} night(s)")
+    print(f"store: {uri}")
+
+
+if __name__ == "__main__":
+    main()

@@ -6,6 +6,8 @@ with the Schwarz penalty and with a penalty raised to give the chosen detector's
     .venv/bin/python benchmarks/history_sim.py                 # 500 series a scenario, about 2 minutes on 2 cores
     .venv/bin/python benchmarks/history_sim.py --write         # and rewrite its section of BENCHMARKS.md
     .venv/bin/python benchmarks/history_sim.py --trials 50     # a quick look
+    .venv/bin/python benchmarks/history_sim.py --stores 50     # many cases at once, without and with a false-discovery
+                                                               # rate (about a minute); --write rewrites its section
 
 Each series is 30-60 runs (uniform), each run's log time the case's level plus noise drawn like this tool's runs
 made apart: the machine's drift between runs (ratio.APART_SD, 3%), the run's worker process's own offset
@@ -22,6 +24,13 @@ phases of the machine that outlast a run, which the detector assumes away).
 A step is *found* when a step the same way is reported within WINDOW runs of the truth (with 1 run after it:
 suspicious); every other step reported is a false alarm, except on a drift, which has no step to find but is a
 real change: what is reported there is counted the same way and read apart.
+
+--stores N: N stores of QUIET series with no step and REAL with a 10% step (slower or faster, at least 5 runs from
+either end), each series drawn as above, on normal noise, heavy noise, and normal noise with runs correlated 0.3.
+Each store's steps are counted as each series alone reports them, and held together to a false-discovery rate of
+FDR_RATE (runner.report.history.control_fdr, Benjamini-Hochberg over the steps' p-values): the false alerts (steps
+in quiet series), the real steps found, the share of false ones among those kept (the false-discovery proportion,
+whose mean BH bounds), and how often a quiet series' smallest p-value is at most 0.05 and 0.01.
 """
 
 from __future__ import annotations
@@ -42,6 +51,7 @@ BEGIN, END = "<!-- history-sim:begin -->", "<!-- history-sim:end -->"
 CHOICE = ("<!-- history-choice:begin -->", "<!-- history-choice:end -->")  # the prose after the table: kept as written
 from parity import replace_section  # noqa: E402
 
+from runner.report.history import Entry, History, control_fdr  # noqa: E402
 from runner.report.ratio import APART_SD, PROCESS_SD  # noqa: E402
 from runner.report.steps import Label, Point, Step, find_steps  # noqa: E402
 
@@ -236,12 +246,109 @@ def section(rows: list[list[str]], args: argparse.Namespace) -> str:
     return "\n".join([*lines, END])
 
 
+QUIET, REAL, FDR_RATE = 100, 5, 0.05  # --stores: a store's series with no step and with a real 10% step; the rate
+STORE_BEGIN, STORE_END = "<!-- history-fdr:begin -->", "<!-- history-fdr:end -->"
+STORE_NOISES = (
+    ("normal", False, "interior"),
+    ("heavy", True, "interior"),
+    ("runs correlated 0.3", False, "correlated"),
+)
+STORE_HEADER = (
+    "noise",
+    "false alerts a store",
+    "stores with a false alert",
+    "real steps found",
+    "false share of alerts (mean)",
+    "quiet series with p <= 0.05 / 0.01",
+)
+
+
+def store(rng: np.random.Generator, heavy: bool, where: str) -> tuple[list[Truth], list[History]]:
+    """One store: QUIET series with no step, then REAL with a 10% step, each with the steps its fit found."""
+    truths = [simulate(rng, 0.0, where, heavy) for _ in range(QUIET)]
+    truths += [simulate(rng, 0.10, "interior", heavy) for _ in range(REAL)]
+    histories = []
+    for i, truth in enumerate(truths):
+        entries = [Entry(f"{i}-{j}", float(j), p.typical_s) for j, p in enumerate(truth.points)]
+        histories.append(History(str(i), str(i), "m", "m", entries, find_steps(truth.points)))
+    return truths, histories
+
+
+def store_counts(truths: list[Truth], histories: list[History]) -> tuple[int, int, float]:
+    """(false alerts, real steps found, false share of the alerts) among the steps kept (significant)."""
+    kept = [[s for s in h.steps if s.significant] for h in histories]
+    false = sum(len([s for s in steps if s.label != Label.INSUFFICIENT]) for steps in kept[:QUIET])
+    found = sum(score(truth, steps)[0] for truth, steps in zip(truths[QUIET:], kept[QUIET:], strict=True))
+    real_other = sum(score(truth, steps)[3] for truth, steps in zip(truths[QUIET:], kept[QUIET:], strict=True))
+    alerts = false + found + real_other
+    return false, found, (false + real_other) / alerts if alerts else 0.0
+
+
+def run_stores(count: int, seed: int) -> list[list[str]]:
+    """The store table's rows: per noise, each figure as each series alone / held to FDR_RATE together."""
+    rows = []
+    for number, (name, heavy, where) in enumerate(STORE_NOISES):
+        rng = np.random.default_rng([seed, 99, number])
+        alone, held, smallest = [], [], []
+        for _ in range(count):
+            truths, histories = store(rng, heavy, where)
+            alone.append(store_counts(truths, histories))
+            smallest += [min((s.p_value for s in h.steps), default=1.0) for h in histories[:QUIET]]
+            control_fdr(histories, FDR_RATE)
+            held.append(store_counts(truths, histories))
+        a, b, p = np.array(alone), np.array(held), np.array(smallest)
+        rows.append(
+            [
+                name,
+                f"{a[:, 0].mean():.2f} / {b[:, 0].mean():.2f}",
+                f"{np.mean(a[:, 0] > 0):.0%} / {np.mean(b[:, 0] > 0):.0%}",
+                f"{a[:, 1].mean() / REAL:.0%} / {b[:, 1].mean() / REAL:.0%}",
+                f"{a[:, 2].mean():.1%} / {b[:, 2].mean():.1%}",
+                f"{np.mean(p <= 0.05):.1%} / {np.mean(p <= 0.01):.1%}",
+            ]
+        )
+        print(" | ".join(rows[-1]), flush=True)
+    return rows
+
+
+def store_section(rows: list[list[str]], args: argparse.Namespace) -> str:
+    lines = [
+        STORE_BEGIN,
+        "## History: many cases at once",
+        "",
+        f"Regenerate: `.venv/bin/python benchmarks/history_sim.py --stores {args.stores} --seed {args.seed} --write` "
+        f"(rewrites this table; about a minute on this 2-core VM). {args.stores} simulated stores a row, each of "
+        f"{QUIET} series with no step and {REAL} with a real 10% step (slower or faster, 5 runs or more from either "
+        "end), 30-60 runs a series, drawn as the table above draws them. Each figure: as each series alone reports "
+        f"its steps / held together to a false-discovery rate of {FDR_RATE:.0%} (`runner history`'s default: "
+        "Benjamini-Hochberg over the steps' p-values, runner.report.history). *false alerts*: steps in the quiet "
+        "series; *real steps found*: a step the same way within 3 runs of the true one; *false share*: the false "
+        "steps among all those kept, per store, averaged (the false-discovery rate BH bounds); the last column, "
+        "without any adjustment: the share of quiet series whose smallest step p-value is at most 0.05 and 0.01 "
+        "(a series with no step: p = 1), which an honest p-value keeps at or below 5% and 1%.",
+        "",
+        "| " + " | ".join(STORE_HEADER) + " |",
+        "|" + "---|" * len(STORE_HEADER),
+    ]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join([*lines, STORE_END])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=500, help="series per scenario")
     parser.add_argument("--seed", type=int, default=2026)
     parser.add_argument("--write", action="store_true", help="rewrite its section of BENCHMARKS.md")
+    parser.add_argument("--stores", type=int, default=0, help="simulate this many stores of many cases instead")
     args = parser.parse_args()
+    if args.stores:
+        print(" | ".join(STORE_HEADER) + "  (each: alone / held to the rate)")
+        rows = run_stores(args.stores, args.seed)
+        if args.write:
+            path = ROOT / "BENCHMARKS.md"
+            path.write_text(replace_section(path.read_text(), store_section(rows, args), STORE_BEGIN, STORE_END))
+            print(f"wrote {path}")
+        return
     print(" | ".join(HEADER) + "  (each: " + ", ".join(DETECTORS) + ")")
     rows = run(args.trials, args.seed)
     if args.write:

@@ -5,8 +5,8 @@ runner report --tracking-uri URI --experiment NAME --out DIR [--parent RUN_ID]
 runner report --sweep-dir DIR --out DIR
 runner compare BEFORE AFTER [--tracking-uri URI] [--factor 1.1]
 runner sync RUN_DIR... [--tracking-uri URI]
-runner history [DIR...] [--tracking-uri URI] [--experiment NAME] [--case KEY] [--by-host] [--json] [--html DIR]
-               [--fail-on LABELS [--confirm]]
+runner history [DIR...] [--tracking-uri URI] [--experiment NAME] [--case KEY] [--by-host] [--json | --markdown]
+               [--html DIR] [--fdr 0.05] [--fail-on LABELS [--confirm]]
 runner history --mark RUN_ID --why TEXT
 runner --version
 """
@@ -95,13 +95,24 @@ def _history_parser(commands, uri_help: str) -> None:
         action="store_true",
         help="a series per host too (the machine is its kind: hosts of one kind share one)",
     )
-    history.add_argument("--json", action="store_true", help="print the histories as JSON, for other tools")
+    output = history.add_mutually_exclusive_group()
+    output.add_argument("--json", action="store_true", help="print the histories as JSON, for other tools")
+    output.add_argument(
+        "--markdown", action="store_true", help="print a summary for a pull request's comment (GitHub markdown)"
+    )
     history.add_argument("--html", type=_path, metavar="DIR", help="write a page per case and an index.html here")
     history.add_argument("--fail-on", default="", metavar="LABELS", help="exit 1 on a step so labelled: regression,...")
     history.add_argument(
         "--confirm",
         action="store_true",
         help="with --fail-on: run each flagged case again first; exit 1 only on the steps its re-run confirms",
+    )
+    history.add_argument(
+        "--fdr",
+        type=float,
+        default=0.05,
+        metavar="Q",
+        help="the false-discovery rate a store's steps are held to together (default 0.05): above it, no alert",
     )
     history.add_argument("--mark", metavar="RUN_ID", help="mark a known change at this run (no alert there) and exit")
     history.add_argument("--why", help="what changed, with --mark (e.g. 'new machine'; default: known change)")
@@ -110,7 +121,7 @@ def _history_parser(commands, uri_help: str) -> None:
 
 def _history(args: argparse.Namespace) -> int:
     from runner import tracking
-    from runner.report import history, history_page
+    from runner.report import history, history_markdown, history_page
 
     uri = args.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
     if args.mark:
@@ -122,31 +133,48 @@ def _history(args: argparse.Namespace) -> int:
         return 0
     if args.why is not None:
         raise LookupError("--why says what changed at the run --mark names: give --mark RUN_ID too")
+    if not 0 < args.fdr < 1:
+        raise LookupError(f"--fdr must be in (0, 1), not {args.fdr:g}: the share of alerts allowed to be false (0.05)")
     labels = history.fail_labels(args.fail_on)
     if args.confirm and (not labels or args.dirs):
         raise LookupError("--confirm runs the cases --fail-on flags again into MLflow: give --fail-on LABELS, no DIR")
     if args.html:
         writable_folder(args.html, "--html")
     if args.dirs:
-        found = history.from_runs([run for path in args.dirs for run in _runs(path)], args.by_host)
+        found = history.from_runs([run for path in args.dirs for run in _runs(path)], args.by_host, fdr=args.fdr)
     else:
         uri = uri or _project_store()
         measured = tracking.history_runs(uri, args.experiment, args.case, args.machine)
         control_cases = {r.tags[history.CONTROL_TAG] for r in measured if r.tags.get(history.CONTROL_TAG)}
         controls = [r for case in sorted(control_cases) for r in tracking.history_runs(uri, None, case)]
-        found = history.from_runs(measured, args.by_host, controls)
+        found = history.from_runs(measured, args.by_host, controls, args.fdr)
         for h in found:
             tracking.set_tags(uri, h.entries[-1].run_id, {"history.verdict": history.verdict(h)})
     if not found:
         raise LookupError("no finished run with a case and a typical time there")
-    print(history.to_json(found) if args.json else "\n".join(history.lines(found)))
+    confirmed = None
+    if args.confirm and args.markdown:  # the re-runs first, so that the comment says what they found
+        flagged = history.failing_steps(found, labels)
+        confirmed = _confirmed(uri or "", flagged)
+        history.read_confirmations(uri or "", [h for h, _ in flagged])
+    if args.json:
+        print(history.to_json(found))
+    elif args.markdown:
+        print(history_markdown.comment(found, args.fdr, labels, args.confirm))
+    else:
+        print("\n".join(history.lines(found, args.fdr)))
+    aside = sys.stderr if args.json or args.markdown else sys.stdout
     if args.html:
         index = history_page.write(found, args.html, None if args.dirs else tracking.ui_base(uri or ""))
-        print(f"wrote {index}", file=sys.stderr if args.json else sys.stdout)
+        print(f"wrote {index}", file=aside)
         if not args.dirs:
-            _log_history_pages(found, args.html, uri or "", sys.stderr if args.json else sys.stdout)
+            _log_history_pages(found, args.html, uri or "", aside)
     if args.confirm:
-        return _confirmed(uri or "", history.failing_steps(found, labels))
+        confirmed = _confirmed(uri or "", history.failing_steps(found, labels)) if confirmed is None else confirmed
+        numeric = history.failing_numbers(found, labels)
+        for line in numeric:
+            print(f"failing: {line}", file=sys.stderr)
+        return 1 if numeric else confirmed
     failing = history.failing(found, labels)
     for line in failing:
         print(f"failing: {line}", file=sys.stderr)

@@ -8,81 +8,61 @@ search, not a scan of the store. Each run is one point: its typical
 time, with the interval that runs made apart get (runner.report.comparison.apart_interval: the machine's drift
 between runs and each process's own offset, calibrated by A/A runs). runner.report.steps finds the steps; a run
 tagged `history.change` (runner history --mark RUN_ID) is a known change (a new machine, a driver): no alert there.
+
+Many cases at once (control_fdr): a store of 100 quiet cases raises false alarms in proportion to their number, so
+the steps of a store's series are held to a false-discovery rate together. Each step has a p-value (steps._p_value:
+the detector's own t test, Bonferroni-corrected for the places its search tried); Benjamini-Hochberg
+(scipy.stats.false_discovery_control) adjusts them over every series but the controls, a series with no step counting
+as one hypothesis at p = 1 (the detector keeps a step from a p-value of about 0.25 down, so a series where it kept
+none is above that, and above any cutoff BH uses at a rate below it). A step whose q-value is above the rate stays in
+the history, marked not significant across the store, and no gate fails on it. BH holds the expected share of false
+steps among those kept to the rate where the series are independent or positively dependent (cases timed on one
+machine drift together: positively).
+
+Numbers over time (NUMBERS): each run's error against its float64 reference and, for a generation, the tokens that
+differ from the reference's, are series too, fitted by the same detector; a step there is a NUMERIC change, named
+with the versions either side. An exact result (error 0) counts as float64's epsilon, a run without the metric is
+left out of that series.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
 from runner.identity import Key
 from runner.record.runs import Run, from_dirs
 from runner.record.table import format_interval, format_ratio, format_seconds
-from runner.report.comparison import apart_interval, relative_interval
-from runner.report.steps import MIN_POINTS, Label, Point, Step, find_steps
+from runner.report.history_fdr import DEFAULT_FDR, control_fdr, fdr_summary
+from runner.report.history_numbers import (
+    format_number,
+    number_levels,
+    numeric_steps,
+    recorded_numbers,
+    versions_said,
+)
+from runner.report.history_series import NUMBERS, Entry, History
+from runner.report.steps import MIN_POINTS, Label, Step, find_steps
 
 CHANGE_TAG = "history.change"  # a curator's mark: the distribution changes at this run (why, as its value)
 CONTROL_TAG = "control_case"  # the case of the control its sweep timed beside it (runner.launch.control)
-
-
-@dataclass(frozen=True)
-class Entry:
-    """One run of a case's series."""
-
-    run_id: str  # its MLflow run id, or its directory where it was read from one
-    started: float  # epoch seconds
-    typical_s: float
-    processes: int = 1
-    change: str = ""  # why the distribution changes here, where a curator marked it
-    version: str = ""  # what it ran with: the framework's version and the runner's commit
-    control_s: float = math.nan  # the typical time of the control its sweep timed beside it (runner.launch.control)
-
-    def point(self, relative: bool = False) -> Point:
-        """Its typical time as a point of the series, or its ratio to its control (`relative`): measured in the same
-        rounds, the machine's drift between sweeps cancels in it and only the two processes' offsets are left."""
-        if relative:
-            value = self.typical_s / self.control_s
-            low, high = relative_interval(value, self.processes)
-        else:
-            value = self.typical_s
-            low, high = apart_interval(value, self.processes)
-        return Point(value, low, high, known_change=bool(self.change))
-
-
-@dataclass
-class History:
-    """A case on one machine: its runs in time order and the steps found in them."""
-
-    case: str
-    case_name: str
-    machine: str
-    machine_name: str
-    entries: list[Entry] = field(default_factory=list)
-    steps: list[Step] = field(default_factory=list)
-    control_name: str = ""  # the control the steps were found relative to ('' : fitted on the times themselves)
-    is_control: bool = False  # the control of other series: its steps are the machine's, no gate fails on them
-    raw_steps: list[Step] = field(default_factory=list)  # where relative: the steps of the times themselves
-
-    @property
-    def relative(self) -> bool:
-        return bool(self.control_name)
-
-    def newest_step(self) -> Step | None:
-        return max(self.steps, key=lambda s: s.index, default=None)
+CONFIRMED_TAG = "history.confirmed"  # runner.launch.confirm's word on a flagged run: 'yes: ...' or 'no: ...'
 
 
 def build(
     entries: list[tuple[str, str, str, str, Entry]],
     controls: dict[str, str] | None = None,
     control_cases: set[str] | None = None,
+    fdr: float | None = DEFAULT_FDR,
 ) -> list[History]:
     """Histories from (case, case name, machine, machine name, entry) tuples, each series in time order with its
-    steps; the ones with a regression first, the newest regression first. A case named in `controls` (case -> its
-    control's name) whose every run has its control's time is fitted relative to it, its raw steps kept beside; a
-    case among `control_cases` is marked as the control it is."""
+    steps and those of its numbers; the ones with a regression first, the newest regression first. A case named in
+    `controls` (case -> its control's name) whose every run has its control's time is fitted relative to it, its raw
+    steps kept beside; a case among `control_cases` is marked as the control it is. `fdr`: the false-discovery rate
+    the steps are held to across the series (control_fdr; None: each series alone)."""
     controls, control_cases = controls or {}, control_cases or set()
     found: dict[tuple[str, str], History] = {}
     for case, case_name, machine, machine_name, entry in entries:
@@ -94,20 +74,26 @@ def build(
         if controls.get(history.case) and all(not math.isnan(e.control_s) for e in history.entries):
             history.control_name, history.raw_steps = controls[history.case], history.steps
             history.steps = find_steps([e.point(relative=True) for e in history.entries])
-    return sorted(found.values(), key=_urgency)
+        history.numbers = numeric_steps(history.entries)
+    histories = list(found.values())
+    if fdr is not None:
+        control_fdr(histories, fdr)
+    return sorted(histories, key=_urgency)
 
 
 def _urgency(history: History) -> tuple:
-    regressions = [s for s in history.steps if s.label == Label.REGRESSION]
+    regressions = [s for s in history.steps if s.label == Label.REGRESSION and s.significant]
     newest = max((history.entries[s.index].started for s in regressions), default=0.0)
     return (not regressions, -newest, history.case_name)
 
 
-def from_runs(runs: list[Run], by_host: bool = False, control_runs: list[Run] | None = None) -> list[History]:
+def from_runs(
+    runs: list[Run], by_host: bool = False, control_runs: list[Run] | None = None, fdr: float | None = DEFAULT_FDR
+) -> list[History]:
     """Histories of the timed runs among `runs` (runner.record.runs: from MLflow or run directories), one series per
     case and machine, or per case, machine and host (`by_host`). A run whose sweep timed a control (its control's
     run among `runs` or `control_runs`) carries the control's time, and a series all of whose runs do is fitted
-    relative to it."""
+    relative to it. `fdr`: as build's."""
     timed = [r for r in [*runs, *(control_runs or [])] if r.timed and r.identity and r.sweep]
     control_times = {(r.sweep, r.identity.case.key): r.typical_s for r in timed if r.identity}
     control_names = {r.identity.case.key: r.identity.case.name for r in timed if r.identity}
@@ -133,9 +119,11 @@ def from_runs(runs: list[Run], by_host: bool = False, control_runs: list[Run] | 
             change=run.tags.get(CHANGE_TAG, ""),
             version=run.version,
             control_s=control_times.get((run.sweep, control), math.nan),
+            numbers=recorded_numbers(run.metrics),
+            confirmed=run.tags.get(CONFIRMED_TAG, ""),
         )
         entries.append((found.case.key, found.case.name, machine.key, machine.name, entry))
-    return build(entries, controls, {r.tags[CONTROL_TAG] for r in runs if r.tags.get(CONTROL_TAG)})
+    return build(entries, controls, {r.tags[CONTROL_TAG] for r in runs if r.tags.get(CONTROL_TAG)}, fdr)
 
 
 def step_record(history: History, step: Step) -> dict:
@@ -149,6 +137,9 @@ def step_record(history: History, step: Step) -> dict:
         "low": step.low,
         "high": step.high,
         "label": str(step.label),
+        "p_value": step.p_value,
+        "q_value": step.q_value,
+        "significant": step.significant,
     }
 
 
@@ -167,6 +158,9 @@ def to_json(histories: list[History]) -> str:
                     "fitted": f"relative to {h.control_name}" if h.relative else "times",
                     "steps": [step_record(h, s) for s in h.steps],
                     "raw_steps": [step_record(h, s) for s in h.raw_steps],
+                    "numeric_steps": [
+                        {"metric": name, **step_record(h, s)} for name, steps in h.numbers.items() for s in steps
+                    ],
                 }
                 for h in histories
             ]
@@ -189,19 +183,43 @@ def _strict(value):
 
 def describe_step(history: History, step: Step) -> str:
     """'regression: 1.10x [1.06–1.14] from run 3f2a… (2026-11-26 14:02, torch 2.14.1 @ 0f5a11b)', or 'insufficient
-    data: 2 runs since 2026-11-26 14:02, 4 tell a step'."""
+    data: 2 runs since 2026-11-26 14:02, 4 tell a step'; a step above the store's false-discovery rate says so after
+    its label ('regression, not significant across the store (q 0.31): ...')."""
     first = history.entries[step.index]
-    when = datetime.fromtimestamp(first.started, UTC).strftime("%Y-%m-%d %H:%M")
+    when = _when(first)
     if step.label == Label.INSUFFICIENT:
         runs = len(history.entries) - step.index
         return f"{step.label}: {runs} run{'s' if runs != 1 else ''} since {when}, {MIN_POINTS} tell a step"
     interval = format_interval((step.low, step.high))
     where = f"run {first.run_id[:12]} ({when}{', ' + first.version if first.version else ''})"
-    return f"{step.label}: {format_ratio(step.ratio)}{f' [{interval[:-1]}]' if interval else ''} from {where}"
+    return f"{_label(step)}: {format_ratio(step.ratio)}{f' [{interval[:-1]}]' if interval else ''} from {where}"
 
 
-def lines(histories: list[History]) -> list[str]:
-    """What `runner history` prints: per case and machine, its runs, its newest time and each step."""
+def _when(entry: Entry) -> str:
+    return datetime.fromtimestamp(entry.started, UTC).strftime("%Y-%m-%d %H:%M")
+
+
+def _label(step: Step) -> str:
+    if step.significant:
+        return str(step.label)
+    return f"{step.label}, not significant across the store (q {step.q_value:.2g})"
+
+
+def describe_number(history: History, name: str, step: Step) -> str:
+    """'numeric change: max rel err vs float64 2.1e-07 → 8.4e-07 from run 3f2a… (2026-11-26 14:02; numpy 2.3.5 @
+    0f5a11b0c3 → numpy 2.4.0 @ 91c2d7e4aa)': the metric's typical value either side, the versions either side."""
+    before, after = number_levels(history, name, step)
+    first = history.entries[step.index]
+    earlier = next((e for e in reversed(history.entries[: step.index]) if name in e.numbers), first)
+    versions = versions_said(earlier.version, first.version)
+    what = f"{NUMBERS[name]} {format_number(name, before)} → {format_number(name, after)}"
+    return f"{_label(step)}: {what} from run {first.run_id[:12]} ({_when(first)}{'; ' + versions if versions else ''})"
+
+
+def lines(histories: list[History], fdr: float | None = None) -> list[str]:
+    """What `runner history` prints: per case and machine, its runs, its newest time, each step, and each change of
+    its numbers; then, where the steps were held to a false-discovery rate `fdr`, what that says of them
+    (fdr_summary)."""
     out = []
     for h in histories:
         newest = h.entries[-1]
@@ -215,36 +233,65 @@ def lines(histories: list[History]) -> list[str]:
         out += [f"  {describe_step(h, s)}" for s in h.steps] or ["  no step"]
         if h.relative:
             out.append(f"  the times themselves: {'; '.join(describe_step(h, s) for s in h.raw_steps) or 'no step'}")
-    return out
+        out += [f"  {describe_number(h, name, s)}" for name, steps in h.numbers.items() for s in steps]
+    return out + ([fdr_summary(histories, fdr)] if fdr is not None else [])
 
 
 def failing(histories: list[History], labels: set[str]) -> list[str]:
-    """The steps whose label is one of `labels` (runner history --fail-on), as printed."""
-    return [f"{h.case_name}: {describe_step(h, s)}" for h, steps in failing_steps(histories, labels) for s in steps]
+    """The steps whose label is one of `labels` (runner history --fail-on), as printed: the times' (failing_steps),
+    then the numbers' (failing_numbers)."""
+    times = [f"{h.case_name}: {describe_step(h, s)}" for h, steps in failing_steps(histories, labels) for s in steps]
+    return times + failing_numbers(histories, labels)
 
 
 def failing_steps(histories: list[History], labels: set[str]) -> list[tuple[History, list[Step]]]:
-    """Per history, its steps whose label is one of `labels`; a control's own series aside (its steps are the whole
-    machine's, which the series fitted relative to it have cancelled)."""
-    found = [(h, [s for s in h.steps if str(s.label) in labels]) for h in histories if not h.is_control]
-    return [(h, steps) for h, steps in found if steps]
+    """Per history, its steps in time whose label is one of `labels` and that are significant across the store; a
+    control's own series aside (its steps are the whole machine's, which the series fitted relative to it have
+    cancelled)."""
+    found = [(h, [s for s in h.steps if str(s.label) in labels and s.significant]) for h in histories]
+    return [(h, steps) for h, steps in found if steps and not h.is_control]
+
+
+def failing_numbers(histories: list[History], labels: set[str]) -> list[str]:
+    """The changes of numbers (NUMERIC), as printed, where `labels` holds theirs: a control's aside, as its times."""
+    if str(Label.NUMERIC) not in labels:
+        return []
+    return [
+        f"{h.case_name}: {describe_number(h, name, s)}"
+        for h in histories
+        if not h.is_control
+        for name, steps in h.numbers.items()
+        for s in steps
+        if s.significant
+    ]
 
 
 def fail_labels(text: str) -> set[str]:
-    """--fail-on's labels ('regression,suspicious'), each checked against the labels a step can have."""
-    labels = {label.strip() for label in text.split(",") if label.strip()}
-    allowed = {str(label) for label in Label}
-    if labels - allowed:
-        raise LookupError(
-            f"--fail-on {text}: {', '.join(sorted(labels - allowed))} is no label ({', '.join(sorted(allowed))})"
-        )
-    return labels
+    """--fail-on's labels ('regression,suspicious'), each checked against the labels a step can have; a label of two
+    words may be given by its first ('numeric': 'numeric change')."""
+    given = {label.strip() for label in text.split(",") if label.strip()}
+    known = {str(label): str(label) for label in Label} | {str(label).split()[0]: str(label) for label in Label}
+    if given - known.keys():
+        allowed = ", ".join(sorted(str(label) for label in Label))
+        raise LookupError(f"--fail-on {text}: {', '.join(sorted(given - known.keys()))} is no label ({allowed})")
+    return {known[label] for label in given}
 
 
 def verdict(history: History) -> str:
     """The history's word on its newest run (its `history.verdict` tag): its newest step, or that there is none."""
     step = history.newest_step()
     return describe_step(history, step) if step else f"no step in {len(history.entries)} runs"
+
+
+def read_confirmations(uri: str, histories: list[History]) -> None:
+    """Each history's newest run given its CONFIRMED_TAG as the store holds it now (runner history --confirm has
+    just tagged the runs it re-ran)."""
+    from runner import tracking
+
+    for h in histories:
+        newest = h.entries[-1]
+        tags = tracking.existing_run(uri, newest.run_id).get_run(newest.run_id).data.tags
+        h.entries[-1] = replace(newest, confirmed=tags.get(CONFIRMED_TAG, ""))
 
 
 def regressed_here(uri: str, run_dirs: list[Path]) -> list[str]:
@@ -262,6 +309,8 @@ def regressed_here(uri: str, run_dirs: list[Path]) -> list[str]:
     for case, machine in sorted(cases):
         for h in from_runs(tracking.history_runs(uri, None, case, machine)):
             step = h.newest_step()
-            if step and step.label in (Label.REGRESSION, Label.SUSPICIOUS) and h.entries[step.index].run_id in ours:
+            if step is None or not step.significant or step.label not in (Label.REGRESSION, Label.SUSPICIOUS):
+                continue
+            if h.entries[step.index].run_id in ours:
                 lines.append(f"history: {h.case_name}: {describe_step(h, step)} (runner history --case {case})")
     return lines

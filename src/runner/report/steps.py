@@ -31,6 +31,15 @@ interval. The detector works on log times, so a step is a ratio and noise is rel
   after it 10.4%. The weakest step short of it is merged away and the others measured again, until every step
   left is resolved. `threshold` (0.05: 5%, either way: |log ratio| >= log 1.05) adds a floor on a step's size;
   a step the noise does not resolve is never kept, whatever the threshold.
+- The p-value of a step: the same test, read the other way. The step is kept where |size| / se reaches the Student
+  t quantile above; its p-value is the two-sided Student t tail of |size| / se at the noise's degrees of freedom,
+  times the places the fit could have put a step in its part (MIN_SEGMENT runs either side, or the newest run
+  alone: `_positions`), a Bonferroni bound for the search, capped at 1. It is exact for one step at a place fixed
+  in advance; for a place the search chose it holds where the noise is as the detector assumes (of 5,000 simulated
+  series of normal noise with no step, 3.2% had a step with p <= 0.05, 1.0% p <= 0.01), and is too small where
+  runs are correlated or a few move far (10.5% and 8.2% with heavy tails; BENCHMARKS.md, "History: many cases at
+  once"). The search over the levels'
+  other ends is not counted. runner.report.history adjusts these over a store's series (Benjamini-Hochberg).
 - The interval of a step: the ratio after / before, exp(size), with a 95% (ratio.LEVEL) interval, Student's t
   on the standard error above. Steps found by a search are the larger ones: on simulated series the intervals of
   steps near the resolution held the true ratio less often than 95% (BENCHMARKS.md).
@@ -89,6 +98,7 @@ class Label(StrEnum):
     IMPROVEMENT = "improvement"
     SUSPICIOUS = "suspicious"
     INSUFFICIENT = "insufficient data"
+    NUMERIC = "numeric change"  # a step in a run's numbers, not its time (runner.report.history; never find_steps')
 
 
 @dataclass(frozen=True)
@@ -98,6 +108,9 @@ class Step:
     low: float  # its interval
     high: float
     label: Label
+    p_value: float = math.nan  # the chance of so large a step in its part where it has none (_p_value); NaN: none
+    q_value: float = math.nan  # its p-value adjusted over a store's cases (runner.report.history.control_fdr)
+    significant: bool = True  # False: its q-value is above the store's false-discovery rate: shown, no alert
 
 
 @dataclass(frozen=True)
@@ -130,9 +143,10 @@ def _fit(series: _Series, extra: float, df: int, floor: float) -> list[Step]:
         if end - start < MIN_POINTS:
             continue
         logs, var = series.logs[start:end], variances[start:end]
+        newest = end == len(series.logs)
         needed = _student(df, _normal_cdf(math.sqrt(SCHWARZ * math.log(end - start))))
-        starts = _partition(logs, var, needed**2 / 2, newest=end == len(series.logs))
-        for step in _resolved(logs, var, starts, needed, floor, df):
+        starts = _partition(logs, var, needed**2 / 2, newest)
+        for step in _resolved(logs, var, starts, needed, floor, df, _positions(end - start, newest)):
             found.append(replace(step, index=int(series.index[start + step.index])))
     return found
 
@@ -269,10 +283,10 @@ def _level(logs: np.ndarray, variances: np.ndarray) -> tuple[float, float]:
 
 
 def _resolved(
-    logs: np.ndarray, variances: np.ndarray, starts: list[int], needed: float, floor: float, df: int
+    logs: np.ndarray, variances: np.ndarray, starts: list[int], needed: float, floor: float, df: int, positions: int
 ) -> list[Step]:
     """The steps that the noise resolves and that reach `floor` (log scale), the weakest of the others merged
-    away first (their indices those of `logs`)."""
+    away first (their indices those of `logs`), each with its p-value over `positions` places (_p_value)."""
     starts = list(starts)
     while True:
         edges = [0, *starts, len(logs)]
@@ -287,14 +301,30 @@ def _resolved(
         if margin.min() >= 1:
             break
         del starts[int(np.argmin(margin))]
-    half = _student(df, (1 + LEVEL) / 2) * errors
+    quantile = _student(df, (1 + LEVEL) / 2)
     steps = []
-    for at, size, width in zip(starts, sizes, half, strict=True):
+    for at, size, error in zip(starts, sizes, errors, strict=True):
         label = Label.REGRESSION if size > 0 else Label.IMPROVEMENT
         if at == len(logs) - 1:
             label = Label.SUSPICIOUS
-        steps.append(Step(at, math.exp(size), math.exp(size - width), math.exp(size + width), label))
+        low, high = math.exp(size - quantile * error), math.exp(size + quantile * error)
+        steps.append(Step(at, math.exp(size), low, high, label, _p_value(abs(size) / error, df, positions)))
     return steps
+
+
+def _positions(runs: int, newest: bool) -> int:
+    """The places a fit of a part of `runs` runs can put a step at: MIN_SEGMENT runs either side, or a single newest
+    run after it in the newest part."""
+    return max(1, runs - 2 * MIN_SEGMENT + 1 + (newest and MIN_SEGMENT > 1))
+
+
+def _p_value(t: float, df: int, positions: int) -> float:
+    """The p-value of a step `t` standard errors in size, from the test that keeps it: two-sided Student t at the
+    noise's degrees of freedom, Bonferroni-corrected for the `positions` the search tried (see the module's
+    docstring)."""
+    from scipy.special import stdtr
+
+    return min(1.0, 2 * float(stdtr(df, -t)) * positions)
 
 
 def _normal_cdf(z: float) -> float:

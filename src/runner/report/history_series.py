@@ -1,0 +1,75 @@
+"""One case's series on one machine, as `runner history` holds it: each run an Entry (its typical time, its control's,
+its numbers), the History of them with the steps found (runner.report.history builds it)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from runner.report.comparison import apart_interval, relative_interval
+from runner.report.steps import Point, Step
+
+# The numbers a run records against its float64 reference, fitted as its times are, and how a line names them.
+NUMBERS = {
+    "max_rel_err_vs_reference": "max rel err vs float64",
+    "tokens_differ": "tokens differing from float64's",
+}
+EXACT = float(np.finfo(np.float64).eps)  # an error below float64's own rounding is not told apart from none
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One run of a case's series."""
+
+    run_id: str  # its MLflow run id, or its directory where it was read from one
+    started: float  # epoch seconds
+    typical_s: float
+    processes: int = 1
+    change: str = ""  # why the distribution changes here, where a curator marked it
+    version: str = ""  # what it ran with: the framework's version and the runner's commit
+    control_s: float = math.nan  # the typical time of the control its sweep timed beside it (runner.launch.control)
+    numbers: dict[str, float] = field(default_factory=dict)  # its NUMBERS, where it recorded them
+    confirmed: str = ""  # its CONFIRMED_TAG, where runner history --confirm re-ran its case
+
+    def point(self, relative: bool = False) -> Point:
+        """Its typical time as a point of the series, or its ratio to its control (`relative`): measured in the same
+        rounds, the machine's drift between sweeps cancels in it and only the two processes' offsets are left."""
+        if relative:
+            value = self.typical_s / self.control_s
+            low, high = relative_interval(value, self.processes)
+        else:
+            value = self.typical_s
+            low, high = apart_interval(value, self.processes)
+        return Point(value, low, high, known_change=bool(self.change))
+
+    def number_point(self, name: str) -> Point:
+        """One of its NUMBERS as a point to fit on the log scale, with no interval (the fit measures the series'
+        noise): an exact result as EXACT, a count of tokens plus one (none differing: 1); NaN where it has none."""
+        value = self.numbers.get(name, math.nan)
+        shown = value + 1 if name == "tokens_differ" else max(value, EXACT)
+        return Point(shown, math.nan, math.nan, known_change=bool(self.change))
+
+
+@dataclass
+class History:
+    """A case on one machine: its runs in time order and the steps found in them."""
+
+    case: str
+    case_name: str
+    machine: str
+    machine_name: str
+    entries: list[Entry] = field(default_factory=list)
+    steps: list[Step] = field(default_factory=list)
+    control_name: str = ""  # the control the steps were found relative to ('' : fitted on the times themselves)
+    is_control: bool = False  # the control of other series: its steps are the machine's, no gate fails on them
+    raw_steps: list[Step] = field(default_factory=list)  # where relative: the steps of the times themselves
+    numbers: dict[str, list[Step]] = field(default_factory=dict)  # per metric of NUMBERS it has: its NUMERIC steps
+
+    @property
+    def relative(self) -> bool:
+        return bool(self.control_name)
+
+    def newest_step(self) -> Step | None:
+        return max(self.steps, key=lambda s: s.index, default=None)

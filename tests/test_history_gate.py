@@ -303,3 +303,21 @@ def test_markdown_from_the_command_line(tmp_path):
     assert _cells(row)[4] == "regression" and "<details>" not in done.stdout
     both = runner_main("history", "--tracking-uri", uri, "--markdown", "--json")
     assert both.returncode == 2 and "not allowed with argument" in both.stderr
+
+
+def test_a_nightly_gate_fails_on_what_the_newest_runs_changed_not_on_an_old_step(tmp_path):
+    """--new-within N: a step whose first run is among each series' newest N runs fails the gate; one from a week ago
+    is history (it still prints), and fails no night again. Over 45 real A/A nights (BENCHMARKS.md) this took the
+    nights with a false alarm from 13 to 1."""
+    from test_history import _store
+
+    old, _ = _store(tmp_path / "old", [100e-6] * 6 + [150e-6] * 6)
+    new, _ = _store(tmp_path / "new", [100e-6] * 10 + [150e-6] * 2)
+    for uri, fails in ((old, 0), (new, 1)):
+        done = runner_main("history", "--tracking-uri", uri, "--fail-on", "regression", "--new-within", "3")
+        assert done.returncode == fails, done.stderr
+        assert "regression: 1.5" in done.stdout  # printed either way
+    every = runner_main("history", "--tracking-uri", old, "--fail-on", "regression")
+    assert every.returncode == 1
+    bad = runner_main("history", "--tracking-uri", old, "--fail-on", "regression", "--new-within", "0")
+    assert bad.returncode == 1 and bad.stderr.startswith("error: --new-within must be a number of runs, 1 or more")

@@ -6,7 +6,7 @@ runner report --sweep-dir DIR --out DIR
 runner compare BEFORE AFTER [--tracking-uri URI] [--factor 1.1]
 runner sync RUN_DIR... [--tracking-uri URI]
 runner history [DIR...] [--tracking-uri URI] [--experiment NAME] [--case KEY] [--by-host] [--json | --markdown]
-               [--html DIR] [--fdr 0.05] [--fail-on LABELS [--confirm]]
+               [--html DIR] [--fdr 0.05] [--fail-on LABELS [--new-within N] [--confirm]]
 runner history --mark RUN_ID --why TEXT
 runner --version
 """
@@ -103,6 +103,12 @@ def _history_parser(commands, uri_help: str) -> None:
     history.add_argument("--html", type=_path, metavar="DIR", help="write a page per case and an index.html here")
     history.add_argument("--fail-on", default="", metavar="LABELS", help="exit 1 on a step so labelled: regression,...")
     history.add_argument(
+        "--new-within",
+        type=int,
+        metavar="N",
+        help="with --fail-on: only steps that start among each series' newest N runs (a nightly gate: 3)",
+    )
+    history.add_argument(
         "--confirm",
         action="store_true",
         help="with --fail-on: run each flagged case again first; exit 1 only on the steps its re-run confirms",
@@ -136,6 +142,8 @@ def _history(args: argparse.Namespace) -> int:
     if not 0 < args.fdr < 1:
         raise LookupError(f"--fdr must be in (0, 1), not {args.fdr:g}: the share of alerts allowed to be false (0.05)")
     labels = history.fail_labels(args.fail_on)
+    if args.new_within is not None and args.new_within < 1:
+        raise LookupError(f"--new-within must be a number of runs, 1 or more, not {args.new_within}")
     if args.confirm and (not labels or args.dirs):
         raise LookupError("--confirm runs the cases --fail-on flags again into MLflow: give --fail-on LABELS, no DIR")
     if args.html:
@@ -153,8 +161,9 @@ def _history(args: argparse.Namespace) -> int:
     if not found:
         raise LookupError("no finished run with a case and a typical time there")
     confirmed = None
+    gated = history.recent(found, args.new_within)
     if args.confirm and args.markdown:  # the re-runs first, so that the comment says what they found
-        flagged = history.failing_steps(found, labels)
+        flagged = history.failing_steps(gated, labels)
         confirmed = _confirmed(uri or "", flagged)
         history.read_confirmations(uri or "", [h for h, _ in flagged])
     if args.json:
@@ -170,12 +179,12 @@ def _history(args: argparse.Namespace) -> int:
         if not args.dirs:
             _log_history_pages(found, args.html, uri or "", aside)
     if args.confirm:
-        confirmed = _confirmed(uri or "", history.failing_steps(found, labels)) if confirmed is None else confirmed
-        numeric = history.failing_numbers(found, labels)
+        confirmed = _confirmed(uri or "", history.failing_steps(gated, labels)) if confirmed is None else confirmed
+        numeric = history.failing_numbers(gated, labels)
         for line in numeric:
             print(f"failing: {line}", file=sys.stderr)
         return 1 if numeric else confirmed
-    failing = history.failing(found, labels)
+    failing = history.failing(gated, labels)
     for line in failing:
         print(f"failing: {line}", file=sys.stderr)
     return 1 if failing else 0

@@ -252,6 +252,22 @@ def failing_steps(histories: list[History], labels: set[str]) -> list[tuple[Hist
     return [(h, steps) for h, steps in found if steps and not h.is_control]
 
 
+def recent(histories: list[History], newest: int | None) -> list[History]:
+    """The histories as a nightly gate judges them (runner history --new-within N): only the steps, in times and in
+    numbers, that start among each series' newest `newest` runs, what the latest runs changed; an older step stays in
+    the history and its pages, and fails no gate again. None: every step."""
+    if newest is None:
+        return histories
+
+    def new(h: History, steps: list[Step]) -> list[Step]:
+        return [s for s in steps if len(h.entries) - s.index <= newest]
+
+    return [
+        replace(h, steps=new(h, h.steps), numbers={name: new(h, steps) for name, steps in h.numbers.items()})
+        for h in histories
+    ]
+
+
 def failing_numbers(histories: list[History], labels: set[str]) -> list[str]:
     """The changes of numbers (NUMERIC), as printed, where `labels` holds theirs: a control's aside, as its times."""
     if str(Label.NUMERIC) not in labels:

@@ -223,6 +223,9 @@ def experiment_checked_commands() -> dict[str, Command]:
 
 # Documented commands that another test runs as printed and checks further: run once, not twice.
 RUN_BY_OTHER_TESTS = {
+    "model=gpt2 task=generate model.weights=tiny-gpt2": (
+        "test_checkpoints.py::test_the_documented_command_runs_as_printed"
+    ),
     "-m backend=tensorflow,torch,jax model=keras model.arch=MobileNetV2 task=inference data.image_size=96 "
     "batch_size=2": "test_own_models.py::test_keras_mobilenetv2_same_seed_same_outputs_on_tensorflow_torch_and_jax",
     **{" ".join(c.args): f"test_experiments.py ({name})" for name, c in experiment_checked_commands().items()},

@@ -150,8 +150,9 @@ def check_known_wrong(model: Mapping[str, Any], choices: dict[str, str]) -> None
 
 
 def initial_weights(model: Mapping[str, Any], workload: Workload, rng: np.random.Generator) -> Params:
-    """Seeded weights, or the file named by model.weights / torchvision's file when model.pretrained."""
-    from runner.models.weights import match_spec, read_checkpoint
+    """Seeded weights, or the checkpoint named by model.weights (a file, or a Hugging Face folder: models.checkpoints) /
+    torchvision's file when model.pretrained."""
+    from runner.models.checkpoints import match_spec, read
 
     seeded = workload.init_params(rng)  # drawn even when replaced, so inputs stay the same for a seed
     own = workload.read_weights(Path(model["weights"]).expanduser()) if model.get("weights") else None
@@ -170,7 +171,8 @@ def initial_weights(model: Mapping[str, Any], workload: Workload, rng: np.random
         return seeded
     if workload.spec is None:  # an op workload or a model of one's own that names no loadable weights
         raise ConfigError(f"model={workload.name} takes no weights file: it has no `spec` of its weights")
-    return match_spec(read_checkpoint(path), workload.spec, path)
+    checkpoint = read(path)
+    return match_spec(checkpoint.floats(), workload.spec, checkpoint.weights_file)
 
 
 def backend_for(workload: Workload, backend: Any) -> Any:

@@ -7,7 +7,10 @@
     logits = ln_f(x) @ wte.T                                            the head tied to the token embedding
 
 Weights carry GPT-2's own names and layout (its checkpoint's `h.0.attn.c_attn.weight` is (in, out), a Conv1D), kept
-as they are on every backend (`own_layout`), so `model.weights=` takes a GPT-2 state dict saved locally.
+as they are on every backend (`own_layout`), so `model.weights=` takes GPT-2's checkpoint as users have it: a file
+(torch, safetensors, HDF5) or a Hugging Face folder (`save_pretrained`'s), read strictly (`read_weights`:
+runner.models.checkpoints): names under `transformer.` are found, every key must be used, and a folder's config.json
+must describe this model at the run's sizes.
 
 Generation keeps a key/value cache of fixed shape, (batch, heads, context, head size) per layer and for keys and
 values, written at each step's positions; attention runs over the whole buffer with the positions not yet written
@@ -17,12 +20,28 @@ Without a cache (`forward`), the same attention runs over the sequence's own key
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from runner.config import ConfigError, require_positive
 from runner.models import Workload
+
+# config.json's sizes (GPT2Config's names) -> (this model's setting, GPT2Config's default where config.json omits it)
+HF_SIZES = {
+    "n_layer": ("layers", 12),
+    "n_embd": ("d_model", 768),
+    "n_head": ("heads", 12),
+    "vocab_size": ("vocab_size", 50257),
+    "n_positions": ("context", 1024),
+}
+# HF's GPT-2 saved each layer's causal mask (attn.bias) and masked score (attn.masked_bias) as buffers until
+# transformers 4.3x: constants of the causal attention every backend computes itself, not weights
+HF_BUFFERS = re.compile(r"h\.\d+\.attn\.(bias|masked_bias)")
+TIED = {"lm_head.weight": "wte.weight"}  # the head a checkpoint may carry, which GPT-2 ties to the token embedding
 
 
 def gpt2_spec(layers: int, d_model: int, vocab_size: int, context: int) -> dict[str, tuple]:
@@ -82,6 +101,42 @@ class Decoder(Workload):
             else:
                 params[name] = 0.02 * rng.standard_normal(shape)
         return params
+
+    def read_weights(self, path: Path) -> dict[str, np.ndarray]:
+        """model.weights=PATH, strictly: a weights file or a Hugging Face folder, whose config.json must agree."""
+        from runner.models.checkpoints import read, strict_weights
+
+        checkpoint = read(path)
+        if checkpoint.config is not None and checkpoint.config_file is not None:
+            self.check_hf_config(checkpoint.config, checkpoint.config_file)
+        return strict_weights(checkpoint, self.spec, self.name, lambda name: bool(HF_BUFFERS.fullmatch(name)), TIED)
+
+    def check_hf_config(self, config: Mapping[str, Any], source: Path) -> None:
+        """Refuse (one line) a config.json of another model, other sizes than the run's, or other arithmetic. Sizes are
+        not taken from it: the run's model.* settings are what its record keeps, so they must be the checkpoint's."""
+        if config.get("model_type", "gpt2") != "gpt2":
+            raise ConfigError(f"{source}: model_type={config['model_type']}, not a GPT-2 that model={self.name} runs")
+        differ = {hf: (mine, config.get(hf, default)) for hf, (mine, default) in HF_SIZES.items()}
+        differ = {hf: (mine, theirs) for hf, (mine, theirs) in differ.items() if theirs != getattr(self, mine)}
+        if differ:
+            sets = ", ".join(f"{hf}={theirs}" for hf, (_, theirs) in differ.items())
+            runs = ", ".join(f"model.{mine}={getattr(self, mine)}" for mine, _ in differ.values())
+            wanted = " ".join(f"model.{mine}={theirs}" for mine, theirs in differ.values())
+            raise ConfigError(f"{source} sets {sets}, this run {runs}: run with {wanted}")
+        for key, (default, allowed, computed) in self._hf_arithmetic().items():
+            if config.get(key, default) not in allowed:
+                raise ConfigError(f"{source}: {key}={config[key]!r}, but model={self.name} computes {computed}")
+
+    def _hf_arithmetic(self) -> dict[str, tuple[Any, tuple, str]]:
+        """{GPT2Config key: (its default, the values this model computes, what it computes)}."""
+        return {
+            "activation_function": ("gelu_new", ("gelu_new", "gelu_pytorch_tanh"), "GPT-2's tanh GELU (gelu_new)"),
+            "layer_norm_epsilon": (1e-5, (1e-5,), "layer norms with eps 1e-5"),
+            "n_inner": (None, (None, 4 * self.d_model), f"an MLP of 4 d_model = {4 * self.d_model} features"),
+            "scale_attn_weights": (True, (True,), "attention scores scaled by 1/sqrt(head size)"),
+            "scale_attn_by_inverse_layer_idx": (False, (False,), "the same attention scale in every layer"),
+            "add_cross_attention": (False, (False,), "no cross-attention"),
+        }
 
     def make_inputs(self, rng: np.random.Generator, batch_size: int) -> dict[str, np.ndarray]:
         """A seeded prompt: (batch, prompt_len) token ids drawn uniformly from the vocabulary."""

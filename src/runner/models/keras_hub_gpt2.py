@@ -4,7 +4,8 @@ task=generate and task=inference on Keras 3's TensorFlow, torch and JAX backends
 The network is keras_hub's own: `keras_hub.models.GPT2Backbone` at the config's sizes (intermediate size 4 d_model,
 no dropout) under `keras_hub.models.GPT2CausalLM` without a preprocessor (token ids in, nothing downloaded, no
 tokenizer). Its weights are the runner's: the same seeded GPT-2 parameters as model=gpt2 (`Decoder`: names and
-layout of GPT-2's checkpoint, so `model.weights=` takes a GPT-2 state dict), written into the Keras variables by
+layout of GPT-2's checkpoint, so `model.weights=` takes a GPT-2 checkpoint, a file or a Hugging Face folder, read
+strictly by `Decoder.read_weights` as model=gpt2 reads it), written into the Keras variables by
 `keras_weights` (c_attn's (d, 3 d) kernel split into query, key and value kernels of (d, heads, head size), c_proj's
 kernel as (heads, head size, d), ...), matched by the variables' paths.
 

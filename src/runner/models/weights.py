@@ -1,7 +1,13 @@
-"""Loading weights from local files only: a state dict (.pth/.pt), an HDF5 file of named arrays, or
-torchvision's pretrained file from the torch hub cache. Nothing is downloaded; unpickling runs no code.
+"""Reading weights files, local only: a torch state dict (.pth, .bin), a safetensors file, an HDF5 file of named arrays,
+or torchvision's pretrained file from the torch hub cache. Nothing is downloaded; unpickling runs no code. A Hugging
+Face folder, and matching what was read against a model's names, are runner.models.checkpoints'.
 
-A `.pth` is read without torch: a restricted unpickler admits only the globals a state dict is made of
+A file's format is told by its first bytes, never by its suffix (`file_format`): a zip archive or a pickle (torch),
+`\x89HDF` (HDF5), or an 8-byte little-endian header length followed by JSON (safetensors, read with the `safetensors`
+library; its bfloat16 tensors, which numpy cannot hold, are read as bits and widened to float32). Every message names
+the file.
+
+A torch file is read without torch: a restricted unpickler admits only the globals a state dict is made of
 (OrderedDict, torch's tensor-rebuild functions, storage classes) and maps them to numpy, so a TensorFlow
 process never imports torch (torch imported after TensorFlow crashes on some machines) and a pickle that
 would run code is refused before anything runs. Both of torch's formats are read: the zip archive
@@ -12,6 +18,7 @@ from __future__ import annotations
 
 import collections
 import io
+import json
 import mmap
 import os
 import pickle
@@ -24,7 +31,8 @@ import numpy as np
 
 from runner.config import ConfigError, first_line
 
-HDF5_SUFFIXES = (".h5", ".hdf5")
+HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
+NUMERIC_KINDS = "fiu"  # what read_checkpoint turns into float64 (bools, strings and objects are no weights)
 # torchvision's DEFAULT weights for each architecture, by the file name the hub cache keeps them under
 # (tests/test_weights.py checks this table against torchvision's own).
 PRETRAINED_FILES = {
@@ -47,6 +55,8 @@ STORAGE_DTYPES = {
     "ComplexDoubleStorage": "c16",
     "ComplexFloatStorage": "c8",
 }
+# safetensors' dtypes that safetensors.numpy returns as numpy arrays (BF16 is read as bits; F8_* are refused)
+SAFETENSORS_NUMPY = ("F64", "F32", "F16", "I64", "I32", "I16", "I8", "U64", "U32", "U16", "U8", "BOOL")
 LEGACY_MAGIC = 0x1950A86A20F9469CFC6C
 LEGACY_PROTOCOL = 1001
 
@@ -65,12 +75,52 @@ def pretrained_path(model: str) -> Path:
 
 
 def read_checkpoint(path: Path) -> dict[str, np.ndarray]:
-    """Named float64 arrays from a state-dict file; refuses pickles that hold anything but tensors."""
+    """Named float64 arrays from a weights file (its numeric tensors); refuses a pickle of more than tensors."""
+    arrays = read_arrays(path).items()
+    return {name: array.astype(np.float64) for name, array in arrays if array.dtype.kind in NUMERIC_KINDS}
+
+
+def read_arrays(path: Path) -> dict[str, np.ndarray]:
+    """Every tensor of a weights file as a numpy array of its own dtype (bfloat16 widened to float32), whatever the
+    file's format (`file_format`, by content); one line naming the file for anything else."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"weights file not found: {path}")
-    if path.suffix in HDF5_SUFFIXES:
+    kind = file_format(path)
+    if kind == "hdf5":
         return _read_hdf5(path)
+    if kind == "safetensors":
+        return _read_safetensors(path)
+    if kind != "torch":
+        raise ConfigError(
+            f"cannot read weights file {path}: not a torch (zip or pickle), safetensors or HDF5 file "
+            f"(it starts with {kind})"
+        )
+    return _state_dict_arrays(path)
+
+
+def file_format(path: Path) -> str:
+    """The format of a weights file from its first bytes ("torch", "safetensors", "hdf5"); else those bytes."""
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        head = f.read(16)
+        if head.startswith(b"PK\x03\x04") or head[:2] in (b"\x80\x02", b"\x80\x03", b"\x80\x04", b"\x80\x05"):
+            return "torch"  # a zip archive (torch >= 1.6) or a pickle's PROTO opcode (the legacy format)
+        if len(head) >= 9 and head[8:9] == b"{" and 2 <= struct.unpack("<Q", head[:8])[0] <= size - 8:
+            return "safetensors"  # its header's length, then the header: JSON
+        if any(_at(f, offset, 8) == HDF5_SIGNATURE for offset in (0, 512, 1024, 2048)):  # after a user block, if any
+            return "hdf5"
+        if _at(f, 257, 5) == b"ustar":
+            return "torch"  # torch < 0.4's tar archive, which read_state_dict refuses with a word on re-saving it
+    return repr(head[:8]) if head else "nothing: it is empty"
+
+
+def _at(f, offset: int, n: int) -> bytes:
+    f.seek(offset)
+    return f.read(n)
+
+
+def _state_dict_arrays(path: Path) -> dict[str, np.ndarray]:
     try:
         state = read_state_dict(path)
     except Refused as error:
@@ -82,11 +132,7 @@ def read_checkpoint(path: Path) -> dict[str, np.ndarray]:
         state = state["state_dict"]
     if not isinstance(state, dict):
         raise ConfigError(f"{path} holds a {type(state).__name__}, not a state dict")
-    return {
-        name: array.astype(np.float64)
-        for name, array in state.items()
-        if isinstance(array, np.ndarray) and array.dtype.kind == "f"
-    }
+    return {name: array for name, array in state.items() if isinstance(array, np.ndarray)}
 
 
 # -- torch's file formats, read with numpy ------------------------------------------------------
@@ -284,22 +330,63 @@ def _read_hdf5(path: Path) -> dict[str, np.ndarray]:
     import h5py
 
     arrays: dict[str, np.ndarray] = {}
-    with h5py.File(path, "r") as f:
-        group = f["weights"] if "weights" in f else f  # a runner's tensors.h5 keeps them under weights/
-        group.visititems(
-            lambda name, node: (
-                arrays.__setitem__(name, np.asarray(node, np.float64)) if isinstance(node, h5py.Dataset) else None
-            )
-        )
+
+    def keep(name: str, node: object) -> None:
+        if isinstance(node, h5py.Dataset):
+            arrays[name] = np.asarray(node)
+
+    try:
+        with h5py.File(path, "r") as f:
+            (f["weights"] if "weights" in f else f).visititems(keep)  # a runner's tensors.h5 keeps them under weights/
+    except OSError as error:
+        raise ConfigError(f"cannot read weights file {path}: {first_line(error)[:200]}") from None
     return arrays
 
 
-def match_spec(loaded: dict[str, np.ndarray], spec: dict[str, tuple], source: Path) -> dict[str, np.ndarray]:
-    """The loaded arrays in spec order; one clear line for a missing name or a wrong shape."""
-    missing = [name for name in spec if name not in loaded]
-    if missing:
-        raise ConfigError(f"{source} lacks {len(missing)} weights the model needs, e.g. {', '.join(missing[:3])}")
-    for name, shape in spec.items():
-        if tuple(loaded[name].shape) != tuple(shape):
-            raise ConfigError(f"{source}: {name} has shape {tuple(loaded[name].shape)}, the model needs {tuple(shape)}")
-    return {name: loaded[name] for name in spec}
+# -- safetensors -----------------------------------------------------------------------------------
+
+
+def _read_safetensors(path: Path) -> dict[str, np.ndarray]:
+    """Every tensor through the safetensors library; bfloat16 ones, which numpy cannot hold, from their bits."""
+    from safetensors import SafetensorError, safe_open
+
+    header, data_start = _safetensors_header(path)
+    arrays: dict[str, np.ndarray] = {}
+    try:
+        with safe_open(path, framework="np") as f:  # checks the header's offsets against the file
+            for name in f.keys():
+                kind = header[name]["dtype"]
+                if kind == "BF16":
+                    arrays[name] = _bfloat16_tensor(path, header[name], data_start)
+                elif kind not in SAFETENSORS_NUMPY:
+                    raise ConfigError(f"cannot read weights file {path}: {name} is {kind}, which numpy cannot hold")
+                else:
+                    arrays[name] = f.get_tensor(name)
+    except (SafetensorError, OSError, TypeError, ValueError, KeyError) as error:
+        reason = f"{type(error).__name__}: {first_line(error)[:200]}"
+        raise ConfigError(f"cannot read weights file {path}: {reason}") from None
+    return arrays
+
+
+def _safetensors_header(path: Path) -> tuple[dict[str, dict], int]:
+    """({name: {"dtype", "shape", "data_offsets"}}, where the data start in the file)."""
+    with open(path, "rb") as f:
+        (length,) = struct.unpack("<Q", f.read(8))
+        try:
+            header = json.loads(f.read(length))
+        except (UnicodeDecodeError, json.JSONDecodeError) as error:
+            raise ConfigError(
+                f"cannot read weights file {path}: a safetensors header that is not JSON ({error})"
+            ) from None
+    if isinstance(header, dict):
+        header.pop("__metadata__", None)
+    if not isinstance(header, dict) or not all(isinstance(v, dict) and "dtype" in v for v in header.values()):
+        raise ConfigError(f"cannot read weights file {path}: a malformed safetensors header")
+    return header, 8 + length
+
+
+def _bfloat16_tensor(path: Path, entry: dict, data_start: int) -> np.ndarray:
+    """A bfloat16 tensor as float32, exactly: its bits are the upper half of a float32's."""
+    begin, end = entry["data_offsets"]
+    bits = np.fromfile(path, "<u2", count=(end - begin) // 2, offset=data_start + begin)
+    return (bits.astype(np.uint32) << 16).view(np.float32).reshape(tuple(entry["shape"]))

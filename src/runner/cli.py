@@ -131,12 +131,49 @@ def _history(args: argparse.Namespace) -> int:
 
     uri = args.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
     if args.mark:
-        if not uri:
-            raise LookupError("--mark needs --tracking-uri (or MLFLOW_TRACKING_URI)")
-        why = args.why or "known change"
-        tracking.set_tags(uri, args.mark, {history.CHANGE_TAG: why})
-        print(f"marked run {args.mark}: {why} (no alert at it; the series before and after are fitted apart)")
-        return 0
+        return _mark(uri, args.mark, args.why)
+    labels = _history_checked(args)
+    if args.html:
+        writable_folder(args.html, "--html")
+    uri, found = _histories(args, uri)
+    confirmed = None
+    gated = history.recent(found, args.new_within)
+    if args.confirm and args.markdown:  # the re-runs first, so that the comment says what they found
+        flagged = history.failing_steps(gated, labels)
+        confirmed = _confirmed(uri, flagged)
+        history.read_confirmations(uri, [h for h, _ in flagged])
+    if args.json:
+        print(history.to_json(found))
+    elif args.markdown:
+        print(history_markdown.comment(found, args.fdr, labels, args.confirm))
+    else:
+        print("\n".join(history.lines(found, args.fdr)))
+    aside = sys.stderr if args.json or args.markdown else sys.stdout
+    if args.html:
+        index = history_page.write(found, args.html, None if args.dirs else tracking.ui_base(uri))
+        print(f"wrote {index}", file=aside)
+        if not args.dirs:
+            _log_history_pages(found, args.html, uri, aside)
+    return _gate(uri, gated, labels, args.confirm, confirmed)
+
+
+def _mark(uri: str | None, run_id: str, why: str | None) -> int:
+    """--mark RUN_ID --why TEXT: a known change at this run."""
+    from runner import tracking
+    from runner.report import history
+
+    if not uri:
+        raise LookupError("--mark needs --tracking-uri (or MLFLOW_TRACKING_URI)")
+    why = why or "known change"
+    tracking.set_tags(uri, run_id, {history.CHANGE_TAG: why})
+    print(f"marked run {run_id}: {why} (no alert at it; the series before and after are fitted apart)")
+    return 0
+
+
+def _history_checked(args: argparse.Namespace) -> set[str]:
+    """The options that go together, checked before anything is read: --fail-on's labels."""
+    from runner.report import history
+
     if args.why is not None:
         raise LookupError("--why says what changed at the run --mark names: give --mark RUN_ID too")
     if not 0 < args.fdr < 1:
@@ -146,8 +183,14 @@ def _history(args: argparse.Namespace) -> int:
         raise LookupError(f"--new-within must be a number of runs, 1 or more, not {args.new_within}")
     if args.confirm and (not labels or args.dirs):
         raise LookupError("--confirm runs the cases --fail-on flags again into MLflow: give --fail-on LABELS, no DIR")
-    if args.html:
-        writable_folder(args.html, "--html")
+    return labels
+
+
+def _histories(args: argparse.Namespace, uri: str | None) -> tuple[str, list]:
+    """(the store read, '' for directories; the histories found there), each newest run tagged with its verdict."""
+    from runner import tracking
+    from runner.report import history
+
     if args.dirs:
         found = history.from_runs([run for path in args.dirs for run in _runs(path)], args.by_host, fdr=args.fdr)
     else:
@@ -160,26 +203,15 @@ def _history(args: argparse.Namespace) -> int:
             tracking.set_tags(uri, h.entries[-1].run_id, {"history.verdict": history.verdict(h)})
     if not found:
         raise LookupError("no finished run with a case and a typical time there")
-    confirmed = None
-    gated = history.recent(found, args.new_within)
-    if args.confirm and args.markdown:  # the re-runs first, so that the comment says what they found
-        flagged = history.failing_steps(gated, labels)
-        confirmed = _confirmed(uri or "", flagged)
-        history.read_confirmations(uri or "", [h for h, _ in flagged])
-    if args.json:
-        print(history.to_json(found))
-    elif args.markdown:
-        print(history_markdown.comment(found, args.fdr, labels, args.confirm))
-    else:
-        print("\n".join(history.lines(found, args.fdr)))
-    aside = sys.stderr if args.json or args.markdown else sys.stdout
-    if args.html:
-        index = history_page.write(found, args.html, None if args.dirs else tracking.ui_base(uri or ""))
-        print(f"wrote {index}", file=aside)
-        if not args.dirs:
-            _log_history_pages(found, args.html, uri or "", aside)
-    if args.confirm:
-        confirmed = _confirmed(uri or "", history.failing_steps(gated, labels)) if confirmed is None else confirmed
+    return uri or "", found
+
+
+def _gate(uri: str, gated: list, labels: set[str], confirm: bool, confirmed: int | None) -> int:
+    """--fail-on's exit status, each failing step on stderr; with --confirm, each flagged case run again first."""
+    from runner.report import history
+
+    if confirm:
+        confirmed = _confirmed(uri, history.failing_steps(gated, labels)) if confirmed is None else confirmed
         numeric = history.failing_numbers(gated, labels)
         for line in numeric:
             print(f"failing: {line}", file=sys.stderr)

@@ -178,8 +178,9 @@ class AttentionOps(Protocol):
 
 
 class DecoderOps(Protocol):
-    """Op family `decoder`: what the GPT-2 decoder and its generation are written with (runner.models.decoder).
-    Weights keep GPT-2's layout on every backend: projections (in, out), embeddings (vocab, d). Activations are
+    """Op family `decoder`: what the decoders and their generation are written with (runner.models.decoder: GPT-2,
+    runner.models.llama). Weights keep each model's layout on every backend: GPT-2's projections (in, out) through
+    `affine`, Llama's (out, in) through `project`, embeddings (vocab, d). Activations are
     (batch, seq, d); heads (batch, heads, seq, head size). `start` is a step's first position, a python int or what
     `position` made of one; `where` is what step_index made of it."""
 
@@ -246,6 +247,34 @@ class DecoderOps(Protocol):
 
     def compilations(self, step: Callable) -> int | None:
         """How many times a step from decoder_step was traced or compiled, where the framework says; None."""
+
+    # model=llama (runner.models.llama): its projections keep torch.nn.Linear's (out, in) layout
+
+    def project(self, x: Any, weight: Any, bias: Any = None) -> Any:
+        """x @ weight.T (+ bias), weight (out, in) as torch.nn.Linear holds it (the dense family's `linear` takes the
+        backend's native layout instead)."""
+
+    def rms_norm(self, x: Any, weight: Any, eps: float) -> Any:
+        """x / sqrt(mean(x^2 over the last axis) + eps) * weight."""
+
+    def silu(self, x: Any) -> Any:
+        """x * sigmoid(x)."""
+
+    def to_heads(self, x: Any, heads: int) -> Any:
+        """(batch, seq, heads * size) -> (batch, heads, seq, size)."""
+
+    def repeat_heads(self, x: Any, groups: int) -> Any:
+        """(batch, kv_heads, seq, size) -> (batch, kv_heads * groups, seq, size), each head `groups` times in a row:
+        grouped-query attention's keys and values for the query heads."""
+
+    def rotary_angles(self, inv_freq: tuple[float, ...], where: Any, x: Any) -> tuple[Any, Any]:
+        """(cos, sin), each (seq, head size) in x's dtype, of the angles position x inv_freq at the step's positions
+        (`where`, for x's seq positions), the two halves of a head alike; computed in float32 (float64 for float64 x),
+        as HF does. inv_freq: the model's head size / 2 inverse frequencies, constants of a compiled step."""
+
+    def rotary(self, x: Any, angles: tuple[Any, Any]) -> Any:
+        """Rotary embedding of x (batch, heads, seq, size): x * cos + rotate_half(x) * sin, rotate_half(x) being
+        (-second half, first half)."""
 
 
 class LayoutOps(Protocol):

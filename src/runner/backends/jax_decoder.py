@@ -1,4 +1,4 @@
-"""Op family `decoder` in JAX (model=gpt2): the prompt's step (prefill) and the one-token decode step each under
+"""Op family `decoder` in JAX (model=gpt2, llama): the prompt's step (prefill) and the one-token decode step each under
 jax.jit, the key/value cache donated to them and written in place with dynamic_update_slice, as JAX decoders
 (keras_hub's, MaxText's) are written. BENCHMARKS.md compares this with the whole decode in one jitted
 lax.fori_loop."""
@@ -26,8 +26,15 @@ __all__ = [  # op family `decoder` (runner.backends.DecoderOps): what its backen
     "new_cache",
     "position",
     "positions_embedded",
+    "project",
+    "repeat_heads",
+    "rms_norm",
+    "rotary",
+    "rotary_angles",
+    "silu",
     "split_heads",
     "step_index",
+    "to_heads",
     "token_ids",
     "unembed",
     "write_cache",
@@ -137,3 +144,43 @@ def compilations(step: Callable) -> int | None:
 
 def cached_attention_kernel(cache_shape: tuple[int, ...], queries: int, dtype: str, device: str) -> str:
     return "einsum + masked jax.nn.softmax (fused by XLA where the step is compiled)"
+
+
+# -- model=llama's ops: projections (out, in), RMSNorm, SiLU, grouped heads, rotary embeddings --------------------
+
+
+def project(x: jax.Array, weight: jax.Array, bias: jax.Array | None = None) -> jax.Array:
+    y = x @ weight.T  # weight (out, in): torch.nn.Linear's
+    return y if bias is None else y + bias
+
+
+def rms_norm(x: jax.Array, weight: jax.Array, eps: float) -> jax.Array:
+    return x * jax.lax.rsqrt(jnp.mean(jnp.square(x), axis=-1, keepdims=True) + eps) * weight
+
+
+def silu(x: jax.Array) -> jax.Array:
+    return jax.nn.silu(x)
+
+
+def to_heads(x: jax.Array, heads: int) -> jax.Array:
+    batch, seq, features = x.shape
+    return x.reshape(batch, seq, heads, features // heads).transpose(0, 2, 1, 3)
+
+
+def repeat_heads(x: jax.Array, groups: int) -> jax.Array:
+    return jnp.repeat(x, groups, axis=1)
+
+
+def rotary_angles(inv_freq: tuple[float, ...], where, x: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """The inverse frequencies are a constant of the jitted step (in eager, placed at each step)."""
+    dtype = jnp.float64 if x.dtype == jnp.float64 else jnp.float32  # HF: float32 for float32 and below
+    positions = (where + jnp.arange(x.shape[1])).astype(dtype)
+    angles = positions[:, None] * jnp.asarray(inv_freq, dtype)[None, :]
+    angles = jnp.concatenate([angles, angles], axis=-1)
+    return jnp.cos(angles).astype(x.dtype), jnp.sin(angles).astype(x.dtype)
+
+
+def rotary(x: jax.Array, angles: tuple[jax.Array, jax.Array]) -> jax.Array:
+    cos, sin = angles
+    first, second = jnp.split(x, 2, axis=-1)
+    return x * cos + jnp.concatenate([-second, first], axis=-1) * sin

@@ -1,4 +1,5 @@
-"""Op family `decoder` in NumPy, written out (model=gpt2): the float64 reference and backend=numpy's generation."""
+"""Op family `decoder` in NumPy, written out (model=gpt2, llama): the float64 reference and backend=numpy's
+generation."""
 
 from __future__ import annotations
 
@@ -21,8 +22,15 @@ __all__ = [  # op family `decoder` (runner.backends.DecoderOps): what its backen
     "new_cache",
     "position",
     "positions_embedded",
+    "project",
+    "repeat_heads",
+    "rms_norm",
+    "rotary",
+    "rotary_angles",
+    "silu",
     "split_heads",
     "step_index",
+    "to_heads",
     "token_ids",
     "unembed",
     "write_cache",
@@ -119,3 +127,41 @@ def compilations(step: Callable) -> int | None:
 
 def cached_attention_kernel(cache_shape: tuple[int, ...], queries: int, dtype: str, device: str) -> str:
     return "numpy: matmul + masked softmax written out"
+
+
+# -- model=llama's ops: projections (out, in), RMSNorm, SiLU, grouped heads, rotary embeddings --------------------
+
+
+def project(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
+    y = x @ weight.T  # weight (out, in): torch.nn.Linear's
+    return y if bias is None else y + bias
+
+
+def rms_norm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * weight
+
+
+def silu(x: np.ndarray) -> np.ndarray:
+    return x * (0.5 + 0.5 * np.tanh(0.5 * x))  # x * sigmoid(x), with no overflow for large negative x
+
+
+def to_heads(x: np.ndarray, heads: int) -> np.ndarray:
+    batch, seq, features = x.shape
+    return x.reshape(batch, seq, heads, features // heads).transpose(0, 2, 1, 3)
+
+
+def repeat_heads(x: np.ndarray, groups: int) -> np.ndarray:
+    return np.repeat(x, groups, axis=1)
+
+
+def rotary_angles(inv_freq: tuple[float, ...], where: int, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    dtype = np.float64 if x.dtype == np.float64 else np.float32  # HF: float32 for float32 and below
+    angles = np.outer(np.arange(where, where + x.shape[1]).astype(dtype), np.asarray(inv_freq, dtype))
+    angles = np.concatenate([angles, angles], axis=-1)
+    return np.cos(angles).astype(x.dtype), np.sin(angles).astype(x.dtype)
+
+
+def rotary(x: np.ndarray, angles: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    cos, sin = angles
+    half = x.shape[-1] // 2
+    return x * cos + np.concatenate([-x[..., half:], x[..., :half]], axis=-1) * sin

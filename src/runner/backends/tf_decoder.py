@@ -1,4 +1,4 @@
-"""Op family `decoder` in TensorFlow (model=gpt2): the key/value cache in tf.Variables of fixed shape, written in
+"""Op family `decoder` in TensorFlow (model=gpt2, llama): the key/value cache in tf.Variables of fixed shape, written in
 place at each step's positions, and each step in one tf.function (XLA-compiled in mode=xla) whose inputs keep one
 shape from token to token, so it is traced once (`tf_function_traces` in the record says so)."""
 
@@ -24,8 +24,15 @@ __all__ = [  # op family `decoder` (runner.backends.DecoderOps): what its backen
     "new_cache",
     "position",
     "positions_embedded",
+    "project",
+    "repeat_heads",
+    "rms_norm",
+    "rotary",
+    "rotary_angles",
+    "silu",
     "split_heads",
     "step_index",
+    "to_heads",
     "token_ids",
     "unembed",
     "write_cache",
@@ -136,3 +143,43 @@ def compilations(step: Callable) -> int | None:
 
 def cached_attention_kernel(cache_shape: tuple[int, ...], queries: int, dtype: str, device: str) -> str:
     return "tf.einsum + masked tf.nn.softmax (Keras MultiHeadAttention's computation)"
+
+
+# -- model=llama's ops: projections (out, in), RMSNorm, SiLU, grouped heads, rotary embeddings --------------------
+
+
+def project(x: tf.Tensor, weight: tf.Tensor, bias: tf.Tensor | None = None) -> tf.Tensor:
+    y = tf.matmul(x, weight, transpose_b=True)  # weight (out, in): torch.nn.Linear's
+    return y if bias is None else y + bias
+
+
+def rms_norm(x: tf.Tensor, weight: tf.Tensor, eps: float) -> tf.Tensor:
+    return x * tf.math.rsqrt(tf.reduce_mean(tf.square(x), axis=-1, keepdims=True) + eps) * weight
+
+
+def silu(x: tf.Tensor) -> tf.Tensor:
+    return tf.nn.silu(x)
+
+
+def to_heads(x: tf.Tensor, heads: int) -> tf.Tensor:
+    _, seq, features = x.shape
+    return tf.transpose(tf.reshape(x, (-1, seq, heads, features // heads)), (0, 2, 1, 3))
+
+
+def repeat_heads(x: tf.Tensor, groups: int) -> tf.Tensor:
+    return tf.repeat(x, groups, axis=1)
+
+
+def rotary_angles(inv_freq: tuple[float, ...], where, x: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """The inverse frequencies are a constant of the step's tf.function (in eager, made at each step)."""
+    dtype = tf.float64 if x.dtype == tf.float64 else tf.float32  # HF: float32 for float32 and below
+    positions = tf.cast(where + tf.range(x.shape[1]), dtype)
+    angles = positions[:, None] * tf.constant(inv_freq, dtype)[None, :]
+    angles = tf.concat([angles, angles], axis=-1)
+    return tf.cast(tf.cos(angles), x.dtype), tf.cast(tf.sin(angles), x.dtype)
+
+
+def rotary(x: tf.Tensor, angles: tuple[tf.Tensor, tf.Tensor]) -> tf.Tensor:
+    cos, sin = angles
+    first, second = tf.split(x, 2, axis=-1)
+    return x * cos + tf.concat([-second, first], axis=-1) * sin

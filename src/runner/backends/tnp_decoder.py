@@ -1,4 +1,4 @@
-"""Op family `decoder` in tf.experimental.numpy (model=gpt2): the arithmetic in NumPy's words; the cache, its
+"""Op family `decoder` in tf.experimental.numpy (model=gpt2, llama): the arithmetic in NumPy's words; the cache, its
 writes and the tf.function around each step are TensorFlow's (runner.backends.tf_decoder), as tnp code uses them."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from runner.backends.tf_decoder import (  # noqa: F401 - re-exported: the op fam
     token_ids,
     write_cache,
 )
-from runner.backends.tnp_precision import exp, tanh
+from runner.backends.tnp_precision import exp, sqrt, tanh
 
 tnp = tf.experimental.numpy
 
@@ -36,8 +36,15 @@ __all__ = [  # op family `decoder` (runner.backends.DecoderOps): what its backen
     "new_cache",
     "position",
     "positions_embedded",
+    "project",
+    "repeat_heads",
+    "rms_norm",
+    "rotary",
+    "rotary_angles",
+    "silu",
     "split_heads",
     "step_index",
+    "to_heads",
     "token_ids",
     "unembed",
     "write_cache",
@@ -93,3 +100,46 @@ def greedy(logits):
 
 def cached_attention_kernel(cache_shape: tuple[int, ...], queries: int, dtype: str, device: str) -> str:
     return "tnp: matmul + masked softmax written out"
+
+
+# -- model=llama's ops: projections (out, in), RMSNorm, SiLU, grouped heads, rotary embeddings --------------------
+
+
+def project(x, weight, bias=None):
+    y = tnp.matmul(x, tnp.transpose(weight))  # weight (out, in): torch.nn.Linear's
+    return y if bias is None else y + bias
+
+
+def rms_norm(x, weight, eps: float):
+    return x / sqrt(tnp.mean(x * x, axis=-1, keepdims=True) + eps) * weight
+
+
+def silu(x):
+    return x * (0.5 + 0.5 * tanh(0.5 * x))  # x * sigmoid(x)
+
+
+def to_heads(x, heads: int):
+    _, seq, features = x.shape
+    return tnp.transpose(tnp.reshape(x, (-1, seq, heads, features // heads)), (0, 2, 1, 3))
+
+
+def repeat_heads(x, groups: int):
+    """As HF's repeat_kv: broadcast, then reshape (tnp.repeat in a tf.function logs a deprecation of TF's own)."""
+    batch, heads, seq, size = x.shape
+    return tnp.reshape(
+        tnp.broadcast_to(x[:, :, None], (batch, heads, groups, seq, size)), (-1, heads * groups, seq, size)
+    )
+
+
+def rotary_angles(inv_freq: tuple[float, ...], where, x):
+    dtype = tnp.float64 if x.dtype == tf.float64 else tnp.float32  # HF: float32 for float32 and below
+    positions = tnp.asarray(where, tnp.int32) + tnp.arange(x.shape[1], dtype=tnp.int32)  # one integer dtype
+    angles = tnp.outer(positions.astype(dtype), tnp.asarray(inv_freq, dtype))
+    angles = tnp.concatenate([angles, angles], axis=-1)
+    return tnp.cos(angles).astype(x.dtype), tnp.sin(angles).astype(x.dtype)
+
+
+def rotary(x, angles):
+    cos, sin = angles
+    half = x.shape[-1] // 2
+    return x * cos + tnp.concatenate([-x[..., half:], x[..., :half]], axis=-1) * sin

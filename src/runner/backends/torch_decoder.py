@@ -1,9 +1,10 @@
-"""Op family `decoder` in PyTorch (model=gpt2): a preallocated (static) key/value cache written with index_copy_,
+"""Op family `decoder` in PyTorch (model=gpt2, llama): a preallocated (static) key/value cache written with index_copy_,
 scaled_dot_product_attention over it, and the decode step under torch.compile in mode=function (CUDA graphs,
 torch.compile's reduce-overhead mode, on cuda), as HF's static cache runs GPT-2."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import numpy as np
@@ -25,8 +26,15 @@ __all__ = [  # op family `decoder` (runner.backends.DecoderOps): what its backen
     "new_cache",
     "position",
     "positions_embedded",
+    "project",
+    "repeat_heads",
+    "rms_norm",
+    "rotary",
+    "rotary_angles",
+    "silu",
     "split_heads",
     "step_index",
+    "to_heads",
     "token_ids",
     "unembed",
     "write_cache",
@@ -144,3 +152,55 @@ def decoder_step(fn: Callable, params: dict, cache: list, mode: str, device: str
 def compilations(step: Callable) -> int | None:
     """Not read from torch.compile (its counters are process-wide): None."""
     return None
+
+
+# -- model=llama's ops: projections (out, in), RMSNorm, SiLU, grouped heads, rotary embeddings --------------------
+
+
+def project(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    return F.linear(x, weight, bias)
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    return F.rms_norm(x, (x.shape[-1],), weight, eps)
+
+
+def silu(x: torch.Tensor) -> torch.Tensor:
+    return F.silu(x)
+
+
+def to_heads(x: torch.Tensor, heads: int) -> torch.Tensor:
+    batch, seq, features = x.shape
+    return x.view(batch, seq, heads, features // heads).transpose(1, 2)
+
+
+def repeat_heads(x: torch.Tensor, groups: int) -> torch.Tensor:
+    return x.repeat_interleave(groups, dim=1)
+
+
+def rotary_angles(
+    inv_freq: tuple[float, ...], where: torch.Tensor, x: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    dtype = torch.float64 if x.dtype == torch.float64 else torch.float32  # HF: float32 for float32 and below
+    angles = where[:, None].to(dtype) * _frequencies(inv_freq, dtype, where.device)
+    angles = torch.cat((angles, angles), dim=-1)
+    return angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+
+
+def _frequencies(values: tuple[float, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """The inverse frequencies on the device: a constant of the compiled graph under torch.compile; in eager, placed
+    once (a host-to-device copy every step would synchronise the stream on cuda)."""
+    if torch.compiler.is_compiling():
+        return torch.tensor(values, dtype=dtype, device=device)
+    return _placed(values, dtype, device)
+
+
+@functools.lru_cache(maxsize=16)
+def _placed(values: tuple[float, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    return torch.tensor(values, dtype=dtype, device=device)
+
+
+def rotary(x: torch.Tensor, angles: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    cos, sin = angles
+    first, second = x.chunk(2, dim=-1)
+    return x * cos + torch.cat((-second, first), dim=-1) * sin

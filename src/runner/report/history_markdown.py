@@ -74,7 +74,8 @@ def _failing(row: Row, labels: set[str], confirm: bool) -> bool:
 
 def _headline(rows: list[Row], histories: list[History], labels: set[str], confirm: bool) -> str:
     alerts = sum(r.alert for r in rows)
-    found = f"{alerts} alert{'s' if alerts != 1 else ''} in {len(histories)} series"
+    cases = sum(not h.is_control for h in histories)  # as the false-discovery line counts them: controls aside
+    found = f"{alerts} alert{'s' if alerts != 1 else ''} in {cases} series"
     if not labels:
         return f"### runner history: {found}"
     given = ",".join(sorted(label.split()[0] for label in labels))  # as fail_labels takes them: 'numeric'

@@ -27,8 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from runner.config import ConfigError, require_positive
-from runner.models import Workload
+from runner.config import ConfigError
+from runner.models.causal_lm import CausalLM, check_sizes
 
 # config.json's sizes (GPT2Config's names) -> (this model's setting, GPT2Config's default where config.json omits it)
 HF_SIZES = {
@@ -59,9 +59,8 @@ def gpt2_spec(layers: int, d_model: int, vocab_size: int, context: int) -> dict[
     return spec
 
 
-class Decoder(Workload):
+class Decoder(CausalLM):
     name = "gpt2"
-    own_layout = True  # GPT-2's (in, out) projections and (vocab, d) embeddings on every backend
     spec: dict[str, tuple]  # always: set in __init__
 
     def __init__(
@@ -73,16 +72,7 @@ class Decoder(Workload):
         context: int = 128,
         prompt_len: int = 16,
     ):
-        require_positive(
-            layers=layers, d_model=d_model, heads=heads, vocab_size=vocab_size, context=context, prompt_len=prompt_len
-        )
-        if d_model % heads:
-            raise ConfigError(
-                f"model.d_model={d_model} is not divisible by model.heads={heads}: each head takes d_model / heads "
-                "features"
-            )
-        if prompt_len > context:
-            raise ConfigError(f"model.prompt_len={prompt_len} is longer than the model's context ({context} tokens)")
+        check_sizes(layers, d_model, heads, vocab_size, context, prompt_len)
         self.layers, self.d_model, self.heads = layers, d_model, heads
         self.vocab_size, self.context, self.prompt_len = vocab_size, context, prompt_len
         self.spec = gpt2_spec(layers, d_model, vocab_size, context)
@@ -138,47 +128,6 @@ class Decoder(Workload):
             "add_cross_attention": (False, (False,), "no cross-attention"),
         }
 
-    def make_inputs(self, rng: np.random.Generator, batch_size: int) -> dict[str, np.ndarray]:
-        """A seeded prompt: (batch, prompt_len) token ids drawn uniformly from the vocabulary."""
-        return {"x": rng.integers(0, self.vocab_size, (batch_size, self.prompt_len))}
-
-    def examples_per_call(self, batch_size: int) -> int:
-        return batch_size
-
-    def size_setting(self, batch_size: int) -> str:
-        return f"model.prompt_len={self.prompt_len} batch_size={batch_size}"
-
-    def check_length(self, length: int, setting: str) -> None:
-        """Refuse a sequence (prompt and new tokens) longer than the learned positions."""
-        if length > self.context:
-            raise ConfigError(
-                f"{setting}: {length} tokens do not fit the model's context of {self.context} positions "
-                f"(model.context): lower them"
-            )
-
-    # -- written once, run on every backend's ops --------------------------------------------
-
-    def forward(self, ops: Any, params: dict, x: Any) -> Any:
-        """Logits (batch, seq, vocab) of a whole sequence of ids, without a cache."""
-        where = ops.step_index(0, x)
-        h, mask = self._embed(ops, params, x, where), ops.attention_mask(where, x.shape[1], x.shape[1])
-        for i in range(self.layers):
-            h, _ = self._block(ops, params, i, h, None, where, mask)
-        return self._logits(ops, params, h)
-
-    def step(self, ops: Any, params: dict, cache: list, ids: Any, start: Any) -> tuple[Any, Any, list]:
-        """One generation step with the cache: ids (batch, t) at positions start .. start + t - 1 (the prompt at 0,
-        or one new token) -> (the last position's logits (batch, vocab), the greedy next ids (batch, 1), the cache
-        with this step's keys and values written)."""
-        where = ops.step_index(start, ids)  # the step's positions and attention mask, made once for every layer
-        h, mask = self._embed(ops, params, ids, where), ops.attention_mask(where, ids.shape[1], cache[0][0].shape[2])
-        written = []
-        for i in range(self.layers):
-            h, kv = self._block(ops, params, i, h, cache[i], where, mask)
-            written.append(kv)
-        logits = self._logits(ops, params, ops.last_position(h))
-        return logits, ops.greedy(logits), written
-
     def _embed(self, ops: Any, params: dict, ids: Any, where: Any) -> Any:
         return ops.embed(params["wte.weight"], ids) + ops.positions_embedded(params["wpe.weight"], where, ids)
 
@@ -201,26 +150,6 @@ class Decoder(Workload):
         """One layer's keys (or values): (batch, heads, length, head size)."""
         return batch_size, self.heads, length, self.d_model // self.heads
 
-    # -- the float64 reference ----------------------------------------------------------------
-
-    def reference_logits(self, params: dict, ids: np.ndarray) -> np.ndarray:
-        """The logits of a whole sequence in float64 NumPy, without a cache: what every implementation of this model
-        (keras_hub's too) is checked against."""
-        from runner.backends import numpy_backend
-
-        params64 = {k: np.asarray(v, np.float64) for k, v in params.items()}
-        return Decoder.forward(self, numpy_backend, params64, np.asarray(ids))
-
-    def own_reference(self, request: dict[str, Any], params: dict, inputs: dict) -> dict[str, np.ndarray] | None:
-        """task=inference: the logits in float64 numpy (token ids stay integers)."""
-        return {"outputs/y": self.reference_logits(params, inputs["x"])} if request["task"] == "inference" else None
-
-    # -- sizes: the memory check and the cost note ------------------------------------------
-
-    def array_elements(self, batch_size: int, task: str, per_example: bool) -> dict[str, int]:
-        """Weights, the prompt, the logits of a whole sequence and one layer's activations (inference)."""
-        return self.generation_elements(batch_size, self.prompt_len, 0)
-
     def generation_elements(self, batch_size: int, length: int, new_tokens: int) -> dict[str, int]:
         """Weights, the prompt, each step's logits kept for the check, the cache of `length` positions (counted as
         activations: what the generation holds meanwhile) and one layer's activations over the prompt."""
@@ -230,9 +159,6 @@ class Decoder(Workload):
         layer = tokens * 12 * self.d_model + 2 * batch_size * self.heads * self.prompt_len * length
         logits = batch_size * max(new_tokens, self.prompt_len) * self.vocab_size
         return {"weights": weights, "inputs": tokens, "results": logits, "activations": cache + layer}
-
-    def task_flops(self, batch_size: int, task: str) -> float:
-        return self.generation_flops(batch_size, self.prompt_len, 0)
 
     def generation_flops(self, batch_size: int, prompt_len: int, new_tokens: int) -> float:
         """Multiply-adds x 2 of the prefill and each new token (attention over the whole cache buffer)."""

@@ -51,6 +51,7 @@ BEGIN, END = "<!-- history-sim:begin -->", "<!-- history-sim:end -->"
 CHOICE = ("<!-- history-choice:begin -->", "<!-- history-choice:end -->")  # the prose after the table: kept as written
 from parity import replace_section  # noqa: E402
 
+from runner.record.table import markdown  # noqa: E402
 from runner.report.history import Entry, History, control_fdr  # noqa: E402
 from runner.report.ratio import APART_SD, PROCESS_SD  # noqa: E402
 from runner.report.steps import Label, Point, Step, find_steps  # noqa: E402
@@ -327,10 +328,8 @@ def store_section(rows: list[list[str]], args: argparse.Namespace) -> str:
         "without any adjustment: the share of quiet series whose smallest step p-value is at most 0.05 and 0.01 "
         "(a series with no step: p = 1), which an honest p-value keeps at or below 5% and 1%.",
         "",
-        "| " + " | ".join(STORE_HEADER) + " |",
-        "|" + "---|" * len(STORE_HEADER),
+        markdown(STORE_HEADER, rows).rstrip("\n"),
     ]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
     return "\n".join([*lines, STORE_END])
 
 

@@ -54,7 +54,8 @@ def test_confirm_without_fail_on_or_with_directories_is_one_line(tmp_path):
 
 def _store_with_a_regression(tmp_path: Path) -> tuple[str, str]:
     """A store whose case (model=chain, a real run's tags, params and files) ran 12 nights: 6 at its time, then 6 at
-    twice it. Returns (uri, the newest night's run id)."""
+    four times it, a step whose midpoint (2x) no load during one run crosses. Returns (uri, the newest night's run
+    id)."""
     from mlflow.entities import Metric, Param, RunTag
     from mlflow.tracking import MlflowClient
 
@@ -78,7 +79,7 @@ def _store_with_a_regression(tmp_path: Path) -> tuple[str, str]:
     newest = ""
     for night in range(12):
         run = client.create_run(real.info.experiment_id, start_time=start + night * 86_400_000, run_name=f"n{night}")
-        value = typical * (2.0 if night >= 6 else 1.0) * (1 + 0.01 * math.sin(night))
+        value = typical * (4.0 if night >= 6 else 1.0) * (1 + 0.01 * math.sin(night))
         metrics = {**real.data.metrics, "time_typical_us": value, "time_median_us": value * 1.02}
         stamp = start + night * 86_400_000
         client.log_batch(
@@ -96,9 +97,9 @@ def _store_with_a_regression(tmp_path: Path) -> tuple[str, str]:
 
 @pytest.mark.heavy  # a real run and two re-runs: about 25 s
 def test_a_regression_stands_only_where_its_rerun_confirms_it(tmp_path, monkeypatch):
-    """Twice as slow from the 7th night on. Re-run with the work as it was (a noisy week, not the code): the step is
-    not confirmed and the gate passes. Re-run with the extra work (the code did get slower): it is, and the gate
-    fails. Both leave the record saying which."""
+    """Four times as slow from the 7th night on. Re-run with the work as it was (a noisy week, not the code): the
+    step is not confirmed and the gate passes. Re-run with the extra work (the code did get slower): it is, and the
+    gate fails. Both leave the record saying which."""
     from mlflow.tracking import MlflowClient
 
     uri, newest = _store_with_a_regression(tmp_path)
@@ -106,7 +107,7 @@ def test_a_regression_stands_only_where_its_rerun_confirms_it(tmp_path, monkeypa
     monkeypatch.setenv("PYTHONPATH", str(PLUGIN))
     monkeypatch.syspath_prepend(str(PLUGIN))
     plain = runner_main("history", "--tracking-uri", uri, "--fail-on", "regression")
-    assert plain.returncode == 1 and "failing: " in plain.stderr and "regression: 2" in plain.stderr
+    assert plain.returncode == 1 and "failing: " in plain.stderr and "regression: 4" in plain.stderr
 
     monkeypatch.setenv("RUNNER_TEST_EXTRA_WORK", "0")
     cleared = runner_main("history", "--tracking-uri", uri, "--fail-on", "regression", "--confirm")
@@ -115,7 +116,7 @@ def test_a_regression_stands_only_where_its_rerun_confirms_it(tmp_path, monkeypa
     client = MlflowClient(uri)
     assert client.get_run(newest).data.tags[confirm.CONFIRMED_TAG].startswith("no: not confirmed by a re-run")
 
-    monkeypatch.setenv("RUNNER_TEST_EXTRA_WORK", "1.0")  # 20 layers, not 10: the work itself doubled
+    monkeypatch.setenv("RUNNER_TEST_EXTRA_WORK", "3.0")  # 40 layers, not 10: the work itself four times
     confirmed = runner_main("history", "--tracking-uri", uri, "--fail-on", "regression", "--confirm")
     assert confirmed.returncode == 1, confirmed.stderr
     assert "failing: " in confirmed.stderr and "confirmed by a re-run" in confirmed.stderr

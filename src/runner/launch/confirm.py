@@ -134,13 +134,15 @@ def recorded_overrides(uri: str, run_id: str) -> list[str]:
     a sweep's job, whose files are logged before Hydra writes that, in its sweep's multirun.yaml)."""
     from omegaconf import OmegaConf
 
+    from runner.tracking.search import existing_run
+
     with tempfile.TemporaryDirectory() as folder:
         found = _artifact(uri, run_id, "hydra/overrides.yaml", folder)
         if found is None:
             raise LookupError(f"run {run_id} has no hydra/overrides.yaml artifact to run it again")
         own = [str(o) for o in OmegaConf.load(found)]
         hydra = _artifact(uri, run_id, "hydra/hydra.yaml", folder)
-        parent = _reader_of(uri, run_id).get_run(run_id).data.tags.get("mlflow.parentRunId")
+        parent = existing_run(uri, run_id).get_run(run_id).data.tags.get("mlflow.parentRunId")
         if hydra is None and parent:
             hydra = _artifact(uri, parent, "multirun.yaml", folder)
         searched = (OmegaConf.select(OmegaConf.load(hydra), "hydra.overrides.hydra") or []) if hydra else []
@@ -162,12 +164,8 @@ def _artifact(uri: str, run_id: str, path: str, folder: str) -> Path | None:
         return None
 
 
-def _reader_of(uri: str, run_id: str):
+def _experiment(uri: str, run_id: str) -> str:
     from runner.tracking.search import existing_run
 
-    return existing_run(uri, run_id)
-
-
-def _experiment(uri: str, run_id: str) -> str:
-    mlflow = _reader_of(uri, run_id)
+    mlflow = existing_run(uri, run_id)
     return mlflow.get_experiment(mlflow.get_run(run_id).info.experiment_id).name

@@ -9,7 +9,7 @@ import re
 
 from runner.record.naming import run_name
 from runner.record.result import Result
-from runner.tasks import task_class
+from runner.tasks import Task, task_class
 
 
 def note_content(result: Result) -> str:
@@ -21,7 +21,7 @@ def note_content(result: Result) -> str:
     task = task_class((c.get("task") or {}).get("_target_"), (c.get("task") or {}).get("name"))
     lines += task.page_lines(c, m, result.environment, format_seconds)  # what a call is, the task's own figures
     if "time_median_s" in m:
-        unit = "per call" if task.unit == "a call" else task.unit  # 'a generation', 'a step'
+        unit = "per call" if task.unit == Task.unit else task.unit  # 'a generation', 'a step'
         typical = f"typical {format_seconds(m['time_typical_s'])} {unit} (what ratios and rates use); " if (
             "time_typical_s" in m
         ) else ""  # fmt: skip

@@ -8,7 +8,10 @@ import pytest
 
 from runner.config import ConfigError, TimingConfig
 from runner.measure import limits
+from runner.models.mlp import MLP
 from runner.models.op_workloads import Matmul
+from runner.tasks.builtin import Gradients, Inference, Jacobian
+from runner.tasks.train_step import TrainStep
 
 
 def test_huge_matmul_refused_before_allocating_with_the_estimate(cli, tmp_path):
@@ -31,10 +34,14 @@ def test_huge_matmul_refused_before_allocating_with_the_estimate(cli, tmp_path):
 
 def test_memory_estimate_counts_draws_copies_and_reference():
     n = 1000
-    host, device, reference = limits.memory_needed(Matmul(n).array_elements(1, "inference", False), 4, "cpu", True)
+    host, device, reference = limits.memory_needed(
+        Inference("inference").array_elements(Matmul(n), 1, False), 4, "cpu", True
+    )
     assert reference == 8 * 2 * n * n and device == 0
     assert host == 8 * n * n + 4 * 2 * n * n + reference  # float64 draw, float32 input and result, reference
-    host, device, reference = limits.memory_needed(Matmul(n).array_elements(1, "inference", False), 2, "cuda", False)
+    host, device, reference = limits.memory_needed(
+        Inference("inference").array_elements(Matmul(n), 1, False), 2, "cuda", False
+    )
     assert (host, device, reference) == (8 * n * n + 2 * n * n, 2 * 2 * n * n, 0)
 
 
@@ -58,11 +65,11 @@ def test_reference_hint_only_where_it_would_help(monkeypatch):
 def test_long_matmul_announced_up_front(monkeypatch):
     monkeypatch.setattr(limits, "host_float64_flops", lambda: 50e9)
     timing = TimingConfig(max_time_s=5.0, min_warmup_calls=3)
-    note = limits.cost_note(Matmul(20000).task_flops(1, "inference"), "float32", "cpu", True, timing)
+    note = limits.cost_note(Matmul(20000).forward_size(1).flops, "float32", "cpu", True, timing)
     assert "one call ≈ 3 min" in note and "at least 6 calls ≈ 16 min" in note
     assert "float64 reference ≈ 5 min (check_reference=false skips it)" in note and "1.6e+13 FLOP" in note
-    assert limits.cost_note(Matmul(1000).task_flops(1, "inference"), "float32", "cpu", True, timing) == ""
-    flops = Matmul(20000).task_flops(1, "inference")
+    assert limits.cost_note(Matmul(1000).forward_size(1).flops, "float32", "cpu", True, timing) == ""
+    flops = Matmul(20000).forward_size(1).flops
     assert "reference" not in limits.cost_note(flops, "float32", "cpu", False, timing)
 
 
@@ -91,3 +98,21 @@ def test_a_generation_too_large_names_the_task_setting_at_fault(make_config):
     workload, task = build_workload(spec.model_settings), build_task(spec.task_settings)
     with pytest.raises(ConfigError, match=r"batch_size=100000 task.new_tokens=900 dtype=float32 needs about .* TB"):
         limits.check_fits(workload, spec, "cpu", task)
+
+
+def test_each_task_scales_the_workloads_forward_to_its_own_call():
+    """The memory check and the cost note of an MLP (32 -> 64 -> 2, batch 8), worked out by hand: a forward holds
+    its outputs; a gradient the weights' size (per example in a per-example mode) at 3 forwards' cost; a jacobian
+    each example's outputs by its inputs, at a forward and two per output."""
+    mlp, batch = MLP(), 8
+    weights, forward_flops = 64 * 33 + 2 * 64, 2.0 * 8 * 64 * (32 + 2)
+    common = {"weights": weights, "inputs": batch * (32 + 2), "activations": 0}
+    assert Inference("inference").array_elements(mlp, batch, False) == {**common, "results": batch * 2}
+    assert Inference("inference").flops(mlp, batch) == forward_flops
+    assert Gradients("gradients").array_elements(mlp, batch, False) == {**common, "results": weights}
+    assert Gradients("gradients").array_elements(mlp, batch, True) == {**common, "results": batch * weights}
+    assert Gradients("gradients").flops(mlp, batch) == 3 * forward_flops
+    assert Jacobian("jacobian").array_elements(mlp, batch, False) == {**common, "results": batch * 2 * 32}
+    assert Jacobian("jacobian").flops(mlp, batch) == (1 + 2 * 2) * forward_flops
+    step = TrainStep("train_step", {"name": "sgd", "lr": 0.01, "momentum": 0.9})
+    assert step.array_elements(mlp, batch, False) == Gradients("gradients").array_elements(mlp, batch, False)

@@ -272,10 +272,11 @@ def test_a_sequence_beyond_the_machine_is_refused_before_it_starts(tmp_path):
 
 def test_the_memory_estimate_grows_with_the_square_of_seq_len():
     from runner.measure.limits import memory_needed
+    from runner.tasks.builtin import Gradients
 
     def host_bytes(seq_len: int) -> int:
         model = small(seq_len=seq_len, d_model=64, heads=8)
-        return memory_needed(model.array_elements(8, "gradients", False), 4, "cpu", False)[0]
+        return memory_needed(Gradients("gradients").array_elements(model, 8, False), 4, "cpu", False)[0]
 
     second_difference = host_bytes(3072) - 2 * host_bytes(2048) + host_bytes(1024)  # = 2 * 1024^2 * (s^2 term)
     probabilities_and_scores = 2 * 8 * 8 * 2  # per s^2: 2 arrays x batch 8 x heads 8 x layers 2

@@ -63,11 +63,11 @@ def trainable(params: dict) -> dict:
 
 
 def grad(loss: Callable, numpy_backprop: Callable | None) -> Callable:
-    return _require(numpy_backprop, "gradients")
+    return _require(numpy_backprop)
 
 
 def per_example_grad(loss: Callable, mode: str, numpy_backprop: Callable | None) -> Callable:
-    single = _require(numpy_backprop, "gradients")  # the batch gradient of a one-example slice
+    single = _require(numpy_backprop)  # the batch gradient of a one-example slice
 
     def looped(params: dict, x: np.ndarray, labels: np.ndarray) -> dict:
         per_example = [single(params, x[i : i + 1], labels[i : i + 1]) for i in range(len(x))]
@@ -77,12 +77,12 @@ def per_example_grad(loss: Callable, mode: str, numpy_backprop: Callable | None)
 
 
 def batch_jacobian(forward: Callable, mode: str, numpy_backprop: Callable | None) -> Callable:
-    return _require(numpy_backprop, "jacobians")
+    return _require(numpy_backprop)
 
 
-def _require(numpy_backprop: Callable | None, what: str) -> Callable:
+def _require(numpy_backprop: Callable | None) -> Callable:
     if numpy_backprop is None:
-        raise ConfigError(f"backend=numpy has no autodiff and this model has no explicit backprop for {what}")
+        raise ConfigError("backend=numpy has no autodiff, and this model writes out no backprop for it")
     return numpy_backprop
 
 
@@ -94,7 +94,7 @@ def train_step(
     loss: Callable, params: dict, optimizer: Optimizer, mode: str, device: str, numpy_backprop: Callable | None
 ) -> tuple[Callable, Callable[[], dict]]:
     """The workload's explicit backprop and the optimizer's update written out (runner.backends.optimizers)."""
-    return written_out_step(_require(numpy_backprop, "a training step"), params, optimizer, np.sqrt, lambda fn: fn)
+    return written_out_step(_require(numpy_backprop), params, optimizer, np.sqrt, lambda fn: fn)
 
 
 def to_native_layout(array: np.ndarray) -> np.ndarray:

@@ -226,7 +226,7 @@ def _environment(job: Prepared, meter_note: dict) -> dict:
     env["device"] = job.device
     env["malloc_keeps_freed_memory"] = job.malloc_keeps_freed
     env.update(precision=job.spec.precision, **job.precision_env)
-    env.update(job.workload.describe(job.backend, job.state, job.inputs, job.choices["task"]))
+    env.update(job.workload.describe(job.backend, job.state, job.inputs, job.task.backward))
     env.update(job.task.describe(job.setup))
     return {**env, **meter_note}
 

@@ -1,11 +1,11 @@
 """Sizes beyond the machine: refuse a job that cannot fit before anything is allocated, and say up front
 what a job that will outlast its time budget is going to cost.
 
-Workloads describe themselves: `array_elements(batch_size, task, per_example)` -> {"weights", "inputs",
-"results"} element counts, and (where known) `task_flops(batch_size, task)`. The estimate counts the
-arrays the job holds at once (the seeded float64 draws, the dtype copies on the device, the float64
-reference's copies and results); activations inside a call are counted only where the workload names them
-("activations": the transformer's, with attention's seq_len^2 term), so it is a lower bound.
+Workloads state one forward call's sizes (`Workload.forward_size`), which each task scales to its own call
+(`Task.array_elements` -> {"weights", "inputs", "results", "activations"} element counts, `Task.flops`). The
+estimate counts the arrays the job holds at once (the seeded float64 draws, the dtype copies on the device, the
+float64 reference's copies and results); activations inside a call are counted only where the workload names them
+(the transformer's, with attention's seq_len^2 term), so it is a lower bound.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ PROBE_N = 1024  # float64 matmul used to gauge this CPU's rate: 2 GFLOP, tens of
 
 def memory_needed(e: dict[str, int], itemsize: int, device: str, reference: bool) -> tuple[int, int, int]:
     """(host bytes, device bytes, the float64 reference's share of host bytes) a job whose arrays have `e` elements
-    (Workload.array_elements) holds at once."""
+    (Task.array_elements) holds at once."""
     held = e["weights"] + e["inputs"]
     made = e["results"] + e.get("activations", 0)  # what a call makes: its results, and what it keeps meanwhile
     native = itemsize * (held + made)
@@ -125,22 +125,19 @@ def format_duration(seconds: float) -> str:
 ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
 
 
-def check_fits(workload, spec: JobSpec, device: str, task=None) -> str:
+def check_fits(workload, spec: JobSpec, device: str, task) -> str:
     """Refuse (ConfigError) a job that cannot fit on `device` (as the backend resolved it); return the cost
-    note for one that will run long ('' if not). Runs before any array is allocated. Workloads that do not
-    describe their arrays (a user's own `_target_`) are not checked; they state their sizes for the built-in
-    tasks, and the task (runner.tasks.Task, where given) asks for those of the one it runs like, or its own."""
-    if task is not None:
-        elements, flops = task.array_elements(workload, spec.batch_size, spec.per_example), task.flops
-    else:
-        elements, flops = workload.array_elements(spec.batch_size, spec.task, spec.per_example), None
+    note for one that will run long ('' if not). Runs before any array is allocated. The task (runner.tasks.Task)
+    sizes its call from the workload's forward; a workload that states none (a user's own `_target_`) is not
+    checked."""
+    elements = task.array_elements(workload, spec.batch_size, spec.per_example)
     if elements is None:
         return ""
-    calls = flops(workload, spec.batch_size) if flops else workload.task_flops(spec.batch_size, spec.task)
+    calls = task.flops(workload, spec.batch_size)
     reference = spec.check_reference and workload.numpy_reference
     needed = memory_needed(elements, ITEMSIZE[spec.dtype], device, reference)
     what = "inputs, weights, results" + (", activations" if elements.get("activations") else "")
-    sized = task.size_setting(workload, spec.batch_size) if task is not None else workload.size_setting(spec.batch_size)
+    sized = task.size_setting(workload, spec.batch_size)
     label = f"model={spec.model} {sized} dtype={spec.dtype}"
     check_memory(label, *needed, device, what)
     return cost_note(calls, spec.dtype, device, reference, spec.timing)

@@ -11,6 +11,7 @@ their own package and config folder (README: *Bring your own model*).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -20,6 +21,20 @@ import numpy as np
 from runner.config import ConfigError, class_named, workload_arguments
 
 Params = dict[str, np.ndarray]
+
+
+@dataclass(frozen=True)
+class ForwardSize:
+    """One forward call on a batch, in elements and FLOPs: what the tasks (runner.tasks) scale to their own calls."""
+
+    weights: int
+    inputs: int  # the call's inputs and labels
+    outputs: int
+    examples: int
+    x_per_example: int  # one example's input elements: the columns of its jacobian
+    flops: float | None = None
+    layer_activations: int = 0  # what one layer holds while it runs; 0: not counted (it depends on the framework)
+    layers: int = 1
 
 
 class Workload:
@@ -92,20 +107,17 @@ class Workload:
     def extra_metrics(self, ops: Any, params: dict, inputs: dict, output: Any) -> dict[str, float]:
         return {}
 
-    def describe(self, ops: Any, params: dict, inputs: dict, task: str) -> dict[str, str]:
-        """What ran, in words, for result.json's environment (e.g. the attention kernel a framework picked)."""
+    def describe(self, ops: Any, params: dict, inputs: dict, backward: bool) -> dict[str, str]:
+        """What ran, in words, for result.json's environment (e.g. the attention kernel a framework picked, for a
+        call that differentiates the model where `backward`)."""
         return {}
 
     def flops_per_call(self) -> float | None:
         return None
 
-    def array_elements(self, batch_size: int, task: str, per_example: bool) -> dict[str, int] | None:
-        """{"weights", "inputs", "results"} element counts for the memory check (runner.measure.limits), and
-        "activations" where a call holds many; None: not checked."""
-        return None
-
-    def task_flops(self, batch_size: int, task: str) -> float | None:
-        """FLOPs of one call: the up-front cost note for calls that outlast the time budget."""
+    def forward_size(self, batch_size: int) -> ForwardSize | None:
+        """One forward call's elements and FLOPs, which each task scales to its own call for the memory check and
+        the cost note (runner.measure.limits); None: not checked."""
         return None
 
     def size_setting(self, batch_size: int) -> str:
@@ -113,9 +125,10 @@ class Workload:
         return f"batch_size={batch_size}"
 
     def own_reference(self, request: dict[str, Any], params: dict, inputs: dict) -> dict[str, np.ndarray] | None:
-        """The task's float64 results computed by the workload itself (request: {"task": "inference"}, ... as the
-        task describes it), or None: the task computes them in numpy. model=keras runs the same model in float64 on
-        Keras's TensorFlow backend."""
+        """The task's float64 results computed by the workload itself, or None: the task computes them in numpy.
+        `request["results"]` says which, by the results' tensors.h5 path: "outputs/y", "outputs/jacobian",
+        "gradients" (with "per_example") or "trained" (with "optimizer" and "steps"). model=keras runs the same model
+        in float64 on Keras's TensorFlow backend."""
         return None
 
     def run_warnings(self) -> list[str]:

@@ -196,7 +196,7 @@ class KerasModel(Workload):
     def interpret(self, y: np.ndarray) -> dict:
         return {"predictions": top5(y)}
 
-    def describe(self, ops, params: dict, inputs: dict, task: str) -> dict[str, str]:
+    def describe(self, ops, params: dict, inputs: dict, backward: bool) -> dict[str, str]:
         described = {
             "keras_dtype_policy": self.keras.config.dtype_policy().name,
             "keras_reference": f"the same model in float64 on Keras's {REFERENCE_BACKEND} backend (a subprocess)",
@@ -240,7 +240,7 @@ class KerasModel(Workload):
         not know, or where that failed (then `run_warnings` says why)."""
         from runner.models import keras_reference
 
-        if request["task"] not in keras_reference.TASKS:
+        if request["results"] not in keras_reference.RESULTS:
             return {}
         request = {**request, "arch": self.arch, "image_size": self.image_size}
         results, failure = keras_reference.compute(request, params, inputs)

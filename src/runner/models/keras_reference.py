@@ -17,7 +17,7 @@ import numpy as np
 from runner.backends.optimizers import Optimizer, keras_optimizer
 from runner.models.keras_apps import REFERENCE_BACKEND, build_application, import_keras, variable_names
 
-TASKS = ("inference", "gradients", "train_step")  # what it computes: each task's request (runner.tasks) names one
+RESULTS = ("outputs/y", "gradients", "trained")  # what it computes: a task's request (runner.tasks) names one
 
 
 def compute(request: dict[str, Any], params: dict, inputs: dict) -> tuple[dict[str, np.ndarray], str | None]:
@@ -52,8 +52,8 @@ def _reference_env() -> dict[str, str]:
 
 def compute_reference(folder: Path) -> None:
     """FOLDER/request.json and arrays.npz in, FOLDER/results.npz out: the task's results in float64 on Keras's
-    TensorFlow backend, as the run computes them (stateless_call for inference and gradients, Keras's
-    train_on_batch for train_step)."""
+    TensorFlow backend, as the run computes them (stateless_call for outputs and gradients, Keras's train_on_batch
+    for trained weights)."""
     request = json.loads((folder / "request.json").read_text())
     with np.load(folder / "arrays.npz") as stored:
         arrays: dict[str, Any] = {k: stored[k] for k in stored.files}
@@ -63,8 +63,8 @@ def compute_reference(folder: Path) -> None:
     model = build_application(keras, request["arch"], request["image_size"])
     trainable_names, other_names = variable_names(model)
     x = arrays["inputs/x"].transpose(0, 2, 3, 1)
-    labels: Any = arrays.get("inputs/labels")  # None for inference
-    if request["task"] == "train_step":
+    labels: Any = arrays.get("inputs/labels")  # None for outputs alone
+    if request["results"] == "trained":
         results = _reference_training(keras, model, trainable_names, arrays, x, labels, request)
     else:
         import tensorflow as tf
@@ -79,7 +79,7 @@ def compute_reference(folder: Path) -> None:
         def forward(x):
             return model.stateless_call(trainable, others, x, training=False)[0]
 
-        if request["task"] == "inference":
+        if request["results"] == "outputs/y":
             results = {"outputs/y": forward(x).numpy()}
         else:
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from runner.config import require_positive
-from runner.models import Workload
+from runner.models import ForwardSize, Workload
 
 
 class MLP(Workload):
@@ -38,19 +38,15 @@ class MLP(Workload):
     def examples_per_call(self, batch_size: int) -> int:
         return batch_size
 
-    def array_elements(self, batch_size: int, task: str, per_example: bool) -> dict[str, int]:
-        weights = self.hidden * (self.in_features + 1) + self.out_features * self.hidden
-        results = {
-            "inference": batch_size * self.out_features,
-            "gradients": weights * (batch_size if per_example else 1),
-            "jacobian": batch_size * self.out_features * self.in_features,
-        }[task]
-        return {"weights": weights, "inputs": batch_size * (self.in_features + self.out_features), "results": results}
-
-    def task_flops(self, batch_size: int, task: str) -> float:
-        forward = 2.0 * batch_size * self.hidden * (self.in_features + self.out_features)
-        # a backward pass costs about two forward passes; the jacobian takes one backward per output
-        return forward * {"inference": 1, "gradients": 3, "jacobian": 1 + 2 * self.out_features}[task]
+    def forward_size(self, batch_size: int) -> ForwardSize:
+        return ForwardSize(
+            weights=self.hidden * (self.in_features + 1) + self.out_features * self.hidden,
+            inputs=batch_size * (self.in_features + self.out_features),
+            outputs=batch_size * self.out_features,
+            examples=batch_size,
+            x_per_example=self.in_features,
+            flops=2.0 * batch_size * self.hidden * (self.in_features + self.out_features),
+        )
 
     # -- written once, run on every backend's ops --------------------------------------------
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from runner.config import require_positive
-from runner.models import Workload
+from runner.models import ForwardSize, Workload
 
 
 class Matmul(Workload):
@@ -31,11 +31,8 @@ class Matmul(Workload):
     def flops_per_call(self) -> float:
         return 2.0 * self.n**3
 
-    def task_flops(self, batch_size: int, task: str) -> float:
-        return self.flops_per_call()
-
-    def array_elements(self, batch_size: int, task: str, per_example: bool) -> dict[str, int]:
-        return {"weights": 0, "inputs": self.n**2, "results": self.n**2}
+    def forward_size(self, batch_size: int) -> ForwardSize:
+        return _sized(0, self.n**2, self.n**2, self.flops_per_call())
 
     def forward(self, ops, params: dict, x):
         return ops.matmul(x, x)
@@ -66,8 +63,8 @@ class Sigmoid(Workload):
     def examples_per_call(self, batch_size: int) -> int:
         return 1
 
-    def array_elements(self, batch_size: int, task: str, per_example: bool) -> dict[str, int]:
-        return {"weights": 0, "inputs": self.size, "results": self.size}
+    def forward_size(self, batch_size: int) -> ForwardSize:
+        return _sized(0, self.size, self.size)
 
     def forward(self, ops, params: dict, x):
         return 1.0 / (1.0 + ops.exp(-x))
@@ -97,8 +94,8 @@ class Conversion(Workload):
     def examples_per_call(self, batch_size: int) -> int:
         return 1
 
-    def array_elements(self, batch_size: int, task: str, per_example: bool) -> dict[str, int]:
-        return {"weights": self.size, "inputs": self.size, "results": self.size}
+    def forward_size(self, batch_size: int) -> ForwardSize:
+        return _sized(self.size, self.size, self.size)
 
     def forward(self, ops, params: dict, x):
         return ops.convert(self.method, params["host"], x)
@@ -131,11 +128,16 @@ class Reshape(Workload):
     def examples_per_call(self, batch_size: int) -> int:
         return 1
 
-    def array_elements(self, batch_size: int, task: str, per_example: bool) -> dict[str, int]:
-        return {"weights": 0, "inputs": self.n**2, "results": self.n**2}
+    def forward_size(self, batch_size: int) -> ForwardSize:
+        return _sized(0, self.n**2, self.n**2)
 
     def forward(self, ops, params: dict, x):
         return ops.reshape(self.method, x)
 
     def extra_metrics(self, ops, params: dict, inputs: dict, output) -> dict[str, float]:
         return {"copied": float(ops.data_pointer(output) != ops.data_pointer(inputs["x"]))}
+
+
+def _sized(weights: int, inputs: int, outputs: int, flops: float | None = None) -> ForwardSize:
+    """An op workload's call: one example, its input whole."""
+    return ForwardSize(weights, inputs, outputs, examples=1, x_per_example=inputs, flops=flops)

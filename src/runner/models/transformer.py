@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from runner.config import ConfigError, require_positive
-from runner.models import Workload
+from runner.models import ForwardSize, Workload
 from runner.models import transformer_backprop as backprop
 
 
@@ -130,8 +130,8 @@ class Transformer(Workload):
     def loss(self, ops, params: dict, x, labels):
         return ops.sum(ops.square(self.forward(ops, params, x) - labels))
 
-    def describe(self, ops, params: dict, inputs: dict, task: str) -> dict[str, str]:
-        return {"attention_kernel": ops.attention_kernel(inputs["x"], self.heads, self.causal, task != "inference")}
+    def describe(self, ops, params: dict, inputs: dict, backward: bool) -> dict[str, str]:
+        return {"attention_kernel": ops.attention_kernel(inputs["x"], self.heads, self.causal, backward)}
 
     # -- explicit backprop in float64 numpy: numpy's gradients and the reference ----------------
 
@@ -147,27 +147,20 @@ class Transformer(Workload):
 
     # -- sizes: the memory check and the cost note ------------------------------------------
 
-    def array_elements(self, batch_size: int, task: str, per_example: bool) -> dict[str, int]:
-        """Weights, inputs and results, and the activations a call holds: for gradients every layer's (the
-        attention probabilities' batch * heads * seq_len^2 among them), for inference one layer's."""
-        weights = sum(int(np.prod(shape)) for shape in self.spec.values())
-        tokens = batch_size * self.seq_len
+    def forward_size(self, batch_size: int) -> ForwardSize:
+        """Weights, inputs, outputs, and what one layer holds (the attention probabilities' batch * heads *
+        seq_len^2 among them)."""
+        tokens, d = batch_size * self.seq_len, self.d_model
         outputs = tokens * self.out_features
         attention = 2 * batch_size * self.heads * self.seq_len**2  # scores and probabilities
-        layer = tokens * (8 * self.d_model + 2 * self.hidden) + attention
-        jacobian = batch_size * self.seq_len * self.out_features * self.seq_len * self.d_model
-        results = {
-            "inference": outputs,
-            "gradients": weights * (batch_size if per_example else 1),
-            "jacobian": jacobian,
-        }[task]
-        held = layer if task == "inference" else self.layers * layer + 2 * outputs
-        return {"weights": weights, "inputs": tokens * self.d_model + outputs, "results": results, "activations": held}
-
-    def task_flops(self, batch_size: int, task: str) -> float:
-        tokens = batch_size * self.seq_len
-        d = self.d_model
-        layer = 2 * tokens * (4 * d * d + 2 * d * self.hidden) + 4 * tokens * self.seq_len * d
-        forward = float(self.layers * layer + 2 * tokens * d * self.out_features)
-        outputs = self.seq_len * self.out_features  # one backward pass per output of an example
-        return forward * {"inference": 1, "gradients": 3, "jacobian": 1 + 2 * outputs}[task]
+        layer_flops = 2 * tokens * (4 * d * d + 2 * d * self.hidden) + 4 * tokens * self.seq_len * d
+        return ForwardSize(
+            weights=sum(int(np.prod(shape)) for shape in self.spec.values()),
+            inputs=tokens * d + outputs,
+            outputs=outputs,
+            examples=batch_size,
+            x_per_example=self.seq_len * d,
+            flops=float(self.layers * layer_flops + 2 * tokens * d * self.out_features),
+            layer_activations=tokens * (8 * d + 2 * self.hidden) + attention,
+            layers=self.layers,
+        )

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from runner.config import ConfigError
-from runner.models import Workload
+from runner.models import ForwardSize, Workload
 from runner.models.architectures import (
     BN_STATS,
     N_CLASSES,
@@ -197,13 +197,17 @@ class VisionModel(Workload):
     def examples_per_call(self, batch_size: int) -> int:
         return batch_size
 
-    def array_elements(self, batch_size: int, task: str, per_example: bool) -> dict[str, int]:
-        """Weights, images and labels, results; not the activations, which depend on the framework."""
-        weights = sum(int(np.prod(shape)) for shape in self.spec.values())
+    def forward_size(self, batch_size: int) -> ForwardSize:
+        """Weights, images and labels, outputs; not the activations, which depend on the framework."""
         image = 3 * self.image_size**2
         output = image if self.makes_images else N_CLASSES
-        results = batch_size * output if task == "inference" else weights * (batch_size if per_example else 1)
-        return {"weights": weights, "inputs": batch_size * (image + output), "results": results}
+        return ForwardSize(
+            weights=sum(int(np.prod(shape)) for shape in self.spec.values()),
+            inputs=batch_size * (image + output),
+            outputs=batch_size * output,
+            examples=batch_size,
+            x_per_example=image,
+        )
 
     def forward(self, ops, params: dict, x):
         return self._forward(ops, params, x)

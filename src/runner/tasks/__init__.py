@@ -89,6 +89,11 @@ class Task:
     # where a call is made of parts timed too: (the metric of a part's median time, the part in words)
     part: ClassVar[tuple[str, str] | None] = None
     metrics_shown: ClassVar[tuple[Metric, ...]] = ()  # its own metrics, as the tables' columns
+    backward: ClassVar[bool] = False  # its call differentiates the model (what a workload's `describe` is told)
+    # where a call repeats one piece of work, timed piece by piece (a generation's decode steps): the per-sample series
+    # holding each piece's seconds (TaskRun.series) and the column the repeats begin at. Where too few whole calls
+    # fit the budget for an interval, a comparison compares the pieces (runner.report.comparison).
+    repeated_parts: ClassVar[tuple[str, int] | None] = None
 
     def __init__(self, name: str):
         self.name = name
@@ -118,13 +123,23 @@ class Task:
         return workload.size_setting(batch_size)
 
     def array_elements(self, workload: Any, batch_size: int, per_example: bool) -> dict[str, int] | None:
-        """Element counts for the memory check (runner.measure.limits): the workload's for the task this one runs
-        like."""
-        return workload.array_elements(batch_size, self.like, per_example)
+        """{"weights", "inputs", "results", "activations"} element counts of one call for the memory check
+        (runner.measure.limits), from the workload's forward (Workload.forward_size); None: not checked. A call
+        that is one forward: its outputs, and one layer's activations at a time."""
+        size = workload.forward_size(batch_size)
+        if size is None:
+            return None
+        return {
+            "weights": size.weights,
+            "inputs": size.inputs,
+            "results": size.outputs,
+            "activations": size.layer_activations,
+        }
 
     def flops(self, workload: Any, batch_size: int) -> float | None:
-        """FLOPs of one call, for the cost note: the workload's for the task this one runs like."""
-        return workload.task_flops(batch_size, self.like)
+        """FLOPs of one call, for the cost note: a forward's."""
+        size = workload.forward_size(batch_size)
+        return size and size.flops
 
     def describe(self, setup: Setup) -> dict[str, str]:
         """What ran, in words, for result.json's environment (e.g. how the training step was compiled)."""
@@ -141,6 +156,13 @@ class Task:
         """Lines of its own on a run's page in the MLflow UI (runner.tracking.run_page), from the run's record, times
         written by `seconds`: first, what one call of it is and its own figures."""
         return []
+
+
+def backward_elements(size: Any, results: int) -> dict[str, int]:
+    """Element counts of a call that differentiates a forward (runner.models.ForwardSize) into `results` elements:
+    every layer's activations are held for the backward pass, with the outputs and their gradient."""
+    held = size.layers * size.layer_activations + 2 * size.outputs if size.layer_activations else 0
+    return {"weights": size.weights, "inputs": size.inputs, "results": results, "activations": held}
 
 
 def with_workload_warnings(setup: Setup, task_warnings: Callable[[], list[str]] = list) -> Callable[[], list[str]]:

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from functools import partial
 from types import ModuleType
+from typing import Any
 
 import numpy as np
 
-from runner.tasks import Setup, Task, TaskRun, float64, timed_call, with_workload_warnings
+from runner.tasks import Setup, Task, TaskRun, backward_elements, float64, timed_call, with_workload_warnings
 
 
 class Inference(Task):
@@ -23,7 +24,7 @@ class Inference(Task):
     def reference(self, setup: Setup, params: dict, inputs: dict) -> dict[str, np.ndarray]:
         from runner.backends import numpy_backend
 
-        own = setup.workload.own_reference({"task": "inference"}, params, inputs)
+        own = setup.workload.own_reference({"results": "outputs/y"}, params, inputs)
         if own is not None:
             return own
         return {"outputs/y": setup.workload.forward(numpy_backend, float64(params), float64(inputs)["x"])}
@@ -34,6 +35,7 @@ class Gradients(Task):
 
     per_example_modes = True
     like = "gradients"
+    backward = True
 
     def build(self, setup: Setup) -> TaskRun:
         b, mode = setup.backend, setup.mode
@@ -49,7 +51,7 @@ class Gradients(Task):
         return TaskRun(step, partial(_gradient_results, b, setup.per_example), with_workload_warnings(setup))
 
     def reference(self, setup: Setup, params: dict, inputs: dict) -> dict[str, np.ndarray]:
-        own = setup.workload.own_reference({"task": "gradients", "per_example": setup.per_example}, params, inputs)
+        own = setup.workload.own_reference({"results": "gradients", "per_example": setup.per_example}, params, inputs)
         if own is not None:
             return own
         workload = setup.workload
@@ -58,6 +60,24 @@ class Gradients(Task):
             return {}
         inputs = float64(inputs)
         return {f"gradients/{k}": v for k, v in method(float64(params), inputs["x"], inputs["labels"]).items()}
+
+    def array_elements(self, workload: Any, batch_size: int, per_example: bool) -> dict[str, int] | None:
+        return gradient_elements(workload, batch_size, per_example)
+
+    def flops(self, workload: Any, batch_size: int) -> float | None:
+        return gradient_flops(workload, batch_size)
+
+
+def gradient_elements(workload: Any, batch_size: int, per_example: bool) -> dict[str, int] | None:
+    """A gradient's call: its results are the weights' size, once per example in a per-example mode."""
+    size = workload.forward_size(batch_size)
+    return size and backward_elements(size, size.weights * (batch_size if per_example else 1))
+
+
+def gradient_flops(workload: Any, batch_size: int) -> float | None:
+    """A forward and its backward pass, which costs about two forwards."""
+    size = workload.forward_size(batch_size)
+    return size and size.flops and 3 * size.flops
 
 
 def _gradient_results(backend: ModuleType, per_example: bool, grads: dict) -> dict[str, np.ndarray]:
@@ -70,6 +90,7 @@ class Jacobian(Task):
     """d outputs / d inputs per example: outputs/jacobian, (batch, outputs, inputs)."""
 
     like = "jacobian"
+    backward = True
 
     def build(self, setup: Setup) -> TaskRun:
         b, mode = setup.backend, setup.mode
@@ -79,9 +100,19 @@ class Jacobian(Task):
         return TaskRun(step, lambda out: {"outputs/jacobian": b.to_numpy(out)}, with_workload_warnings(setup))
 
     def reference(self, setup: Setup, params: dict, inputs: dict) -> dict[str, np.ndarray]:
-        own = setup.workload.own_reference({"task": "jacobian"}, params, inputs)
+        own = setup.workload.own_reference({"results": "outputs/jacobian"}, params, inputs)
         if own is not None:
             return own
         if setup.workload.jacobian is None:
             return {}
         return {"outputs/jacobian": setup.workload.jacobian(float64(params), float64(inputs)["x"])}
+
+    def array_elements(self, workload: Any, batch_size: int, per_example: bool) -> dict[str, int] | None:
+        """Each example's outputs by its inputs."""
+        size = workload.forward_size(batch_size)
+        return size and backward_elements(size, size.outputs * size.x_per_example)
+
+    def flops(self, workload: Any, batch_size: int) -> float | None:
+        """A forward and one backward pass (about two forwards) per output of an example."""
+        size = workload.forward_size(batch_size)
+        return size and size.flops and size.flops * (1 + 2 * size.outputs // size.examples)

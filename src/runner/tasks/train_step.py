@@ -20,6 +20,7 @@ import numpy as np
 from runner.backends.optimizers import Optimizer
 from runner.config import ConfigError
 from runner.tasks import Setup, Task, TaskRun, float64, with_workload_warnings
+from runner.tasks.builtin import gradient_elements, gradient_flops
 
 # optimizer_convention (the record's environment), said: how the framework writes the update the step times
 CONVENTION_SAID = {
@@ -36,6 +37,7 @@ CONVENTION_SAID = {
 class TrainStep(Task):
     like = "gradients"
     unit = "a step"
+    backward = True
 
     def __init__(self, name: str, optimizer: dict, checked_steps: int = 10):
         super().__init__(name)
@@ -89,8 +91,14 @@ class TrainStep(Task):
 
         return TaskRun(timed, trained, with_workload_warnings(setup, partial(_diverged, b, weights, self)))
 
+    def array_elements(self, workload: Any, batch_size: int, per_example: bool) -> dict[str, int] | None:
+        return gradient_elements(workload, batch_size, per_example)
+
+    def flops(self, workload: Any, batch_size: int) -> float | None:
+        return gradient_flops(workload, batch_size)
+
     def reference(self, setup: Setup, held: dict, inputs: dict) -> dict[str, np.ndarray]:
-        request = {"task": "train_step", "optimizer": vars(self.optimizer), "steps": self.checked_steps}
+        request = {"results": "trained", "optimizer": vars(self.optimizer), "steps": self.checked_steps}
         own = setup.workload.own_reference(request, held, inputs)
         if own is not None:
             return own

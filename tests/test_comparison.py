@@ -116,3 +116,36 @@ def test_a_ratio_outside_the_interval_of_the_typical_times_beside_it_gets_no_ver
     assert found.reason == "1.17x over its rounds, 1.00x by the typical times"
     steady = Timings(((np.full(24, 1.17e-3), rounds),))  # the same geometric mean, every round alike
     assert compare_two(steady, baseline).verdict == Verdict.SLOWER
+
+
+def _one_generation(rng: np.random.Generator, per_token_s: float, tokens: int = 15) -> Timings:
+    """A job of one round: one generation, its decode steps timed one by one (noise: 5% a token, 1 in 15 stalled
+    2-3x, and the worker process's own offset, ratio.PROCESS_SD), its first token and whole time beside them."""
+    offset = np.exp(rng.normal(0, 0.012))
+    steps = per_token_s * offset * np.exp(rng.normal(0, 0.05, tokens))
+    steps *= np.where(rng.random(tokens) < 1 / 15, rng.uniform(2, 3, tokens), 1.0)
+    whole = 4 * per_token_s * np.exp(rng.normal(0, 0.3)) + steps.sum()  # its first token stalls as it likes
+    return Timings(((np.array([whole]), np.array([1]), np.array([0])),), parts=(steps[None, :],))
+
+
+def test_with_one_generation_each_the_decode_steps_give_the_interval():
+    """At a decoder's real size one generation fills the budget: one round, no interval over rounds. The decode steps
+    compare instead, paired by position: identical jobs are called different about 1 time in 20 (at 95%), a 1.3x
+    slower decode nearly always, and the ratio is of a token's time, whatever the first tokens did."""
+    rng = np.random.default_rng(7)
+    pairs = 400
+    same = [compare_two(_one_generation(rng, 0.1), _one_generation(rng, 0.1)) for _ in range(pairs)]
+    assert all(c.of_parts and c.basis == "1 round x 15 parts of a call" for c in same)
+    called = sum(c.verdict in (Verdict.SLOWER, Verdict.FASTER) for c in same)
+    assert called <= 0.08 * pairs  # 5% expected: 20 of 400, binomial sd 4.4
+    slower = [compare_two(_one_generation(rng, 0.13), _one_generation(rng, 0.1)) for _ in range(pairs)]
+    assert sum(c.verdict == Verdict.SLOWER for c in slower) >= 0.95 * pairs
+    assert 1.2 < np.median([c.ratio for c in slower]) < 1.4
+
+
+def test_calls_whose_parts_were_not_observed_get_no_interval_from_them():
+    """keras_hub's generate() returns its tokens at the end: its per-token rows are NaN, so one round stays one round."""
+    rng = np.random.default_rng(1)
+    unobserved = Timings(((np.array([1.5]), np.array([1]), np.array([0])),), parts=(np.full((1, 15), np.nan),))
+    found = compare_two(unobserved, _one_generation(rng, 0.1))
+    assert found.verdict == Verdict.CANNOT_TELL and not found.of_parts and math.isnan(found.low)

@@ -28,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import wait
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -41,6 +42,9 @@ from runner.measure.timing import Measurement
 from runner.record.result import Result, Status
 from runner.record.table import format_resolution
 from runner.spec import JobSpec
+
+if TYPE_CHECKING:
+    from runner.report.comparison import Timings
 
 MIN_ROUNDS_TO_STOP = 8  # runner.report.ratio.MIN_BATCHES: an interval from fewer may look narrow by chance
 QUIET_WAIT_S = 0.05  # after its turn, a worker's threads (a spinning thread pool) may run this long at most
@@ -215,11 +219,25 @@ def keep_warning(sweep_dir: Path, line: str) -> None:
         write_sweep_file(sweep_dir, {**info, "warnings": [*info.get("warnings", []), line]})
 
 
+def _timings(job: _Waiting) -> Timings:
+    """A job's samples as runner.report.comparison takes them, with the repeated parts of its calls where its task
+    times them (runner.tasks.Task.repeated_parts)."""
+    from runner.report.comparison import Timings
+    from runner.tasks import task_class
+
+    samples = job.measurement.samples
+    replicate = (np.asarray(samples.seconds), np.asarray(samples.rounds), np.asarray(samples.processes))
+    repeated = task_class(job.spec.task_settings.get("_target_")).repeated_parts
+    rows = samples.columns.get(repeated[0]) if repeated else None
+    parts = (np.asarray(rows, dtype=float)[:, repeated[1] :],) if rows and np.ndim(rows) == 2 else ()
+    return Timings((replicate,), parts=parts)
+
+
 def widest_resolution(jobs: list[_Waiting]) -> float:
     """The widest resolution among the comparisons the sweep's table will make (each job against the fastest
     doing the same work, runner.report.comparison.versus_fastest); NaN where nothing is compared, inf where a
     comparison has no interval yet."""
-    from runner.report.comparison import Timings, versus_fastest  # runner.report's package imports pandas
+    from runner.report.comparison import versus_fastest  # runner.report's package imports pandas
 
     groups: dict[str, list[_Waiting]] = {}
     for job in jobs:
@@ -227,10 +245,7 @@ def widest_resolution(jobs: list[_Waiting]) -> float:
             groups.setdefault(work(job.spec), []).append(job)
     widest = math.nan
     for group in (g for g in groups.values() if len(g) > 1):
-        columns = [j.measurement.samples for j in group]
-        candidates = [
-            Timings(((np.asarray(c.seconds), np.asarray(c.rounds), np.asarray(c.processes)),)) for c in columns
-        ]
+        candidates = [_timings(j) for j in group]
         for found in versus_fastest(candidates, [configuration(j.spec) for j in group]):
             if not found.is_baseline:
                 value = math.inf if math.isnan(found.resolution) else found.resolution

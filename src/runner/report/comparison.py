@@ -22,6 +22,12 @@ compare` asks this module; the statistics beneath it are runner.report.ratio's.
   rounds): a configuration's replicates on each node are paired with its baseline's there, so a node's own speed
   cancels, and the nodes are pooled as replicates; the interval adds how much the ratio moves from node to node
   (ratio.node_spread, measured, pooled with the stated NODE_SD where the nodes are few), so more nodes narrow it.
+- Calls too long for rounds (a generation at a real decoder's size fills the budget: one round, no interval over
+  rounds): where the task times a call's repeated parts (Task.repeated_parts: a generation's decode steps), the parts
+  compare instead. Each position of each round is a round of its own, in blocks of PART_BLOCK consecutive parts whose
+  fastest stands for the block, paired by round and position; the ratio is then of a part's time ("1.3x a token"), its
+  interval over the blocks with the processes' spread added, as for rounds. It says so ('1 round x 15 parts of a
+  call'), and it is not centred on the whole calls' typical times, which a single stalled first token moves.
 - The verdict (Verdict) and its reason, in one vocabulary: fastest (the baseline), within noise, slower, faster,
   no change (real, but under `factor`: asv compare's rule), cannot tell (why), unstable (why).
 """
@@ -31,7 +37,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from statistics import NormalDist
 
@@ -47,6 +53,7 @@ from runner.report.ratio import (
     UNSTABLE_SPREAD,
     Job,
     ProcessSpread,
+    Ratio,
     instability,
     node_spread,
     process_count,
@@ -54,6 +61,10 @@ from runner.report.ratio import (
     tamed,
     time_ratio,
 )
+
+PART_BLOCK = 3  # consecutive parts of a call taken as one block, its fastest part standing for it (as a turn's fastest
+# block does): a part that lost its core then moves no block (simulated, 1 part in 15 stalled 2-3x: identical jobs
+# called different 5.7% of the time at 95%, against 7.9% part by part; tests/test_comparison.py)
 
 
 class Verdict(StrEnum):
@@ -80,6 +91,7 @@ class Comparison:
     basis: str | None = None  # what the interval rests on: '40 rounds', '1 round', '12 rounds, 1 of 4 comparisons'
     resolution: float = math.nan  # the smallest difference it calls 9 times in 10 (0.05: 5%)
     is_baseline: bool = False  # the fastest itself, which the others are compared with (FASTEST, or UNSTABLE)
+    of_parts: bool = False  # the ratio is of a part's time (Task.part: "a token"), too few whole calls fitting
 
     def words(self) -> str:
         """The verdict as every table prints it: 'within noise', 'cannot tell (1 round)', 'unstable: ...'."""
@@ -100,6 +112,9 @@ class Timings:
     medians_s: tuple[float, ...] = ()  # each replicate's median (time_median_s)
     busy: float = 0.0  # other runnable threads while it was timed, on average (machine_other_runnable)
     hosts: tuple[str, ...] = ()  # where each replicate ran ('' unknown): a node measures a block of its own rounds
+    # each replicate's repeated parts of a call, a row per sample (Task.repeated_parts: a generation's decode steps);
+    # empty where the task times none
+    parts: tuple[np.ndarray, ...] = ()
 
     def by_host(self) -> dict[str, list[Job]]:
         """Its replicates per host that ran them (none where the hosts are not known)."""
@@ -125,6 +140,22 @@ class Timings:
         logs_of = [dict(zip(sorted(t), pull(np.log([t[n] for n in sorted(t)])), strict=True)) for t in turns]
         numbers = sorted(set().union(*turns))
         return np.exp([np.mean([t[n] for t in logs_of if n in t]) for n in numbers]), np.array(numbers)
+
+    def part_rounds(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """Each repeated part of each sample as a round of its own (`rounds`' shape): round r's part j is numbered
+        r * (parts + 1) + j, so that two runs doing the same work pair their parts by round and position. None where
+        a replicate has no parts."""
+        if not self.parts or len(self.parts) != len(self.replicates):
+            return None
+        jobs = []
+        for job, parts in zip(self.replicates, self.parts, strict=True):
+            rows, width = np.atleast_2d(np.asarray(parts, dtype=float)), np.shape(parts)[-1]
+            rounds = np.ones(len(rows), dtype=int) if job[1] is None else np.asarray(job[1], dtype=int)
+            if len(rows) != len(rounds) or not np.isfinite(rows).all():
+                return None  # parts not observed (a workload's own generate(), its tokens at the end)
+            keys = rounds[:, None] * (width + 1) + np.arange(width)[None, :] // PART_BLOCK
+            jobs.append((rows.ravel(), keys.ravel()))
+        return Timings(tuple(jobs)).rounds()
 
     def processes(self) -> int:
         """The worker processes its samples came from, all replicates together."""
@@ -171,6 +202,8 @@ def compare(
         processes=processes,
         nodes=None if apart else node_spread(run.by_host(), baseline.by_host()),
     )
+    parts = _over_parts(run, baseline, comparisons, sd, df, apart, processes) if math.isnan(over.low) else None
+    over = parts or over
     # no verdict where the rounds disagree; the resolution stays (the rounds launcher plans by it)
     no_verdict = functools.partial(
         Comparison, by_typical, math.nan, math.nan, basis=over.basis(), resolution=over.resolution
@@ -180,12 +213,13 @@ def compare(
     if baseline.instability():
         return no_verdict(Verdict.CANNOT_TELL, "the baseline is unstable")
     pooled = apart or len(run.replicates) > 1 or len(baseline.replicates) > 1
-    outside = not (pooled or math.isnan(over.low) or over.low <= by_typical <= over.high)
-    if outside or max(over.value / by_typical, by_typical / over.value) > UNSTABLE_DISAGREE:
+    outside = not (pooled or parts or math.isnan(over.low) or over.low <= by_typical <= over.high)
+    disagree = not parts and max(over.value / by_typical, by_typical / over.value) > UNSTABLE_DISAGREE
+    if outside or disagree:
         why = f"{over.value:.2f}x over its rounds, {by_typical:.2f}x by the typical times"
         return no_verdict(Verdict.UNSTABLE, why)
     value, low, high = over.value, over.low, over.high
-    if pooled:  # centred on the typical times (see above)
+    if pooled and not parts:  # centred on the typical times (see above)
         value, low, high = by_typical, low * by_typical / over.value, high * by_typical / over.value
     verdict, reason = _verdict(value, low, high, factor, over.basis())
     if apart and verdict in (Verdict.SLOWER, Verdict.FASTER) and max(run.busy, baseline.busy) > BUSY_OTHER_RUNNABLE:
@@ -193,7 +227,25 @@ def compare(
         # BENCHMARKS.md), which no interval over their rounds can see
         busy = max(run.busy, baseline.busy)
         verdict, reason = Verdict.CANNOT_TELL, f"looks {verdict}, but the machine was busy: {busy:.1f} other runnable"
-    return Comparison(value, low, high, verdict, reason, over.basis(), over.resolution)
+    return Comparison(value, low, high, verdict, reason, over.basis(), over.resolution, of_parts=parts is not None)
+
+
+def _over_parts(
+    run: Timings, baseline: Timings, comparisons: int, sd: float, df: float, apart: bool, processes: tuple[int, int]
+) -> Ratio | None:
+    """The ratio over the repeated parts of the calls (a generation's decode steps), each position of each round
+    taken as a round: where too few whole calls fit the budget for an interval over rounds, the parts still give
+    one: the ratio of a part's time (a token's), which the typical times of whole calls need not match (a generation's
+    first token is no decode step, and on a busy machine one stalled prefill moves one whole call). None where either
+    has no parts."""
+    mine, theirs = run.part_rounds(), baseline.part_rounds()
+    if mine is None or theirs is None:
+        return None
+    over = time_ratio(*mine, *theirs, comparisons, process_sd=sd, process_df=df, paired=not apart, processes=processes)
+    if math.isnan(over.low):
+        return None
+    rounds = set(run.rounds()[1]) & set(baseline.rounds()[1]) if not apart else run.rounds()[1]
+    return replace(over, rounds=len(rounds), parts=int(np.shape(run.parts[0])[-1]))
 
 
 def on_other_nodes(run: Timings, baseline: Timings) -> bool:

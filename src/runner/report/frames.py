@@ -19,6 +19,7 @@ from runner.record.table import COLUMNS, PROSE, Column, present, rows
 from runner.record.table import markdown as table_markdown
 from runner.report.comparison import Timings, versus_fastest
 from runner.report.ratio import Job
+from runner.tasks import task_class
 
 IDENTITY_COLUMNS = ("work", "configuration", "case", "case_name", "machine", "machine_name", "host")
 PANEL_KEYS = tuple(f"params.{k}" for k in WORK_KEYS)  # a size sweep shares one panel
@@ -61,7 +62,16 @@ def _finish_frame(frame: pd.DataFrame) -> pd.DataFrame:
     frame["samples_s"] = [read_samples(d) if d else None for d in run_dirs]
     frame["sample_rounds"] = [read_timings(d, ROUND) if d else None for d in run_dirs]
     frame["sample_processes"] = [read_timings(d, PROCESS) if d else None for d in run_dirs]
+    frame["sample_parts"] = [_repeated_parts(row) for _, row in frame.iterrows()]
     return frame
+
+
+def _repeated_parts(run: pd.Series) -> np.ndarray | None:
+    """A run's repeated parts of each call, a row per sample (Task.repeated_parts), where its task times them and its
+    tensors.h5 is on this machine."""
+    repeated = task_class(run.get("params.task._target_"), run.get("params.task.name")).repeated_parts
+    series = read_timings(run["run_dir"], repeated[0]) if repeated and run.get("run_dir") else None
+    return None if series is None or np.ndim(series) != 2 else np.asarray(series, dtype=float)[:, repeated[1] :]
 
 
 def _all_numbers(column: pd.Series) -> bool:
@@ -173,7 +183,9 @@ def timings(runs: pd.DataFrame) -> Timings:
     if all(s is not None for s in samples):
         replicates = tuple(zip(cast(list[np.ndarray], samples), rounds, processes, strict=True))
     hosts = tuple(runs["host"].fillna("").map(str)) if "host" in runs and replicates else ()
-    return Timings(replicates, tuple(medians.tolist()), 0.0 if pd.isna(busy) else float(busy), hosts)
+    parts = list(runs["sample_parts"]) if "sample_parts" in runs else []
+    found = tuple(parts) if replicates and parts and all(p is not None for p in parts) else ()
+    return Timings(replicates, tuple(medians.tolist()), 0.0 if pd.isna(busy) else float(busy), hosts, found)
 
 
 def table(frame: pd.DataFrame) -> pd.DataFrame:

@@ -90,14 +90,16 @@ class Ratio:
     comparisons: int = 1  # made at once, the interval's level shared among them
     resolution: float = math.nan  # the smallest difference called 9 times in 10 at this spread (0.05: 5%)
     nodes: int = 1  # the nodes it pools, each a block that measured both (node_spread)
+    parts: int = 0  # where it rests on the repeated parts of `rounds` calls (runner.report.comparison): parts a call
 
     def basis(self) -> str:
         """What the ratio rests on, for a person: '40 rounds', '1 round', '5 rounds, unpaired', '40 rounds,
-        1 of 7 comparisons', '40 rounds on 3 nodes'."""
+        1 of 7 comparisons', '40 rounds on 3 nodes', '1 round x 15 parts of a call'."""
         unpaired = ", unpaired" if not self.paired and self.rounds > 1 else ""
         nodes = f" on {self.nodes} nodes" if self.nodes > 1 else ""
         shared = f", 1 of {self.comparisons} comparisons" if self.comparisons > 1 else ""
-        return f"{self.rounds} round{'s' if self.rounds != 1 else ''}{nodes}{unpaired}{shared}"
+        parts = f" x {self.parts} parts of a call" if self.parts else ""
+        return f"{self.rounds} round{'s' if self.rounds != 1 else ''}{parts}{nodes}{unpaired}{shared}"
 
 
 def round_medians(samples_s: np.ndarray, rounds: np.ndarray | None) -> dict[int, float]:

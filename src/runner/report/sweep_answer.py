@@ -32,6 +32,11 @@ def _time_said(p: Pooled) -> str:
     return f"{said}, {format_seconds(p.part_s)} {p.part}" if p.part else said
 
 
+def _ratio_said(p: Pooled) -> str:
+    """'2.3x', or '1.3x a token' where too few whole calls fit for an interval and their parts were compared."""
+    return f"{format_ratio(p.ratio)} {p.part}" if p.comparison.of_parts and p.part else format_ratio(p.ratio)
+
+
 def interval_text(p: Pooled) -> str:
     """'[25–34]', or '' where there is no interval."""
     return f"[{_interval(p)[:-1]}]" if _interval(p) else ""
@@ -56,9 +61,7 @@ def sentence(pooled: list[Pooled]) -> str:
             parts.append(f"{title + ': ' if title else ''}{_no_reliable_order(group)}")
             continue
         steps = [f"{group[0].label} fastest ({_time_said(group[0])})"]
-        steps += [
-            f"{p.label} {format_ratio(p.ratio)} {interval_text(p) or _no_interval(p)}".rstrip() for p in group[1:]
-        ]
+        steps += [f"{p.label} {_ratio_said(p)} {interval_text(p) or _no_interval(p)}".rstrip() for p in group[1:]]
         parts.append(f"{title + ': ' if title else ''}{'; '.join(steps)}; {_certainty(group)}")
     return ". ".join(parts)
 
@@ -86,7 +89,7 @@ def _no_reliable_order(group: list[Pooled]) -> str:
         if p.verdict == Verdict.UNSTABLE or p is group[0]:
             said.append(f"{p.label} {_time_said(p)}{', unstable' if p.verdict == Verdict.UNSTABLE else ''}")
         else:
-            said.append(f"{p.label} {format_ratio(p.ratio)} {interval_text(p) or _no_interval(p)}".rstrip())
+            said.append(f"{p.label} {_ratio_said(p)} {interval_text(p) or _no_interval(p)}".rstrip())
     return f"no reliable order ({'; '.join(dict.fromkeys(why))}): {'; '.join(said)}"
 
 
@@ -140,7 +143,13 @@ def table_cells(pooled: list[Pooled]) -> tuple[list[str], list[list[str]]]:
     nbsp = "\u00a0"  # keeps '58.5 µs' and '25–34x' whole in a narrow column
     cells = [
         ([p.workload] if several else [])
-        + [p.label, _runs(p), format_seconds(p.time_s).replace(" ", nbsp), format_ratio(p.ratio), _interval(p)]
+        + [
+            p.label,
+            _runs(p),
+            format_seconds(p.time_s).replace(" ", nbsp),
+            _ratio_said(p).replace(" ", nbsp),
+            _interval(p),
+        ]
         + [_verdict(p)]
         + [dict(p.figures).get(heading, "").replace(" ", nbsp) for heading in own]
         for p in pooled

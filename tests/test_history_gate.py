@@ -78,7 +78,7 @@ def test_the_false_discovery_line_says_what_benjamini_hochberg_holds():
 
 def test_a_step_p_value_is_small_for_a_real_step_and_rarely_small_in_noise():
     """The p-value from the detector's own t test and the places it searched: under the noise it assumes, a series
-    with no step gets p <= 0.05 at most about 5% of the time (3.2% of 5,000 series in BENCHMARKS.md)."""
+    with no step gets p <= 0.05 at most about 5% of the time (1.5% of 5,000 series in BENCHMARKS.md)."""
     rng = np.random.default_rng(11)
     smallest = []
     for _ in range(300):

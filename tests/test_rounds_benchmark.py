@@ -62,3 +62,14 @@ def test_the_section_replaces_its_old_self_and_nothing_else():
     old = f"# Benchmarks\n\nrows\n\n{bench.BEGIN}\nold\n{bench.END}\n\n<!-- parity:begin -->\nkept\n"
     new = bench.replace_section(old, f"{bench.BEGIN}\nnew\n{bench.END}")
     assert "old" not in new and "new" in new and "kept" in new and new.startswith("# Benchmarks")
+
+
+def test_each_section_a_benchmark_rewrites_holds_its_own_heading_only():
+    """A benchmark's --write replaces what lies between its markers in BENCHMARKS.md: a section written by hand
+    inside them (the node-block, GPU and generation sections once sat inside history_sim.py's) is lost by the next."""
+    import re
+
+    text = (PROJECT_ROOT / "BENCHMARKS.md").read_text()
+    for block in re.finditer(r"<!-- ([\w-]+):begin -->(.*?)<!-- \1:end -->", text, re.S):
+        headings = re.findall(r"^## .*", block.group(2), re.M)
+        assert len(headings) <= 1, f"{block.group(1)}'s markers hold {headings}"

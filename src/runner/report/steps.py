@@ -12,50 +12,59 @@ interval. The detector works on log times, so a step is a ratio and noise is rel
   what a capped chi-square with 1 degree of freedom does: a step spoils one difference, a stray run two, and
   the cap keeps either from counting for more than a 2-sigma difference, so tau is the spread within the levels,
   not across them. Its degrees of freedom: one per two differences (neighbours share a run).
+- Runs correlated in time (slow phases of the machine that outlast a run): rho, the lag-1 autocorrelation of the
+  runs within their levels (each run's distance from its level over its sd, pulled in to OUTLYING so that a stray
+  run weighs no more than 3 sds; the sum of neighbours' products over the sum of squares, plus levels / runs, the
+  bias of a correlation about estimated means), held to [0, RHO_MAX]. Each level's standard error grows by
+  sqrt(_inflation): an AR(1) mean of m runs varies (1 + 2 sum_k (1 - k/m) rho^k) times as much as an independent
+  one, and tau from consecutive differences saw only (1 - rho) of the variance. At rho 0 nothing changes.
 - The fit (asv's approach, its own code): the partition into constant levels that minimises the weighted L1
   distance of the log times from each level's weighted median (each run weighted by sqrt(2) / its sd: the
   likelihood of Laplace noise of that sd) plus a penalty per step, found exactly by dynamic programming. L1
   rather than squares: a single slow run among its neighbours (a busy machine; a 29% move between two sweeps in
-  BENCHMARKS.md's A/A apart) moves no median, and as no level may be shorter than MIN_SEGMENT runs (the newest
-  level of the newest part aside), cutting one stray run out gains nothing. A part of more than LONGEST runs is
-  fitted in windows of LONGEST that overlap by half, each window's steps kept from its middle (a series of 1,000
-  runs: about 1 s).
+  BENCHMARKS.md's A/A apart) moves no median, and as the first and last levels must have MIN_SEGMENT runs (the
+  newest level of the newest part aside: 1) and a level between two steps MIN_LEVEL, cutting out one stray run, or
+  two or three side by side, gains nothing (with heavy tails, 1 run in 12 moving 10-30%, two strays side by side
+  the same way made most false steps, each a pair of steps). A part of more than LONGEST runs is fitted in windows
+  of LONGEST that overlap by half, each window's steps kept from its middle (a series of 1,000 runs: about 1 s).
 - Which steps are real, the default threshold: a step's size is the difference of the typical log times of the
   levels either side (each level's weighted mean, weights 1 / variance, its runs first pulled in to OUTLYING sds
-  of its weighted median where it has 3 or more), and its standard error comes from their runs' variances. A
-  step is kept when it is at least sqrt(SCHWARZ ln n) standard errors, n the runs of its part (the Schwarz
-  criterion, BIC: one more step, its place and its new level, must buy ln n of log-likelihood; the fit's penalty
-  is the same, half that square), as a Student t quantile at the noise's degrees of freedom. That is the
+  of its weighted median where it has 3 or more), and its standard error comes from their runs' variances (and
+  rho, above). A step is kept when it is at least sqrt(SCHWARZ ln n) standard errors, n the runs of its part (the
+  Schwarz criterion, BIC: one more step, its place and its new level, must buy ln n of log-likelihood; the fit's
+  penalty is the same, half that square), as a Student t quantile at the noise's degrees of freedom. That is the
   smallest change this series' noise resolves at that place: in 40 runs that scatter 3.2% (ratio.APART_SD and
   PROCESS_SD together), a step with 20 runs either side must be 3.1%, with 2 runs after it 7.3%, with 1 run
-  after it 10.4%. The weakest step short of it is merged away and the others measured again, until every step
-  left is resolved. `threshold` (0.05: 5%, either way: |log ratio| >= log 1.05) adds a floor on a step's size;
-  a step the noise does not resolve is never kept, whatever the threshold.
+  after it 10.4% (at rho 0). A single newest run after a step must besides lie further from the level before it,
+  in its own sds, than any earlier run lies from its own level: where the series has had runs stray that far, one
+  more is no evidence of a step. The weakest step short of it is merged away and the others measured again, until
+  every step left is resolved. `threshold` (0.05: 5%, either way: |log ratio| >= log 1.05) adds a floor on a
+  step's size; a step the noise does not resolve is never kept, whatever the threshold.
 - The p-value of a step: the same test, read the other way. The step is kept where |size| / se reaches the Student
   t quantile above; its p-value is the two-sided Student t tail of |size| / se at the noise's degrees of freedom,
   times the places the fit could have put a step in its part (MIN_SEGMENT runs either side, or the newest run
   alone: `_positions`), a Bonferroni bound for the search, capped at 1. It is exact for one step at a place fixed
   in advance; for a place the search chose it holds where the noise is as the detector assumes (of 5,000 simulated
-  series of normal noise with no step, 3.2% had a step with p <= 0.05, 1.0% p <= 0.01), and is too small where
-  runs are correlated or a few move far (10.5% and 8.2% with heavy tails; BENCHMARKS.md, "History: many cases at
-  once"). The search over the levels'
-  other ends is not counted. runner.report.history adjusts these over a store's series (Benjamini-Hochberg).
+  series of normal noise with no step, 1.5% had a step with p <= 0.05, 0.3% p <= 0.01), and is too small where
+  runs are correlated or a few move far (4.2% and 2.5% with heavy tails, 7.5% and 3.4% with runs correlated 0.3;
+  BENCHMARKS.md, "History: many cases at once"). The search over the levels' other ends is not counted.
+  runner.report.history adjusts these over a store's series (Benjamini-Hochberg).
 - The interval of a step: the ratio after / before, exp(size), with a 95% (ratio.LEVEL) interval, Student's t
   on the standard error above. Steps found by a search are the larger ones: on simulated series the intervals of
   steps near the resolution held the true ratio less often than 95% (BENCHMARKS.md).
-- The labels: a step with at least 2 runs after it is a REGRESSION (slower) or an IMPROVEMENT (faster). A step
-  with only the newest run after it is SUSPICIOUS, either way (TorchBench: two violations in a row at the end
-  make a regression, one does not). Where the newest part of the series has fewer than MIN_POINTS runs (2 either
-  side of a step), the list ends with an INSUFFICIENT step at that part's first run, its ratio and interval NaN;
-  an empty series gives that step at index 0.
+- The labels: a step with at least 2 runs after it is a REGRESSION (slower) or an IMPROVEMENT (faster). A step with
+  only the newest run after it (and further out than any before it, above) is SUSPICIOUS, either way (TorchBench: two
+  violations in a row at the end make a regression, one does not). Where the newest part of the series has fewer than
+  MIN_POINTS runs (2 either side of a step), the list ends with an INSUFFICIENT step at that part's first run, its
+  ratio and interval NaN; an empty series gives that step at index 0.
 - Known changes: a run marked `known_change` (a new machine, a new version a curator expects to differ) starts
   a new part; each part is fitted alone (their noise estimated together), so no step is reported at a mark. An
   older part of fewer than MIN_POINTS runs is not examined.
 
 Runs whose typical time is not a positive number are left out (a mark on one moves to the next run); the steps'
-indices are those of `points`. The detector assumes the noise of one run independent of the last: slow phases of
-the machine that outlast a run raise its false alarms (BENCHMARKS.md, "History: finding steps", which has the
-detection rate, the false alarms and the error in the position on simulated series: benchmarks/history_sim.py).
+indices are those of `points`. BENCHMARKS.md, "History: finding steps", has the detection rate, the false alarms and
+the error in the position on simulated series (normal, heavy-tailed and correlated noise), beside Apache Otava's
+detector and PELT on the same series (benchmarks/history_sim.py).
 """
 
 from __future__ import annotations
@@ -70,7 +79,9 @@ import numpy as np
 from runner.report.ratio import LEVEL, OUTLYING
 
 MIN_POINTS = 4  # a part of fewer runs is insufficient data: 2 either side of a step
-MIN_SEGMENT = 2  # the fewest runs in a level, the newest level aside (1: suspicious)
+MIN_SEGMENT = 2  # the fewest runs in the first or the last level, the newest level aside (1: suspicious)
+MIN_LEVEL = 4  # the fewest runs in a level between two steps: two or three stray runs side by side make none
+RHO_MAX = 0.8  # the largest lag-1 autocorrelation of runs taken from a series
 LONGEST = 300  # the most points fitted at once: a longer part is fitted in overlapping windows (_partition)
 FLOOR = 0.001  # the smallest sd of a log time: no timing is known better than 0.1%
 CAP = 3.841  # a squared difference counts for at most this many times its expected variance (chi-square 1, p 0.95)
@@ -238,6 +249,8 @@ def _optimal(logs: np.ndarray, weights: np.ndarray, penalty: float, single_last:
     for end in range(1, n + 1):
         shortest = 1 if end == n and single_last else MIN_SEGMENT
         starts = np.arange(0, end - shortest + 1)
+        if end < n:  # a level between two steps
+            starts = starts[(starts == 0) | (starts <= end - MIN_LEVEL)]
         if not len(starts):
             continue
         totals = best[starts] + costs[starts, end - starts] + penalty
@@ -288,19 +301,13 @@ def _resolved(
     """The steps that the noise resolves and that reach `floor` (log scale), the weakest of the others merged
     away first (their indices those of `logs`), each with its p-value over `positions` places (_p_value)."""
     starts = list(starts)
-    while True:
-        edges = [0, *starts, len(logs)]
-        levels = [_level(logs[a:b], variances[a:b]) for a, b in zip(edges[:-1], edges[1:], strict=True)]
-        sizes = np.array([after[0] - before[0] for before, after in zip(levels[:-1], levels[1:], strict=True)])
-        errors = np.array(
-            [math.hypot(before[1], after[1]) for before, after in zip(levels[:-1], levels[1:], strict=True)]
-        )
-        if not len(starts):
-            return []
-        margin = np.abs(sizes) / np.maximum(needed * errors, floor)
+    while starts:
+        sizes, errors, margin = _measured(logs, variances, starts, needed, floor)
         if margin.min() >= 1:
             break
         del starts[int(np.argmin(margin))]
+    if not starts:
+        return []
     quantile = _student(df, (1 + LEVEL) / 2)
     steps = []
     for at, size, error in zip(starts, sizes, errors, strict=True):
@@ -310,6 +317,44 @@ def _resolved(
         low, high = math.exp(size - quantile * error), math.exp(size + quantile * error)
         steps.append(Step(at, math.exp(size), low, high, label, _p_value(abs(size) / error, df, positions)))
     return steps
+
+
+def _measured(
+    logs: np.ndarray, variances: np.ndarray, starts: list[int], needed: float, floor: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each step's size, its standard error (each level's inflated for runs correlated within it: _inflation) and
+    its margin: |size| over what it must reach (needed standard errors, and `floor`), below 1 where it falls short;
+    a single newest run's also its distance from the level before over the farthest earlier run's from its own."""
+    edges = [0, *starts, len(logs)]
+    spans = list(zip(edges[:-1], edges[1:], strict=True))
+    levels = [_level(logs[a:b], variances[a:b]) for a, b in spans]
+    scaled = [(logs[a:b] - level) / np.sqrt(variances[a:b]) for (a, b), (level, _) in zip(spans, levels, strict=True)]
+    rho = _autocorrelation(scaled)
+    ses = [se * math.sqrt(_inflation(b - a, rho)) for (a, b), (_, se) in zip(spans, levels, strict=True)]
+    sizes = np.diff([level for level, _ in levels])
+    errors = np.hypot(ses[:-1], ses[1:])
+    margin = np.abs(sizes) / np.maximum(needed * errors, floor)
+    if starts[-1] == len(logs) - 1:  # the newest run alone: further out than any run before it
+        farthest = max(float(np.max(np.abs(r))) for r in scaled[:-1])
+        margin[-1] = min(margin[-1], abs(logs[-1] - levels[-2][0]) / math.sqrt(variances[-1]) / farthest)
+    return sizes, errors, margin
+
+
+def _autocorrelation(scaled: list[np.ndarray]) -> float:
+    """The lag-1 autocorrelation of the runs within their levels, from their scaled residuals (each pulled in to
+    OUTLYING), in [0, RHO_MAX]."""
+    pulled = [np.clip(r, -OUTLYING, OUTLYING) for r in scaled]
+    products = sum(float(np.sum(r[:-1] * r[1:])) for r in pulled)
+    squares = sum(float(np.sum(r**2)) for r in pulled)
+    bias = len(pulled) / max(sum(len(r) for r in pulled), 1)
+    return min(max(products / squares + bias, 0.0), RHO_MAX) if squares else 0.0
+
+
+def _inflation(runs: int, rho: float) -> float:
+    """How much more a level's mean varies where its runs are correlated rho at lag 1 (AR(1)) than where they are
+    independent, its runs' variances taken from consecutive differences (which see (1 - rho) of the variance):
+    (1 + 2 sum_k (1 - k / runs) rho^k) / (1 - rho)."""
+    return (1 + 2 * rho / (1 - rho) - 2 * rho * (1 - rho**runs) / (runs * (1 - rho) ** 2)) / (1 - rho)
 
 
 def _positions(runs: int, newest: bool) -> int:

@@ -47,7 +47,9 @@ def read(folder: Path, factor: float = 1.0) -> dict:
     ratio, low, high = (other[k] for k in ("time_ratio", "time_ratio_ci_low", "time_ratio_ci_high"))
     if not slower:  # the first job against the second: read it the other way round
         ratio, low, high = 1 / ratio, 1 / high, 1 / low
-    return {"ratio": ratio, "low": low, "high": high, "verdict": other["verdict"], "basis": other["time_ratio_basis"]}
+    busy = compared["metrics.machine_other_runnable"].max()
+    said = {"verdict": other["verdict"], "basis": other["time_ratio_basis"], "busy": busy}
+    return {"ratio": ratio, "low": low, "high": high, **said}
 
 
 def main() -> None:
@@ -56,8 +58,8 @@ def main() -> None:
     parser.add_argument("--backend", default="torch")
     parser.add_argument("--model", default="llama_smollm2_135m")
     args = parser.parse_args()
-    print("| sweep | A/A: second / first | verdict | x1.3: second / first | verdict | ratio from |")
-    print("|---|---|---|---|---|---|")
+    print("| sweep | A/A: second / first | verdict | x1.3: second / first | verdict | ratio from | other runnable |")
+    print("|---|---|---|---|---|---|---|")
     called = found = 0
     with tempfile.TemporaryDirectory(prefix="generation-intervals-") as tmp:
         for i in range(args.sweeps):
@@ -66,7 +68,16 @@ def main() -> None:
             called += same["verdict"] in ("slower", "faster")
             found += slower["verdict"] == "slower"
             cells = [f"{format_ratio(r['ratio'])} [{format_interval((r['low'], r['high']))}]" for r in (same, slower)]
-            print(f"| {i + 1} | {cells[0]} | {same['verdict']} | {cells[1]} | {slower['verdict']} | {same['basis']} |")
+            row = [
+                str(i + 1),
+                cells[0],
+                same["verdict"],
+                cells[1],
+                slower["verdict"],
+                same["basis"],
+                f"{same['busy']:.1f}",
+            ]
+            print(f"| {' | '.join(row)} |")
     print(f"\nA/A called different: {called} of {args.sweeps}; 1.3x called slower: {found} of {args.sweeps}")
 
 

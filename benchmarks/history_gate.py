@@ -4,6 +4,8 @@ job runs, `runner history --fail-on regression`, with and without `--confirm`.
 
     .venv/bin/python benchmarks/history_gate.py                          # 50 nights, about 30 minutes on 2 cores
     .venv/bin/python benchmarks/history_gate.py --nights 12 --step-at 8 --busy 4,5,6 --keep /tmp/gate
+    .venv/bin/python benchmarks/history_gate.py --nights 56 --first-night 52 --step-at 50 --keep /tmp/gate  # resume
+    .venv/bin/python benchmarks/history_gate.py --reread /tmp/gate --step-at 50 --new-within 3  # the gate as it is now
 
 Each night is one `run.py -m` process (its own interpreter, as a nightly job is) of 6 cases, model=chain,mlp,matmul
 on numpy and torch, task=inference, threads=1, with the shipped control (`control=matmul`) timed in the same rounds,
@@ -77,11 +79,14 @@ def run_night(uri: str, out: Path, budget: float, extra: float, busy: bool) -> f
     return time.perf_counter() - start
 
 
-def gate(uri: str, extra: float, confirm: bool) -> list[str]:
+def gate(uri: str, extra: float, confirm: bool, nights: list[Path] | None = None, within: int = 0) -> list[str]:
     """The cases the gate fails on (its `failing: ` lines), run as CI runs it; a --confirm re-run does the work the
-    night did (`extra`)."""
-    command = [PYTHON, "-m", "runner", "history", "--tracking-uri", uri, "--experiment", EXPERIMENT]
+    night did (`extra`). `nights`: read those nights' sweep folders instead of the store (a re-read up to a night);
+    `within`: --new-within."""
+    command = [PYTHON, "-m", "runner", "history"]
+    command += [str(n) for n in nights] if nights else ["--tracking-uri", uri, "--experiment", EXPERIMENT]
     command += ["--fail-on", "regression", *(["--confirm"] if confirm else [])]
+    command += ["--new-within", str(within)] if within else []
     done = subprocess.run(command, cwd=ROOT, env=environment(extra), capture_output=True, text=True, timeout=900)
     failing = [line.removeprefix("failing: ") for line in done.stderr.splitlines() if line.startswith("failing: ")]
     if done.returncode not in (0, 1) or (done.returncode == 1) != bool(failing):
@@ -98,19 +103,24 @@ def main() -> None:
     parser.add_argument("--min-nights", type=int, default=8, help="the first night after which the gate runs")
     parser.add_argument("--budget", type=float, default=0.3, help="timing.max_time_s of every job")
     parser.add_argument("--keep", type=Path, help="make the store and nights here (kept) instead of a temporary folder")
+    parser.add_argument("--first-night", type=int, default=0, help="resume a --keep folder's nights from this one")
+    parser.add_argument("--reread", type=Path, help="only read a kept folder's nights again, night by night")
+    parser.add_argument("--new-within", type=int, default=0, help="the gate's --new-within (0: not given)")
     args = parser.parse_args()
+    if args.reread:
+        return reread(args.reread, args.step_at, args.min_nights, args.new_within)
     busy = {int(n) for n in args.busy.split(",") if n.strip()}
     folder = args.keep or Path(tempfile.mkdtemp(prefix="history-gate-"))
     folder.mkdir(parents=True, exist_ok=True)
     uri = f"sqlite:///{folder / 'mlflow.db'}"
     plain_failed, confirmed_failed, flagged_after = [], [], None
-    for night in range(args.nights):
+    for night in range(args.first_night, args.nights):
         extra = args.extra if night >= args.step_at else 0.0
         wall = run_night(uri, folder / f"night-{night:02d}", args.budget, extra, night in busy)
         said = f"night {night:2d}: extra {extra:g}, burner {'on ' if night in busy else 'off'}, {wall:.0f} s"
         if night + 1 >= args.min_nights:
-            plain = gate(uri, extra, confirm=False)
-            confirmed = gate(uri, extra, confirm=True) if plain else []
+            plain = gate(uri, extra, confirm=False, within=args.new_within)
+            confirmed = gate(uri, extra, confirm=True, within=args.new_within) if plain else []
             false_plain = [c for c in plain if night < args.step_at or SLOWED not in c]
             false_confirmed = [c for c in confirmed if night < args.step_at or SLOWED not in c]
             plain_failed += [night] if false_plain else []
@@ -125,6 +135,24 @@ def main() -> None:
           f"{len(confirmed_failed)} with --confirm {confirmed_failed}")  # fmt: skip
     print(f"the {args.extra:.0%} step from night {args.step_at}: flagged after {flagged_after} night(s)")
     print(f"store: {uri}")
+
+
+def reread(folder: Path, step_at: int, min_nights: int, within: int) -> None:
+    """The gate as it is now over a kept folder's nights, night by night (each night's history the runs up to it,
+    read from their sweep folders: a --confirm's re-runs of that time are not among them): which nights would fail
+    falsely, and after how many nights the step was flagged."""
+    nights = sorted(folder.glob("night-[0-9][0-9]"))
+    false, flagged_after = [], None
+    for night in range(min_nights - 1, len(nights)):
+        failing = gate("", 0.0, confirm=False, nights=nights[: night + 1], within=within)
+        wrong = [c for c in failing if night < step_at or SLOWED not in c]
+        false += [night] if wrong else []
+        if flagged_after is None and night >= step_at and any(SLOWED in c for c in failing):
+            flagged_after = night - step_at + 1
+        print(f"night {night:2d}: {len(failing)} failing" + "".join(f"\n    {c}" for c in failing), flush=True)
+    gated = len(nights) - min_nights + 1
+    print(f"\nnights gated: {gated}; with a false alarm: {len(false)} {false}")
+    print(f"the step from night {step_at}: flagged after {flagged_after} night(s)")
 
 
 if __name__ == "__main__":

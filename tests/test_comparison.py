@@ -144,8 +144,18 @@ def test_with_one_generation_each_the_decode_steps_give_the_interval():
 
 
 def test_calls_whose_parts_were_not_observed_get_no_interval_from_them():
-    """keras_hub's generate() returns its tokens at the end: its per-token rows are NaN, so one round stays one round."""
+    """keras_hub's generate() returns its tokens at the end: its per-token rows are NaN; one round stays one round."""
     rng = np.random.default_rng(1)
     unobserved = Timings(((np.array([1.5]), np.array([1]), np.array([0])),), parts=(np.full((1, 15), np.nan),))
     found = compare_two(unobserved, _one_generation(rng, 0.1))
     assert found.verdict == Verdict.CANNOT_TELL and not found.of_parts and math.isnan(found.low)
+
+
+def test_one_generation_each_on_a_busy_machine_is_cannot_tell():
+    """Each job's tokens came from its own turn: what else ran in the other's turn is beyond them (identical jobs
+    read 0.70x [0.61-0.81] beside other work), so on a busy machine a difference they show is not called."""
+    rng = np.random.default_rng(3)
+    slower, fast = _one_generation(rng, 0.13), _one_generation(rng, 0.1)
+    busy = compare_two(Timings(slower.replicates, busy=1.5, parts=slower.parts), fast)
+    assert busy.verdict == Verdict.CANNOT_TELL and busy.reason.startswith("looks slower, but the machine was busy")
+    assert compare_two(slower, fast).verdict == Verdict.SLOWER

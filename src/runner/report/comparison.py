@@ -27,7 +27,8 @@ compare` asks this module; the statistics beneath it are runner.report.ratio's.
   compare instead. Each position of each round is a round of its own, in blocks of PART_BLOCK consecutive parts whose
   fastest stands for the block, paired by round and position; the ratio is then of a part's time ("1.3x a token"), its
   interval over the blocks with the processes' spread added, as for rounds. It says so ('1 round x 15 parts of a
-  call'), and it is not centred on the whole calls' typical times, which a single stalled first token moves.
+  call'), and it is not centred on the whole calls' typical times, which a single stalled first token moves. One turn
+  each cannot see what else ran in the other's turn: where the machine was busy, a difference stays "cannot tell".
 - The verdict (Verdict) and its reason, in one vocabulary: fastest (the baseline), within noise, slower, faster,
   no change (real, but under `factor`: asv compare's rule), cannot tell (why), unstable (why).
 """
@@ -222,9 +223,14 @@ def compare(
     if pooled and not parts:  # centred on the typical times (see above)
         value, low, high = by_typical, low * by_typical / over.value, high * by_typical / over.value
     verdict, reason = _verdict(value, low, high, factor, over.basis())
-    if apart and verdict in (Verdict.SLOWER, Verdict.FASTER) and max(run.busy, baseline.busy) > BUSY_OTHER_RUNNABLE:
+    if (
+        (apart or parts)
+        and verdict in (Verdict.SLOWER, Verdict.FASTER)
+        and max(run.busy, baseline.busy) > BUSY_OTHER_RUNNABLE
+    ):
         # runs measured apart differ by what else ran (the same matmul took 2x beside a process burning a core,
-        # BENCHMARKS.md), which no interval over their rounds can see
+        # BENCHMARKS.md), which no interval over their rounds can see; nor can the parts of one turn each see what
+        # else ran in the other's turn (identical generations came out 0.70x [0.61-0.81] on a busy machine)
         busy = max(run.busy, baseline.busy)
         verdict, reason = Verdict.CANNOT_TELL, f"looks {verdict}, but the machine was busy: {busy:.1f} other runnable"
     return Comparison(value, low, high, verdict, reason, over.basis(), over.resolution, of_parts=parts is not None)

@@ -227,10 +227,8 @@ def _timings(job: _Waiting) -> Timings:
 
     samples = job.measurement.samples
     replicate = (np.asarray(samples.seconds), np.asarray(samples.rounds), np.asarray(samples.processes))
-    repeated = task_class(job.spec.task_settings.get("_target_")).repeated_parts
-    rows = samples.columns.get(repeated[0]) if repeated else None
-    parts = (np.asarray(rows, dtype=float)[:, repeated[1] :],) if rows and np.ndim(rows) == 2 else ()
-    return Timings((replicate,), parts=parts)
+    parts = task_class(job.spec.task_settings.get("_target_")).parts_of(samples.columns)
+    return Timings((replicate,), parts=() if parts is None else (parts,))
 
 
 def widest_resolution(jobs: list[_Waiting]) -> float:

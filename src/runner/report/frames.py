@@ -69,9 +69,11 @@ def _finish_frame(frame: pd.DataFrame) -> pd.DataFrame:
 def _repeated_parts(run: pd.Series) -> np.ndarray | None:
     """A run's repeated parts of each call, a row per sample (Task.repeated_parts), where its task times them and its
     tensors.h5 is on this machine."""
-    repeated = task_class(run.get("params.task._target_"), run.get("params.task.name")).repeated_parts
-    series = read_timings(run["run_dir"], repeated[0]) if repeated and run.get("run_dir") else None
-    return None if series is None or np.ndim(series) != 2 else np.asarray(series, dtype=float)[:, repeated[1] :]
+    task = task_class(run.get("params.task._target_"), run.get("params.task.name"))
+    if task.repeated_parts is None or not run.get("run_dir"):
+        return None
+    name = task.repeated_parts[0]
+    return task.parts_of({name: read_timings(run["run_dir"], name)})
 
 
 def _all_numbers(column: pd.Series) -> bool:

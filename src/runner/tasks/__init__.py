@@ -101,6 +101,16 @@ class Task:
     def build(self, setup: Setup) -> TaskRun:
         raise NotImplementedError
 
+    @classmethod
+    def parts_of(cls, series: dict[str, Any]) -> np.ndarray | None:
+        """The repeated parts of each sample's call (samples x parts, seconds), from its per-sample series by name
+        (tensors.h5 `timings/`, or a job's columns); None where the task times none or they were not kept."""
+        if cls.repeated_parts is None:
+            return None
+        name, first = cls.repeated_parts
+        rows = series.get(name)
+        return None if rows is None or np.ndim(rows) != 2 else np.asarray(rows, dtype=float)[:, first:]
+
     def reference(self, setup: Setup, params: dict, inputs: dict) -> dict[str, np.ndarray]:
         """The results computed in float64 numpy from the same weights (every one, constants too) and inputs, as
         the backend holds them, back in numpy; {} where there is none."""

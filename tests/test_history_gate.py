@@ -127,6 +127,22 @@ def test_numbers_that_change_from_the_7th_run_are_a_numeric_change_named_with_th
     assert history.failing([h], history.fail_labels("regression")) == []
 
 
+def test_the_html_pages_say_a_numeric_change_and_give_each_runs_numbers(tmp_path):
+    from runner.report import history_page
+
+    (h,) = build(_numbers([2.1e-7] * 6 + [8.4e-7] * 6, tokens=[0.0] * 6 + [2.0] * 6))
+    index = history_page.write([h], tmp_path).read_text()
+    page = (tmp_path / f"{history_page.page_name(h)}.html").read_text()
+    (error,) = h.numbers["max_rel_err_vs_reference"]
+    said = html.escape(describe_number(h, "max_rel_err_vs_reference", error))
+    assert said in index and said in page
+    assert "<th>max rel err vs float64</th>" in page and "<td>8.4e-07</td>" in page
+    assert "<th>tokens differing from float64&#x27;s</th>" in page
+    assert history.verdict(h) == f"no step in 12 runs; {describe_number(h, 'max_rel_err_vs_reference', error)}; " + (
+        describe_number(h, "tokens_differ", h.numbers["tokens_differ"][0])
+    )
+
+
 def test_exact_numbers_that_stay_exact_or_wander_within_their_noise_are_no_change():
     rng = np.random.default_rng(4)
     (exact,) = build(_numbers([0.0] * 12))

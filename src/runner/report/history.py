@@ -294,9 +294,13 @@ def fail_labels(text: str) -> set[str]:
 
 
 def verdict(history: History) -> str:
-    """The history's word on its newest run (its `history.verdict` tag): its newest step, or that there is none."""
+    """The history's word on its newest run (its `history.verdict` tag): its newest step, or that there is none, then
+    each change of its numbers that its newest runs carry (a step whose level reaches the newest run)."""
     step = history.newest_step()
-    return describe_step(history, step) if step else f"no step in {len(history.entries)} runs"
+    said = [describe_step(history, step) if step else f"no step in {len(history.entries)} runs"]
+    for name, steps in history.numbers.items():
+        said += [describe_number(history, name, steps[-1])] if steps else []
+    return "; ".join(said)
 
 
 def read_confirmations(uri: str, histories: list[History]) -> None:

@@ -8,7 +8,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from runner.record.table import format_seconds
-from runner.report.history import History, describe_step
+from runner.report.history import History, describe_number, describe_step
+from runner.report.history_numbers import format_number
+from runner.report.history_series import NUMBERS
 from runner.report.steps import Label
 
 SHADES = {Label.REGRESSION: "tab:red", Label.IMPROVEMENT: "tab:green", Label.SUSPICIOUS: "tab:orange"}
@@ -24,7 +26,7 @@ def write(histories: list[History], out_dir: Path, ui: str | None = None) -> Pat
         name = page_name(h)
         _plot(h, out_dir / f"{name}.png")
         (out_dir / f"{name}.html").write_text(_case_page(h, f"{name}.png", ui))
-        steps = "; ".join(describe_step(h, s) for s in h.steps) or "no step"
+        steps = "; ".join([*(describe_step(h, s) for s in h.steps), *_number_changes(h)]) or "no step"
         items.append(f'<li><a href="{name}.html">{html.escape(h.case_name)}</a> on {html.escape(h.machine_name)}: ')
         newest = h.entries[-1]
         runs = f"{len(h.entries)} run{'s' if len(h.entries) != 1 else ''}"
@@ -54,14 +56,23 @@ def _run_cell(run_id: str, ui: str | None) -> str:
     return f"<a href='{html.escape(ui)}/#/runs/{html.escape(run_id)}'>{html.escape(run_id)}</a>"
 
 
+def _number_changes(h: History) -> list[str]:
+    """Each change of the case's numbers (its error against float64, its tokens), as `runner history` prints it."""
+    return [describe_number(h, name, step) for name, steps in h.numbers.items() for step in steps]
+
+
 def _case_page(h: History, image: str, ui: str | None = None) -> str:
-    steps = "".join(f"<li>{html.escape(describe_step(h, s))}</li>" for s in h.steps) or "<li>no step</li>"
+    said = [*(describe_step(h, s) for s in h.steps), *_number_changes(h)]
+    steps = "".join(f"<li>{html.escape(line)}</li>" for line in said) or "<li>no step</li>"
+    numbers = [name for name in NUMBERS if any(name in e.numbers for e in h.entries)]
     rows = "".join(
         f"<tr><td>{i}</td><td>{_when(e.started)}</td><td>{format_seconds(e.typical_s)}</td>"
-        f"<td>{html.escape(e.version)}</td><td>{html.escape(e.change)}</td><td>{_run_cell(e.run_id, ui)}</td></tr>"
+        + "".join(f"<td>{format_number(n, e.numbers[n]) if n in e.numbers else ''}</td>" for n in numbers)
+        + f"<td>{html.escape(e.version)}</td><td>{html.escape(e.change)}</td><td>{_run_cell(e.run_id, ui)}</td></tr>"
         for i, e in enumerate(h.entries)
     )
-    headers = "".join(f"<th>{name}</th>" for name in ("#", "started", "typical", "version", "known change", "run"))
+    columns = ("#", "started", "typical", *(NUMBERS[n] for n in numbers), "version", "known change", "run")
+    headers = "".join(f"<th>{html.escape(name)}</th>" for name in columns)
     table = f"<table><tr>{headers}</tr>{rows}</table>"
     body = f"<p><a href='index.html'>all cases</a></p><h1>{html.escape(h.case_name)}</h1>"
     body += f"<p>on {html.escape(h.machine_name)}</p><ul>{steps}</ul><img src='{image}' alt='the series'>{table}"

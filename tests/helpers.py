@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from runner.config import PROJECT_ROOT, compose
 
@@ -43,6 +44,24 @@ def run_cli(
         text=True,
         timeout=timeout,
     )
+
+
+def generate_cli(run_dir: Path, *overrides: str) -> tuple[dict, Any]:
+    """`python run.py task=generate OVERRIDES` into run_dir (tracking off, a fast timing budget), as a user runs it:
+    its result.json and its tokens (outputs/tokens: batch x new tokens)."""
+    import h5py
+
+    out = run_cli("task=generate", *overrides, "tracking=none", f"hydra.run.dir={run_dir}", *FAST_TIMING, timeout=900)
+    assert out.returncode == 0, out.stderr[-3000:]
+    saved = json.loads((run_dir / "result.json").read_text())
+    with h5py.File(run_dir / "tensors.h5", "r") as f:
+        return saved, f["outputs/tokens"][()]
+
+
+def decided_tokens(saved: dict, tokens: Any) -> int:
+    """How many leading tokens a generation's reference decided (first_undecided_token; -1: all of them)."""
+    first = int(saved["metrics"]["first_undecided_token"])
+    return tokens.shape[1] if first < 0 else first
 
 
 def runner_cli(*args: str) -> subprocess.CompletedProcess:

@@ -5,14 +5,13 @@ NumPy GPT-2's; and the combinations the yaml refuses."""
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 import h5py
 import numpy as np
 import pytest
-from helpers import FAST_TIMING, compose_config, run_cli
+from helpers import compose_config, decided_tokens, generate_cli
 
 from runner.backends import load_backend, numpy_backend
 from runner.config import ConfigError, check_combination
@@ -111,20 +110,7 @@ def weights(tmp_path_factory) -> Path:
 
 def _generate(tmp_path: Path, backend: str, model: str, weights: Path, *extra: str) -> tuple[dict, np.ndarray]:
     run_dir = tmp_path / f"{backend}-{model}"
-    out = run_cli(
-        f"backend={backend}", f"model={model}", f"model.weights={weights}", "task=generate", *OVERRIDES,
-        "tracking=none", f"hydra.run.dir={run_dir}", *FAST_TIMING, *extra, timeout=900,
-    )  # fmt: skip
-    assert out.returncode == 0, out.stderr[-3000:]
-    saved = json.loads((run_dir / "result.json").read_text())
-    with h5py.File(run_dir / "tensors.h5", "r") as f:
-        return saved, f["outputs/tokens"][()]
-
-
-def _decided(saved: dict, tokens: np.ndarray) -> int:
-    """How many leading tokens the run's reference decided (first_undecided_token; -1: all)."""
-    first = int(saved["metrics"]["first_undecided_token"])
-    return tokens.shape[1] if first < 0 else first
+    return generate_cli(run_dir, f"backend={backend}", f"model={model}", f"model.weights={weights}", *OVERRIDES, *extra)
 
 
 @pytest.fixture(scope="module")
@@ -134,7 +120,7 @@ def numpy_run(tmp_path_factory, weights) -> tuple[np.ndarray, int]:
     saved, tokens = _generate(tmp_path_factory.mktemp("numpy"), "numpy", "gpt2", weights)
     assert saved["metrics"]["tokens_differ"] == 0.0
     assert len(np.unique(tokens)) > 3  # tokens that vary
-    return tokens, _decided(saved, tokens)
+    return tokens, decided_tokens(saved, tokens)
 
 
 @pytest.mark.heavy  # a process importing Keras and keras_hub on each framework (~30 s each on 2 cores)
@@ -150,7 +136,7 @@ def test_keras_hub_generates_model_gpt2s_tokens(tmp_path, backend, weights, nump
     assert tokens.shape == numpy_tokens.shape == (3, 6)
     assert metrics["tokens_differ"] == 0.0 and metrics["tokens_decided"] > 0
     assert metrics["max_rel_err_vs_reference"] <= 1e-5
-    both = min(_decided(saved, tokens), numpy_decided)
+    both = min(decided_tokens(saved, tokens), numpy_decided)
     np.testing.assert_array_equal(tokens[:, :both], numpy_tokens[:, :both])
     compiled = saved["environment"]["keras_hub_generate"]
     assert compiled.startswith({"jax": "jax.jit", "tensorflow": "tf.function", "torch": "nothing compiled"}[backend])
@@ -163,5 +149,5 @@ def test_keras_hub_in_float64_on_tensorflow_is_float64s_error_from_numpy(tmp_pat
     metrics = saved["metrics"]
     assert metrics["max_rel_err_vs_reference"] <= 1e-9  # measured 1.1e-11: TensorFlow's GELU constant
     assert metrics["tokens_differ"] == 0.0 and metrics["within_reference_tolerance"] == 1.0
-    both = min(_decided(saved, tokens), numpy_decided)
+    both = min(decided_tokens(saved, tokens), numpy_decided)
     np.testing.assert_array_equal(tokens[:, :both], numpy_tokens[:, :both])

@@ -43,7 +43,7 @@ WORKERS=${GPU_CHECK_WORKERS:-5}
 PARITY_COMPILED_S=60
 PARITY_ROWS=matmul,mlp_inference,mlp_gradients_eager,mlp_jacobian,resnet18_inference_b8,transformer_inference,transformer_gradients,mlp_train_step_eager
 # torch.compile: tens of seconds a row; GPT-2 generation: JAX compiles a prefill and a decode step
-PARITY_COMPILED_ROWS=mlp_gradients_compiled,mlp_train_step_compiled,gpt2_generate_eager,gpt2_generate_compiled
+PARITY_COMPILED_ROWS=mlp_gradients_compiled,mlp_train_step_compiled,gpt2_generate_eager,gpt2_generate_compiled,llama_generate_eager_vs_hf
 
 usage() { echo "usage: scripts/gpu-check.sh [--out DIR] [--dry-run]"; }
 

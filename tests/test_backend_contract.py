@@ -112,6 +112,8 @@ def test_rules_read_the_declared_capabilities(monkeypatch):
         match="model=resnet18 needs conv ops: it runs on backend=jax or backend=tensorflow or backend=torch",
     ):
         check_combination(compose_config(SEARCHPATH, "backend=fake", "model=resnet18", "task=inference"))
+    with pytest.raises(ConfigError, match="model=gpt2 needs attention, decoder ops: it runs on backend=jax or "):
+        check_combination(compose_config(SEARCHPATH, "backend=fake", "model=gpt2", "task=inference"))
     with pytest.raises(ConfigError, match="model.features='eight' is not a valid int"):
         check_combination(compose_config(SEARCHPATH, "backend=fake", "model=square", "model.features=eight"))
 

@@ -31,7 +31,8 @@ def _error_lines(stderr: str) -> list[str]:
         (["+model.extra=1"], "+model.extra=1: model=mlp has no setting extra (its settings: in_features, hidden,"),
         (
             ["model=gpt2", "task=generate", "+task.max_new_tokens=8"],
-            "task=generate has no setting max_new_tokens (its settings: new_tokens); did you mean task.new_tokens?",
+            "task=generate has no setting max_new_tokens (its settings: new_tokens, prompt_lengths); did you mean "
+            "task.new_tokens?",
         ),
         (["model=gpt2", "task=generate", "+model.prompt=Hello"], "did you mean model.prompt_len?"),
         (["model=gpt2", "task=generate", "task.new_tokens=1e1"], "task.new_tokens=10.0 is not a valid int"),

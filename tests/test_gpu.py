@@ -319,8 +319,10 @@ def test_cuda_transformer_records_the_attention_kernel_that_ran(transformer_swee
     saved = job_where(transformer_sweep, task=task, precision=precision)
     model = saved["config"]["model"]
     compute = torch.bfloat16 if precision == "bf16_mixed" else torch.float32
-    x = torch.empty((saved["config"]["batch_size"], model["seq_len"], model["d_model"]), dtype=compute, device="cuda")
-    ran = torch_backend.attention_kernel(x, model["heads"], model["causal"], task != "inference")
+    batch, seq, heads = saved["config"]["batch_size"], model["seq_len"], model["heads"]
+    x = torch.empty((batch, seq, model["d_model"]), dtype=compute, device="cuda")
+    shape = (batch, heads, seq, model["d_model"] // heads)
+    ran = torch_backend.attention_kernel(x, shape, seq, causal=model["causal"], differentiated=task != "inference")
     assert saved["environment"]["attention_kernel"] == ran
     assert saved["metrics"]["within_reference_tolerance"] == 1.0, saved["metrics"]["max_rel_err_vs_reference"]
 

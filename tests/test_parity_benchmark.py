@@ -109,3 +109,15 @@ def test_a_worker_that_fails_makes_the_run_exit_1():
         .splitlines()[-1]
         .startswith("parity: the torch worker exited with code 1 before its first row: ")
     )
+
+
+@pytest.mark.heavy  # a torch worker importing transformers and generating a few dozen times (~30 s on 2 cores)
+def test_the_llama_row_times_transformers_generate_on_the_same_tokens():
+    """The row against transformers' generate() with a static cache: measured only where both sides' tokens are equal
+    (parity asserts it before timing, and a row that fails exits 1)."""
+    result = run_parity("--backends", "torch", "--rows", "llama_generate_eager_vs_hf", "--budget", "0.05", "--out", "-")
+    assert result.returncode == 0, result.stderr[-2000:]
+    rows = [
+        line for line in result.stdout.splitlines() if line.startswith("| torch | cpu | llama_generate_eager_vs_hf")
+    ]
+    assert rows and 'generate(cache_implementation="static")' in rows[0] and "**" in rows[0]

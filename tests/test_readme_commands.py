@@ -226,6 +226,13 @@ RUN_BY_OTHER_TESTS = {
     "model=gpt2 task=generate model.weights=tiny-gpt2": (
         "test_checkpoints.py::test_the_documented_command_runs_as_printed"
     ),
+    "model=llama task=generate model.weights=tiny-llama": (
+        "test_llama_checkpoints.py::test_the_documented_commands_run_as_printed"
+    ),
+    "model=llama task=generate model.weights=tiny-qwen2 model.rope_theta=1000000 model.rms_eps=1e-6 "
+    "model.tie_embeddings=true model.qkv_bias=true": (
+        "test_llama_checkpoints.py::test_the_documented_commands_run_as_printed"
+    ),
     "-m backend=tensorflow,torch,jax model=keras model.arch=MobileNetV2 task=inference data.image_size=96 "
     "batch_size=2": "test_own_models.py::test_keras_mobilenetv2_same_seed_same_outputs_on_tensorflow_torch_and_jax",
     **{" ".join(c.args): f"test_experiments.py ({name})" for name, c in experiment_checked_commands().items()},
@@ -237,6 +244,9 @@ RUN_BY_OTHER_TESTS = {
 # busy 2-core machine) repeats a test of the default set. Keeps the default set short; README.md's commands all stay
 # in it.
 COVERED_IN_PROCESS = {
+    "model=keras_hub_llama task=generate backend=jax": (
+        "test_keras_hub_llama.py::test_keras_hub_generates_model_llamas_tokens (each Keras backend, smaller sizes)"
+    ),
     "-m backend=torch,tensorflow model=resnet18 data.image_size=64 batch_size=2": (
         "test_vision.py::test_resnet18_gradients_agree_under_torch_names[tensorflow] (the job on both) and "
         "test_user_paths.py::test_every_vision_model_agrees_on_every_photo[resnet18] (the outputs agree)"

@@ -218,7 +218,7 @@ def test_the_sweep_knows_when_its_comparisons_resolve():
         config = {"model": {"name": model, "n": 128, "method": method}, "task": {"name": "inference"}}
         config |= {"batch_size": 32, "data": {"name": "random"}, "seed": seed, "timing": {"resolve": 0.05}}
         measurement = SimpleNamespace(samples=Samples({"samples_s": list(seconds), "sample_round": list(rounds)}))
-        spec = SimpleNamespace(config=config, params=lambda: identity.config_params(config, ()))
+        spec = SimpleNamespace(config=config, params=lambda: identity.config_params(config, ()), task_settings={})
         return SimpleNamespace(spec=spec, failed=None, measurement=measurement)
 
     rng = np.random.default_rng(2)

@@ -157,8 +157,10 @@ class ConvOps(Protocol):
 
 
 class AttentionOps(Protocol):
-    """Op family `attention`: what the transformer is written with. Activations are (batch, seq, features);
-    each backend computes attention with its everyday API (docs/transformer.md)."""
+    """Op family `attention`: the one softmax attention of the transformer, GPT-2 and Llama (runner.models.transformer,
+    .decoder, .llama), the packed projection's heads, and the transformer's norm and GELU. Activations are
+    (batch, seq, features); heads (batch, heads, seq, head size). Each backend computes attention with its everyday API
+    (docs/transformer.md)."""
 
     def linear(self, x: Any, weight: Any, bias: Any = None) -> Any: ...
 
@@ -168,23 +170,39 @@ class AttentionOps(Protocol):
     def gelu(self, x: Any) -> Any:
         """The exact (erf) GELU, torch's default."""
 
-    def self_attention(self, qkv: Any, heads: int, causal: bool) -> Any:
-        """(batch, seq, 3 * d) packed queries | keys | values -> (batch, seq, d): scaled dot-product attention
-        over `heads` heads (causal: each position attends to itself and those before it)."""
+    def split_heads(self, qkv: Any, heads: int) -> tuple[Any, Any, Any]:
+        """(batch, seq, 3 d) packed queries | keys | values -> three (batch, heads, seq, d / heads)."""
 
-    def attention_kernel(self, x: Any, heads: int, causal: bool, differentiated: bool) -> str:
-        """Which attention implementation runs for activations like `x` (a fused kernel where the framework
-        picks one), for the record."""
+    def merge_heads(self, x: Any) -> Any:
+        """(batch, heads, seq, size) -> (batch, seq, heads * size)."""
+
+    def attention(self, q: Any, k: Any, v: Any, mask: Any = None, causal: bool = False) -> Any:
+        """Scaled dot-product attention of q (batch, heads, queries, size) over k, v (batch, heads, keys, size), as
+        many heads as q (grouped keys and values come through repeat_heads). mask None: every key is seen; else
+        booleans, True where a query sees a key: (queries, keys) or (batch, 1, queries, keys), as attention_mask
+        makes them. causal: the query at i sees the keys 0 .. i (torch hands it to its fused kernel; others mask)."""
+
+    def attention_kernel(
+        self,
+        like: Any,
+        shape: tuple[int, ...],
+        keys: int,
+        masked: bool = False,
+        causal: bool = False,
+        differentiated: bool = False,
+    ) -> str:
+        """What computes `attention` of queries of `shape` (batch, heads, queries, size) over `keys` keys, in the dtype
+        and on the device of the array `like` (under the run's precision policy), with a mask where `masked`, causal
+        where `causal`, in a call that is differentiated where `differentiated`: the fused kernel the framework's
+        dispatcher picks, or how it is written out. For the record."""
 
 
 class DecoderOps(Protocol):
-    """Op family `decoder`: what the decoders and their generation are written with (runner.models.decoder: GPT-2,
-    runner.models.llama). Weights keep each model's layout on every backend: GPT-2's projections (in, out) through
-    `affine`, Llama's (out, in) through `project`, embeddings (vocab, d). Activations are
+    """Op family `decoder`: what the decoders and their generation are written with beside the `attention` family
+    (runner.models.decoder: GPT-2, runner.models.llama). Weights keep each model's layout on every backend: GPT-2's
+    projections (in, out) through `affine`, Llama's (out, in) through `project`, embeddings (vocab, d). Activations are
     (batch, seq, d); heads (batch, heads, seq, head size). `start` is a step's first position, a python int or what
     `position` made of one; `where` is what step_index made of it."""
-
-    def layer_norm(self, x: Any, weight: Any, bias: Any, eps: float = 1e-5) -> Any: ...
 
     def gelu_tanh(self, x: Any) -> Any:
         """GPT-2's GELU, the tanh approximation."""
@@ -200,24 +218,18 @@ class DecoderOps(Protocol):
         positions_embedded, write_cache and attention_mask take (its start, or the positions themselves), made once
         a step."""
 
-    def attention_mask(self, where: Any, queries: int, keys: int) -> Any:
+    def attention_mask(self, where: Any, queries: int, keys: int, pad: Any = None) -> Any:
         """(queries, keys) booleans: the query at position p sees the keys at positions 0 .. p (in a cache, the
-        positions not written yet are masked)."""
+        positions not written yet are masked). pad, (batch,) integers: each prompt's left padding in a batch of
+        prompts of different lengths; then (batch, 1, queries, keys), a prompt's keys starting after its padding
+        (a padding query sees itself alone)."""
 
-    def positions_embedded(self, table: Any, where: Any, ids: Any) -> Any:
-        """The rows of the position table at the step's positions."""
+    def positions_embedded(self, table: Any, where: Any, ids: Any, pad: Any = None) -> Any:
+        """The rows of the position table at the step's positions; with pad, each prompt's own positions counted
+        from its first token (batch, seq, d), padding at position 0."""
 
     def unembed(self, x: Any, table: Any) -> Any:
         """x @ table.T: the head tied to the token embedding."""
-
-    def split_heads(self, qkv: Any, heads: int) -> tuple[Any, Any, Any]:
-        """(batch, seq, 3 d) packed queries | keys | values -> three (batch, heads, seq, d / heads)."""
-
-    def merge_heads(self, x: Any) -> Any: ...
-
-    def causal_attention(self, q: Any, k: Any, v: Any, mask: Any) -> Any:
-        """Scaled dot-product attention of q (batch, heads, queries, size) over k, v (batch, heads, keys, size) where
-        the mask (attention_mask) allows."""
 
     def write_cache(self, buffer: Any, new: Any, where: Any) -> Any:
         """`new` (batch, heads, t, size) written at the step's positions of the buffer: the buffer after the write
@@ -241,10 +253,6 @@ class DecoderOps(Protocol):
         """fn(params, cache, ids, start) -> (logits, next ids, cache), compiled for the mode as the framework's users
         write a decode step, as step(ids, start) -> (logits, next ids); the cache kept between calls."""
 
-    def cached_attention_kernel(self, cache_shape: tuple[int, ...], queries: int, dtype: str, device: str) -> str:
-        """What computes a step's attention of `queries` queries over a cache of cache_shape (batch, heads, length,
-        head size) with its mask: the fused kernel the framework's dispatcher picks, or how it is written out."""
-
     def compilations(self, step: Callable) -> int | None:
         """How many times a step from decoder_step was traced or compiled, where the framework says; None."""
 
@@ -267,10 +275,11 @@ class DecoderOps(Protocol):
         """(batch, kv_heads, seq, size) -> (batch, kv_heads * groups, seq, size), each head `groups` times in a row:
         grouped-query attention's keys and values for the query heads."""
 
-    def rotary_angles(self, inv_freq: tuple[float, ...], where: Any, x: Any) -> tuple[Any, Any]:
+    def rotary_angles(self, inv_freq: tuple[float, ...], where: Any, x: Any, pad: Any = None) -> tuple[Any, Any]:
         """(cos, sin), each (seq, head size) in x's dtype, of the angles position x inv_freq at the step's positions
         (`where`, for x's seq positions), the two halves of a head alike; computed in float32 (float64 for float64 x),
-        as HF does. inv_freq: the model's head size / 2 inverse frequencies, constants of a compiled step."""
+        as HF does. inv_freq: the model's head size / 2 inverse frequencies, constants of a compiled step. With pad
+        (as attention_mask's), (batch, 1, seq, head size) at each prompt's own positions."""
 
     def rotary(self, x: Any, angles: tuple[Any, Any]) -> Any:
         """Rotary embedding of x (batch, heads, seq, size): x * cos + rotate_half(x) * sin, rotate_half(x) being
@@ -308,6 +317,23 @@ OP_FAMILIES: dict[str, type] = {
     "torch_module": TorchModuleOps,
     "keras": KerasOps,
 }
+
+
+def fixed_attention_kernel(description: str) -> Callable[..., str]:
+    """AttentionOps.attention_kernel for a backend whose attention is written out, the same whatever the shapes: what
+    it returns is `description`."""
+
+    def attention_kernel(
+        like: Any,
+        shape: tuple[int, ...],
+        keys: int,
+        masked: bool = False,
+        causal: bool = False,
+        differentiated: bool = False,
+    ) -> str:
+        return description
+
+    return attention_kernel
 
 
 def protocol_functions(protocol: type) -> list[str]:

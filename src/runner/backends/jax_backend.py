@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 
-from runner.backends import jax_precision
+from runner.backends import fixed_attention_kernel, jax_precision
 from runner.backends.channels_last import (  # noqa: F401 - re-exported: the backend function set
     adaptive_bins,
     from_native_layout,
@@ -248,7 +248,7 @@ tanh = jnp.tanh
 KERAS_BACKEND = "jax"  # op family `keras` (model=keras)
 
 
-# -- transformer ops: jax.nn.dot_product_attention, layer norm as Flax writes it --------------------------
+# -- attention ops (the transformer, GPT-2, Llama): einsum + jax.nn.softmax, layer norm as Flax writes it ---------
 
 
 def layer_norm(x, weight, bias, eps: float = 1e-5):
@@ -260,34 +260,32 @@ def gelu(x):
     return jax.nn.gelu(x, approximate=False)  # JAX's default is the tanh approximation: the exact one, as torch
 
 
-def self_attention(qkv, heads: int, causal: bool):
-    """jax.nn.dot_product_attention on (batch, seq, heads, head_dim), its own layout. It takes its softmax in
-    float32 whatever the dtype, so float64 runs the same computation written out (einsum + jax.nn.softmax)."""
-    *lead, seq, three_d = qkv.shape
-    d = three_d // 3
-    split = qkv.reshape(*lead, seq, 3, heads, d // heads)
-    q, k, v = split[..., 0, :, :], split[..., 1, :, :], split[..., 2, :, :]
-    if qkv.dtype == jnp.float64:
-        out = _attention_written_out(q, k, v, causal)
-    else:
-        out = jax.nn.dot_product_attention(q, k, v, is_causal=causal)
-    return out.reshape(*lead, seq, d)
+def split_heads(qkv: jax.Array, heads: int) -> tuple[jax.Array, ...]:
+    batch, seq, three_d = qkv.shape
+    split = qkv.reshape(batch, seq, 3, heads, three_d // 3 // heads).transpose(2, 0, 3, 1, 4)
+    return split[0], split[1], split[2]
 
 
-def _attention_written_out(q, k, v, causal: bool):
-    scores = jnp.einsum("...qhd,...khd->...hqk", q, k) / np.sqrt(q.shape[-1])
-    if causal:
-        seq = q.shape[-3]
-        scores = jnp.where(jnp.tri(seq, dtype=bool), scores, -jnp.inf)
-    return jnp.einsum("...hqk,...khd->...qhd", jax.nn.softmax(scores, axis=-1), v)
+def merge_heads(x: jax.Array) -> jax.Array:
+    batch, heads, seq, size = x.shape
+    return x.transpose(0, 2, 1, 3).reshape(batch, seq, heads * size)
 
 
-def attention_kernel(x, heads: int, causal: bool, differentiated: bool) -> str:
-    """implementation=None: JAX's XLA path (einsum + softmax, fused by XLA's compiler); cuDNN's fused kernel
-    runs only when asked for by name."""
-    if x.dtype == jnp.float64:
-        return "einsum + jax.nn.softmax (jax.nn.dot_product_attention's softmax is float32)"
-    return "jax.nn.dot_product_attention: xla"
+def attention(
+    q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array | None = None, causal: bool = False
+) -> jax.Array:
+    """Written out, as Flax's dot_product_attention and JAX decoders (keras_hub's, MaxText's) write it:
+    jax.nn.dot_product_attention takes its softmax in float32 whatever the dtype (2e-7 off in float64). As there, a
+    16-bit dtype's softmax is taken in float32."""
+    scores = jnp.einsum("bhqd,bhkd->bhqk", q, k) / jnp.sqrt(jnp.asarray(q.shape[-1], q.dtype))
+    mask = jnp.tri(q.shape[-2], k.shape[-2], dtype=bool) if causal else mask
+    if mask is not None:
+        scores = jnp.where(mask, scores, -jnp.inf)
+    weights = jax.nn.softmax(scores.astype(jnp.promote_types(q.dtype, jnp.float32)), axis=-1)
+    return jnp.einsum("bhqk,bhkd->bhqd", weights.astype(q.dtype), v)
+
+
+attention_kernel = fixed_attention_kernel("einsum + jax.nn.softmax (fused by XLA where the step is compiled)")
 
 
 # -- convnet ops: NHWC inside, torch (NCHW, OIHW) conventions at the edges ----------------------

@@ -14,15 +14,12 @@ import numpy as np
 __all__ = [  # op family `decoder` (runner.backends.DecoderOps): what its backend module takes in
     "affine",
     "attention_mask",
-    "cached_attention_kernel",
-    "causal_attention",
     "compilations",
     "decoder_step",
     "embed",
     "gelu_tanh",
     "greedy",
     "last_position",
-    "merge_heads",
     "new_cache",
     "position",
     "positions_embedded",
@@ -32,7 +29,6 @@ __all__ = [  # op family `decoder` (runner.backends.DecoderOps): what its backen
     "rotary",
     "rotary_angles",
     "silu",
-    "split_heads",
     "step_index",
     "to_heads",
     "token_ids",
@@ -57,33 +53,27 @@ def step_index(start, ids: jax.Array):
     return start  # dynamic_slice and dynamic_update_slice take it
 
 
-def attention_mask(where, queries: int, keys: int) -> jax.Array:
-    return jnp.arange(keys)[None, :] <= where + jnp.arange(queries)[:, None]
+def attention_mask(where, queries: int, keys: int, pad: jax.Array | None = None) -> jax.Array:
+    slots = where + jnp.arange(queries)[:, None]
+    mask = jnp.arange(keys)[None, :] <= slots
+    if pad is None:
+        return mask
+    # a padding query sees itself alone: a row of no keys would make NaN, and NaN times a zero weight is NaN
+    return (mask & (jnp.arange(keys) >= jnp.minimum(pad[:, None, None], slots)))[:, None]
 
 
-def positions_embedded(table: jax.Array, where, ids: jax.Array) -> jax.Array:
-    return jax.lax.dynamic_slice_in_dim(table, where, ids.shape[1], axis=0)
+def _prompt_positions(where, seq: int, pad: jax.Array) -> jax.Array:
+    return jnp.maximum(where + jnp.arange(seq) - pad[:, None], 0)  # (batch, seq): padding at position 0
+
+
+def positions_embedded(table: jax.Array, where, ids: jax.Array, pad: jax.Array | None = None) -> jax.Array:
+    if pad is None:
+        return jax.lax.dynamic_slice_in_dim(table, where, ids.shape[1], axis=0)
+    return jnp.take(table, _prompt_positions(where, ids.shape[1], pad), axis=0)
 
 
 def unembed(x: jax.Array, table: jax.Array) -> jax.Array:
     return x @ table.T
-
-
-def split_heads(qkv: jax.Array, heads: int) -> tuple[jax.Array, ...]:
-    batch, seq, three_d = qkv.shape
-    split = qkv.reshape(batch, seq, 3, heads, three_d // 3 // heads).transpose(2, 0, 3, 1, 4)
-    return split[0], split[1], split[2]
-
-
-def merge_heads(x: jax.Array) -> jax.Array:
-    batch, heads, seq, size = x.shape
-    return x.transpose(0, 2, 1, 3).reshape(batch, seq, heads * size)
-
-
-def causal_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.Array:
-    scores = jnp.einsum("bhqd,bhkd->bhqk", q, k) / jnp.sqrt(jnp.asarray(q.shape[-1], q.dtype))
-    weights = jax.nn.softmax(jnp.where(mask, scores, -jnp.inf), axis=-1)
-    return jnp.einsum("bhqk,bhkd->bhqd", weights, v)
 
 
 def write_cache(buffer: jax.Array, new: jax.Array, where) -> jax.Array:
@@ -142,10 +132,6 @@ def compilations(step: Callable) -> int | None:
     return size() if size else None
 
 
-def cached_attention_kernel(cache_shape: tuple[int, ...], queries: int, dtype: str, device: str) -> str:
-    return "einsum + masked jax.nn.softmax (fused by XLA where the step is compiled)"
-
-
 # -- model=llama's ops: projections (out, in), RMSNorm, SiLU, grouped heads, rotary embeddings --------------------
 
 
@@ -171,12 +157,15 @@ def repeat_heads(x: jax.Array, groups: int) -> jax.Array:
     return jnp.repeat(x, groups, axis=1)
 
 
-def rotary_angles(inv_freq: tuple[float, ...], where, x: jax.Array) -> tuple[jax.Array, jax.Array]:
+def rotary_angles(
+    inv_freq: tuple[float, ...], where, x: jax.Array, pad: jax.Array | None = None
+) -> tuple[jax.Array, jax.Array]:
     """The inverse frequencies are a constant of the jitted step (in eager, placed at each step)."""
     dtype = jnp.float64 if x.dtype == jnp.float64 else jnp.float32  # HF: float32 for float32 and below
-    positions = (where + jnp.arange(x.shape[1])).astype(dtype)
-    angles = positions[:, None] * jnp.asarray(inv_freq, dtype)[None, :]
+    at = where + jnp.arange(x.shape[1]) if pad is None else _prompt_positions(where, x.shape[1], pad)
+    angles = at.astype(dtype)[..., None] * jnp.asarray(inv_freq, dtype)
     angles = jnp.concatenate([angles, angles], axis=-1)
+    angles = angles if pad is None else angles[:, None]  # (batch, 1: every head, seq, head size)
     return jnp.cos(angles).astype(x.dtype), jnp.sin(angles).astype(x.dtype)
 
 

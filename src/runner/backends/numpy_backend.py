@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from runner.backends import fixed_attention_kernel
 from runner.backends.optimizers import Optimizer, written_out_step
 from runner.config import ConfigError
 from runner.precision import only_full
@@ -159,7 +160,7 @@ def sum(x: np.ndarray) -> np.ndarray:  # noqa: A001 - the ops namespace mirrors 
     return np.sum(x)
 
 
-# -- transformer ops: attention written out, as NumPy has no attention of its own ------------------
+# -- attention ops (the transformer, GPT-2, Llama): written out, as NumPy has no attention of its own --------
 
 
 def layer_norm(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, eps: float = 1e-5) -> np.ndarray:
@@ -174,20 +175,29 @@ def gelu(x: np.ndarray) -> np.ndarray:
     return 0.5 * x * (1 + erf(x * np.sqrt(0.5).astype(x.dtype)))
 
 
-def self_attention(qkv: np.ndarray, heads: int, causal: bool) -> np.ndarray:
-    *lead, seq, three_d = qkv.shape
-    d = three_d // 3
-    q, k, v = np.moveaxis(qkv.reshape(*lead, seq, 3, heads, d // heads), -3, 0).swapaxes(-2, -3)  # (..., h, s, dh)
-    scores = (q @ k.swapaxes(-1, -2)) * np.asarray(1 / np.sqrt(d // heads), qkv.dtype)
-    if causal:
-        scores = np.where(np.tri(seq, dtype=bool), scores, -np.inf)
+def split_heads(qkv: np.ndarray, heads: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    batch, seq, three_d = qkv.shape
+    split = qkv.reshape(batch, seq, 3, heads, three_d // 3 // heads).transpose(2, 0, 3, 1, 4)
+    return split[0], split[1], split[2]
+
+
+def merge_heads(x: np.ndarray) -> np.ndarray:
+    batch, heads, seq, size = x.shape
+    return x.transpose(0, 2, 1, 3).reshape(batch, seq, heads * size)
+
+
+def attention(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None = None, causal: bool = False
+) -> np.ndarray:
+    scores = (q @ k.swapaxes(-1, -2)) * np.asarray(1 / np.sqrt(q.shape[-1]), q.dtype)
+    mask = np.tri(q.shape[-2], k.shape[-2], dtype=bool) if causal else mask
+    if mask is not None:
+        scores = np.where(mask, scores, -np.inf)
     weights = np.exp(scores - scores.max(-1, keepdims=True))
-    weights /= weights.sum(-1, keepdims=True)
-    return (weights @ v).swapaxes(-2, -3).reshape(*lead, seq, d)
+    return (weights / weights.sum(-1, keepdims=True)) @ v
 
 
-def attention_kernel(x: np.ndarray, heads: int, causal: bool, differentiated: bool) -> str:
-    return "numpy: matmul + softmax written out"
+attention_kernel = fixed_attention_kernel("numpy: matmul + softmax written out")
 
 
 # -- memory-layout ops (seeds 001 and 002) -------------------------------------------------------

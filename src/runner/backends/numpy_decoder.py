@@ -10,15 +10,12 @@ import numpy as np
 __all__ = [  # op family `decoder` (runner.backends.DecoderOps): what its backend module takes in
     "affine",
     "attention_mask",
-    "cached_attention_kernel",
-    "causal_attention",
     "compilations",
     "decoder_step",
     "embed",
     "gelu_tanh",
     "greedy",
     "last_position",
-    "merge_heads",
     "new_cache",
     "position",
     "positions_embedded",
@@ -28,7 +25,6 @@ __all__ = [  # op family `decoder` (runner.backends.DecoderOps): what its backen
     "rotary",
     "rotary_angles",
     "silu",
-    "split_heads",
     "step_index",
     "to_heads",
     "token_ids",
@@ -54,35 +50,27 @@ def step_index(start: int, ids: np.ndarray) -> int:
     return start  # slices take it
 
 
-def attention_mask(where: int, queries: int, keys: int) -> np.ndarray:
-    return np.arange(keys)[None, :] <= where + np.arange(queries)[:, None]
+def attention_mask(where: int, queries: int, keys: int, pad: np.ndarray | None = None) -> np.ndarray:
+    slots = where + np.arange(queries)[:, None]
+    mask = np.arange(keys)[None, :] <= slots
+    if pad is None:
+        return mask
+    # a padding query sees itself alone: a row of no keys would make NaN, and NaN times a zero weight is NaN
+    return (mask & (np.arange(keys) >= np.minimum(pad[:, None, None], slots)))[:, None]
 
 
-def positions_embedded(table: np.ndarray, where: int, ids: np.ndarray) -> np.ndarray:
-    return table[where : where + ids.shape[1]]
+def _prompt_positions(where: int, seq: int, pad: np.ndarray) -> np.ndarray:
+    return np.maximum(where + np.arange(seq) - pad[:, None], 0)  # (batch, seq): padding at position 0
+
+
+def positions_embedded(table: np.ndarray, where: int, ids: np.ndarray, pad: np.ndarray | None = None) -> np.ndarray:
+    if pad is None:
+        return table[where : where + ids.shape[1]]
+    return table[_prompt_positions(where, ids.shape[1], pad)]
 
 
 def unembed(x: np.ndarray, table: np.ndarray) -> np.ndarray:
     return x @ table.T
-
-
-def split_heads(qkv: np.ndarray, heads: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(batch, seq, 3 d) -> queries, keys, values, each (batch, heads, seq, d / heads)."""
-    batch, seq, three_d = qkv.shape
-    split = qkv.reshape(batch, seq, 3, heads, three_d // 3 // heads).transpose(2, 0, 3, 1, 4)
-    return split[0], split[1], split[2]
-
-
-def merge_heads(x: np.ndarray) -> np.ndarray:
-    batch, heads, seq, size = x.shape
-    return x.transpose(0, 2, 1, 3).reshape(batch, seq, heads * size)
-
-
-def causal_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray) -> np.ndarray:
-    scores = (q @ k.swapaxes(-1, -2)) * np.asarray(1 / np.sqrt(q.shape[-1]), q.dtype)
-    scores = np.where(mask, scores, -np.inf)
-    weights = np.exp(scores - scores.max(-1, keepdims=True))
-    return (weights / weights.sum(-1, keepdims=True)) @ v
 
 
 def write_cache(buffer: np.ndarray, new: np.ndarray, where: int) -> np.ndarray:
@@ -125,10 +113,6 @@ def compilations(step: Callable) -> int | None:
     return None  # nothing is compiled
 
 
-def cached_attention_kernel(cache_shape: tuple[int, ...], queries: int, dtype: str, device: str) -> str:
-    return "numpy: matmul + masked softmax written out"
-
-
 # -- model=llama's ops: projections (out, in), RMSNorm, SiLU, grouped heads, rotary embeddings --------------------
 
 
@@ -154,10 +138,14 @@ def repeat_heads(x: np.ndarray, groups: int) -> np.ndarray:
     return np.repeat(x, groups, axis=1)
 
 
-def rotary_angles(inv_freq: tuple[float, ...], where: int, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def rotary_angles(
+    inv_freq: tuple[float, ...], where: int, x: np.ndarray, pad: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     dtype = np.float64 if x.dtype == np.float64 else np.float32  # HF: float32 for float32 and below
-    angles = np.outer(np.arange(where, where + x.shape[1]).astype(dtype), np.asarray(inv_freq, dtype))
+    at = np.arange(where, where + x.shape[1]) if pad is None else _prompt_positions(where, x.shape[1], pad)
+    angles = at.astype(dtype)[..., None] * np.asarray(inv_freq, dtype)
     angles = np.concatenate([angles, angles], axis=-1)
+    angles = angles if pad is None else angles[:, None]  # (batch, 1: every head, seq, head size)
     return np.cos(angles).astype(x.dtype), np.sin(angles).astype(x.dtype)
 
 

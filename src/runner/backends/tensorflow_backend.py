@@ -19,7 +19,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2" if nvidia_driver_present() els
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from runner.backends import tf_precision, tnp_precision  # noqa: E402
+from runner.backends import fixed_attention_kernel, tf_precision, tnp_precision  # noqa: E402
 from runner.backends.tf_precision import set_precision, with_precision  # noqa: E402, F401 - the backend function set
 
 DTYPES = {"float16": tf.float16, "float32": tf.float32, "float64": tf.float64, "bfloat16": tf.bfloat16}
@@ -220,7 +220,7 @@ sum = tf.reduce_sum  # noqa: A001 - the ops namespace mirrors the frameworks' na
 KERAS_BACKEND = "tensorflow"  # op family `keras` (model=keras)
 
 
-# -- transformer ops: the einsum + softmax attention TensorFlow users write (Keras's MultiHeadAttention's own) --
+# -- attention ops (the transformer, GPT-2, Llama): einsum + softmax, as Keras's MultiHeadAttention computes it --
 
 
 def layer_norm(x, weight, bias, eps: float = 1e-5):
@@ -234,24 +234,29 @@ def gelu(x):
     return 0.5 * x * tf.math.erfc(-x * tf.constant(np.sqrt(0.5), x.dtype))
 
 
-def self_attention(qkv, heads: int, causal: bool):
-    """Keras MultiHeadAttention's computation: queries scaled, einsum to scores, softmax, einsum to values."""
-    seq, d = qkv.shape[-2], qkv.shape[-1] // 3
-    q, k, v = tf.unstack(tf.reshape(qkv, (-1, seq, 3, heads, d // heads)), axis=2)
-    scores = tf.einsum("bqhd,bkhd->bhqk", q * (1 / float(np.sqrt(d // heads))), k)
-    if causal:
-        scores += causal_mask(seq, scores.dtype)
-    out = tf.einsum("bhqk,bkhd->bqhd", tf.nn.softmax(scores, axis=-1), v)
-    return tf.reshape(out, (-1, seq, d))
+def split_heads(qkv: tf.Tensor, heads: int) -> list[tf.Tensor]:
+    _, seq, three_d = qkv.shape
+    split = tf.reshape(qkv, (-1, seq, 3, heads, three_d // 3 // heads))
+    return tf.unstack(tf.transpose(split, (2, 0, 3, 1, 4)))
 
 
-def causal_mask(seq: int, dtype) -> tf.Tensor:
-    """0 where a position may attend (itself and before), -inf after it: added to the scores."""
-    return tf.constant(np.triu(np.full((seq, seq), -np.inf), 1), dtype)
+def merge_heads(x: tf.Tensor) -> tf.Tensor:
+    _, heads, seq, size = x.shape
+    return tf.reshape(tf.transpose(x, (0, 2, 1, 3)), (-1, seq, heads * size))
 
 
-def attention_kernel(x, heads: int, causal: bool, differentiated: bool) -> str:
-    return "tf.einsum + tf.nn.softmax (Keras MultiHeadAttention's computation)"
+def attention(
+    q: tf.Tensor, k: tf.Tensor, v: tf.Tensor, mask: tf.Tensor | None = None, causal: bool = False
+) -> tf.Tensor:
+    """Keras MultiHeadAttention's computation: queries scaled, einsum to scores, masked softmax, einsum to values."""
+    scores = tf.einsum("bhqd,bhkd->bhqk", q * tf.constant(1 / np.sqrt(q.shape[-1]), q.dtype), k)
+    mask = tf.constant(np.tri(q.shape[-2], k.shape[-2], dtype=bool)) if causal else mask
+    if mask is not None:
+        scores = tf.where(mask, scores, tf.constant(-np.inf, scores.dtype))
+    return tf.einsum("bhqk,bhkd->bhqd", tf.nn.softmax(scores, axis=-1), v)
+
+
+attention_kernel = fixed_attention_kernel("tf.einsum + tf.nn.softmax (Keras MultiHeadAttention's computation)")
 
 
 # -- convnet ops: NHWC inside, torch (NCHW, OIHW) conventions at the edges ----------------------

@@ -12,15 +12,12 @@ import tensorflow as tf
 __all__ = [  # op family `decoder` (runner.backends.DecoderOps): what its backend module takes in
     "affine",
     "attention_mask",
-    "cached_attention_kernel",
-    "causal_attention",
     "compilations",
     "decoder_step",
     "embed",
     "gelu_tanh",
     "greedy",
     "last_position",
-    "merge_heads",
     "new_cache",
     "position",
     "positions_embedded",
@@ -30,7 +27,6 @@ __all__ = [  # op family `decoder` (runner.backends.DecoderOps): what its backen
     "rotary",
     "rotary_angles",
     "silu",
-    "split_heads",
     "step_index",
     "to_heads",
     "token_ids",
@@ -58,34 +54,27 @@ def step_index(start, ids: tf.Tensor):
     return start  # slices and ranges take it
 
 
-def attention_mask(where, queries: int, keys: int) -> tf.Tensor:
-    return tf.range(keys)[None, :] <= where + tf.range(queries)[:, None]
+def attention_mask(where, queries: int, keys: int, pad: tf.Tensor | None = None) -> tf.Tensor:
+    slots = where + tf.range(queries)[:, None]
+    mask = tf.range(keys)[None, :] <= slots
+    if pad is None:
+        return mask
+    # a padding query sees itself alone: a row of no keys would make NaN, and NaN times a zero weight is NaN
+    return (mask & (tf.range(keys) >= tf.minimum(pad[:, None, None], slots)))[:, None]
 
 
-def positions_embedded(table: tf.Tensor, where, ids: tf.Tensor) -> tf.Tensor:
-    return tf.gather(table, where + tf.range(tf.shape(ids)[1]))
+def _prompt_positions(where, seq: int, pad: tf.Tensor) -> tf.Tensor:
+    return tf.maximum(where + tf.range(seq) - pad[:, None], 0)  # (batch, seq): padding at position 0
+
+
+def positions_embedded(table: tf.Tensor, where, ids: tf.Tensor, pad: tf.Tensor | None = None) -> tf.Tensor:
+    if pad is None:
+        return tf.gather(table, where + tf.range(tf.shape(ids)[1]))
+    return tf.gather(table, _prompt_positions(where, ids.shape[1], pad))
 
 
 def unembed(x: tf.Tensor, table: tf.Tensor) -> tf.Tensor:
     return tf.matmul(x, table, transpose_b=True)
-
-
-def split_heads(qkv: tf.Tensor, heads: int) -> list[tf.Tensor]:
-    batch, seq, three_d = qkv.shape
-    split = tf.reshape(qkv, (-1, seq, 3, heads, three_d // 3 // heads))
-    return tf.unstack(tf.transpose(split, (2, 0, 3, 1, 4)))
-
-
-def merge_heads(x: tf.Tensor) -> tf.Tensor:
-    _, heads, seq, size = x.shape
-    return tf.reshape(tf.transpose(x, (0, 2, 1, 3)), (-1, seq, heads * size))
-
-
-def causal_attention(q: tf.Tensor, k, v, mask: tf.Tensor) -> tf.Tensor:
-    """Keras MultiHeadAttention's computation: queries scaled, einsum to scores, masked softmax, einsum to values."""
-    scores = tf.einsum("bhqd,bhkd->bhqk", q * tf.constant(1 / np.sqrt(q.shape[-1]), q.dtype), k)
-    weights = tf.nn.softmax(tf.where(mask, scores, tf.constant(-np.inf, scores.dtype)), axis=-1)
-    return tf.einsum("bhqk,bhkd->bhqd", weights, v)
 
 
 def write_cache(buffer: tf.Variable, new: tf.Tensor, where) -> tf.Variable:
@@ -141,10 +130,6 @@ def compilations(step: Callable) -> int | None:
     return count() if count else None
 
 
-def cached_attention_kernel(cache_shape: tuple[int, ...], queries: int, dtype: str, device: str) -> str:
-    return "tf.einsum + masked tf.nn.softmax (Keras MultiHeadAttention's computation)"
-
-
 # -- model=llama's ops: projections (out, in), RMSNorm, SiLU, grouped heads, rotary embeddings --------------------
 
 
@@ -170,12 +155,15 @@ def repeat_heads(x: tf.Tensor, groups: int) -> tf.Tensor:
     return tf.repeat(x, groups, axis=1)
 
 
-def rotary_angles(inv_freq: tuple[float, ...], where, x: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+def rotary_angles(
+    inv_freq: tuple[float, ...], where, x: tf.Tensor, pad: tf.Tensor | None = None
+) -> tuple[tf.Tensor, tf.Tensor]:
     """The inverse frequencies are a constant of the step's tf.function (in eager, made at each step)."""
     dtype = tf.float64 if x.dtype == tf.float64 else tf.float32  # HF: float32 for float32 and below
-    positions = tf.cast(where + tf.range(x.shape[1]), dtype)
-    angles = positions[:, None] * tf.constant(inv_freq, dtype)[None, :]
+    at = where + tf.range(x.shape[1]) if pad is None else _prompt_positions(where, x.shape[1], pad)
+    angles = tf.cast(at, dtype)[..., None] * tf.constant(inv_freq, dtype)
     angles = tf.concat([angles, angles], axis=-1)
+    angles = angles if pad is None else angles[:, None]  # (batch, 1: every head, seq, head size)
     return tf.cast(tf.cos(angles), x.dtype), tf.cast(tf.sin(angles), x.dtype)
 
 

@@ -7,6 +7,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import numpy as np
+
+from runner.backends import fixed_attention_kernel
 from runner.backends import tensorflow_backend as tf_backend
 from runner.backends.optimizers import Optimizer, written_out_step
 from runner.backends.tensorflow_backend import (  # noqa: F401 - re-exported: the backend function set
@@ -111,21 +114,28 @@ def gelu(x):
     return 0.5 * x * (1 + tf_backend.tf.math.erf(x * (0.5**0.5)))  # tnp has no erf: TensorFlow's, on the same tensor
 
 
-def self_attention(qkv, heads: int, causal: bool):
+def split_heads(qkv, heads: int):
+    _, seq, three_d = qkv.shape
+    split = tnp.transpose(tnp.reshape(qkv, (-1, seq, 3, heads, three_d // 3 // heads)), (2, 0, 3, 1, 4))
+    return split[0], split[1], split[2]
+
+
+def merge_heads(x):
+    _, heads, seq, size = x.shape
+    return tnp.reshape(tnp.transpose(x, (0, 2, 1, 3)), (-1, seq, heads * size))
+
+
+def attention(q, k, v, mask=None, causal: bool = False):
     """Attention as NumPy code writes it, on tnp: matmuls and a softmax written out."""
-    seq, d = qkv.shape[-2], qkv.shape[-1] // 3
-    qkv = tnp.transpose(tnp.reshape(qkv, (-1, seq, 3, heads, d // heads)), (2, 0, 3, 1, 4))  # (3, b, h, s, dh)
-    q, k, v = qkv[0], qkv[1], qkv[2]
-    scores = tnp.matmul(q, tnp.swapaxes(k, -1, -2)) * (1 / (d // heads) ** 0.5)
-    if causal:
-        scores = scores + tf_backend.causal_mask(seq, scores.dtype)
-    weights = exp(scores - tnp.max(scores, -1, keepdims=True))
-    weights = weights / tnp.sum(weights, -1, keepdims=True)
-    return tnp.reshape(tnp.swapaxes(tnp.matmul(weights, v), 1, 2), (-1, seq, d))
+    scores = tnp.matmul(q, tnp.swapaxes(k, -1, -2)) / float(np.sqrt(q.shape[-1]))
+    mask = np.tri(q.shape[-2], k.shape[-2], dtype=bool) if causal else mask
+    if mask is not None:
+        scores = tnp.where(mask, scores, -np.inf)
+    weights = exp(scores - tnp.max(scores, axis=-1, keepdims=True))
+    return tnp.matmul(weights / tnp.sum(weights, axis=-1, keepdims=True), v)
 
 
-def attention_kernel(x, heads: int, causal: bool, differentiated: bool) -> str:
-    return "tnp: matmul + softmax written out"
+attention_kernel = fixed_attention_kernel("tnp: matmul + softmax written out")
 
 
 from runner.backends.tnp_decoder import *  # noqa: E402, F403 - op family `decoder` (model=gpt2)

@@ -16,7 +16,7 @@ from runner.backends.tf_decoder import (  # noqa: F401 - re-exported: the op fam
     token_ids,
     write_cache,
 )
-from runner.backends.tnp_precision import exp, sqrt, tanh
+from runner.backends.tnp_precision import sqrt, tanh
 
 tnp = tf.experimental.numpy
 
@@ -24,15 +24,12 @@ tnp = tf.experimental.numpy
 __all__ = [  # op family `decoder` (runner.backends.DecoderOps): what its backend module takes in
     "affine",
     "attention_mask",
-    "cached_attention_kernel",
-    "causal_attention",
     "compilations",
     "decoder_step",
     "embed",
     "gelu_tanh",
     "greedy",
     "last_position",
-    "merge_heads",
     "new_cache",
     "position",
     "positions_embedded",
@@ -42,7 +39,6 @@ __all__ = [  # op family `decoder` (runner.backends.DecoderOps): what its backen
     "rotary",
     "rotary_angles",
     "silu",
-    "split_heads",
     "step_index",
     "to_heads",
     "token_ids",
@@ -63,31 +59,19 @@ def embed(table, ids):
     return tnp.take(table, ids, axis=0)
 
 
-def positions_embedded(table, where, ids):
+def _positions(where, seq: int, pad=None):
+    """The step's positions, (seq,); per prompt (batch, seq) where left-padded, the padding at position 0."""
     # one integer dtype on both sides: NumPy's promotion of int32 and int64 fails inside a tf.function in TF 2.21
-    return tnp.take(table, tnp.asarray(where, tnp.int32) + tnp.arange(ids.shape[1], dtype=tnp.int32), axis=0)
+    at = tnp.asarray(where, tnp.int32) + tnp.arange(seq, dtype=tnp.int32)
+    return at if pad is None else tnp.maximum(at - pad[:, None], 0)
+
+
+def positions_embedded(table, where, ids, pad=None):
+    return tnp.take(table, _positions(where, ids.shape[1], pad), axis=0)
 
 
 def unembed(x, table):
     return tnp.matmul(x, tnp.transpose(table))
-
-
-def split_heads(qkv, heads: int):
-    batch, seq, three_d = qkv.shape
-    split = tnp.transpose(tnp.reshape(qkv, (-1, seq, 3, heads, three_d // 3 // heads)), (2, 0, 3, 1, 4))
-    return split[0], split[1], split[2]
-
-
-def merge_heads(x):
-    _, heads, seq, size = x.shape
-    return tnp.reshape(tnp.transpose(x, (0, 2, 1, 3)), (-1, seq, heads * size))
-
-
-def causal_attention(q, k, v, mask):
-    scores = tnp.matmul(q, tnp.swapaxes(k, -1, -2)) / float(np.sqrt(q.shape[-1]))
-    scores = tnp.where(mask, scores, -np.inf)
-    weights = exp(scores - tnp.max(scores, axis=-1, keepdims=True))
-    return tnp.matmul(weights / tnp.sum(weights, axis=-1, keepdims=True), v)
 
 
 def last_position(x):
@@ -96,10 +80,6 @@ def last_position(x):
 
 def greedy(logits):
     return tnp.argmax(logits, axis=-1)[:, None]
-
-
-def cached_attention_kernel(cache_shape: tuple[int, ...], queries: int, dtype: str, device: str) -> str:
-    return "tnp: matmul + masked softmax written out"
 
 
 # -- model=llama's ops: projections (out, in), RMSNorm, SiLU, grouped heads, rotary embeddings --------------------
@@ -131,11 +111,11 @@ def repeat_heads(x, groups: int):
     )
 
 
-def rotary_angles(inv_freq: tuple[float, ...], where, x):
+def rotary_angles(inv_freq: tuple[float, ...], where, x, pad=None):
     dtype = tnp.float64 if x.dtype == tf.float64 else tnp.float32  # HF: float32 for float32 and below
-    positions = tnp.asarray(where, tnp.int32) + tnp.arange(x.shape[1], dtype=tnp.int32)  # one integer dtype
-    angles = tnp.outer(positions.astype(dtype), tnp.asarray(inv_freq, dtype))
+    angles = _positions(where, x.shape[1], pad).astype(dtype)[..., None] * tnp.asarray(inv_freq, dtype)
     angles = tnp.concatenate([angles, angles], axis=-1)
+    angles = angles if pad is None else angles[:, None]  # (batch, 1: every head, seq, head size)
     return tnp.cos(angles).astype(x.dtype), tnp.sin(angles).astype(x.dtype)
 
 

@@ -13,7 +13,6 @@ import torch.nn.functional as F
 
 from runner.backends import torch_precision
 from runner.backends.optimizers import Optimizer
-from runner.backends.torch_decoder import sdpa_kernel
 from runner.backends.torch_precision import set_precision, with_precision  # noqa: F401 - the backend function set
 from runner.config import ConfigError
 
@@ -223,7 +222,7 @@ square = torch.square
 sum = torch.sum  # noqa: A001 - the ops namespace mirrors the frameworks' names
 
 
-# -- transformer ops: F.scaled_dot_product_attention, which picks a fused kernel where it can -----------
+# -- attention ops (the transformer, GPT-2, Llama): F.scaled_dot_product_attention, which picks a fused kernel --------
 
 
 def layer_norm(x, weight, bias, eps: float = 1e-5):
@@ -234,22 +233,43 @@ def gelu(x):
     return F.gelu(x)  # the exact (erf) GELU: torch's default and nn.TransformerEncoderLayer's "gelu"
 
 
-def self_attention(qkv: torch.Tensor, heads: int, causal: bool) -> torch.Tensor:
-    """As nn.MultiheadAttention does it: the packed projection split into (batch, heads, seq, head_dim)."""
-    d = qkv.shape[-1] // 3
-    q, k, v = qkv.unflatten(-1, (3, heads, d // heads)).movedim(-3, 0).transpose(-2, -3).unbind(0)
-    out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-    return out.transpose(-2, -3).flatten(-2)
+def split_heads(qkv: torch.Tensor, heads: int) -> tuple[torch.Tensor, ...]:
+    """As nn.MultiheadAttention splits its packed projection."""
+    batch, seq, three_d = qkv.shape
+    return qkv.view(batch, seq, 3, heads, three_d // 3 // heads).permute(2, 0, 3, 1, 4).unbind(0)
 
 
-def attention_kernel(x: torch.Tensor, heads: int, causal: bool, differentiated: bool) -> str:
-    """The kernel scaled_dot_product_attention dispatches to for these shapes, dtype and device (flash,
-    memory-efficient, cuDNN or the math fallback), as its own dispatcher chooses it for the dtype attention gets
-    under the run's precision policy (bfloat16 under bf16_mixed, where flash attention qualifies)."""
-    *lead, seq, d = x.shape
-    dtype = torch_precision.attention_dtype(x.dtype)
-    q = torch.empty((*lead, heads, seq, d // heads), dtype=dtype, device=x.device, requires_grad=differentiated)
-    return sdpa_kernel(q, q, is_causal=causal)
+def merge_heads(x: torch.Tensor) -> torch.Tensor:
+    batch, heads, seq, size = x.shape
+    return x.transpose(1, 2).reshape(batch, seq, heads * size)
+
+
+def attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None, causal: bool = False
+) -> torch.Tensor:
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)
+
+
+def attention_kernel(
+    like: torch.Tensor,
+    shape: tuple[int, ...],
+    keys: int,
+    masked: bool = False,
+    causal: bool = False,
+    differentiated: bool = False,
+) -> str:
+    """The kernel scaled_dot_product_attention's own dispatcher picks for these shapes, mask, dtype and device (flash,
+    memory-efficient, cuDNN or the math fallback; flash takes no mask), for the dtype attention gets under the run's
+    precision policy (bfloat16 under bf16_mixed, where flash attention qualifies)."""
+    from torch.nn.attention import SDPBackend
+
+    batch, heads, queries, size = shape
+    dtype = torch_precision.attention_dtype(like.dtype)
+    q = torch.empty(shape, dtype=dtype, device=like.device, requires_grad=differentiated)
+    k = torch.empty((batch, heads, keys, size), dtype=dtype, device=like.device, requires_grad=differentiated)
+    mask = torch.ones((queries, keys), dtype=torch.bool, device=like.device) if masked else None
+    choice = SDPBackend(torch._fused_sdp_choice(q, k, k, attn_mask=mask, is_causal=causal))
+    return f"scaled_dot_product_attention: {choice.name.lower()}"
 
 
 # -- convnet ops (NCHW, torch weight layouts) ----------------------------------------------------

@@ -14,15 +14,12 @@ import torch.nn.functional as F
 __all__ = [  # op family `decoder` (runner.backends.DecoderOps): what its backend module takes in
     "affine",
     "attention_mask",
-    "cached_attention_kernel",
-    "causal_attention",
     "compilations",
     "decoder_step",
     "embed",
     "gelu_tanh",
     "greedy",
     "last_position",
-    "merge_heads",
     "new_cache",
     "position",
     "positions_embedded",
@@ -32,7 +29,6 @@ __all__ = [  # op family `decoder` (runner.backends.DecoderOps): what its backen
     "rotary",
     "rotary_angles",
     "silu",
-    "split_heads",
     "step_index",
     "to_heads",
     "token_ids",
@@ -58,49 +54,27 @@ def step_index(start, ids: torch.Tensor) -> torch.Tensor:
     return start + torch.arange(ids.shape[1], device=ids.device)
 
 
-def attention_mask(where: torch.Tensor, queries: int, keys: int) -> torch.Tensor:
-    return torch.arange(keys, device=where.device)[None, :] <= where[:, None]
+def attention_mask(where: torch.Tensor, queries: int, keys: int, pad: torch.Tensor | None = None) -> torch.Tensor:
+    at = torch.arange(keys, device=where.device)
+    mask = at[None, :] <= where[:, None]
+    if pad is None:
+        return mask
+    # a padding query sees itself alone: a row of no keys would make NaN, and NaN times a zero weight is NaN
+    return (mask & (at >= torch.minimum(pad[:, None, None], where[:, None])))[:, None]
 
 
-def positions_embedded(table: torch.Tensor, where: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-    return F.embedding(where, table)
+def _prompt_positions(where: torch.Tensor, pad: torch.Tensor) -> torch.Tensor:
+    return (where - pad[:, None]).clamp(min=0)  # (batch, seq): padding at position 0
+
+
+def positions_embedded(
+    table: torch.Tensor, where: torch.Tensor, ids: torch.Tensor, pad: torch.Tensor | None = None
+) -> torch.Tensor:
+    return F.embedding(where if pad is None else _prompt_positions(where, pad), table)
 
 
 def unembed(x: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
     return F.linear(x, table)  # table (vocab, d) is the head's (out, in)
-
-
-def split_heads(qkv: torch.Tensor, heads: int) -> tuple[torch.Tensor, ...]:
-    batch, seq, three_d = qkv.shape
-    return qkv.view(batch, seq, 3, heads, three_d // 3 // heads).permute(2, 0, 3, 1, 4).unbind(0)
-
-
-def merge_heads(x: torch.Tensor) -> torch.Tensor:
-    batch, heads, seq, size = x.shape
-    return x.transpose(1, 2).reshape(batch, seq, heads * size)
-
-
-def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-
-
-def cached_attention_kernel(cache_shape: tuple[int, ...], queries: int, dtype: str, device: str) -> str:
-    """The kernel scaled_dot_product_attention dispatches to for `queries` queries over the cache with its mask (flash
-    attention takes no mask: memory-efficient, cuDNN or the math fallback), as its own dispatcher chooses it."""
-    batch, heads, length, size = cache_shape
-    keys = torch.empty(cache_shape, dtype=getattr(torch, dtype), device=device)
-    q = torch.empty((batch, heads, queries, size), dtype=keys.dtype, device=device)
-    mask = torch.ones((queries, length), dtype=torch.bool, device=device)
-    return sdpa_kernel(q, keys, attn_mask=mask)
-
-
-def sdpa_kernel(q: torch.Tensor, k: torch.Tensor, **options) -> str:
-    """The kernel scaled_dot_product_attention's own dispatcher picks for queries q over keys (and values) like k,
-    with its options (`is_causal`, `attn_mask`), named as the record shows it."""
-    from torch.nn.attention import SDPBackend
-
-    choice = SDPBackend(torch._fused_sdp_choice(q, k, k, **options))
-    return f"scaled_dot_product_attention: {choice.name.lower()}"
 
 
 def write_cache(buffer: torch.Tensor, new: torch.Tensor, where: torch.Tensor) -> torch.Tensor:
@@ -179,11 +153,13 @@ def repeat_heads(x: torch.Tensor, groups: int) -> torch.Tensor:
 
 
 def rotary_angles(
-    inv_freq: tuple[float, ...], where: torch.Tensor, x: torch.Tensor
+    inv_freq: tuple[float, ...], where: torch.Tensor, x: torch.Tensor, pad: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     dtype = torch.float64 if x.dtype == torch.float64 else torch.float32  # HF: float32 for float32 and below
-    angles = where[:, None].to(dtype) * _frequencies(inv_freq, dtype, where.device)
+    at = where if pad is None else _prompt_positions(where, pad)
+    angles = at[..., None].to(dtype) * _frequencies(inv_freq, dtype, where.device)
     angles = torch.cat((angles, angles), dim=-1)
+    angles = angles if pad is None else angles[:, None]  # (batch, 1: every head, seq, head size)
     return angles.cos().to(x.dtype), angles.sin().to(x.dtype)
 
 

@@ -108,8 +108,9 @@ def _prepare(spec: JobSpec, progress: ProgressLine) -> Prepared:
     constants = {k: v for k, v in state.items() if not workload.trainable(k)}  # e.g. batch-norm running statistics
     progress.phase("building the task (tracing where the mode compiles)")
     setup = Setup(
-        backend, workload, c["mode"], device, params, inputs, constants, spec.per_example, spec.precision, c["dtype"]
-    )
+        backend, workload, c["mode"], device, params, inputs, constants, spec.per_example, spec.precision, c["dtype"],
+        machine_facts(task.machine_facts, device),
+    )  # fmt: skip
     task_run = task.build(setup)
     series.update(task_run.series)
     return Prepared(
@@ -217,6 +218,16 @@ def _assemble(job: Prepared, measurement: Measurement, first_output, results: di
     result.predictions, result.images = read.get("predictions"), read.get("images")
     result.warnings = _warnings(job, measurement, result)
     return result
+
+
+def machine_facts(asked: tuple[str, ...], device: str) -> dict:
+    """The facts of the machine a task asked for (runner.tasks.Task.machine_facts), where they can be measured: the
+    host memory's bandwidth on device=cpu (runner.measure.bandwidth: measured once per kind of machine)."""
+    if "memory_bandwidth" not in asked or device != "cpu":
+        return {}
+    from runner.measure.bandwidth import machine_bandwidth
+
+    return {"memory_bandwidth": machine_bandwidth()}
 
 
 def _environment(job: Prepared, meter_note: dict) -> dict:

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from runner.config import ConfigError, require_positive
-from runner.models import Workload
+from runner.models import ForwardSize, Workload
 
 
 def check_sizes(layers: int, d_model: int, heads: int, vocab_size: int, context: int, prompt_len: int) -> None:
@@ -38,6 +38,7 @@ class CausalLM(Workload):
     vocab_size: int
     context: int
     prompt_len: int
+    spec: dict[str, tuple]  # {weight name: shape}
 
     def make_inputs(self, rng: np.random.Generator, batch_size: int) -> dict[str, np.ndarray]:
         """A seeded prompt: (batch, prompt_len) token ids drawn uniformly from the vocabulary."""
@@ -59,22 +60,24 @@ class CausalLM(Workload):
 
     # -- written once, run on every backend's ops --------------------------------------------
 
-    def forward(self, ops: Any, params: dict, x: Any) -> Any:
-        """Logits (batch, seq, vocab) of a whole sequence of ids, without a cache."""
+    def forward(self, ops: Any, params: dict, x: Any, pad: Any = None) -> Any:
+        """Logits (batch, seq, vocab) of a whole sequence of ids, without a cache; `pad` as in `step`."""
         where = ops.step_index(0, x)
-        h = self._embed(ops, params, x, where)
-        at = self._at(ops, where, h, x.shape[1])
+        h = self._embed(ops, params, x, where, pad)
+        at = self._at(ops, where, h, x.shape[1], pad)
         for i in range(self.layers):
             h, _ = self._block(ops, params, i, h, None, where, at)
         return self._logits(ops, params, h)
 
-    def step(self, ops: Any, params: dict, cache: list, ids: Any, start: Any) -> tuple[Any, Any, list]:
+    def step(self, ops: Any, params: dict, cache: list, ids: Any, start: Any, pad: Any = None) -> tuple[Any, Any, list]:
         """One generation step with the cache: ids (batch, t) at positions start .. start + t - 1 (the prompt at 0,
         or one new token) -> (the last position's logits (batch, vocab), the greedy next ids (batch, 1), the cache
-        with this step's keys and values written)."""
+        with this step's keys and values written). `pad`: None, or (batch,) integers, each prompt's left padding in
+        a batch of prompts of different lengths: a prompt sees none of its padding, and its positions count from its
+        first token, so that it gets the tokens it gets alone."""
         where = ops.step_index(start, ids)  # the step's positions, made once for every layer
-        h = self._embed(ops, params, ids, where)
-        at = self._at(ops, where, h, cache[0][0].shape[2])
+        h = self._embed(ops, params, ids, where, pad)
+        at = self._at(ops, where, h, cache[0][0].shape[2], pad)
         written = []
         for i in range(self.layers):
             h, kv = self._block(ops, params, i, h, cache[i], where, at)
@@ -82,13 +85,13 @@ class CausalLM(Workload):
         logits = self._logits(ops, params, ops.last_position(h))
         return logits, ops.greedy(logits), written
 
-    def _embed(self, ops: Any, params: dict, ids: Any, where: Any) -> Any:
+    def _embed(self, ops: Any, params: dict, ids: Any, where: Any, pad: Any = None) -> Any:
         raise NotImplementedError
 
-    def _at(self, ops: Any, where: Any, h: Any, keys: int) -> Any:
+    def _at(self, ops: Any, where: Any, h: Any, keys: int, pad: Any = None) -> Any:
         """What every layer reads of the step's positions, made once a step: here the attention mask of the step's
         queries over `keys` keys (the cache's length, or the sequence's own)."""
-        return ops.attention_mask(where, h.shape[1], keys)
+        return ops.attention_mask(where, h.shape[1], keys, pad)
 
     def _block(self, ops: Any, p: dict, i: int, x: Any, cache: Any, where: Any, at: Any) -> tuple[Any, Any]:
         """Layer i: (its output, its keys and values: written into `cache` where there is one)."""
@@ -99,29 +102,48 @@ class CausalLM(Workload):
 
     # -- the float64 reference ----------------------------------------------------------------
 
-    def reference_logits(self, params: dict, ids: np.ndarray) -> np.ndarray:
+    def reference_logits(self, params: dict, ids: np.ndarray, pad: np.ndarray | None = None) -> np.ndarray:
         """The logits of a whole sequence in float64 NumPy, without a cache: what every run of the model is checked
         against."""
         from runner.backends import numpy_backend
 
         params64 = {k: np.asarray(v, np.float64) for k, v in params.items()}
-        return CausalLM.forward(self, numpy_backend, params64, np.asarray(ids))
+        return CausalLM.forward(self, numpy_backend, params64, np.asarray(ids), pad)
 
     def own_reference(self, request: dict[str, Any], params: dict, inputs: dict) -> dict[str, np.ndarray] | None:
-        """task=inference: the logits in float64 numpy (token ids stay integers)."""
-        return {"outputs/y": self.reference_logits(params, inputs["x"])} if request["task"] == "inference" else None
+        """The outputs: the logits in float64 numpy (token ids stay integers)."""
+        return {"outputs/y": self.reference_logits(params, inputs["x"])} if request["results"] == "outputs/y" else None
 
     # -- sizes: the memory check and the cost note (generation_elements, generation_flops: the model's own) ---------
 
-    def array_elements(self, batch_size: int, task: str, per_example: bool) -> dict[str, int]:
-        """task=inference: the prompt's logits and one layer's activations, as a generation of no new tokens."""
-        return self.generation_elements(batch_size, self.prompt_len, 0)
-
-    def task_flops(self, batch_size: int, task: str) -> float:
-        return self.generation_flops(batch_size, self.prompt_len, 0)
+    def forward_size(self, batch_size: int) -> ForwardSize:
+        """The prompt's logits and one layer's activations, as a generation of no new tokens."""
+        e = self.generation_elements(batch_size, self.prompt_len, 0)
+        return ForwardSize(
+            e["weights"], e["inputs"], e["results"], batch_size, self.prompt_len,
+            self.generation_flops(batch_size, self.prompt_len, 0), e["activations"],
+        )  # fmt: skip
 
     def generation_elements(self, batch_size: int, length: int, new_tokens: int) -> dict[str, int]:
         raise NotImplementedError
+
+    def cache_shape(self, batch_size: int, length: int) -> tuple[int, int, int, int]:
+        raise NotImplementedError
+
+    def row_tables(self) -> tuple[str, ...]:
+        """The weights a step reads only a row of per token (embedding tables that are not also the head)."""
+        return ()
+
+    def decode_bytes(self, batch_size: int, length: int, itemsize: int) -> dict[str, int]:
+        """Bytes one decode step reads (a token for each prompt of the batch): "weights", every weight once (the row
+        tables' rows of the batch's tokens alone), and "kv_cache", every layer's keys and values over the whole
+        static cache of `length` positions, which attention reads masked. Activations and logits are left out."""
+        rows = self.row_tables()
+        weights = sum(
+            batch_size * shape[-1] if name in rows else int(np.prod(shape)) for name, shape in self.spec.items()
+        )
+        cache = self.layers * 2 * int(np.prod(self.cache_shape(batch_size, length)))
+        return {"weights": weights * itemsize, "kv_cache": cache * itemsize}
 
     def generation_flops(self, batch_size: int, prompt_len: int, new_tokens: int) -> float:
         raise NotImplementedError

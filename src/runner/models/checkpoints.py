@@ -7,7 +7,9 @@ model's names are looked up as they are or under ONE known prefix (`transformer.
 for its Llama), stripped from every key under it, and each key must then be a weight of the spec, a buffer the
 workload says is no weight, or a tied copy equal to the weight it is tied to. A missing weight, a shape or dtype that
 disagrees, a key of no use, a tied copy that differs: each is refused in one line naming the key and the file, so a
-run never drops weights silently. `config.json` is the workload's to check (it knows what the sizes mean).
+run never drops weights silently. `config.json` is the workload's to check (it knows what the sizes mean), through
+`check_config`: a size that is not the run's, or arithmetic the model does not compute, is one line naming the key,
+both values and the file.
 """
 
 from __future__ import annotations
@@ -192,3 +194,49 @@ def _missing_line(
     if not found_some:
         return f"{line}; its keys are e.g. {', '.join(list(checkpoint.arrays)[:3]) or 'none'}"
     return line
+
+
+# -- config.json against the run's settings ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One size config.json sets: its key and value as the file has them, the model setting it is, the run's value of
+    that setting and the value config.json means for it."""
+
+    key: str
+    shown: Any
+    setting: str
+    run: Any
+    wanted: Any
+
+
+def check_config(
+    source: Path, model: str, settings: list[Setting], arithmetic: Mapping[str, tuple[Any, tuple, str]], config: Mapping
+) -> None:
+    """Refuse, in one line naming the file, a config.json whose sizes are not the run's (every differing key with
+    both values, and the overrides that fit it) or whose arithmetic the model does not compute; `arithmetic` is
+    {key: (its default, the values the model computes, what it computes)}. Sizes are not taken from config.json: the
+    run's model.* settings are what its record keeps, so they must be the checkpoint's."""
+    differ = [s for s in settings if s.wanted != s.run]
+    if differ:
+        sets = ", ".join(f"{s.key}={_shown(s.shown)}" for s in differ)
+        runs = ", ".join(f"model.{s.setting}={override(s.run)}" for s in differ)
+        wanted = " ".join(f"model.{s.setting}={override(s.wanted)}" for s in differ)
+        raise ConfigError(f"{source} sets {sets}, this run {runs}: run with {wanted}")
+    for key, (default, allowed, computed) in arithmetic.items():
+        if config.get(key, default) not in allowed:
+            raise ConfigError(f"{source}: {key}={config[key]!r}, but model={model} computes {computed}")
+
+
+def override(value: Any) -> str:
+    """A value as a Hydra override spells it (true, null, {key:value,...})."""
+    if isinstance(value, bool) or value is None:
+        return json.dumps(value)
+    if isinstance(value, Mapping):
+        return "{" + ",".join(f"{k}:{override(v)}" for k, v in value.items()) + "}"
+    return str(value)
+
+
+def _shown(value: Any) -> str:
+    return json.dumps(value) if isinstance(value, bool | Mapping) or value is None else str(value)

@@ -1,4 +1,4 @@
-"""A GPT-2 language model, written once against the backend ops of family `decoder` (model=gpt2, task=generate).
+"""A GPT-2 language model, written once against the op families `attention`, `decoder` (model=gpt2, task=generate).
 
     ids (batch, seq) token ids
     x = wte[ids] + wpe[positions]                                       token and learned position embeddings
@@ -29,6 +29,7 @@ import numpy as np
 
 from runner.config import ConfigError
 from runner.models.causal_lm import CausalLM, check_sizes
+from runner.models.checkpoints import Setting, check_config
 
 # config.json's sizes (GPT2Config's names) -> (this model's setting, GPT2Config's default where config.json omits it)
 HF_SIZES = {
@@ -106,16 +107,11 @@ class Decoder(CausalLM):
         not taken from it: the run's model.* settings are what its record keeps, so they must be the checkpoint's."""
         if config.get("model_type", "gpt2") != "gpt2":
             raise ConfigError(f"{source}: model_type={config['model_type']}, not a GPT-2 that model={self.name} runs")
-        differ = {hf: (mine, config.get(hf, default)) for hf, (mine, default) in HF_SIZES.items()}
-        differ = {hf: (mine, theirs) for hf, (mine, theirs) in differ.items() if theirs != getattr(self, mine)}
-        if differ:
-            sets = ", ".join(f"{hf}={theirs}" for hf, (_, theirs) in differ.items())
-            runs = ", ".join(f"model.{mine}={getattr(self, mine)}" for mine, _ in differ.values())
-            wanted = " ".join(f"model.{mine}={theirs}" for mine, theirs in differ.values())
-            raise ConfigError(f"{source} sets {sets}, this run {runs}: run with {wanted}")
-        for key, (default, allowed, computed) in self._hf_arithmetic().items():
-            if config.get(key, default) not in allowed:
-                raise ConfigError(f"{source}: {key}={config[key]!r}, but model={self.name} computes {computed}")
+        settings = [
+            Setting(hf, config.get(hf, default), mine, getattr(self, mine), config.get(hf, default))
+            for hf, (mine, default) in HF_SIZES.items()
+        ]
+        check_config(source, self.name, settings, self._hf_arithmetic(), config)
 
     def _hf_arithmetic(self) -> dict[str, tuple[Any, tuple, str]]:
         """{GPT2Config key: (its default, the values this model computes, what it computes)}."""
@@ -128,8 +124,8 @@ class Decoder(CausalLM):
             "add_cross_attention": (False, (False,), "no cross-attention"),
         }
 
-    def _embed(self, ops: Any, params: dict, ids: Any, where: Any) -> Any:
-        return ops.embed(params["wte.weight"], ids) + ops.positions_embedded(params["wpe.weight"], where, ids)
+    def _embed(self, ops: Any, params: dict, ids: Any, where: Any, pad: Any = None) -> Any:
+        return ops.embed(params["wte.weight"], ids) + ops.positions_embedded(params["wpe.weight"], where, ids, pad)
 
     def _block(self, ops: Any, p: dict, i: int, x: Any, cache: Any, where: Any, mask: Any) -> tuple[Any, Any]:
         n = f"h.{i}."
@@ -137,7 +133,7 @@ class Decoder(CausalLM):
         q, k, v = ops.split_heads(ops.affine(h, p[n + "attn.c_attn.weight"], p[n + "attn.c_attn.bias"]), self.heads)
         if cache is not None:  # this step's keys and values join those before them
             k, v = ops.write_cache(cache[0], k, where), ops.write_cache(cache[1], v, where)
-        attended = ops.merge_heads(ops.causal_attention(q, k, v, mask))
+        attended = ops.merge_heads(ops.attention(q, k, v, mask))
         x = x + ops.affine(attended, p[n + "attn.c_proj.weight"], p[n + "attn.c_proj.bias"])
         h = ops.layer_norm(x, p[n + "ln_2.weight"], p[n + "ln_2.bias"])
         h = ops.gelu_tanh(ops.affine(h, p[n + "mlp.c_fc.weight"], p[n + "mlp.c_fc.bias"]))
@@ -145,6 +141,9 @@ class Decoder(CausalLM):
 
     def _logits(self, ops: Any, params: dict, h: Any) -> Any:
         return ops.unembed(ops.layer_norm(h, params["ln_f.weight"], params["ln_f.bias"]), params["wte.weight"])
+
+    def row_tables(self) -> tuple[str, ...]:
+        return ("wpe.weight",)  # wte is the head too: read whole
 
     def cache_shape(self, batch_size: int, length: int) -> tuple[int, int, int, int]:
         """One layer's keys (or values): (batch, heads, length, head size)."""

@@ -1,4 +1,4 @@
-"""A Llama-family language model, written once against the backend ops of family `decoder` (model=llama,
+"""A Llama-family language model, written once against the op families `attention`, `decoder` (model=llama,
 task=generate), computing what Hugging Face's LlamaForCausalLM computes:
 
     ids (batch, seq) token ids
@@ -16,20 +16,41 @@ the cache holds the kv_heads, repeated to the query heads for attention. No bias
 q_proj, k_proj and v_proj biases).
 
 Weights carry the names and layout of HF's LlamaForCausalLM state dict without its `model.` prefix
-(`layers.0.self_attn.q_proj.weight`, (out, in) as torch.nn.Linear's), kept as they are on every backend.
+(`layers.0.self_attn.q_proj.weight`, (out, in) as torch.nn.Linear's), kept as they are on every backend, so
+`model.weights=` takes a Llama or Qwen2 checkpoint as users have it, a file or a Hugging Face folder, read strictly
+(`read_weights`: runner.models.checkpoints): names under `model.` are found, `lm_head.weight` where the head is untied
+(or a copy equal to the embedding where it is tied), every key must be used, and a folder's config.json must describe
+this model at the run's sizes (`check_hf_config`).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from runner.config import ConfigError, require_positive
 from runner.models.causal_lm import CausalLM, check_sizes
+from runner.models.checkpoints import Setting, check_config
 
 ROPE_SCALING = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
+# config.json's sizes (LlamaConfig's names) -> (this model's setting, LlamaConfig's default where config.json omits it;
+# Qwen2Config's differ in QWEN2_DEFAULTS); num_key_value_heads defaults to num_attention_heads
+HF_SIZES = {
+    "num_hidden_layers": ("layers", 32),
+    "hidden_size": ("d_model", 4096),
+    "num_attention_heads": ("heads", 32),
+    "intermediate_size": ("ffn", 11008),
+    "vocab_size": ("vocab_size", 32000),
+    "rms_norm_eps": ("rms_eps", 1e-6),
+    "tie_word_embeddings": ("tie_embeddings", False),
+}
+QWEN2_DEFAULTS = {"intermediate_size": 22016, "vocab_size": 151936}
+# transformers before 4.31 saved each layer's rotary inverse frequencies: a constant the model computes, not a weight
+HF_BUFFERS = re.compile(r"(layers\.\d+\.self_attn\.)?rotary_emb\.inv_freq")
 
 
 def llama_spec(
@@ -147,8 +168,9 @@ class Llama(CausalLM):
         self.vocab_size, self.context, self.prompt_len = vocab_size, context, prompt_len
         self.rms_eps, self.tie_embeddings, self.qkv_bias = float(rms_eps), tie_embeddings, qkv_bias
         self.head_size = d_model // heads
+        self.rope_theta, self.rope_scaling = float(rope_theta), checked_rope_scaling(rope_scaling)
         # Python floats: constants of every compiled step (torch.compile would take a NumPy array for an input)
-        inv_freq = inverse_frequencies(self.head_size, float(rope_theta), checked_rope_scaling(rope_scaling))
+        inv_freq = inverse_frequencies(self.head_size, self.rope_theta, self.rope_scaling)
         self.inv_freq: tuple[float, ...] = tuple(inv_freq.tolist())
         self.spec = llama_spec(layers, d_model, heads, kv_heads, ffn, vocab_size, tie_embeddings, qkv_bias)
 
@@ -162,14 +184,79 @@ class Llama(CausalLM):
             for name, shape in self.spec.items()
         }
 
+    # -- a checkpoint as users have it ------------------------------------------------------------
+
+    def read_weights(self, path: Path) -> dict[str, np.ndarray]:
+        """model.weights=PATH, strictly: a weights file or a Hugging Face folder, whose config.json must agree."""
+        from runner.models.checkpoints import read, strict_weights
+
+        checkpoint = read(path)
+        if checkpoint.config is not None and checkpoint.config_file is not None:
+            self.check_hf_config(checkpoint.config, checkpoint.config_file)
+        tied = {"lm_head.weight": "embed_tokens.weight"} if self.tie_embeddings else None
+        return strict_weights(checkpoint, self.spec, self.name, lambda name: bool(HF_BUFFERS.fullmatch(name)), tied)
+
+    def check_hf_config(self, config: Mapping[str, Any], source: Path) -> None:
+        """Refuse (one line) a config.json of another model than a Llama or a Qwen2, other sizes than the run's, or
+        other arithmetic."""
+        family = config.get("model_type", "llama")
+        if family not in ("llama", "qwen2"):
+            raise ConfigError(f"{source}: model_type={family}, not a Llama or Qwen2 that model={self.name} runs")
+        defaults = {hf: (mine, QWEN2_DEFAULTS.get(hf, default) if family == "qwen2" else default)
+                    for hf, (mine, default) in HF_SIZES.items()}  # fmt: skip
+        settings = [Setting(hf, config.get(hf, d), mine, getattr(self, mine), config.get(hf, d))
+                    for hf, (mine, d) in defaults.items()]  # fmt: skip
+        kv_heads = config.get("num_key_value_heads", config.get("num_attention_heads", 32))
+        settings.append(Setting("num_key_value_heads", kv_heads, "kv_heads", self.kv_heads, kv_heads))
+        settings += self._rope_settings(config, source)
+        if family == "qwen2":  # q, k and v biases, always
+            settings.append(Setting("model_type", family, "qkv_bias", self.qkv_bias, True))
+        elif not config.get("attention_bias", False):  # a Llama's attention biases include o_proj's: _hf_arithmetic
+            settings.append(Setting("attention_bias", False, "qkv_bias", self.qkv_bias, False))
+        check_config(source, self.name, settings, self._hf_arithmetic(family), config)
+
+    def _rope_settings(self, config: Mapping[str, Any], source: Path) -> list[Setting]:
+        """The rotary base and Llama 3's scaling as transformers 5 writes them (`rope_parameters`) or as before
+        (`rope_theta`, `rope_scaling`)."""
+        if isinstance(config.get("rope_parameters"), Mapping):
+            rope, theta_key, scaling_key = config["rope_parameters"], "rope_parameters.rope_theta", "rope_parameters"
+        else:
+            rope = {**(config.get("rope_scaling") or {}), "rope_theta": config.get("rope_theta", 10000.0)}
+            theta_key, scaling_key = "rope_theta", "rope_scaling"
+        kind = rope.get("rope_type", rope.get("type", "default"))
+        if kind not in ("default", "llama3"):
+            raise ConfigError(
+                f"{source}: {scaling_key}.rope_type={kind}, but model={self.name} computes rotary embeddings without "
+                "scaling (default) or with Llama 3's (llama3)"
+            )
+        scaling = {k: rope.get(k) for k in ROPE_SCALING} if kind == "llama3" else None
+        shown = {k: v for k, v in rope.items() if k != "rope_theta"} if kind == "llama3" else None
+        return [
+            Setting(theta_key, rope["rope_theta"], "rope_theta", self.rope_theta, rope["rope_theta"]),
+            Setting(scaling_key, shown, "rope_scaling", self.rope_scaling, scaling),
+        ]
+
+    def _hf_arithmetic(self, family: str) -> dict[str, tuple[Any, tuple, str]]:
+        """{LlamaConfig / Qwen2Config key: (its default, the values this model computes, what it computes)}."""
+        arithmetic = {
+            "hidden_act": ("silu", ("silu",), "a SiLU-gated MLP (silu)"),
+            "mlp_bias": (False, (False,), "an MLP without biases"),
+            "head_dim": (None, (None, self.head_size), f"heads of d_model / heads = {self.head_size} features"),
+        }
+        if family == "llama":
+            arithmetic["attention_bias"] = (False, (False,), "no o_proj bias (q, k, v biases alone: Qwen2's)")
+        else:
+            arithmetic["use_sliding_window"] = (False, (False,), "full attention in every layer, no sliding window")
+        return arithmetic
+
     # -- written once, run on every backend's ops (CausalLM's forward and step call these) ------------
 
-    def _embed(self, ops: Any, params: dict, ids: Any, where: Any) -> Any:
+    def _embed(self, ops: Any, params: dict, ids: Any, where: Any, pad: Any = None) -> Any:
         return ops.embed(params["embed_tokens.weight"], ids)
 
-    def _at(self, ops: Any, where: Any, h: Any, keys: int) -> tuple[Any, Any]:
+    def _at(self, ops: Any, where: Any, h: Any, keys: int, pad: Any = None) -> tuple[Any, Any]:
         """The attention mask and the rotary embedding's (cos, sin) at the step's positions, for every layer."""
-        return super()._at(ops, where, h, keys), ops.rotary_angles(self.inv_freq, where, h)
+        return super()._at(ops, where, h, keys, pad), ops.rotary_angles(self.inv_freq, where, h, pad)
 
     def _block(self, ops: Any, p: dict, i: int, x: Any, cache: Any, where: Any, at: Any) -> tuple[Any, Any]:
         n = f"layers.{i}."
@@ -192,11 +279,14 @@ class Llama(CausalLM):
             k, v = ops.write_cache(cache[0], k, where), ops.write_cache(cache[1], v, where)
         groups = self.heads // self.kv_heads
         shared = (ops.repeat_heads(k, groups), ops.repeat_heads(v, groups)) if groups > 1 else (k, v)
-        return ops.merge_heads(ops.causal_attention(q, *shared, mask)), (k, v)
+        return ops.merge_heads(ops.attention(q, *shared, mask)), (k, v)
 
     def _logits(self, ops: Any, params: dict, h: Any) -> Any:
         head = params["embed_tokens.weight" if self.tie_embeddings else "lm_head.weight"]
         return ops.project(ops.rms_norm(h, params["norm.weight"], self.rms_eps), head)
+
+    def row_tables(self) -> tuple[str, ...]:
+        return () if self.tie_embeddings else ("embed_tokens.weight",)  # tied: read whole as the head
 
     def cache_shape(self, batch_size: int, length: int) -> tuple[int, int, int, int]:
         """One layer's keys (or values): (batch, kv_heads, length, head size)."""

@@ -1,4 +1,4 @@
-"""A stack of pre-layer-norm transformer blocks, written once against the backend ops (family `attention`).
+"""A stack of pre-layer-norm transformer blocks, written once against the backend ops (families `dense`, `attention`).
 
     x (batch, seq_len, d_model): the embedded input, i.e. what a token + position embedding hands the stack
     for each layer i:  x = x + out_proj(attention(in_proj(norm1(x))))     multi-head self-attention
@@ -121,7 +121,7 @@ class Transformer(Workload):
     def _block(self, ops, p: dict, prefix: str, x):
         h = ops.layer_norm(x, p[prefix + "norm1.weight"], p[prefix + "norm1.bias"])
         qkv = ops.linear(h, p[prefix + "self_attn.in_proj_weight"], p[prefix + "self_attn.in_proj_bias"])
-        attended = ops.self_attention(qkv, self.heads, self.causal)
+        attended = ops.merge_heads(ops.attention(*ops.split_heads(qkv, self.heads), causal=self.causal))
         x = x + ops.linear(attended, p[prefix + "self_attn.out_proj.weight"], p[prefix + "self_attn.out_proj.bias"])
         h = ops.layer_norm(x, p[prefix + "norm2.weight"], p[prefix + "norm2.bias"])
         h = ops.gelu(ops.linear(h, p[prefix + "linear1.weight"], p[prefix + "linear1.bias"]))
@@ -131,7 +131,10 @@ class Transformer(Workload):
         return ops.sum(ops.square(self.forward(ops, params, x) - labels))
 
     def describe(self, ops, params: dict, inputs: dict, backward: bool) -> dict[str, str]:
-        return {"attention_kernel": ops.attention_kernel(inputs["x"], self.heads, self.causal, backward)}
+        batch, seq, d = (int(n) for n in inputs["x"].shape)
+        shape = (batch, self.heads, seq, d // self.heads)
+        kernel = ops.attention_kernel(inputs["x"], shape, seq, causal=self.causal, differentiated=backward)
+        return {"attention_kernel": kernel}
 
     # -- explicit backprop in float64 numpy: numpy's gradients and the reference ----------------
 

@@ -189,22 +189,7 @@ def compare(
         return Comparison(
             by_typical, math.nan, math.nan, *((Verdict.UNSTABLE, why) if why else (Verdict.CANNOT_TELL, "no samples"))
         )
-    processes = (run.processes(), baseline.processes())
-    sd, df = spread.sd, spread.df
-    if apart:  # the interval adds sd^2 (1/p_run + 1/p_baseline): PROCESS_SD per process, APART_SD^2 once
-        sd, df = math.sqrt(PROCESS_SD**2 + APART_SD**2 / (1 / processes[0] + 1 / processes[1])), math.inf
-    over = time_ratio(
-        *run.rounds(),
-        *baseline.rounds(),
-        comparisons,
-        process_sd=sd,
-        process_df=df,
-        paired=not apart,
-        processes=processes,
-        nodes=None if apart else node_spread(run.by_host(), baseline.by_host()),
-    )
-    parts = _over_parts(run, baseline, comparisons, sd, df, apart, processes) if math.isnan(over.low) else None
-    over = parts or over
+    over, parts = _ratio(run, baseline, comparisons, spread, apart)
     # no verdict where the rounds disagree; the resolution stays (the rounds launcher plans by it)
     no_verdict = functools.partial(
         Comparison, by_typical, math.nan, math.nan, basis=over.basis(), resolution=over.resolution
@@ -234,6 +219,28 @@ def compare(
         busy = max(run.busy, baseline.busy)
         verdict, reason = Verdict.CANNOT_TELL, f"looks {verdict}, but the machine was busy: {busy:.1f} other runnable"
     return Comparison(value, low, high, verdict, reason, over.basis(), over.resolution, of_parts=parts is not None)
+
+
+def _ratio(
+    run: Timings, baseline: Timings, comparisons: int, spread: ProcessSpread, apart: bool
+) -> tuple[Ratio, Ratio | None]:
+    """The ratio over the rounds, or where they give no interval, over the calls' parts (its second value then)."""
+    processes = (run.processes(), baseline.processes())
+    sd, df = spread.sd, spread.df
+    if apart:  # the interval adds sd^2 (1/p_run + 1/p_baseline): PROCESS_SD per process, APART_SD^2 once
+        sd, df = math.sqrt(PROCESS_SD**2 + APART_SD**2 / (1 / processes[0] + 1 / processes[1])), math.inf
+    over = time_ratio(
+        *run.rounds(),
+        *baseline.rounds(),
+        comparisons,
+        process_sd=sd,
+        process_df=df,
+        paired=not apart,
+        processes=processes,
+        nodes=None if apart else node_spread(run.by_host(), baseline.by_host()),
+    )
+    parts = _over_parts(run, baseline, comparisons, sd, df, apart, processes) if math.isnan(over.low) else None
+    return parts or over, parts
 
 
 def _over_parts(

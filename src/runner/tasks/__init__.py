@@ -44,6 +44,7 @@ class Setup:
     per_example: bool  # the mode computes one result per example (conf/mode/NAME.yaml)
     precision: str = "full"  # conf/precision/NAME.yaml: mixed policies wrap the model (Backend.with_precision)
     dtype: str = "float32"  # the run's dtype: what the task allocates beside the weights is made in it
+    machine: dict = field(default_factory=dict)  # the facts of the machine the task asked for (Task.machine_facts)
 
     def model(self) -> tuple[Callable, Callable]:
         """forward(params, x) and loss(params, x, labels) on this backend under the run's precision policy (its
@@ -90,6 +91,9 @@ class Task:
     part: ClassVar[tuple[str, str] | None] = None
     metrics_shown: ClassVar[tuple[Metric, ...]] = ()  # its own metrics, as the tables' columns
     backward: ClassVar[bool] = False  # its call differentiates the model (what a workload's `describe` is told)
+    # facts of the machine its figures are read against, measured by the job for it (Setup.machine): "memory_bandwidth"
+    # (runner.measure.bandwidth: host memory, on device=cpu)
+    machine_facts: ClassVar[tuple[str, ...]] = ()
     # where a call repeats one piece of work, timed piece by piece (a generation's decode steps): the per-sample series
     # holding each piece's seconds (TaskRun.series) and the column the repeats begin at. Where too few whole calls
     # fit the budget for an interval, a comparison compares the pieces (runner.report.comparison).

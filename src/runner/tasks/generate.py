@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from runner.config import require_positive
+from runner.config import ConfigError, require_positive
 from runner.tasks import Metric, Setup, Task, TaskRun, errors_vs_reference, with_workload_warnings
 
 TOKEN_SERIES = "token_latency_s"
@@ -32,15 +32,22 @@ class Generation:
     """The timed call: prefill, then the decode steps, the cache reused from call to call (the positions a call has
     not written are masked, so what an earlier call left there is never read)."""
 
-    def __init__(self, setup: Setup, new_tokens: int, clock: Callable[[], float] = time.perf_counter):
+    def __init__(
+        self,
+        setup: Setup,
+        new_tokens: int,
+        clock: Callable[[], float] = time.perf_counter,
+        pad: np.ndarray | None = None,
+    ):
+        """pad: None, or each prompt's left padding (batch,) in a batch of prompts of different lengths."""
         b, workload, device = setup.backend, setup.workload, setup.device
         self.backend, self.clock, self.prompt = b, clock, setup.inputs["x"]
         batch, prompt_len = (int(n) for n in self.prompt.shape)
         self.cache_shape = shape = workload.cache_shape(batch, prompt_len + new_tokens)
         self.cache = b.new_cache(workload.layers, shape, setup.dtype, device)
-        itemsize = 2 if setup.dtype == "bfloat16" else np.dtype(setup.dtype).itemsize
-        self.cache_bytes = workload.layers * 2 * int(np.prod(shape)) * itemsize
-        step = partial(workload.step, b)
+        self.cache_bytes = workload.layers * 2 * int(np.prod(shape)) * itemsize(setup.dtype)
+        # the padding is fixed for the generation: bound to each step, as the cache is
+        step = partial(workload.step, b, pad=None if pad is None else b.token_ids(pad, device))
         self.prefill = b.decoder_step(step, setup.params, self.cache, setup.mode, device)
         self.decode = b.decoder_step(step, setup.params, self.cache, setup.mode, device)
         self.starts = [b.position(prompt_len + i, device) for i in range(new_tokens - 1)]
@@ -75,8 +82,9 @@ class Generation:
         their attention over the cache."""
         counts = {"prefill": self.backend.compilations(self.prefill), "decode": self.backend.compilations(self.decode)}
         said = {f"{step}_compilations": str(n) for step, n in counts.items() if n is not None}
-        kernel = partial(self.backend.cached_attention_kernel, self.cache_shape, dtype=dtype, device=device)
-        prefill, decode = kernel(queries=int(self.prompt.shape[1])), kernel(queries=1)
+        batch, heads, length, size = self.cache_shape
+        kernel = partial(self.backend.attention_kernel, self.cache[0][0], keys=length, masked=True)
+        prefill, decode = kernel((batch, heads, int(self.prompt.shape[1]), size)), kernel((batch, heads, 1, size))
         said["attention_kernel"] = prefill if prefill == decode else f"prefill: {prefill}; decode: {decode}"
         return said
 
@@ -135,6 +143,8 @@ class Generate(Task):
     like = "generate"
     unit = "a generation"
     part = ("tpot_p50_s", "a token")
+    repeated_parts = (TOKEN_SERIES, 1)  # the decode steps: every token after the first
+    machine_facts = ("memory_bandwidth",)  # decoding's achieved bandwidth is read against the machine's
     metrics_shown = (
         Metric("ttft_s", "first token", "seconds"),  # time to first token: the prefill
         Metric("tpot_p50_s", "per token", "seconds"),  # per output token after it, median and tail
@@ -142,16 +152,39 @@ class Generate(Task):
         Metric("tokens_per_s", "tokens/s"),
     )
 
-    def __init__(self, name: str, new_tokens: int = 16):
+    def __init__(self, name: str, new_tokens: int = 16, prompt_lengths: list[int] | None = None):
+        """prompt_lengths: the batch's prompts of these lengths (row i the (i mod n)-th), left-padded to
+        model.prompt_len, each with its own positions and the padding masked; None: every prompt model.prompt_len."""
         super().__init__(name)
         require_positive("task", new_tokens=new_tokens)
         self.new_tokens = new_tokens
+        self.prompt_lengths = [int(n) for n in prompt_lengths] if prompt_lengths else None
         self.batch_size = 0  # known once built
         self.generation: Generation | WholeGeneration | None = None
+        self.decode_bytes: dict[str, int] = {}  # what a decode step reads, where the model says
+        self.machine: dict[str, Any] | None = None  # the machine's measured bandwidth (Setup.machine)
 
     def check(self, workload: Any) -> None:
         if hasattr(workload, "check_length"):  # a decoder of one's own may state no context
             workload.check_length(workload.prompt_len + self.new_tokens, "model.prompt_len + task.new_tokens")
+        if self.prompt_lengths:
+            self._check_prompt_lengths(workload)
+
+    def _check_prompt_lengths(self, workload: Any) -> None:
+        said = f"task.prompt_lengths={self.prompt_lengths}"
+        if workload.generate is not None:
+            raise ConfigError(f"{said}: model={workload.name} generates through its own API, which pads no prompts")
+        if not all(1 <= n <= workload.prompt_len for n in self.prompt_lengths or ()):
+            raise ConfigError(
+                f"{said}: each must be 1 .. model.prompt_len={workload.prompt_len}, the width the batch is "
+                "left-padded to"
+            )
+
+    def padding(self, batch: int, width: int) -> np.ndarray | None:
+        """Each prompt's left padding (batch,) where task.prompt_lengths is set; None where every prompt fills the
+        width."""
+        lengths = self.prompt_lengths
+        return None if not lengths else np.array([width - lengths[i % len(lengths)] for i in range(batch)])
 
     def size_setting(self, workload: Any, batch_size: int) -> str:
         return f"{workload.size_setting(batch_size)} task.new_tokens={self.new_tokens}"
@@ -160,6 +193,9 @@ class Generate(Task):
     def one_call(cls, config: dict) -> str:
         model, task = config.get("model") or {}, config.get("task") or {}
         prompt, new = model.get("prompt_len", "?"), task.get("new_tokens", "?")
+        lengths = task.get("prompt_lengths")
+        if lengths:
+            prompt = f"{'/'.join(str(n) for n in lengths)} (left-padded to {prompt})"
         return f"a generation of {prompt} prompt + {new} new tokens, batch {config.get('batch_size')}"
 
     @classmethod
@@ -173,8 +209,12 @@ class Generate(Task):
 
     def build(self, setup: Setup) -> TaskRun:
         self.batch_size = int(setup.inputs["x"].shape[0])
-        own = setup.workload.generate is not None
-        generation = WholeGeneration(setup, self.new_tokens) if own else Generation(setup, self.new_tokens)
+        if setup.workload.generate is not None:
+            generation: Generation | WholeGeneration = WholeGeneration(setup, self.new_tokens)
+        else:
+            pad = self.padding(*setup.inputs["x"].shape)
+            generation = Generation(setup, self.new_tokens, pad=pad)
+            self._decode_bound(setup)
         self.generation = generation
         return TaskRun(
             generation,
@@ -183,6 +223,13 @@ class Generate(Task):
             series={TOKEN_SERIES: TokenLatencies(generation)},
         )
 
+    def _decode_bound(self, setup: Setup) -> None:
+        """What a decode step reads, and the machine's memory bandwidth to read it against (host memory: on cpu)."""
+        workload, (batch, width) = setup.workload, setup.inputs["x"].shape
+        if hasattr(workload, "decode_bytes"):  # a decoder of one's own may not say
+            self.decode_bytes = workload.decode_bytes(batch, width + self.new_tokens, itemsize(setup.dtype))
+        self.machine = setup.machine.get("memory_bandwidth")
+
     def agreement(self, setup: Setup, params: dict, inputs: dict, results: dict) -> dict[str, float]:
         """Every step's logits against float64 NumPy's over the prompt and the tokens generated, without a cache; the
         tokens against that reference's greedy choice where it is decided; the backend's own logits without a cache
@@ -190,9 +237,10 @@ class Generate(Task):
         tokens = results["outputs/tokens"]
         sequence = np.concatenate([inputs["x"], tokens[:, :-1]], axis=1)  # each step's input: the tokens before it
         start = inputs["x"].shape[1] - 1
-        reference = setup.workload.reference_logits(params, sequence)[:, start:]
-        forward, _ = setup.model()
-        again = setup.backend.to_numpy(forward(setup.params, setup.backend.token_ids(sequence, setup.device)))
+        pad = self.padding(*inputs["x"].shape)
+        reference = setup.workload.reference_logits(params, sequence, *([] if pad is None else [pad]))[:, start:]
+        ids = setup.backend.token_ids(sequence, setup.device)
+        again = setup.backend.to_numpy(_forward(setup, pad)(setup.params, ids))
         recomputed = np.asarray(again[:, start:], np.float64)  # the backend's own, without a cache
         cached = results.get("outputs/logits")
         metrics = errors_vs_reference({"logits": recomputed if cached is None else cached}, {"logits": reference})
@@ -209,7 +257,15 @@ class Generate(Task):
         return workload.generation_flops(batch_size, workload.prompt_len, self.new_tokens)
 
     def describe(self, setup: Setup) -> dict[str, str]:
-        return self.generation.describe(setup.dtype, setup.device) if self.generation else {}
+        said = self.generation.describe(setup.dtype, setup.device) if self.generation else {}
+        if self.machine:
+            m = self.machine
+            said["machine_bandwidth_GBps"] = f"{m['GBps']:.4g}"
+            said["machine_bandwidth"] = (
+                f"STREAM Copy {m['copy_GBps']:.3g} GB/s, Add {m['add_GBps']:.3g} GB/s in NumPy on {m['threads']} "
+                f"threads, {m['array_MB']:.0f} MB arrays; measured {m['measured']} on {m['machine']}"
+            )
+        return said
 
     def metrics(self, call_s: float, samples: dict[str, list]) -> dict[str, float]:
         """TTFT, TPOT's percentiles over every token of every sample, tokens per second (end to end, from the time per
@@ -227,7 +283,19 @@ class Generate(Task):
             p50, p90, p99 = np.percentile(decode, [50, 90, 99])
             metrics.update(tpot_p50_s=float(p50), tpot_p90_s=float(p90), tpot_p99_s=float(p99))
             metrics["decode_tokens_per_s"] = self.batch_size / float(p50)
+            metrics.update(self._bandwidth(float(p50)))
         return metrics
+
+    def _bandwidth(self, step_s: float) -> dict[str, float]:
+        """Bytes a decode step reads, over its median time: the bandwidth decoding achieves, and its share of the
+        machine's measured one."""
+        if not self.decode_bytes:
+            return {}
+        read = sum(self.decode_bytes.values())
+        said = {"decode_bytes_per_token": float(read), "decode_bandwidth_GBps": read / step_s / 1e9}
+        if self.machine:
+            said["decode_bandwidth_share"] = said["decode_bandwidth_GBps"] / self.machine["GBps"]
+        return said
 
 
 def token_agreement(tokens: np.ndarray, reference_logits: np.ndarray, error: float) -> dict[str, float]:
@@ -244,6 +312,17 @@ def token_agreement(tokens: np.ndarray, reference_logits: np.ndarray, error: flo
         "tokens_differ": float(differ.sum()),
         "first_undecided_token": float(undecided[0]) if undecided.size else -1.0,
     }
+
+
+def itemsize(dtype: str) -> int:
+    return 2 if dtype == "bfloat16" else np.dtype(dtype).itemsize
+
+
+def _forward(setup: Setup, pad: np.ndarray | None) -> Callable:
+    """The backend's forward(params, ids) of the whole sequence, without a cache, each prompt's padding masked."""
+    if pad is None:
+        return setup.model()[0]
+    return partial(setup.workload.forward, setup.backend, pad=setup.backend.token_ids(pad, setup.device))
 
 
 def _results(generation: Generation | WholeGeneration, tokens: np.ndarray) -> dict[str, np.ndarray]:

@@ -1,0 +1,111 @@
+"""The machine's memory bandwidth, measured once per machine and kept: what decoding's achieved bandwidth is read
+against (task=generate's `decode_bandwidth_share`).
+
+Measured as STREAM measures it, in NumPy: Copy (b = a: reads a, writes b) and Add (c = a + b: reads two, writes one),
+each one pass of a NumPy ufunc over arrays four times the last-level cache or larger, on every core at once (each
+thread its own slice; NumPy lets go of the GIL inside the loop), the best of a few repeats, bytes counted as STREAM
+counts them (what the kernel reads and writes, not the write-allocate reads a cache adds). STREAM's Triad
+(a = b + s c) would take NumPy two passes, so it is not among them. The machine's figure is the better of the two.
+
+Kept per kind of machine (runner.identity.machine: CPU model, cores, memory, GPUs, driver branch, thread settings),
+as a JSON file in $XDG_CACHE_HOME/tensor-runner/machines/ (~/.cache/...): a machine of the same kind reads the
+figure its first run measured. Host memory only: a GPU's own memory is not measured.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+SMALLEST = 128 * 2**20  # bytes of one array at least: four times the last-level cache of most machines
+REPEATS = 5
+
+
+def machines_dir() -> Path:
+    cache = os.environ.get("XDG_CACHE_HOME") or str(Path("~/.cache").expanduser())
+    return Path(cache) / "tensor-runner" / "machines"
+
+
+def this_machine() -> Any:
+    """This machine's kind (runner.identity.Key), from the facts a run's environment records."""
+    from runner.identity import SPEED_VARIABLES, machine
+    from runner.record.environment import cpu_name, gpu_models, gpus_said, memory_gib, nvidia_driver_version
+
+    facts = {"cpu": cpu_name(), "cpu_count": os.cpu_count(), "memory_gib": memory_gib()}
+    facts |= {"gpus": gpus_said(gpu_models()), "gpu_driver": nvidia_driver_version()}
+    return machine(facts | {k: os.environ[k] for k in SPEED_VARIABLES if k in os.environ})
+
+
+def machine_bandwidth(folder: Path | None = None) -> dict[str, Any]:
+    """The machine's measured bandwidth: {"GBps", "copy_GBps", "add_GBps", "threads", "array_MB", "machine",
+    "measured"}, read from the machine's file, or measured now (about a second) and written there."""
+    kind = this_machine()
+    path = (folder or machines_dir()) / f"{kind.key}.json"
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):  # not measured yet (or a file no run could have left whole: measured again)
+        pass
+    figures = {**measure(), "machine": kind.name, "measured": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    written = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    written.write_text(json.dumps(figures, indent=1) + "\n")
+    os.replace(written, path)  # whole: two jobs measuring at once each leave a whole file, the last one wins
+    return figures
+
+
+def measure(array_bytes: int | None = None, threads: int | None = None) -> dict[str, Any]:
+    """STREAM's Copy and Add in NumPy on `threads` threads (every core the process may use): GB/s, the best of
+    REPEATS."""
+    threads = threads or len(os.sched_getaffinity(0))
+    n = (array_bytes or max(SMALLEST, 4 * last_level_cache())) // 8 // threads * threads
+    a, b, c = np.ones(n), np.full(n, 2.0), np.zeros(n)
+    chunks = [slice(i * n // threads, (i + 1) * n // threads) for i in range(threads)]
+    with ThreadPoolExecutor(threads) as pool:
+        copy = _best(pool, chunks, lambda s: np.copyto(b[s], a[s]))
+        add = _best(pool, chunks, lambda s: np.add(a[s], b[s], out=c[s]))
+    copy_gbps, add_gbps = 2 * 8 * n / copy / 1e9, 3 * 8 * n / add / 1e9
+    return {
+        "GBps": max(copy_gbps, add_gbps),
+        "copy_GBps": copy_gbps,
+        "add_GBps": add_gbps,
+        "threads": threads,
+        "array_MB": 8 * n / 1e6,
+    }
+
+
+def _best(pool: ThreadPoolExecutor, chunks: list[slice], kernel: Any) -> float:
+    """The fastest of REPEATS passes of kernel over every chunk at once, in seconds (a first pass untimed: the
+    pages are touched and the threads started)."""
+    list(pool.map(kernel, chunks))
+    times = []
+    for _ in range(REPEATS):
+        began = time.perf_counter()
+        list(pool.map(kernel, chunks))
+        times.append(time.perf_counter() - began)
+    return min(times)
+
+
+def last_level_cache(cpus: Path = Path("/sys/devices/system/cpu")) -> int:
+    """The largest cache of the machine in bytes, every instance of it counted (two sockets: twice); 0 unknown."""
+    sizes: dict[str, int] = {}
+    for index in cpus.glob("cpu[0-9]*/cache/index[0-9]*"):
+        try:
+            size = _bytes((index / "size").read_text().strip())
+            sizes[f"{index.name}:{(index / 'shared_cpu_list').read_text().strip()}"] = size
+        except (OSError, ValueError):
+            continue
+    if not sizes:
+        return 0
+    largest = max(sizes.values())
+    return sum(size for size in sizes.values() if size == largest)
+
+
+def _bytes(size: str) -> int:
+    units = {"K": 2**10, "M": 2**20, "G": 2**30}
+    return int(size[:-1]) * units[size[-1]] if size[-1] in units else int(size)

@@ -1,0 +1,88 @@
+"""Decode's bound: the bytes a decode step reads (weights and the key/value cache, counted by hand here), the
+bandwidth that makes over the time per token, and the machine's memory bandwidth measured once and kept per kind of
+machine. No timing is asserted: only the arithmetic, and that the figures are recorded."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from runner.config import compose
+from runner.measure import bandwidth
+from runner.measure.job import run_and_record
+from runner.models.decoder import Decoder
+from runner.models.llama import Llama
+from runner.record.naming import job_spec
+from runner.tasks.generate import Generate
+
+FAST = ["timing.warmup_s=0", "timing.min_warmup_calls=1", "timing.min_repeats=2", "timing.max_time_s=0.05"]
+FAST += ["timing.rounds=1", "tracking=none"]
+
+
+def test_a_tiny_llamas_decode_step_reads_every_weight_and_the_whole_cache():
+    """model=llama's defaults: 2 layers, d 64, 4 heads of 16, 2 key/value heads, ffn 128, vocab 512, untied."""
+    per_layer = 2 * 64 + 64 * 64 + 2 * (32 * 64) + 64 * 64 + 3 * 128 * 64  # norms, q, k and v, o, gate/up/down
+    weights = 2 * per_layer + 64 + 512 * 64 + 64  # the final norm, lm_head, and one row of embed_tokens
+    cache = 2 * 2 * 1 * 2 * 32 * 16  # layers x keys and values x batch x kv heads x positions x head size
+    assert Llama().decode_bytes(1, 32, 4) == {"weights": 4 * weights, "kv_cache": 4 * cache}
+
+
+def test_a_tied_head_is_read_whole_and_a_batch_reads_the_weights_once():
+    tied, untied = Llama(tie_embeddings=True), Llama()
+    one, eight = tied.decode_bytes(1, 32, 4), tied.decode_bytes(8, 32, 4)
+    assert one["weights"] == eight["weights"]  # the embedding is the head: read whole, whatever the batch
+    assert untied.decode_bytes(8, 32, 2)["weights"] - untied.decode_bytes(1, 32, 2)["weights"] == 7 * 64 * 2
+    assert eight["kv_cache"] == 8 * one["kv_cache"]
+
+
+def test_gpt2_reads_its_tied_head_whole_and_one_position_row():
+    model = Decoder()  # 2 layers, d 64, vocab 512, context 128
+    per_layer = 4 * 64 + (64 * 192 + 192) + (64 * 64 + 64) + (64 * 256 + 256) + (256 * 64 + 64)
+    weights = 512 * 64 + 64 + 2 * per_layer + 2 * 64  # wte whole, a row of wpe, the blocks, ln_f
+    assert model.decode_bytes(1, 20, 8)["weights"] == 8 * weights
+
+
+def test_achieved_bandwidth_is_the_bytes_over_the_median_time_per_token():
+    task = Generate("generate", new_tokens=4)
+    task.batch_size, task.decode_bytes = 1, {"weights": 3_000_000, "kv_cache": 1_000_000}
+    task.machine = {"GBps": 20.0}
+    rows = [[0.01, 0.001, 0.002, 0.001]] * 3
+    m = task.metrics(0.02, {"token_latency_s": rows})
+    assert m["decode_bytes_per_token"] == 4_000_000
+    assert m["decode_bandwidth_GBps"] == pytest.approx(4_000_000 / 0.001 / 1e9)
+    assert m["decode_bandwidth_share"] == pytest.approx(4.0 / 20.0)
+
+
+def test_the_machines_bandwidth_is_measured_once_and_kept_under_its_kind(tmp_path: Path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(bandwidth, "measure", lambda: calls.append(1) or {"GBps": 12.5})
+    first = bandwidth.machine_bandwidth(tmp_path)
+    again = bandwidth.machine_bandwidth(tmp_path)
+    assert calls == [1] and first == again and first["GBps"] == 12.5
+    (kept,) = tmp_path.glob("*.json")
+    assert kept.stem == bandwidth.this_machine().key
+    assert json.loads(kept.read_text())["machine"] == bandwidth.this_machine().name
+
+
+def test_the_stream_measure_counts_what_its_kernels_move():
+    figures = bandwidth.measure(array_bytes=8 * 2**20, threads=2)
+    assert figures["array_MB"] == pytest.approx(8 * 2**20 / 1e6)
+    assert figures["GBps"] == max(figures["copy_GBps"], figures["add_GBps"]) > 0
+
+
+def test_a_generate_run_records_its_decode_bandwidth_and_the_machines(tmp_path: Path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr(bandwidth, "measure", lambda: {"GBps": 10.0, "copy_GBps": 8.0, "add_GBps": 10.0,
+                                                       "threads": 2, "array_MB": 134.0})  # fmt: skip
+    cfg = compose([*FAST, "model=llama", "task=generate", "task.new_tokens=4", "backend=numpy", "batch_size=1"])
+    outcome = run_and_record(job_spec(cfg), tmp_path / "run")
+    assert outcome.status == "FINISHED", outcome.error
+    m, env = outcome.metrics, outcome.environment
+    assert m["decode_bytes_per_token"] == sum(Llama().decode_bytes(1, 16 + 4, 4).values())
+    assert m["decode_bandwidth_GBps"] == pytest.approx(m["decode_bytes_per_token"] / m["tpot_p50_s"] / 1e9)
+    assert m["decode_bandwidth_share"] == pytest.approx(m["decode_bandwidth_GBps"] / 10.0)
+    assert env["machine_bandwidth_GBps"] == "10"
+    assert env["machine_bandwidth"].startswith("STREAM Copy 8 GB/s, Add 10 GB/s in NumPy on 2 threads")
+    assert list((tmp_path / "cache" / "tensor-runner" / "machines").glob("*.json"))

@@ -66,8 +66,9 @@ def agreement(found: list[dict]) -> list[str]:
 
 def speed(found: list[dict]) -> list[str]:
     lines = [
-        "| run | generation | first token | per token p50 | p99 | tokens/s | first call |",
-        "|---|---|---|---|---|---|---|",
+        "| run | generation | first token | per token p50 | p99 | tokens/s | decode GB/s | of the machine's "
+        "| first call |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
 
     def cell(m: dict, key: str) -> str:
@@ -77,9 +78,15 @@ def speed(found: list[dict]) -> list[str]:
         m = r["metrics"]
         lines.append(
             f"| {r['name']} | {format_seconds(m['time_typical_s'])} | {cell(m, 'ttft_s')} | {cell(m, 'tpot_p50_s')} | "
-            f"{cell(m, 'tpot_p99_s')} | {m['tokens_per_s']:.0f} | {format_seconds(m['first_call_s'])} |"
+            f"{cell(m, 'tpot_p99_s')} | {m['tokens_per_s']:.3g} | {number(m, 'decode_bandwidth_GBps', '.3g')} | "
+            f"{number(m, 'decode_bandwidth_share', '.1%')} | {format_seconds(m['first_call_s'])} |"
         )
     return lines
+
+
+def number(m: dict, key: str, spec: str) -> str:
+    """A metric as `spec` writes it, 'n/a' where the run has none (keras_hub's tokens come at the end)."""
+    return format(m[key], spec) if key in m else "n/a"
 
 
 if __name__ == "__main__":

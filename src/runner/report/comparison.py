@@ -22,13 +22,15 @@ compare` asks this module; the statistics beneath it are runner.report.ratio's.
   rounds): a configuration's replicates on each node are paired with its baseline's there, so a node's own speed
   cancels, and the nodes are pooled as replicates; the interval adds how much the ratio moves from node to node
   (ratio.node_spread, measured, pooled with the stated NODE_SD where the nodes are few), so more nodes narrow it.
-- Calls too long for rounds (a generation at a real decoder's size fills the budget: one round, no interval over
-  rounds): where the task times a call's repeated parts (Task.repeated_parts: a generation's decode steps), the parts
-  compare instead. Each position of each round is a round of its own, in blocks of PART_BLOCK consecutive parts whose
-  fastest stands for the block, paired by round and position; the ratio is then of a part's time ("1.3x a token"), its
-  interval over the blocks with the processes' spread added, as for rounds. It says so ('1 round x 15 parts of a
-  call'), and it is not centred on the whole calls' typical times, which a single stalled first token moves. One turn
-  each cannot see what else ran in the other's turn: where the machine was busy, a difference stays "cannot tell".
+- Calls too long for rounds (a generation at a real decoder's size fills the budget: one round and no interval, or
+  fewer than MIN_BATCHES rounds, whose t has one to six degrees of freedom: two rounds gave identical generations
+  [0.08-11.4x]): where the task times a call's repeated parts (Task.repeated_parts: a generation's decode steps), the
+  parts compare instead. Each position of each round is a round of its own, in blocks of PART_BLOCK consecutive parts
+  whose fastest stands for the block, paired by round and position; the ratio is then of a part's time ("1.3x a
+  token"), its interval over the blocks with the processes' spread added, as for rounds. It says so ('1 round x 15
+  parts of a call'), and it is not centred on the whole calls' typical times, which a single stalled first token
+  moves. One turn each cannot see what else ran in the other's turn: where the machine was busy, a difference stays
+  "cannot tell".
 - The verdict (Verdict) and its reason, in one vocabulary: fastest (the baseline), within noise, slower, faster,
   no change (real, but under `factor`: asv compare's rule), cannot tell (why), unstable (why).
 """
@@ -49,6 +51,7 @@ from runner.measure.samples import turn_typical, typical_s
 from runner.report.ratio import (
     APART_SD,
     ASSUMED,
+    MIN_BATCHES,
     PROCESS_SD,
     UNSTABLE_DISAGREE,
     UNSTABLE_SPREAD,
@@ -239,7 +242,8 @@ def _ratio(
         processes=processes,
         nodes=None if apart else node_spread(run.by_host(), baseline.by_host()),
     )
-    parts = _over_parts(run, baseline, comparisons, sd, df, apart, processes) if math.isnan(over.low) else None
+    few = over.rounds < MIN_BATCHES  # the rounds' t has few degrees of freedom, or there is none (one round)
+    parts = _over_parts(run, baseline, comparisons, sd, df, apart, processes) if few else None
     return parts or over, parts
 
 

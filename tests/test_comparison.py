@@ -159,3 +159,5 @@ def test_one_generation_each_on_a_busy_machine_is_cannot_tell():
     busy = compare_two(Timings(slower.replicates, busy=1.5, parts=slower.parts), fast)
     assert busy.verdict == Verdict.CANNOT_TELL and busy.reason.startswith("looks slower, but the machine was busy")
     assert compare_two(slower, fast).verdict == Verdict.SLOWER
+    far = _one_generation(rng, 0.3)  # 3x: beyond what load alone made of a call here (BUSY_FACTOR)
+    assert compare_two(Timings(far.replicates, busy=1.5, parts=far.parts), fast).verdict == Verdict.SLOWER

@@ -58,12 +58,24 @@ def test_achieved_bandwidth_is_the_bytes_over_the_median_time_per_token():
 def test_the_machines_bandwidth_is_measured_once_and_kept_under_its_kind(tmp_path: Path, monkeypatch):
     calls = []
     monkeypatch.setattr(bandwidth, "measure", lambda: calls.append(1) or {"GBps": 12.5})
+    monkeypatch.setattr(bandwidth.os, "getloadavg", lambda: (0.2, 0.2, 0.2))  # a quiet machine
     first = bandwidth.machine_bandwidth(tmp_path)
     again = bandwidth.machine_bandwidth(tmp_path)
     assert calls == [1] and first == again and first["GBps"] == 12.5
     (kept,) = tmp_path.glob("*.json")
     assert kept.stem == bandwidth.this_machine().key
     assert json.loads(kept.read_text())["machine"] == bandwidth.this_machine().name
+
+
+def test_a_figure_measured_on_a_busy_machine_is_measured_again_and_the_best_kept(tmp_path: Path, monkeypatch):
+    """A busy machine lends the measure less bandwidth (28.6 GB/s at load 7.6 here, 55-58 quiet): such a figure is
+    provisional; the next run measures again, keeps the better, and a quiet measure makes it final."""
+    figures = iter([{"GBps": 28.6}, {"GBps": 20.0}, {"GBps": 57.0}, {"GBps": 1.0}])
+    loads = iter([7.6, 6.0, 0.4, 0.4])
+    monkeypatch.setattr(bandwidth, "measure", lambda: dict(next(figures)))
+    monkeypatch.setattr(bandwidth.os, "getloadavg", lambda: (next(loads), 0.0, 0.0))
+    seen = [bandwidth.machine_bandwidth(tmp_path)["GBps"] for _ in range(4)]
+    assert seen == [28.6, 28.6, 57.0, 57.0]  # the fourth run reads the quiet figure, measuring nothing
 
 
 def test_the_stream_measure_counts_what_its_kernels_move():

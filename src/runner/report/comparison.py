@@ -71,6 +71,9 @@ PART_BLOCK = 3  # consecutive parts of a call taken as one block, its fastest pa
 # called different 5.7% of the time at 95%, against 7.9% part by part; tests/test_comparison.py)
 
 
+BUSY_FACTOR = 2.0  # what load alone made of one call's time here: the same matmul took 2x beside a burner
+
+
 class Verdict(StrEnum):
     """What a comparison says of a run against its baseline; `Comparison.words` adds the reason."""
 
@@ -211,17 +214,22 @@ def compare(
     if pooled and not parts:  # centred on the typical times (see above)
         value, low, high = by_typical, low * by_typical / over.value, high * by_typical / over.value
     verdict, reason = _verdict(value, low, high, factor, over.basis())
-    if (
-        (apart or parts)
-        and verdict in (Verdict.SLOWER, Verdict.FASTER)
-        and max(run.busy, baseline.busy) > BUSY_OTHER_RUNNABLE
-    ):
-        # runs measured apart differ by what else ran (the same matmul took 2x beside a process burning a core,
-        # BENCHMARKS.md), which no interval over their rounds can see; nor can the parts of one turn each see what
-        # else ran in the other's turn (identical generations came out 0.70x [0.61-0.81] on a busy machine)
-        busy = max(run.busy, baseline.busy)
-        verdict, reason = Verdict.CANNOT_TELL, f"looks {verdict}, but the machine was busy: {busy:.1f} other runnable"
+    if (apart or parts) and verdict in (Verdict.SLOWER, Verdict.FASTER):
+        verdict, reason = _unless_busy(verdict, reason, (low, high), max(run.busy, baseline.busy))
     return Comparison(value, low, high, verdict, reason, over.basis(), over.resolution, of_parts=parts is not None)
+
+
+def _unless_busy(
+    verdict: Verdict, reason: str | None, interval: tuple[float, float], busy: float
+) -> tuple[Verdict, str | None]:
+    """Runs measured apart differ by what else ran (the same matmul took 2x beside a process burning a core,
+    BENCHMARKS.md), which no interval over their rounds can see; nor can the parts of one turn each see what else ran
+    in the other's turn (identical generations came out 0.70x [0.61-0.81] on a busy machine). Where the machine was
+    busy, a difference that load alone could make (an interval reaching within BUSY_FACTOR of 1) is no verdict."""
+    low, high = interval
+    if busy <= BUSY_OTHER_RUNNABLE or low >= BUSY_FACTOR or high <= 1 / BUSY_FACTOR:
+        return verdict, reason
+    return Verdict.CANNOT_TELL, f"looks {verdict}, but the machine was busy: {busy:.1f} other runnable"
 
 
 def _ratio(

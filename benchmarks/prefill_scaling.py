@@ -29,6 +29,10 @@ import numpy as np
 from scipy import stats
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+from runner.record.table import format_seconds  # noqa: E402
+
 LENGTHS = (16, 32, 64, 128, 256, 512, 1024)
 SIZE = ["model.layers=4", "model.d_model=256", "model.heads=8", "model.kv_heads=4", "model.ffn=768"]
 SIZE += ["model.vocab_size=8192", "model.context=2048"]
@@ -69,7 +73,7 @@ def table(times: dict[int, np.ndarray]) -> list[str]:
     for i, (length, t) in enumerate(times.items()):
         local = "" if not i else f"{np.log(medians[i] / medians[i - 1]) / np.log(length / lengths[i - 1]):.2f}"
         lines.append(
-            f"| {length} | {medians[i] * 1e3:.3g} ms | {len(t)} | {medians[i] / length * 1e6:.3g} µs | {local} |"
+            f"| {length} | {format_seconds(medians[i])} | {len(t)} | {format_seconds(medians[i] / length)} | {local} |"
         )
     lines.append("")
     for label, keep in (("every length", lengths > 0), ("128 and longer", lengths >= 128)):

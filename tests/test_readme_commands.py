@@ -480,12 +480,14 @@ def _refusal(config: dict) -> str | None:
     from runner.config import choices
     from runner.measure import limits
     from runner.models import build_workload, check_known_wrong
+    from runner.tasks import build_task
 
     cfg = OmegaConf.create(config)
     try:
         check_combination(cfg)
         check_known_wrong(cfg.model, choices(cfg))
-        limits.check_fits(build_workload(cfg.model), JobSpec.of(cfg), choices(cfg)["device"])
+        task = build_task(cfg.task)
+        limits.check_fits(build_workload(cfg.model), JobSpec.of(cfg), choices(cfg)["device"], task)
     except ConfigError as error:
         return str(error)
     return None

@@ -63,8 +63,9 @@ def test_run_spans_the_job(experiment):
     tmp, client, children, _, _ = experiment
     for run in children.values():
         result = json.loads((Path(run.data.tags["run_dir"]) / "result.json").read_text())
+        # each sample is the mean of a block of at least one call: calls_per_sample is the last block's, and blocks
+        # grow on a busy machine, so the samples' sum is what the span surely holds
         sampling_s = np.sum(h5py.File(f"{run.data.tags['run_dir']}/tensors.h5")["timings/samples_s"][()])
-        sampling_s *= result["metrics"]["calls_per_sample"]
         span_s = (run.info.end_time - run.info.start_time) / 1000
         assert span_s >= sampling_s + result["metrics"]["first_call_s"] - 0.002
         assert run.info.start_time == int(result["started"] * 1000)

@@ -244,6 +244,18 @@ RUN_BY_OTHER_TESTS = {
 # busy 2-core machine) repeats a test of the default set. Keeps the default set short; README.md's commands all stay
 # in it.
 COVERED_IN_PROCESS = {
+    "model=llama task=generate backend=jax mode=function model.kv_heads=4": (
+        "test_llama.py (every backend and mode against the float64 reference, grouped-query attention among them)"
+    ),
+    "model=llama task=generate backend=torch batch_size=8 task.prompt_lengths=[16,1,9,4,13,7,2,11]": (
+        "test_generation_padding.py (Llama and GPT-2 on numpy and torch: each prompt's tokens as alone)"
+    ),
+    "model=gpt2 task=generate backend=jax mode=function batch_size=4 task.prompt_lengths=[3,16]": (
+        "test_generation_padding.py (GPT-2 padded on torch; jax compiled in the heavy set)"
+    ),
+    "model=llama_smollm2_135m task=generate backend=torch task.new_tokens=8": (
+        "test_decode_bandwidth.py::test_a_generate_run_records_its_decode_bandwidth_and_the_machines (a tiny Llama)"
+    ),
     "model=keras_hub_llama task=generate backend=jax": (
         "test_keras_hub_llama.py::test_keras_hub_generates_model_llamas_tokens (each Keras backend, smaller sizes)"
     ),

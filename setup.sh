@@ -20,6 +20,8 @@ cert=$(.venv/bin/python scripts/uv_args.py cert)
 if [ -n "$cert" ]; then
     export SSL_CERT_FILE="$cert"
 fi
-# No --compile-bytecode (pip's default): compiling every installed module took 45-90 s of a 100 s set-up here, where
-# the first run compiles only what it imports (about 10 s more than a second run; BENCHMARKS.md, Start-up)
-.venv/bin/uv pip install -q --python .venv/bin/python "${options[@]}" -e '.[test]' --constraint requirements.lock
+# --compile-bytecode: as pip does; else each first import compiles (TensorFlow, torch and MLflow: thousands of
+# modules), in every process the first run and the first tests start at once, and where PYTHONDONTWRITEBYTECODE is set
+# (as on this project's machines) in every process ever: without it the default tests took 8:56 instead of 4:58
+.venv/bin/uv pip install -q --compile-bytecode --python .venv/bin/python "${options[@]}" -e '.[test]' \
+    --constraint requirements.lock

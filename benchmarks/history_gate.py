@@ -40,7 +40,7 @@ EXPERIMENT = "history-gate"
 SLOWED = "chain"
 
 
-def night_command(uri: str, out: Path, budget: float) -> list[str]:
+def night_command(uri: str, out: Path, budget: float, processes: int) -> list[str]:
     return [
         PYTHON,
         str(ROOT / "run.py"),
@@ -52,6 +52,7 @@ def night_command(uri: str, out: Path, budget: float) -> list[str]:
         "threads=1",
         "control=matmul",
         f"timing.max_time_s={budget:g}",
+        f"timing.processes={processes}",
         f"tracking.uri={uri}",
         f"tracking.experiment={EXPERIMENT}",
         f"hydra.sweep.dir={out}",
@@ -63,13 +64,13 @@ def environment(extra: float) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": path, "RUNNER_TEST_EXTRA_WORK": f"{extra:g}"}
 
 
-def run_night(uri: str, out: Path, budget: float, extra: float, busy: bool) -> float:
+def run_night(uri: str, out: Path, budget: float, processes: int, extra: float, busy: bool) -> float:
     """One night's sweep, with the burner beside it where `busy`; its wall time."""
     burner = subprocess.Popen([PYTHON, "-c", BURNER, "600"]) if busy else None
     start = time.perf_counter()
     try:
-        done = subprocess.run(night_command(uri, out, budget), cwd=ROOT, env=environment(extra), capture_output=True,
-                              text=True, timeout=900)  # fmt: skip
+        command = night_command(uri, out, budget, processes)
+        done = subprocess.run(command, cwd=ROOT, env=environment(extra), capture_output=True, text=True, timeout=900)
     finally:
         if burner is not None:
             burner.kill()
@@ -102,6 +103,9 @@ def main() -> None:
     parser.add_argument("--busy", default="20,21,22", help="nights (0-based) with the burner beside them")
     parser.add_argument("--min-nights", type=int, default=8, help="the first night after which the gate runs")
     parser.add_argument("--budget", type=float, default=0.3, help="timing.max_time_s of every job")
+    parser.add_argument(
+        "--processes", type=int, default=3, help="timing.processes of every job (as many as its budget affords)"
+    )
     parser.add_argument("--keep", type=Path, help="make the store and nights here (kept) instead of a temporary folder")
     parser.add_argument("--first-night", type=int, default=0, help="resume a --keep folder's nights from this one")
     parser.add_argument("--reread", type=Path, help="only read a kept folder's nights again, night by night")
@@ -116,7 +120,7 @@ def main() -> None:
     plain_failed, confirmed_failed, flagged_after = [], [], None
     for night in range(args.first_night, args.nights):
         extra = args.extra if night >= args.step_at else 0.0
-        wall = run_night(uri, folder / f"night-{night:02d}", args.budget, extra, night in busy)
+        wall = run_night(uri, folder / f"night-{night:02d}", args.budget, args.processes, extra, night in busy)
         said = f"night {night:2d}: extra {extra:g}, burner {'on ' if night in busy else 'off'}, {wall:.0f} s"
         if night + 1 >= args.min_nights:
             plain = gate(uri, extra, confirm=False, within=args.new_within)

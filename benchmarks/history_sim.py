@@ -21,9 +21,10 @@ TensorFlow sweeps moved 29% together (and torch 18% in an earlier run).
 
 Scenarios: no step; a step of 3, 5, 10 or 20% (slower or faster, at random) at least 5 runs from either end; a 5%
 step with exactly 10 runs after it (the series cut 10 runs after the step, so 20-50 runs before it: issue 64's "found
-within 10 points after the step"); a 10% step with 2 runs after it, and with only the newest run after it; a slow
-drift of 5% or 10% over the series; no step, but the machine's drift between runs correlated from one run to the
-next (AR(1), 0.3 at lag 1: slow phases of the machine that outlast a run, which steps.py estimates and allows for).
+within 10 points after the step"), and with 20 runs after it (10-40 before); a 10% step with 2 runs after it, and
+with only the newest run after it; a slow drift of 5% or 10% over the series; no step, but the machine's drift
+between runs correlated from one run to the next (AR(1), 0.3 at lag 1: slow phases of the machine that outlast a
+run, which steps.py estimates and allows for).
 A step is *found* when a step the same way is reported within WINDOW runs of the truth (with 1 run after it:
 suspicious); every other step reported is a false alarm, except on a drift, which has no step to find but is a
 real change: what is reported there is counted the same way and read apart.
@@ -77,6 +78,7 @@ SCENARIOS = (
     ("drift 5%", 0.05, "drift"),
     ("drift 10%", 0.10, "drift"),
     ("no step, runs correlated 0.3", 0.0, "correlated"),
+    ("step 5%, 20 runs after", 0.05, "end20"),  # last, so that the rows above keep their series (seeded by place)
 )
 CORRELATION = 0.3  # the "runs correlated" scenario: the drift between runs as an AR(1) series, lag-1 correlation
 
@@ -98,7 +100,8 @@ def simulate(rng: np.random.Generator, size: float, where: str, heavy: bool) -> 
     if where == "drift":
         level = np.linspace(0, math.log(ratio), n)
     elif size:
-        at = {"interior": int(rng.integers(5, n - 4)), "end10": n - 10, "end2": n - 2, "end1": n - 1}[where]
+        ends = {"end20": n - 20, "end10": n - 10, "end2": n - 2, "end1": n - 1}
+        at = int(rng.integers(5, n - 4)) if where == "interior" else ends[where]
         level[at:] = math.log(ratio)
     own = np.exp(rng.uniform(math.log(OWN_SD[0]), math.log(OWN_SD[1]), n))
     apart = rng.normal(0, APART_SD, n)
@@ -270,7 +273,8 @@ def section(rows: list[list[str]], args: argparse.Namespace) -> str:
         "ratio of two jobs), which is all its interval holds. *heavy*: besides, 1 run in 12 moves a further 10-30% "
         "either way (the A/A apart: one pair of TensorFlow sweeps of six moved 29% together, torch 18% in an "
         "earlier run). *runs correlated 0.3*: the drift between runs an AR(1) series, 0.3 at lag 1. "
-        "*step 5%, 10 runs after*: the series cut 10 runs after the step (20-50 runs before it). "
+        "*step 5%, 10 runs after*: the series cut 10 runs after the step (20-50 runs before it); *20 runs after*: "
+        "likewise, 10-40 before. "
         "Each cell: " + " / ".join(DETECTORS) + ": runner.report.steps; Apache Otava 0.8.0's change points "
         "(`otava.analysis.compute_change_points` on the log times at its defaults: window 50, p <= 0.001, no "
         "minimum magnitude; it gives no interval); PELT's optimum of squared error with the Schwarz penalty "

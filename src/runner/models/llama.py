@@ -45,10 +45,11 @@ HF_SIZES = {
     "num_attention_heads": ("heads", 32),
     "intermediate_size": ("ffn", 11008),
     "vocab_size": ("vocab_size", 32000),
+    "max_position_embeddings": ("context", 2048),
     "rms_norm_eps": ("rms_eps", 1e-6),
     "tie_word_embeddings": ("tie_embeddings", False),
 }
-QWEN2_DEFAULTS = {"intermediate_size": 22016, "vocab_size": 151936}
+QWEN2_DEFAULTS = {"intermediate_size": 22016, "vocab_size": 151936, "max_position_embeddings": 32768}
 # transformers before 4.31 saved each layer's rotary inverse frequencies: a constant the model computes, not a weight
 HF_BUFFERS = re.compile(r"(layers\.\d+\.self_attn\.)?rotary_emb\.inv_freq")
 

@@ -77,7 +77,7 @@ class Generation:
         self.latencies.append(latencies)
         return np.concatenate(tokens, axis=1)
 
-    def describe(self, dtype: str, device: str) -> dict[str, str]:
+    def describe(self) -> dict[str, str]:
         """How often the prefill and the decode step were traced or compiled, where the framework says; what computes
         their attention over the cache."""
         counts = {"prefill": self.backend.compilations(self.prefill), "decode": self.backend.compilations(self.decode)}
@@ -106,7 +106,7 @@ class WholeGeneration:
         self.latencies.append(self.unobserved)
         return tokens
 
-    def describe(self, dtype: str, device: str) -> dict[str, str]:
+    def describe(self) -> dict[str, str]:
         return {}  # the workload's own generate(): what it compiles and dispatches to is its own
 
 
@@ -257,7 +257,7 @@ class Generate(Task):
         return workload.generation_flops(batch_size, workload.prompt_len, self.new_tokens)
 
     def describe(self, setup: Setup) -> dict[str, str]:
-        said = self.generation.describe(setup.dtype, setup.device) if self.generation else {}
+        said = self.generation.describe() if self.generation else {}
         if self.machine:
             m = self.machine
             said["machine_bandwidth_GBps"] = f"{m['GBps']:.4g}"

@@ -3,6 +3,7 @@
 job runs, `runner history --fail-on regression`, with and without `--confirm`.
 
     .venv/bin/python benchmarks/history_gate.py                          # 50 nights, about 30 minutes on 2 cores
+    .venv/bin/python benchmarks/history_gate.py --nights 27 --step-at 18 --busy 9,10,11 --new-within 3 --keep /tmp/g
     .venv/bin/python benchmarks/history_gate.py --nights 12 --step-at 8 --busy 4,5,6 --keep /tmp/gate
     .venv/bin/python benchmarks/history_gate.py --nights 56 --first-night 52 --step-at 50 --keep /tmp/gate  # resume
     .venv/bin/python benchmarks/history_gate.py --reread /tmp/gate --step-at 50 --new-within 3  # the gate as it is now
@@ -13,8 +14,15 @@ into one sqlite store. Nothing changes between nights (A/A) but:
 
 - from --step-at on, model=chain (tests/plugin/chain_model.py) does --extra more work (0.1: 11 layers, not 10), its
   config and case unchanged, as a library upgrade changes a model's work: the gate must flag it within 3 nights;
-- on the --busy nights a burner (busy 50 ms, asleep 50 ms: half a core) runs beside the sweep, a slowdown of the whole
-  machine: where a case is fitted relative to its control, no alarm may follow.
+- on the --busy nights a burner runs beside the sweep, a slowdown of the whole machine: where a case is fitted
+  relative to its control, no alarm may follow. --burner cpu: busy 50 ms, asleep 50 ms (half a core); --burner
+  memory: a core copying 256 MB arrays throughout (STREAMER), which slows every job's blocks, not only those it
+  preempts.
+
+Every job gets --budget s (timing.max_time_s) and up to --processes worker processes (timing.processes, as many as
+the budget affords: at 1.5 s three for model=chain, one for the 20 ms matmuls); a process can run a few percent
+slower than its job's others throughout, and the job's typical time, the median over rounds taken in turn by its
+processes, is not moved by one such process of three.
 
 From --min-nights on, after each night the gate runs as CI runs it (a fresh `python -m runner history` process):
 plainly, and where that fails, again with --confirm, whose re-run of each flagged case joins the store as a CI job's
@@ -35,6 +43,19 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "benchmarks")]
 from history_real import BURNER, PLUGIN, PYTHON  # noqa: E402
+
+# A whole core copying 256 MB arrays without pause, for argv[1] seconds: the memory bus and the shared L3 cache
+# busy, which slows the blocks of every job, not only those it preempts (the fastest block of a turn, what the
+# runner's typical time reads, steps round a burner that only takes turns on a core).
+STREAMER = """
+import sys, time
+import numpy as np
+end, a = time.monotonic() + float(sys.argv[1]), np.ones(2**25)
+b = np.empty_like(a)
+while time.monotonic() < end:
+    np.copyto(b, a)
+"""
+BURNERS = {"cpu": BURNER, "memory": STREAMER}
 
 EXPERIMENT = "history-gate"
 SLOWED = "chain"
@@ -64,9 +85,9 @@ def environment(extra: float) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": path, "RUNNER_TEST_EXTRA_WORK": f"{extra:g}"}
 
 
-def run_night(uri: str, out: Path, budget: float, processes: int, extra: float, busy: bool) -> float:
-    """One night's sweep, with the burner beside it where `busy`; its wall time."""
-    burner = subprocess.Popen([PYTHON, "-c", BURNER, "600"]) if busy else None
+def run_night(uri: str, out: Path, budget: float, processes: int, extra: float, burner_code: str | None) -> float:
+    """One night's sweep, with `burner_code` running beside it (if any); its wall time."""
+    burner = subprocess.Popen([PYTHON, "-c", burner_code, "600"]) if burner_code else None
     start = time.perf_counter()
     try:
         command = night_command(uri, out, budget, processes)
@@ -101,8 +122,10 @@ def main() -> None:
     parser.add_argument("--step-at", type=int, default=40, help="the first night (0-based) with the extra work")
     parser.add_argument("--extra", type=float, default=0.1, help="the extra work of model=chain (0.1: 10%% more)")
     parser.add_argument("--busy", default="20,21,22", help="nights (0-based) with the burner beside them")
+    parser.add_argument("--burner", choices=BURNERS, default="cpu", help="cpu: half a core in bursts; memory: a "
+                        "core copying 256 MB arrays throughout")  # fmt: skip
     parser.add_argument("--min-nights", type=int, default=8, help="the first night after which the gate runs")
-    parser.add_argument("--budget", type=float, default=0.3, help="timing.max_time_s of every job")
+    parser.add_argument("--budget", type=float, default=1.5, help="timing.max_time_s of every job")
     parser.add_argument(
         "--processes", type=int, default=3, help="timing.processes of every job (as many as its budget affords)"
     )
@@ -120,8 +143,9 @@ def main() -> None:
     plain_failed, confirmed_failed, flagged_after = [], [], None
     for night in range(args.first_night, args.nights):
         extra = args.extra if night >= args.step_at else 0.0
-        wall = run_night(uri, folder / f"night-{night:02d}", args.budget, args.processes, extra, night in busy)
-        said = f"night {night:2d}: extra {extra:g}, burner {'on ' if night in busy else 'off'}, {wall:.0f} s"
+        burner = BURNERS[args.burner] if night in busy else None
+        wall = run_night(uri, folder / f"night-{night:02d}", args.budget, args.processes, extra, burner)
+        said = f"night {night:2d}: extra {extra:g}, burner {args.burner if night in busy else 'off'}, {wall:.0f} s"
         if night + 1 >= args.min_nights:
             plain = gate(uri, extra, confirm=False, within=args.new_within)
             confirmed = gate(uri, extra, confirm=True, within=args.new_within) if plain else []

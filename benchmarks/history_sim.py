@@ -100,8 +100,8 @@ def simulate(rng: np.random.Generator, size: float, where: str, heavy: bool) -> 
     if where == "drift":
         level = np.linspace(0, math.log(ratio), n)
     elif size:
-        ends = {"end20": n - 20, "end10": n - 10, "end2": n - 2, "end1": n - 1}
-        at = int(rng.integers(5, n - 4)) if where == "interior" else ends[where]
+        places = {"interior": int(rng.integers(5, n - 4)), "end20": n - 20, "end10": n - 10, "end2": n - 2}
+        at = places.get(where, n - 1)  # the interior place is drawn for every scenario: each keeps its series
         level[at:] = math.log(ratio)
     own = np.exp(rng.uniform(math.log(OWN_SD[0]), math.log(OWN_SD[1]), n))
     apart = rng.normal(0, APART_SD, n)

@@ -17,7 +17,7 @@ into one sqlite store. Nothing changes between nights (A/A) but:
 - on the --busy nights a burner runs beside the sweep, a slowdown of the whole machine: where a case is fitted
   relative to its control, no alarm may follow. --burner cpu: busy 50 ms, asleep 50 ms (half a core); --burner
   memory: a core copying 256 MB arrays throughout (STREAMER), which slows every job's blocks, not only those it
-  preempts.
+  preempts; --burner cores: every core spun throughout (SPINNER).
 
 Every job gets --budget s (timing.max_time_s) and up to --processes worker processes (timing.processes, as many as
 the budget affords: at 1.5 s three for model=chain, one for the 20 ms matmuls); a process can run a few percent
@@ -55,7 +55,18 @@ b = np.empty_like(a)
 while time.monotonic() < end:
     np.copyto(b, a)
 """
-BURNERS = {"cpu": BURNER, "memory": STREAMER}
+# Every core spun without pause for argv[1] seconds (one process a core, each ending when the first is killed): a
+# job's 20 ms calls then take 1.9x as long, every block preempted, while 43 us ones do not move.
+SPINNER = """
+import os, sys, time
+end, first = time.monotonic() + float(sys.argv[1]), os.getpid()
+for _ in range(os.cpu_count() - 1):
+    if os.fork() == 0:
+        break
+while time.monotonic() < end and (os.getpid() == first or os.getppid() == first):
+    pass
+"""
+BURNERS = {"cpu": BURNER, "memory": STREAMER, "cores": SPINNER}
 
 EXPERIMENT = "history-gate"
 SLOWED = "chain"
@@ -123,7 +134,7 @@ def main() -> None:
     parser.add_argument("--extra", type=float, default=0.1, help="the extra work of model=chain (0.1: 10%% more)")
     parser.add_argument("--busy", default="20,21,22", help="nights (0-based) with the burner beside them")
     parser.add_argument("--burner", choices=BURNERS, default="cpu", help="cpu: half a core in bursts; memory: a "
-                        "core copying 256 MB arrays throughout")  # fmt: skip
+                        "core copying 256 MB arrays throughout; cores: every core spun")  # fmt: skip
     parser.add_argument("--min-nights", type=int, default=8, help="the first night after which the gate runs")
     parser.add_argument("--budget", type=float, default=1.5, help="timing.max_time_s of every job")
     parser.add_argument(

@@ -226,10 +226,17 @@ def _unless_busy(
     BENCHMARKS.md), which no interval over their rounds can see; nor can the parts of one turn each see what else ran
     in the other's turn (identical generations came out 0.70x [0.61-0.81] on a busy machine). Where the machine was
     busy, a difference that load alone could make (an interval reaching within BUSY_FACTOR of 1) is no verdict."""
-    low, high = interval
-    if busy <= BUSY_OTHER_RUNNABLE or low >= BUSY_FACTOR or high <= 1 / BUSY_FACTOR:
+    if not load_could_make(interval, busy):
         return verdict, reason
     return Verdict.CANNOT_TELL, f"looks {verdict}, but the machine was busy: {busy:.1f} other runnable"
+
+
+def load_could_make(interval: tuple[float, float], busy: float) -> bool:
+    """Whether a ratio with this interval is one that load alone could make: the machine was busy (`busy`, other
+    runnable threads on average, above BUSY_OTHER_RUNNABLE) and the interval reaches within BUSY_FACTOR of 1. The
+    comparisons' rule, and the history's for a step beside a level measured busy (runner.report.history)."""
+    low, high = interval
+    return busy > BUSY_OTHER_RUNNABLE and low < BUSY_FACTOR and high > 1 / BUSY_FACTOR
 
 
 def _ratio(

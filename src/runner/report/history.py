@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 from dataclasses import asdict, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -36,6 +37,7 @@ from pathlib import Path
 from runner.identity import Key
 from runner.record.runs import Run, from_dirs
 from runner.record.table import format_interval, format_ratio, format_seconds
+from runner.report.comparison import load_could_make
 from runner.report.history_fdr import DEFAULT_FDR, control_fdr, fdr_summary
 from runner.report.history_numbers import (
     format_number,
@@ -69,16 +71,32 @@ def build(
         found.setdefault((case, machine), History(case, case_name, machine, machine_name)).entries.append(entry)
     for history in found.values():
         history.entries.sort(key=lambda e: e.started)
-        history.steps = find_steps([e.point() for e in history.entries])
+        history.steps = unless_busy(history.entries, find_steps([e.point() for e in history.entries]))
         history.is_control = history.case in control_cases
         if controls.get(history.case) and all(not math.isnan(e.control_s) for e in history.entries):
             history.control_name, history.raw_steps = controls[history.case], history.steps
-            history.steps = find_steps([e.point(relative=True) for e in history.entries])
+            history.steps = unless_busy(history.entries, find_steps([e.point(relative=True) for e in history.entries]))
         history.numbers = numeric_steps(history.entries)
     histories = list(found.values())
     if fdr is not None:
         control_fdr(histories, fdr)
     return sorted(histories, key=_urgency)
+
+
+def unless_busy(entries: list[Entry], steps: list[Step]) -> list[Step]:
+    """The steps, a regression or improvement that load alone could make (comparison.load_could_make) where a level
+    either side of it was measured busy (its runs' median of other runnable threads) labelled BUSY: shown, and no gate
+    fails on it. A load through a few nights slows a case's long calls, and not the control's short ones, so the
+    control cannot cancel it; once the level's runs are mostly quiet again, a step that stays is a step again."""
+    edges = [0, *(s.index for s in steps), len(entries)]
+    marked = []
+    for k, step in enumerate(steps):
+        levels = (entries[edges[k] : edges[k + 1]], entries[edges[k + 1] : edges[k + 2]])
+        busy = max(statistics.median(e.busy for e in level) for level in levels if level)
+        if step.label in (Label.REGRESSION, Label.IMPROVEMENT) and load_could_make((step.low, step.high), busy):
+            step = replace(step, label=Label.BUSY)
+        marked.append(step)
+    return marked
 
 
 def _urgency(history: History) -> tuple:
@@ -121,6 +139,7 @@ def from_runs(
             control_s=control_times.get((run.sweep, control), math.nan),
             numbers=recorded_numbers(run.metrics),
             confirmed=run.tags.get(CONFIRMED_TAG, ""),
+            busy=float(run.metrics.get("machine_other_runnable") or 0.0),
         )
         entries.append((found.case.key, found.case.name, machine.key, machine.name, entry))
     return build(entries, controls, {r.tags[CONTROL_TAG] for r in runs if r.tags.get(CONTROL_TAG)}, fdr)
@@ -192,7 +211,8 @@ def describe_step(history: History, step: Step) -> str:
         return f"{step.label}: {runs} run{'s' if runs != 1 else ''} since {when}, {MIN_POINTS} tell a step"
     interval = format_interval((step.low, step.high))
     where = f"run {first.run_id[:12]} ({when}{', ' + first.version if first.version else ''})"
-    return f"{_label(step)}: {format_ratio(step.ratio)}{f' [{interval[:-1]}]' if interval else ''} from {where}"
+    said = f"{_label(step)}: {format_ratio(step.ratio)}{f' [{interval[:-1]}]' if interval else ''} from {where}"
+    return said + (", beside runs measured busy: load alone makes as much" if step.label == Label.BUSY else "")
 
 
 def _when(entry: Entry) -> str:

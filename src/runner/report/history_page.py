@@ -13,7 +13,12 @@ from runner.report.history_numbers import format_number
 from runner.report.history_series import NUMBERS
 from runner.report.steps import Label
 
-SHADES = {Label.REGRESSION: "tab:red", Label.IMPROVEMENT: "tab:green", Label.SUSPICIOUS: "tab:orange"}
+SHADES = {
+    Label.REGRESSION: "tab:red",
+    Label.IMPROVEMENT: "tab:green",
+    Label.SUSPICIOUS: "tab:orange",
+    Label.BUSY: "tab:grey",
+}
 STYLE = "body{font-family:sans-serif;max-width:60em;margin:2em auto}td,th{padding:.2em .6em;text-align:left}"
 
 

@@ -32,6 +32,7 @@ class Entry:
     control_s: float = math.nan  # the typical time of the control its sweep timed beside it (runner.launch.control)
     numbers: dict[str, float] = field(default_factory=dict)  # its NUMBERS, where it recorded them
     confirmed: str = ""  # its CONFIRMED_TAG, where runner history --confirm re-ran its case
+    busy: float = 0.0  # other runnable threads while it was timed, on average (machine_other_runnable)
 
     def point(self, relative: bool = False) -> Point:
         """Its typical time as a point of the series, or its ratio to its control (`relative`): measured in the same

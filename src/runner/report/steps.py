@@ -110,6 +110,7 @@ class Label(StrEnum):
     SUSPICIOUS = "suspicious"
     INSUFFICIENT = "insufficient data"
     NUMERIC = "numeric change"  # a step in a run's numbers, not its time (runner.report.history; never find_steps')
+    BUSY = "busy machine"  # a step load alone could make, beside runs measured busy (runner.report.history)
 
 
 @dataclass(frozen=True)

@@ -169,7 +169,7 @@ def main() -> None:
             said += f"; gate: {len(plain)} failing, {len(confirmed)} after --confirm"
             said += "".join(f"\n    {c}" for c in confirmed or plain)
         print(said, flush=True)
-    gated = args.nights - args.min_nights + 1
+    gated = args.nights - max(args.min_nights - 1, args.first_night)  # this invocation's nights
     print(f"\nnights gated: {gated}; with a false alarm: {len(plain_failed)} plainly {plain_failed}, "
           f"{len(confirmed_failed)} with --confirm {confirmed_failed}")  # fmt: skip
     print(f"the {args.extra:.0%} step from night {args.step_at}: flagged after {flagged_after} night(s)")

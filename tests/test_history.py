@@ -208,6 +208,20 @@ def test_history_with_no_arguments_reads_the_default_store_and_says_so(slowed, m
     assert missing.returncode == 1 and missing.stderr.startswith("error: no store at ")
 
 
+def test_a_step_read_from_folders_names_the_run_by_its_sweep_folder_and_job(tmp_path):
+    """Runs read from their folders have no MLflow id: a step names its first run by the folder's last two parts."""
+    rng = np.random.default_rng(3)
+    for i in range(14):
+        value = 100e-6 * (1.1 if i >= 7 else 1.0) * math.exp(rng.normal(0, 0.01))
+        run_dir = tmp_path / f"night-{i:02d}" / "0"
+        run_dir.mkdir(parents=True)
+        metrics = {"time_typical_s": value, "time_median_s": value, "time_iqr_s": 0.0, "first_call_s": value}
+        Result(Status.FINISHED, CONFIG, metrics, MACHINE, started=1.79e9 + 3600 * i).save(run_dir)
+    result = runner_main("history", *(str(tmp_path / f"night-{i:02d}") for i in range(14)))
+    assert result.returncode == 0, result.stderr
+    assert "  regression: 1.1" in result.stdout and " from run night-07/0 (2026-09-21 " in result.stdout, result.stdout
+
+
 def test_a_folder_argument_finds_the_runs_below_it_and_json_is_strict(tmp_path):
     """Two runs of a case in folders of their own under one folder: a series of two, its step 'insufficient data'
     with no interval, which strict JSON says as null."""

@@ -210,9 +210,15 @@ def describe_step(history: History, step: Step) -> str:
         runs = len(history.entries) - step.index
         return f"{step.label}: {runs} run{'s' if runs != 1 else ''} since {when}, {MIN_POINTS} tell a step"
     interval = format_interval((step.low, step.high))
-    where = f"run {first.run_id[:12]} ({when}{', ' + first.version if first.version else ''})"
+    where = f"run {run_said(first.run_id)} ({when}{', ' + first.version if first.version else ''})"
     said = f"{_label(step)}: {format_ratio(step.ratio)}{f' [{interval[:-1]}]' if interval else ''} from {where}"
     return said + (", beside runs measured busy: load alone makes as much" if step.label == Label.BUSY else "")
+
+
+def run_said(run_id: str) -> str:
+    """An MLflow run id's first 12 characters; a run read from its folder, the folder's last two parts (a sweep's
+    folder and the job's number: night-31/5)."""
+    return "/".join(Path(run_id).parts[-2:]) if "/" in run_id else run_id[:12]
 
 
 def _when(entry: Entry) -> str:
@@ -233,7 +239,8 @@ def describe_number(history: History, name: str, step: Step) -> str:
     earlier = next((e for e in reversed(history.entries[: step.index]) if name in e.numbers), first)
     versions = versions_said(earlier.version, first.version)
     what = f"{NUMBERS[name]} {format_number(name, before)} → {format_number(name, after)}"
-    return f"{_label(step)}: {what} from run {first.run_id[:12]} ({_when(first)}{'; ' + versions if versions else ''})"
+    where = f"run {run_said(first.run_id)} ({_when(first)}{'; ' + versions if versions else ''})"
+    return f"{_label(step)}: {what} from {where}"
 
 
 def lines(histories: list[History], fdr: float | None = None) -> list[str]:

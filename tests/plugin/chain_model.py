@@ -4,6 +4,11 @@ Its work can grow without its config changing, as a library upgrade changes a mo
 environment variable RUNNER_TEST_EXTRA_WORK (a fraction, e.g. 0.1) adds that share of layers (10 layers, 0.1: 11).
 The case key (runner.identity.case) comes from the config, so a run with the extra work is the same case, one
 point further along its history: benchmarks/history_real.py slows it from a chosen sweep on.
+
+Its numbers can change the same way: RUNNER_TEST_OFFSET (e.g. 100) adds that constant to every layer's output and
+takes it away again, which float64 keeps and float32 rounds to the constant's precision (at 100, 64 features, batch
+8: its error against the float64 reference grows from 1.9e-7 to 1.6e-6, within the tolerance), as an upgrade that
+computes less carefully would.
 """
 
 from __future__ import annotations
@@ -15,11 +20,18 @@ import numpy as np
 from runner.models import Workload
 
 EXTRA_WORK = "RUNNER_TEST_EXTRA_WORK"
+OFFSET = "RUNNER_TEST_OFFSET"
 
 
 def extra_work() -> float:
     """The share of extra work asked for by RUNNER_TEST_EXTRA_WORK (0 where it is unset or empty)."""
     text = os.environ.get(EXTRA_WORK, "").strip()
+    return float(text) if text else 0.0
+
+
+def offset() -> float:
+    """The constant of RUNNER_TEST_OFFSET (0 where it is unset or empty)."""
+    text = os.environ.get(OFFSET, "").strip()
     return float(text) if text else 0.0
 
 
@@ -30,6 +42,7 @@ class ChainModel(Workload):
     def __init__(self, features: int = 128, layers: int = 10):
         self.features = features
         self.layers = max(1, round(layers * (1 + extra_work())))  # the layers it runs: its config's, plus the extra
+        self.offset = offset()
 
     def init_params(self, rng: np.random.Generator) -> dict[str, np.ndarray]:
         # He's scale: relu halves the variance, the weight doubles it, so h keeps its size through the layers
@@ -45,4 +58,5 @@ class ChainModel(Workload):
         h = x
         for _ in range(self.layers):
             h = ops.relu(ops.linear(h, params["w"]))
+            h = (h + self.offset) - self.offset if self.offset else h
         return h

@@ -12,16 +12,25 @@ import numpy as np
 from runner.report.history_series import NUMBERS, Entry, History
 from runner.report.steps import Label, Step, find_steps
 
+# The least factor by which a metric must move to be a numeric change: the error of another, equally careful order
+# of the same sums (a new kernel, another blocking) moves by less, and a gate that fails on that gets switched off.
+# Every change of the tokens counts (a count fitted plus one: 0 -> 1 is 2x, 3 -> 4 is 1.25x).
+MATERIAL = {"max_rel_err_vs_reference": 2.0, "tokens_differ": 1.0}
+
 
 def numeric_steps(entries: list[Entry]) -> dict[str, list[Step]]:
-    """Per metric of NUMBERS that some of `entries` recorded, the steps of its series, each a NUMERIC change (a part
-    too short to tell is left to the times' series to say)."""
+    """Per metric of NUMBERS that some of `entries` recorded, the steps of its series that move it by its MATERIAL
+    factor or more, each a NUMERIC change (a part too short to tell is left to the times' series to say)."""
     found = {}
     for name in NUMBERS:
         if any(name in e.numbers for e in entries):
             steps = find_steps([e.number_point(name) for e in entries])
-            found[name] = [replace(s, label=Label.NUMERIC) for s in steps if s.label != Label.INSUFFICIENT]
+            found[name] = [replace(s, label=Label.NUMERIC) for s in steps if _material(s, MATERIAL[name])]
     return found
+
+
+def _material(step: Step, factor: float) -> bool:
+    return step.label != Label.INSUFFICIENT and max(step.ratio, 1 / step.ratio) >= factor
 
 
 def recorded_numbers(metrics: dict[str, float]) -> dict[str, float]:

@@ -72,13 +72,13 @@ EXPERIMENT = "history-gate"
 SLOWED = "chain"
 
 
-def night_command(uri: str, out: Path, budget: float, processes: int) -> list[str]:
+def night_command(uri: str, out: Path, budget: float, processes: int, slowed: str = SLOWED) -> list[str]:
     return [
         PYTHON,
         str(ROOT / "run.py"),
         "-m",
         f"hydra.searchpath=[file://{PLUGIN / 'conf'}]",
-        f"model={SLOWED},mlp,matmul",
+        f"model={slowed},mlp,matmul",
         "task=inference",
         "backend=numpy,torch",
         "threads=1",
@@ -96,12 +96,14 @@ def environment(extra: float) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": path, "RUNNER_TEST_EXTRA_WORK": f"{extra:g}"}
 
 
-def run_night(uri: str, out: Path, budget: float, processes: int, extra: float, burner_code: str | None) -> float:
+def run_night(
+    uri: str, out: Path, budget: float, processes: int, extra: float, burner_code: str | None, slowed: str
+) -> float:
     """One night's sweep, with `burner_code` running beside it (if any); its wall time."""
     burner = subprocess.Popen([PYTHON, "-c", burner_code, "600"]) if burner_code else None
     start = time.perf_counter()
     try:
-        command = night_command(uri, out, budget, processes)
+        command = night_command(uri, out, budget, processes, slowed)
         done = subprocess.run(command, cwd=ROOT, env=environment(extra), capture_output=True, text=True, timeout=900)
     finally:
         if burner is not None:
@@ -131,6 +133,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nights", type=int, default=50)
     parser.add_argument("--step-at", type=int, default=40, help="the first night (0-based) with the extra work")
+    parser.add_argument("--slowed", default=SLOWED, help="the model given --extra work: chain (10 layers: steps of "
+                        "10%%) or chain20 (20 layers: 5%%)")  # fmt: skip
     parser.add_argument("--extra", type=float, default=0.1, help="the extra work of model=chain (0.1: 10%% more)")
     parser.add_argument("--busy", default="20,21,22", help="nights (0-based) with the burner beside them")
     parser.add_argument("--burner", choices=BURNERS, default="cpu", help="cpu: half a core in bursts; memory: a "
@@ -155,7 +159,7 @@ def main() -> None:
     for night in range(args.first_night, args.nights):
         extra = args.extra if night >= args.step_at else 0.0
         burner = BURNERS[args.burner] if night in busy else None
-        wall = run_night(uri, folder / f"night-{night:02d}", args.budget, args.processes, extra, burner)
+        wall = run_night(uri, folder / f"night-{night:02d}", args.budget, args.processes, extra, burner, args.slowed)
         said = f"night {night:2d}: extra {extra:g}, burner {args.burner if night in busy else 'off'}, {wall:.0f} s"
         if night + 1 >= args.min_nights:
             plain = gate(uri, extra, confirm=False, within=args.new_within)

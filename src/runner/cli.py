@@ -137,7 +137,7 @@ def _history(args: argparse.Namespace) -> int:
         writable_folder(args.html, "--html")
     uri, found = _histories(args, uri)
     confirmed = None
-    gated = history.recent(found, args.new_within)
+    gated = history.recent(found, args.new_within, args.fdr)
     if args.confirm and args.markdown:  # the re-runs first, so that the comment says what they found
         flagged = history.failing_steps(gated, labels)
         confirmed = _confirmed(uri, flagged)

@@ -279,20 +279,38 @@ def failing_steps(histories: list[History], labels: set[str]) -> list[tuple[Hist
     return [(h, steps) for h, steps in found if steps and not h.is_control]
 
 
-def recent(histories: list[History], newest: int | None) -> list[History]:
+def recent(histories: list[History], newest: int | None, fdr: float | None = DEFAULT_FDR) -> list[History]:
     """The histories as a nightly gate judges them (runner history --new-within N): only the steps, in times and in
-    numbers, that start among each series' newest `newest` runs, what the latest runs changed; an older step stays in
-    the history and its pages, and fails no gate again. None: every step."""
+    numbers, new to the gate: those that start among each series' newest `newest` runs, and those its newest run
+    made significant (read without it, at the same false-discovery rate `fdr`, the series had no such step), so that
+    a small step that the store's rate lets through only after a few more runs still fails a night. An older step
+    stays in the history and its pages, and fails no gate again. None: every step."""
     if newest is None:
         return histories
+    told = {(h.case, h.machine): h for h in _without_newest(histories, fdr)}
 
-    def new(h: History, steps: list[Step]) -> list[Step]:
-        return [s for s in steps if len(h.entries) - s.index <= newest]
+    def new(h: History, steps: list[Step], earlier: list[Step]) -> list[Step]:
+        return [s for s in steps if len(h.entries) - s.index <= newest or not _told(s, earlier)]
 
-    return [
-        replace(h, steps=new(h, h.steps), numbers={name: new(h, steps) for name, steps in h.numbers.items()})
-        for h in histories
-    ]
+    gated = []
+    for h in histories:
+        before = told.get((h.case, h.machine), History(h.case, h.case_name, h.machine, h.machine_name))
+        numbers = {name: new(h, steps, before.numbers.get(name, [])) for name, steps in h.numbers.items()}
+        gated.append(replace(h, steps=new(h, h.steps, before.steps), numbers=numbers))
+    return gated
+
+
+def _without_newest(histories: list[History], fdr: float | None) -> list[History]:
+    """The histories as they were before each series' newest run (the same controls, the same rate)."""
+    entries = [(h.case, h.case_name, h.machine, h.machine_name, e) for h in histories for e in h.entries[:-1]]
+    controls = {h.case: h.control_name for h in histories if h.relative}
+    return build(entries, controls, {h.case for h in histories if h.is_control}, fdr)
+
+
+def _told(step: Step, earlier: list[Step]) -> bool:
+    """Whether the series without its newest run had this step already, significant and so labelled (where the fit
+    placed it then, a run either way)."""
+    return any(e.significant and e.label == step.label and abs(e.index - step.index) <= 1 for e in earlier)
 
 
 def failing_numbers(histories: list[History], labels: set[str]) -> list[str]:

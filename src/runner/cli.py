@@ -106,8 +106,8 @@ def _history_parser(commands, uri_help: str) -> None:
         "--new-within",
         type=int,
         metavar="N",
-        help="with --fail-on: only steps new to the gate, that start among each series' newest N runs or that its "
-        "newest run made significant (a nightly gate: 3)",
+        help="with --fail-on: only steps new to the gate, that start among each series' newest N runs or are "
+        "significant now and never were before (a nightly gate: 3)",
     )
     history.add_argument(
         "--confirm",

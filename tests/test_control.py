@@ -150,7 +150,7 @@ def test_a_load_the_control_cannot_cancel_fails_no_gate_where_its_runs_were_meas
 
     def gate(nights: int, recorded: bool) -> list[str]:
         histories = history.build(store(nights, recorded), controls={"case": "control"}, fdr=None)
-        return history.failing(history.recent(histories, 3, None), {"regression", "improvement"})
+        return history.failing(history.recent(histories, 3), {"regression", "improvement"})
 
     assert all(gate(nights, recorded=True) == [] for nights in range(9, 15))
     loaded_now = history.build(store(10, recorded=True), controls={"case": "control"}, fdr=None)[0]

@@ -106,8 +106,7 @@ def _history_parser(commands, uri_help: str) -> None:
         "--new-within",
         type=int,
         metavar="N",
-        help="with --fail-on: only steps new to the gate, that start among each series' newest N runs or are "
-        "significant now and never were before (a nightly gate: 3)",
+        help="with --fail-on: only steps that start among each series' newest N runs (a nightly gate: 3)",
     )
     history.add_argument(
         "--confirm",
@@ -138,7 +137,7 @@ def _history(args: argparse.Namespace) -> int:
         writable_folder(args.html, "--html")
     uri, found = _histories(args, uri)
     confirmed = None
-    gated = history.recent(found, args.new_within, args.fdr)
+    gated = history.recent(found, args.new_within)
     if args.confirm and args.markdown:  # the re-runs first, so that the comment says what they found
         flagged = history.failing_steps(gated, labels)
         confirmed = _confirmed(uri, flagged)
@@ -146,7 +145,7 @@ def _history(args: argparse.Namespace) -> int:
     if args.json:
         print(history.to_json(found))
     elif args.markdown:
-        print(history_markdown.comment(found, args.fdr, labels, args.confirm))
+        print(history_markdown.comment(found, args.fdr, labels, args.confirm, args.new_within))
     else:
         print("\n".join(history.lines(found, args.fdr)))
     aside = sys.stderr if args.json or args.markdown else sys.stdout

@@ -279,54 +279,20 @@ def failing_steps(histories: list[History], labels: set[str]) -> list[tuple[Hist
     return [(h, steps) for h, steps in found if steps and not h.is_control]
 
 
-def recent(histories: list[History], newest: int | None, fdr: float | None = DEFAULT_FDR) -> list[History]:
+def recent(histories: list[History], newest: int | None) -> list[History]:
     """The histories as a nightly gate judges them (runner history --new-within N): only the steps, in times and in
-    numbers, new to the gate: those that start among each series' newest `newest` runs, and those significant now
-    that never were before (read without its newest run, its 2 newest, ... back to the step, at the same
-    false-discovery rate `fdr`), so that a small step that the store's rate lets through only some runs after it
-    started fails a night, once. An older step stays in the history and its pages, and fails no gate again. None:
-    every step."""
+    numbers, that start among each series' newest `newest` runs, what the latest runs changed; an older step stays in
+    the history and its pages, and fails no gate again. None: every step."""
     if newest is None:
         return histories
-    earlier = _Earlier(histories, fdr)
 
-    def new(h: History, steps: list[Step], metric: str = "") -> list[Step]:
-        return [s for s in steps if len(h.entries) - s.index <= newest or not earlier.told(h, s, metric)]
+    def new(h: History, steps: list[Step]) -> list[Step]:
+        return [s for s in steps if len(h.entries) - s.index <= newest]
 
     return [
-        replace(h, steps=new(h, h.steps), numbers={name: new(h, steps, name) for name, steps in h.numbers.items()})
+        replace(h, steps=new(h, h.steps), numbers={name: new(h, steps) for name, steps in h.numbers.items()})
         for h in histories
     ]
-
-
-class _Earlier:
-    """The store as it was before each series' newest k runs (the same controls, the same rate), built once per k
-    asked for: in a nightly store, the gate of k nights ago."""
-
-    def __init__(self, histories: list[History], fdr: float | None):
-        self.histories, self.fdr = histories, fdr
-        self.views: dict[int, dict[tuple[str, str], History]] = {}
-
-    def told(self, history: History, step: Step, metric: str) -> bool:
-        """Whether a significant step already stood there (its label, a run either way) in some earlier view since
-        the step's first run; a step not significant now is left as it is (it fails no gate)."""
-        if not step.significant:
-            return True
-        for back in range(1, len(history.entries) - step.index):
-            then = self._view(back).get((history.case, history.machine))
-            steps = (then.numbers.get(metric, []) if metric else then.steps) if then else []
-            if any(e.significant and e.label == step.label and abs(e.index - step.index) <= 1 for e in steps):
-                return True
-        return False
-
-    def _view(self, back: int) -> dict[tuple[str, str], History]:
-        if back not in self.views:
-            hs = self.histories
-            entries = [(h.case, h.case_name, h.machine, h.machine_name, e) for h in hs for e in h.entries[:-back]]
-            controls = {h.case: h.control_name for h in hs if h.relative}
-            built = build(entries, controls, {h.case for h in hs if h.is_control}, self.fdr)
-            self.views[back] = {(h.case, h.machine): h for h in built}
-        return self.views[back]
 
 
 def failing_numbers(histories: list[History], labels: set[str]) -> list[str]:

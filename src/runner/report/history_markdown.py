@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 
 from runner.record.table import format_interval, format_ratio, format_seconds
-from runner.report.history import NUMBERS, History, fdr_summary, format_number, number_levels
+from runner.report.history import NUMBERS, History, fdr_summary, format_number, number_levels, recent
 from runner.report.steps import Label, Step
 
 ALERTS = {str(Label.REGRESSION), str(Label.SUSPICIOUS), str(Label.NUMERIC)}  # without --fail-on: what alerts
@@ -30,13 +30,17 @@ class Row:
     alert: bool = False
 
 
-def comment(histories: list[History], fdr: float | None, labels: set[str], confirm: bool = False) -> str:
+def comment(
+    histories: list[History], fdr: float | None, labels: set[str], confirm: bool = False, within: int | None = None
+) -> str:
     """The comment: headline, the false-discovery line, the table of cases with a step, the quiet cases. `labels`:
     --fail-on's (none: the ALERTS labels alert, and there is no gate); `confirm`: the gate fails only on the steps
-    in time that a re-run confirmed (the newest run's history.confirmed tag), as runner history --confirm does."""
-    rows = _rows(histories, labels or ALERTS)
+    in time that a re-run confirmed (the newest run's history.confirmed tag), as runner history --confirm does;
+    `within`: --new-within's N, a step older than that alerts no more (history.recent), as it fails no gate."""
+    new = {(h.case, h.machine, name, s.index) for h in recent(histories, within) for name, s in _steps(h)}
+    rows = _rows(histories, labels or ALERTS, new)
     quiet = [h for h in histories if not any(r.history is h for r in rows)]
-    out = [_headline(rows, histories, labels, confirm), ""]
+    out = [_headline(rows, histories, labels, confirm, within), ""]
     out += [fdr_summary(histories, fdr), ""] if fdr is not None else []
     out += _table(rows) if rows else ["No step in any case."]
     return "\n".join(out + _quiet(quiet))
@@ -47,14 +51,22 @@ def cell(text: str) -> str:
     return SPECIAL.sub(r"\\\1", " ".join(str(text).split()))
 
 
-def _rows(histories: list[History], labels: set[str]) -> list[Row]:
-    """Every step that alerts (significant, its label among `labels`, not a control's), then for each case without
-    one, its newest step in time and in each of its numbers."""
+def _steps(h: History) -> list[tuple[str, Step]]:
+    """Its steps in time ('') and in each of its numbers (the metric's name)."""
+    return [("", s) for s in h.steps] + [(name, s) for name, steps in h.numbers.items() for s in steps]
+
+
+def _rows(histories: list[History], labels: set[str], new: set[tuple[str, str, str, int]]) -> list[Row]:
+    """Every step that alerts (significant, its label among `labels`, not a control's, among the `new` ones), then
+    for each case without one, its newest step in time and in each of its numbers."""
     alerts, others = [], []
     for h in histories:
-        found = [(s, "") for s in h.steps if s.label != Label.INSUFFICIENT]
-        found += [(s, name) for name, steps in h.numbers.items() for s in steps]
-        raised = [Row(h, s, name, True) for s, name in found if _alerts(h, s, labels)]
+        found = [(s, name) for name, s in _steps(h) if s.label != Label.INSUFFICIENT]
+        raised = [
+            Row(h, s, name, True)
+            for s, name in found
+            if _alerts(h, s, labels) and (h.case, h.machine, name, s.index) in new
+        ]
         alerts += raised
         if not raised:
             newest = {name: s for s, name in sorted(found, key=lambda item: item[0].index)}
@@ -72,14 +84,14 @@ def _failing(row: Row, labels: set[str], confirm: bool) -> bool:
     return not confirm or bool(row.metric) or row.history.entries[-1].confirmed.startswith("yes")
 
 
-def _headline(rows: list[Row], histories: list[History], labels: set[str], confirm: bool) -> str:
+def _headline(rows: list[Row], histories: list[History], labels: set[str], confirm: bool, within: int | None) -> str:
     alerts = sum(r.alert for r in rows)
     cases = sum(not h.is_control for h in histories)  # as the false-discovery line counts them: controls aside
     found = f"{alerts} alert{'s' if alerts != 1 else ''} in {cases} series"
     if not labels:
         return f"### runner history: {found}"
     given = ",".join(sorted(label.split()[0] for label in labels))  # as fail_labels takes them: 'numeric'
-    gate = f"`--fail-on {given}{' --confirm' if confirm else ''}`"
+    gate = f"`--fail-on {given}{f' --new-within {within}' if within else ''}{' --confirm' if confirm else ''}`"
     failing = any(_failing(r, labels, confirm) for r in rows)
     return f"### runner history: {'❌ fails' if failing else '✅ passes'} {gate}: {found}"
 

@@ -253,7 +253,8 @@ def test_a_config_of_other_sizes_is_one_line_with_the_settings_that_fit(tmp_path
     )
     _, folder = checkpoints["llama"]
     assert refusal(folder, "llama", tmp_path, "model.context=256") == (
-        f"{folder}/config.json sets max_position_embeddings=128, this run model.context=256: run with model.context=128"
+        f"{folder}/config.json: max_position_embeddings=128, but model.context=256: positions past 128 are beyond "
+        "what the checkpoint was trained for; run with model.context=128 or less"
     )
     assert refusal(folder, "llama", tmp_path, "model.rope_theta=500000", "model.rope_scaling=null") == (
         f'{folder}/config.json sets rope_parameters.rope_theta=100.0, rope_parameters={{"factor": 32.0, '

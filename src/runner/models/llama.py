@@ -45,11 +45,11 @@ HF_SIZES = {
     "num_attention_heads": ("heads", 32),
     "intermediate_size": ("ffn", 11008),
     "vocab_size": ("vocab_size", 32000),
-    "max_position_embeddings": ("context", 2048),
     "rms_norm_eps": ("rms_eps", 1e-6),
     "tie_word_embeddings": ("tie_embeddings", False),
 }
-QWEN2_DEFAULTS = {"intermediate_size": 22016, "vocab_size": 151936, "max_position_embeddings": 32768}
+QWEN2_DEFAULTS = {"intermediate_size": 22016, "vocab_size": 151936}
+TRAINED_POSITIONS = {"llama": 2048, "qwen2": 32768}  # max_position_embeddings where config.json leaves it out
 # transformers before 4.31 saved each layer's rotary inverse frequencies: a constant the model computes, not a weight
 HF_BUFFERS = re.compile(r"(layers\.\d+\.self_attn\.)?rotary_emb\.inv_freq")
 
@@ -215,6 +215,12 @@ class Llama(CausalLM):
         elif not config.get("attention_bias", False):  # a Llama's attention biases include o_proj's: _hf_arithmetic
             settings.append(Setting("attention_bias", False, "qkv_bias", self.qkv_bias, False))
         check_config(source, self.name, settings, self._hf_arithmetic(family), config)
+        trained = config.get("max_position_embeddings", TRAINED_POSITIONS[family])
+        if self.context > trained:
+            raise ConfigError(
+                f"{source}: max_position_embeddings={trained}, but model.context={self.context}: positions past "
+                f"{trained} are beyond what the checkpoint was trained for; run with model.context={trained} or less"
+            )
 
     def _rope_settings(self, config: Mapping[str, Any], source: Path) -> list[Setting]:
         """The rotary base and Llama 3's scaling as transformers 5 writes them (`rope_parameters`) or as before

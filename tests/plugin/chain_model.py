@@ -25,13 +25,16 @@ OFFSET = "RUNNER_TEST_OFFSET"
 
 def extra_work() -> float:
     """The share of extra work asked for by RUNNER_TEST_EXTRA_WORK (0 where it is unset or empty)."""
-    text = os.environ.get(EXTRA_WORK, "").strip()
-    return float(text) if text else 0.0
+    return _number(EXTRA_WORK)
 
 
 def offset() -> float:
     """The constant of RUNNER_TEST_OFFSET (0 where it is unset or empty)."""
-    text = os.environ.get(OFFSET, "").strip()
+    return _number(OFFSET)
+
+
+def _number(variable: str) -> float:
+    text = os.environ.get(variable, "").strip()
     return float(text) if text else 0.0
 
 

@@ -46,7 +46,7 @@ from runner.report.history_numbers import (
     recorded_numbers,
     versions_said,
 )
-from runner.report.history_series import NUMBERS, Entry, History
+from runner.report.history_series import NUMBERS, Entry, History, either_side
 from runner.report.steps import MIN_POINTS, Label, Step, find_steps
 
 CHANGE_TAG = "history.change"  # a curator's mark: the distribution changes at this run (why, as its value)
@@ -88,11 +88,9 @@ def unless_busy(entries: list[Entry], steps: list[Step]) -> list[Step]:
     either side of it was measured busy (its runs' median of other runnable threads) labelled BUSY: shown, and no gate
     fails on it. A load through a few nights slows a case's long calls, and not the control's short ones, so the
     control cannot cancel it; once the level's runs are mostly quiet again, a step that stays is a step again."""
-    edges = [0, *(s.index for s in steps), len(entries)]
     marked = []
-    for k, step in enumerate(steps):
-        levels = (entries[edges[k] : edges[k + 1]], entries[edges[k + 1] : edges[k + 2]])
-        busy = max(statistics.median(e.busy for e in level) for level in levels if level)
+    for step in steps:
+        busy = max(statistics.median(e.busy for e in level) for level in either_side(entries, steps, step) if level)
         if step.label in (Label.REGRESSION, Label.IMPROVEMENT) and load_could_make((step.low, step.high), busy):
             step = replace(step, label=Label.BUSY)
         marked.append(step)

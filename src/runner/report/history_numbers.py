@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from runner.report.history_series import NUMBERS, Entry, History
+from runner.report.history_series import NUMBERS, Entry, History, either_side
 from runner.report.steps import Label, Step, find_steps
 
 # The least factor by which a metric must move to be a numeric change: the error of another, equally careful order
@@ -51,10 +51,8 @@ def versions_said(before: str, after: str) -> str:
 def number_levels(history: History, name: str, step: Step) -> tuple[float, float]:
     """The median of the metric `name` over the runs of the level before `step` and of the level after it (each
     from the metric's step before, or the first run, to its next step, or the newest run)."""
-    starts = [s.index for s in history.numbers.get(name, [])]
-    start = max((i for i in starts if i < step.index), default=0)
-    end = min((i for i in starts if i > step.index), default=len(history.entries))
-    return _median(history.entries[start : step.index], name), _median(history.entries[step.index : end], name)
+    before, after = either_side(history.entries, history.numbers.get(name, []), step)
+    return _median(before, name), _median(after, name)
 
 
 def _median(entries: Iterable[Entry], name: str) -> float:

@@ -74,3 +74,12 @@ class History:
 
     def newest_step(self) -> Step | None:
         return max(self.steps, key=lambda s: s.index, default=None)
+
+
+def either_side(entries: list[Entry], steps: list[Step], step: Step) -> tuple[list[Entry], list[Entry]]:
+    """The runs of the level before `step` and of the level after it, among a series' `steps`: each from the step
+    before (or the first run) to the next one (or the newest run)."""
+    starts = [s.index for s in steps]
+    start = max((i for i in starts if i < step.index), default=0)
+    end = min((i for i in starts if i > step.index), default=len(entries))
+    return entries[start : step.index], entries[step.index : end]

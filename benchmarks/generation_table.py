@@ -6,8 +6,9 @@ with the others, and its time to first token, time per token and tokens per seco
     .venv/bin/python run.py +experiment=generation model=gpt2_small task.new_tokens=32
     .venv/bin/python benchmarks/generation_table.py SWEEP_DIR [SWEEP_DIR ...]
 
-Tokens "same as" compares each run's tokens (tensors.h5 outputs/tokens) with the first run's of the same sweep, up to
-the first step either run left undecided (first_undecided_token): after it, a backend may fairly choose another token.
+Tokens "same as" compares each run's tokens (tensors.h5 outputs/tokens) with those of the first run of the same model,
+dtype and batch, up to the first step either run left undecided (first_undecided_token): after it, a backend may fairly
+choose another token.
 """
 
 from __future__ import annotations
@@ -37,13 +38,17 @@ def runs(sweep: Path) -> list[dict]:
             tokens = f["outputs/tokens"][()]
         config, m = record["config"], record["metrics"]
         implementation = KERAS if "keras_hub" in config["model"]["_target_"] else "runner"
-        name = f"{config['backend']['name']} {config['mode']['name']} ({implementation})"
-        found.append({"name": name, "dtype": config["dtype"], "metrics": m, "tokens": tokens})
+        model = config["model"]
+        work = f"{model['name']} {model['layers']}x{model['d_model']} {config['dtype']}, batch {config['batch_size']}"
+        name = f"{work}: {config['backend']['name']} {config['mode']['name']} ({implementation})"
+        found.append({"name": name, "work": work, "dtype": config["dtype"], "metrics": m, "tokens": tokens})
     return found
 
 
-def same_tokens(run: dict, first: dict) -> str:
-    """'yes' where the tokens match the first run's up to the first step either left undecided."""
+def same_tokens(run: dict, found: list[dict]) -> str:
+    """'yes' where the tokens match those of the first run of the same model, dtype and batch, up to the first step
+    either left undecided."""
+    first = next(r for r in found if r["work"] == run["work"])
     limits = [int(r["metrics"]["first_undecided_token"]) for r in (run, first)]
     upto = min((n for n in limits if n >= 0), default=run["tokens"].shape[1])
     same = np.array_equal(run["tokens"][:, :upto], first["tokens"][:, :upto])
@@ -59,7 +64,7 @@ def agreement(found: list[dict]) -> list[str]:
         lines.append(
             f"| {r['name']} | {r['dtype']} | {m['max_rel_err_vs_reference']:.2g} | {int(m['tokens_decided'])} of "
             f"{r['tokens'].size} | {int(m['tokens_differ'])} | {'' if cache is None else f'{cache:.2g}'} | "
-            f"{same_tokens(r, found[0])} |"
+            f"{same_tokens(r, found)} |"
         )
     return lines
 

@@ -14,13 +14,17 @@
 #   3. the cuda parity rows (benchmarks/parity.py --device cuda, torch, and JAX where it sees the GPU);
 #   4. python3 -m pytest -m gpu, with --junitxml (each test's outcome, a skip's reason) and -rA: where pytest-xdist is
 #      installed, in GPU_CHECK_WORKERS (default 5) workers sharing the GPU (JAX and TensorFlow told not to reserve
-#      its memory), the tests of one module fixture in one worker (--dist loadgroup), then the gpu_alone test (it
-#      fills the GPU's memory) by itself; else one test after another (~10 minutes on an H100: not all of it fits);
+#      its memory), the tests of one module fixture in one worker (--dist loadgroup), the gpu_alone test (it fills
+#      the GPU's memory) by itself at the very end; else one test after another (~10 minutes on an H100: not all fits);
 #   5. the compiled parity rows (torch.compile: tens of seconds a row) and the generation rows, if time is left;
-#   6. writes summary.md (scripts/gpu_check_summary.py): the GPU's name and driver, each test's result (a test
+#   6. generation on the GPU, if time is left: Llama-3.2-1B's sizes (the largest preset), batch 1 and 8, bfloat16, torch
+#      eager and compiled (CUDA graphs), and JAX jitted where JAX sees the GPU, written as generation.md
+#      (benchmarks/generation_table.py: agreement with float64, time to first token, per token p50/p99, the decode
+#      step's bandwidth against the GPU's peak);
+#   7. writes summary.md (scripts/gpu_check_summary.py): the GPU's name and driver, each test's result (a test
 #      collected and not reported, where a pytest step stopped at its limit: not finished), the
 #      parity rows, the sweep's answer line and the bfloat16 matmul's TFLOP/s against the chip's peak.
-# The output folder is $OUT when set (what a lent GPU machine sends back: 8 files at most, so it gets 6), else
+# The output folder is $OUT when set (what a lent GPU machine sends back: 8 files at most, so it gets 7), else
 # --out DIR, else outputs/gpu-check/. Without a GPU the script says so in one line and exits 0; --dry-run prints
 # what it would install and run, and exits 0, on any machine. Exit status: 0 when every step exited 0, else 1.
 # PYTHON (default python3) runs everything; NVIDIA_SMI (default nvidia-smi) is asked whether there is a GPU.
@@ -37,10 +41,12 @@ LIMIT_S=${GPU_CHECK_LIMIT_S:-470}
 RESERVE_S=20  # kept for the summary and the archive after the last step
 SWEEP_S=75  # each step's own limit, within what is left of LIMIT_S
 PARITY_S=90
-PYTEST_S=270
+PYTEST_S=240
 PYTEST_ALONE_S=60
 WORKERS=${GPU_CHECK_WORKERS:-5}
 PARITY_COMPILED_S=60
+GENERATION_S=120
+GENERATION_JAX_S=60
 PARITY_ROWS=matmul,mlp_inference,mlp_gradients_eager,mlp_jacobian,resnet18_inference_b8,transformer_inference,transformer_gradients,mlp_train_step_eager
 # torch.compile: tens of seconds a row; GPT-2 generation: JAX compiles a prefill and a decode step
 PARITY_COMPILED_ROWS=mlp_gradients_compiled,mlp_train_step_compiled,gpt2_generate_eager,gpt2_generate_compiled,llama_generate_eager_vs_hf
@@ -91,6 +97,13 @@ commands() {
         --out "$WORK/parity.md")
     PARITY_COMPILED=("$PYTHON" benchmarks/parity.py --device cuda --backends "$1" --rows "$PARITY_COMPILED_ROWS"
         --budget 0.3 --out "$WORK/parity-compiled.md")
+    local generate=(task=generate device=cuda model=llama_32_1b dtype=bfloat16 batch_size=1,8
+        timing.max_time_s=1 tracking=none)
+    GENERATION=("$PYTHON" run.py -m backend=torch mode=eager,function "${generate[@]}" "hydra.sweep.dir=$WORK/generation")
+    GENERATION_JAX=()
+    [[ $1 == *jax* ]] && GENERATION_JAX=("$PYTHON" run.py -m backend=jax mode=function "${generate[@]}"
+        "hydra.sweep.dir=$WORK/generation-jax")
+    GENERATION_TABLE=("$PYTHON" benchmarks/generation_table.py "$WORK"/generation*)
     SUMMARY=("$PYTHON" scripts/gpu_check_summary.py --work "$WORK" --out "$OUT_DIR" --limit "$LIMIT_S")
 }
 
@@ -108,10 +121,13 @@ if ((dry_run)); then
     echo "  [${SWEEP_S} s] ${SWEEP[*]}"
     echo "  [${PARITY_S} s] ${PARITY[*]}"
     echo "  [${PYTEST_S} s] ${PYTEST[*]}"
-    ((${#PYTEST_ALONE[@]})) && echo "  [${PYTEST_ALONE_S} s] ${PYTEST_ALONE[*]}"
     echo "  [${PARITY_COMPILED_S} s] ${PARITY_COMPILED[*]}"
+    echo "  [${GENERATION_S} s] ${GENERATION[*]}"
+    ((${#GENERATION_JAX[@]})) && echo "  [${GENERATION_JAX_S} s] ${GENERATION_JAX[*]}"
+    echo "  ${GENERATION_TABLE[*]} > $OUT_DIR/generation.md"
+    ((${#PYTEST_ALONE[@]})) && echo "  [${PYTEST_ALONE_S} s] ${PYTEST_ALONE[*]}"
     echo "  ${SUMMARY[*]}"
-    echo "write $OUT_DIR/summary.md (with pytest-gpu.xml, pytest-gpu.log, gpu-check.log and sweep.tar.gz beside it)"
+    echo "write $OUT_DIR/summary.md (with pytest-gpu.xml, pytest-gpu.log, gpu-check.log, generation.md and sweep.tar.gz beside it)"
     exit 0
 fi
 
@@ -133,7 +149,7 @@ START=$(date +%s)
 mkdir -p "$OUT_DIR" || exit 1
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/gpu-check.XXXXXX") && SITE=$(mktemp -d "${TMPDIR:-/tmp}/gpu-check-site.XXXXXX") || exit 1
 LOG=$OUT_DIR/gpu-check.log
-rm -f "$OUT_DIR/summary.md" "$OUT_DIR"/pytest-gpu*.xml "$OUT_DIR/pytest-gpu.log" "$OUT_DIR/sweep.tar.gz"
+rm -f "$OUT_DIR/summary.md" "$OUT_DIR/generation.md" "$OUT_DIR"/pytest-gpu*.xml "$OUT_DIR/pytest-gpu.log" "$OUT_DIR/sweep.tar.gz"
 : >"$LOG"
 : >"$WORK/steps.tsv"
 say() { echo "gpu-check: $*" | tee -a "$LOG"; }
@@ -195,10 +211,17 @@ step "parity rows" "$PARITY_S" "$LOG" "${PARITY[@]}" || failed=1
 # what the summary lists as not finished where a pytest step stops at its limit (a few seconds)
 timeout 60 "$PYTHON" -m pytest --collect-only -q -o addopts= -p no:cacheprovider -m gpu >"$WORK/collected.txt" 2>>"$LOG"
 step "pytest -m gpu" "$PYTEST_S" "$OUT_DIR/pytest-gpu.log" "${PYTEST[@]}" || failed=1
+step "parity rows, compiled" "$PARITY_COMPILED_S" "$LOG" "${PARITY_COMPILED[@]}" || failed=1
+step "generation, torch" "$GENERATION_S" "$WORK/generation.out" "${GENERATION[@]}" || failed=1
+if ((${#GENERATION_JAX[@]})); then
+    step "generation, jax" "$GENERATION_JAX_S" "$WORK/generation.out" "${GENERATION_JAX[@]}" || failed=1
+fi
+cat "$WORK/generation.out" >>"$LOG" 2>/dev/null
+"${GENERATION_TABLE[@]}" >"$OUT_DIR/generation.md" 2>>"$LOG" || say "no generation table (see $LOG)"
+# last: it fills the GPU's memory, and tells least
 if ((${#PYTEST_ALONE[@]})); then
     step "pytest -m gpu_alone" "$PYTEST_ALONE_S" "$OUT_DIR/pytest-gpu.log" "${PYTEST_ALONE[@]}" || failed=1
 fi
-step "parity rows, compiled" "$PARITY_COMPILED_S" "$LOG" "${PARITY_COMPILED[@]}" || failed=1
 
 archive=()
 for part in sweep mlflow.db mlartifacts sweep.out; do [[ -e $WORK/$part ]] && archive+=("$part"); done

@@ -5,13 +5,15 @@ machine. No timing is asserted: only the arithmetic, and that the figures are re
 from __future__ import annotations
 
 import json
+import sys
+import types
 from pathlib import Path
 
 import pytest
 
 from runner.config import compose
 from runner.measure import bandwidth
-from runner.measure.job import run_and_record
+from runner.measure.job import machine_facts, run_and_record
 from runner.models.decoder import Decoder
 from runner.models.llama import Llama
 from runner.record.naming import job_spec
@@ -98,3 +100,23 @@ def test_a_generate_run_records_its_decode_bandwidth_and_the_machines(tmp_path: 
     assert env["machine_bandwidth_GBps"] == "10"
     assert env["machine_bandwidth"].startswith("STREAM Copy 8 GB/s, Add 10 GB/s in NumPy on 2 threads")
     assert list((tmp_path / "cache" / "tensor-runner" / "machines").glob("*.json"))
+
+
+def test_a_gpus_peak_is_its_memory_bus_width_times_its_highest_memory_clock_double_rated(monkeypatch):
+    """An H100 SXM as NVML describes it (5120-bit bus, 2619 MHz): 3.35 TB/s, the figure NVIDIA states; a run on cuda
+    reads its decode bandwidth against that, and a machine without NVML gets no share rather than the host's."""
+    fake = types.SimpleNamespace(
+        NVML_CLOCK_MEM=2,
+        nvmlInit=lambda: None,
+        nvmlDeviceGetHandleByIndex=lambda index: "gpu0",
+        nvmlDeviceGetMemoryBusWidth=lambda handle: 5120,
+        nvmlDeviceGetMaxClockInfo=lambda handle, clock: 2619 if clock == 2 else 1980,
+        nvmlDeviceGetName=lambda handle: b"NVIDIA H100 80GB HBM3",
+    )
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    peak = machine_facts(("memory_bandwidth",), "cuda")["memory_bandwidth"]
+    assert peak["GBps"] == pytest.approx(3352.3, abs=0.1)
+    assert peak["how"].startswith("NVIDIA H100 80GB HBM3's peak: a 5120-bit memory bus at 2619 MHz")
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # not installed: import fails
+    assert machine_facts(("memory_bandwidth",), "cuda") == {}
+    assert "unavailable" in bandwidth.gpu_peak_bandwidth()

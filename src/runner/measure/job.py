@@ -221,13 +221,16 @@ def _assemble(job: Prepared, measurement: Measurement, first_output, results: di
 
 
 def machine_facts(asked: tuple[str, ...], device: str) -> dict:
-    """The facts of the machine a task asked for (runner.tasks.Task.machine_facts), where they can be measured: the
-    host memory's bandwidth on device=cpu (runner.measure.bandwidth: measured once per kind of machine)."""
-    if "memory_bandwidth" not in asked or device != "cpu":
+    """The facts of the machine a task asked for (runner.tasks.Task.machine_facts), where they can be had: the host
+    memory's bandwidth on device=cpu (measured once per kind of machine), the GPU's peak on cuda (NVML's figure)."""
+    if "memory_bandwidth" not in asked:
         return {}
-    from runner.measure.bandwidth import machine_bandwidth
+    from runner.measure import bandwidth
 
-    return {"memory_bandwidth": machine_bandwidth()}
+    if device == "cpu":
+        return {"memory_bandwidth": bandwidth.machine_bandwidth()}
+    peak = bandwidth.gpu_peak_bandwidth() if device == "cuda" else {}
+    return {"memory_bandwidth": peak} if "GBps" in peak else {}
 
 
 def _environment(job: Prepared, meter_note: dict) -> dict:

@@ -224,7 +224,8 @@ class Generate(Task):
         )
 
     def _decode_bound(self, setup: Setup) -> None:
-        """What a decode step reads, and the machine's memory bandwidth to read it against (host memory: on cpu)."""
+        """What a decode step reads, and the memory bandwidth to read it against (the host's on cpu, the GPU's peak on
+        cuda)."""
         workload, (batch, width) = setup.workload, setup.inputs["x"].shape
         if hasattr(workload, "decode_bytes"):  # a decoder of one's own may not say
             self.decode_bytes = workload.decode_bytes(batch, width + self.new_tokens, itemsize(setup.dtype))
@@ -261,7 +262,7 @@ class Generate(Task):
         if self.machine:
             m = self.machine
             said["machine_bandwidth_GBps"] = f"{m['GBps']:.4g}"
-            said["machine_bandwidth"] = (
+            said["machine_bandwidth"] = m.get("how") or (  # a GPU's peak says how; the host's STREAM figure:
                 f"STREAM Copy {m['copy_GBps']:.3g} GB/s, Add {m['add_GBps']:.3g} GB/s in NumPy on {m['threads']} "
                 f"threads, {m['array_MB']:.0f} MB arrays; measured {m['measured']} on {m['machine']}"
             )

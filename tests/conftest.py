@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import multiprocessing.util
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
 import pytest
 from helpers import compose_config, run_cli
 
@@ -25,6 +31,42 @@ LONGEST_FIRST = (
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     rank = {name: index for index, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest keep their order
+
+
+# A developer's shell may point MLflow at a team's server or experiment: the tests name their own stores.
+MLFLOW_VARIABLES = ("MLFLOW_TRACKING_URI", "MLFLOW_EXPERIMENT_NAME", "MLFLOW_EXPERIMENT_ID", "MLFLOW_RUN_ID")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def session_tmpdir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The session's temporary directory (TMPDIR), for module fixtures and the processes they start, removed at the
+    end: nothing a killed run left in the shared one is seen, and torch's compiled kernels are shared by the session's
+    tests only. A short path: a Unix socket's (multiprocessing's, Ray's) must fit in 107 bytes."""
+    tmp_path_factory.getbasetemp()  # pytest's own folders stay where they were
+    multiprocessing.util.get_temp_dir()  # this process's, cached and removed at exit: not in a folder removed earlier
+    folder = Path(tempfile.mkdtemp(prefix="runner-tests-"))
+    with pytest.MonkeyPatch.context() as patch:
+        _point_tmpdir(patch, folder)
+        patch.setenv("TORCHINDUCTOR_CACHE_DIR", str(folder / "torchinductor"))
+        for name in MLFLOW_VARIABLES:
+            patch.delenv(name, raising=False)
+        yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def own_tmpdir(session_tmpdir: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The test's own temporary directory (TMPDIR, for it and the processes it starts), inside the session's: a test
+    that checks what a run leaves there sees only its own. Kept until the session ends, as what this process cached
+    in it (a store made once a session) is."""
+    folder = Path(tempfile.mkdtemp(prefix="t-", dir=session_tmpdir))
+    _point_tmpdir(monkeypatch, folder)
+    return folder
+
+
+def _point_tmpdir(patch: pytest.MonkeyPatch, folder: Path) -> None:
+    patch.setenv("TMPDIR", str(folder))
+    patch.setattr(tempfile, "tempdir", str(folder))  # gettempdir() caches what it found first
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -144,7 +143,7 @@ def _workers(proc: subprocess.Popen, job: int | None = None, process: int = 0) -
 SLOW_ROUNDS = ("timing.rounds=20", "timing.processes=2", "timing.max_time_s=4", "timing.resolve=0")
 
 
-def test_a_worker_killed_in_a_round_keeps_its_earlier_rounds_and_the_others_finish(tmp_path):
+def test_a_worker_killed_in_a_round_keeps_its_earlier_rounds_and_the_others_finish(tmp_path, own_tmpdir):
     """Job 1's first process (the one that records it) dies: job 1 is FAILED with the samples it reported. Job 0's
     second process dies: job 0 loses only that process's turns (its first takes the rest and records it)."""
     proc, lines = _start(tmp_path, "backend=numpy", "seed=0,1", *SLOW_ROUNDS)
@@ -161,7 +160,7 @@ def test_a_worker_killed_in_a_round_keeps_its_earlier_rounds_and_the_others_fini
     with h5py.File(tmp_path / "sweep" / "0" / "tensors.h5") as f:
         processes = f["timings/sample_process"][()]
     assert len(set(rounds[processes == 0])) == 10  # its first process's 10 turns, all taken
-    assert not list(Path(tempfile.gettempdir()).glob("0.1-runner-process-*"))  # the dead one's directory is gone
+    assert not list(own_tmpdir.glob("0.1-runner-process-*"))  # the dead one's directory is gone
     lost = saved["1"]
     assert lost["status"] == "FAILED" and "killed by signal SIGKILL" in lost["error"] and "in round" in lost["error"]
     assert "samples it reported are kept" in lost["error"]

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import logging
 import math
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,7 +32,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from runner import identity
-from runner.launch import isolation
+from runner.launch import isolation, process_dirs
 from runner.launch.messages import Finished, Ready, Turn, TurnDone
 from runner.launch.sweep_lines import Every, time_left
 from runner.measure.samples import PROCESS, SECONDS
@@ -87,9 +86,11 @@ def wanted(spec: JobSpec) -> bool:
 class Coordinator:
     """One launch's interleaved rounds: the jobs set up and waiting for their turns, the rounds already
     handed out, and each measured job's record (`outcomes`, by run directory). The launcher that runs the
-    sweep (runner.launch.local_launcher.RoundsLauncher) owns one per launch."""
+    sweep (runner.launch.local_launcher.RoundsLauncher) owns one per launch. A launch first removes the worker
+    folders that killed launches left (runner.launch.process_dirs)."""
 
     def __init__(self) -> None:
+        process_dirs.remove_orphans()
         self.waiting: list[_Waiting] = []
         self.outcomes: dict[Path, Result] = {}
         self.next_round = 1  # rounds are numbered across the whole launch: jobs measured apart share none
@@ -265,7 +266,7 @@ def _another_process(job: _Waiting, number: int, processes: int) -> None:
     """Start one more of the job's `processes` worker processes, in a directory of its own that goes when it does;
     it takes as many turns as the first (its own calibration may afford another plan). One that ends before it is
     ready is left out: the job then has its other processes' turns only."""
-    directory = Path(tempfile.mkdtemp(prefix=f"{job.run_dir.name}.{number}-runner-process-"))  # ps: runner-job-1.1
+    directory = process_dirs.make(job.run_dir.name, number)  # its process: runner-job-1.1
     worker = isolation.Worker(job.spec.in_processes(processes), directory, turns=True)
     worker.start()
     try:

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import multiprocessing.util
+import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from helpers import compose_config, run_cli
+
+from runner.config import PROJECT_ROOT
 
 # The modules that take longest in the default set (summed test seconds of `pytest --durations=0` on 2 cores), handed
 # out first: pytest-xdist's --dist loadfile gives a worker the next file when it ends one, so a long file taken last
@@ -31,6 +35,34 @@ LONGEST_FIRST = (
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     rank = {name: index for index, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest keep their order
+
+
+# What pytest and the linters keep at the root: written by the tools, not by a test.
+TOOL_CACHES = {".pytest_cache", ".mypy_cache", ".ruff_cache", ".hypothesis", "__pycache__"}
+CHECKOUT_BEFORE = pytest.StashKey[set[str]]()
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if not hasattr(session.config, "workerinput"):  # pytest-xdist's controller, or a run without workers
+        session.config.stash[CHECKOUT_BEFORE] = _checkout_entries()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """A session that wrote into the checkout fails, naming what it wrote: each test writes under its own folders
+    (a run's outputs/ and default store, a page or a report written to a relative path land in the checkout)."""
+    before = session.config.stash.get(CHECKOUT_BEFORE, None)
+    written = sorted(_checkout_entries() - before) if before is not None else []
+    if written:
+        print(f"\nthe tests wrote into the checkout: {', '.join(written[:20])}", file=sys.stderr)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def _checkout_entries() -> set[str]:
+    """The names at the checkout's root and every path under outputs/ (where a run writes by default)."""
+    found = {name for name in os.listdir(PROJECT_ROOT) if name not in TOOL_CACHES}
+    for folder, _, files in os.walk(PROJECT_ROOT / "outputs"):
+        found |= {os.path.relpath(os.path.join(folder, name), PROJECT_ROOT) for name in [".", *files]}
+    return found
 
 
 # A developer's shell may point MLflow at a team's server or experiment: the tests name their own stores.

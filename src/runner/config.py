@@ -127,6 +127,7 @@ class RunConfig:
     isolation: Isolation = Isolation.process
     check_reference: bool = True  # compare with a float64 numpy computation (false: skip it, e.g. huge matmuls)
     control: Any = None  # conf/control/NAME.yaml: a case a sweep times beside its jobs (`name`, `overrides`)
+    environment: Any = None  # conf/environment/: `with` (a keyword, no typed field), `python`, `find_links`
 
 
 def register_configs() -> None:

@@ -214,7 +214,17 @@ def applies(key: str, config: dict) -> bool:
         return data.get("name") == "hdf5"
     if key.split(".")[0] == "optimizer":
         return "optimizer" in (config.get("task") or {})  # the task reads it (task=train_step's ${optimizer})
+    if key.split(".")[0] == "environment":  # another environment is another configuration; the runner's own adds none
+        return environment_applies(key, config.get("environment") or {})
     return True
+
+
+def environment_applies(key: str, settings: Mapping) -> bool:
+    """environment.with and .python where set; .find_links where it is read (something is installed)."""
+    requirements = settings.get("with")
+    if key == "environment.find_links":
+        return bool(requirements) and settings.get("find_links") is not None
+    return key in ("environment.with", "environment.python") and settings.get(key.split(".")[1]) not in (None, [], "")
 
 
 def under(key: str, keys: Collection[str]) -> bool:

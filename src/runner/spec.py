@@ -13,6 +13,7 @@ recorded beside the others (a single run's are refused before: runner.launch.pre
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
@@ -20,6 +21,50 @@ from omegaconf import DictConfig, OmegaConf
 
 from runner.config import TimingConfig, TrackingConfig, choices, plain
 from runner.identity import config_params
+
+
+def environment_settings(node: Mapping[str, Any] | None) -> dict[str, Any]:
+    """environment.* as plain values: `with` a list of requirement strings (one string, as a sweep's value is, a list
+    of one), `python` and `find_links` a path or None. The project's own environment where all three are unset."""
+    settings = plain(node) if node else {}
+    requirements = settings.get("with") or []
+    if isinstance(requirements, str):
+        requirements = [requirements]
+    return {
+        "with": [str(r).strip() for r in requirements],
+        "python": settings.get("python") or None,
+        "find_links": settings.get("find_links") or None,
+    }
+
+
+def is_project_environment(settings: Mapping[str, Any]) -> bool:
+    """True where a job runs in the runner's own environment: nothing installed over it, no other interpreter."""
+    return not settings["with"] and not settings["python"]
+
+
+@dataclass(frozen=True)
+class PythonEnvironment:
+    """A Python environment a job's workers run in, built (runner.launch.environments) from environment.*."""
+
+    label: str  # what it was asked as: 'torch==2.13.0', or the interpreter's path
+    python: str  # its interpreter, which starts the job's workers
+    sys_path: tuple[str, ...]  # that interpreter's own module path: a spawned worker gets it, not the launcher's
+    versions: dict[str, str]  # its resolved set: package -> version ('2.13.0+cpu', or the commit of a git URL)
+    changes: dict[str, str]  # package -> '2.14.1 → 2.13.0+cpu' where it differs from the runner's own environment
+
+    def changes_said(self) -> str:
+        """'torch 2.14.1 → 2.13.0+cpu, torchvision 0.29.1 → 0.28.0', or 'as the runner's own'."""
+        return ", ".join(f"{name} {change}" for name, change in self.changes.items()) or "as the runner's own"
+
+    def record(self) -> dict[str, str]:
+        """What result.json's `environment` (and MLflow's env.* tags) keep of it (its python: the interpreter the
+        worker found itself in, which runner.measure.job writes over this)."""
+        return {
+            "python_environment": self.label,
+            "python_environment_python": self.python,
+            "python_environment_changes": self.changes_said(),
+            "python_environment_versions": " ".join(f"{name}=={v}" for name, v in sorted(self.versions.items())),
+        }
 
 
 @dataclass(frozen=True)
@@ -46,12 +91,16 @@ class JobSpec:
     data_settings: dict[str, Any] = field(repr=False)  # the data's node: what the inputs are loaded from
     config: dict = field(repr=False)  # the resolved config, as result.json records it
     copied_keys: dict[str, str] = field(default_factory=dict)  # config key -> the key it copies
+    environment_settings: dict[str, Any] = field(default_factory=dict)  # environment.* (runner.config)
+    environment: PythonEnvironment | None = None  # built from them where a worker starts (runner.launch.isolation)
 
     @classmethod
     def of(cls, cfg: DictConfig, copied_keys: dict[str, str] | None = None) -> JobSpec:
         c = choices(cfg)
+        config = cast(dict, OmegaConf.to_container(cfg, resolve=True, enum_to_str=True))
+        config["environment"] = environment_settings(config.get("environment"))  # one spelling: `with` a list
         return cls(
-            **c,
+            **cast(dict[str, Any], c),  # the six choices, by name
             precision=str(cfg.precision.name),
             backend_module=str(cfg.backend.module),
             per_example=bool(cfg.mode.per_example),
@@ -66,8 +115,9 @@ class JobSpec:
             model_settings=plain(cfg.model),
             task_settings=plain(cfg.task),
             data_settings=plain(cfg.data),
-            config=cast(dict, OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)),
+            config=config,
             copied_keys=copied_keys or {},
+            environment_settings=config["environment"],
         )
 
     def choices(self) -> dict[str, str]:

@@ -30,7 +30,9 @@ from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from typing import Protocol
 
+from runner.launch.interpreter import module_path, spawning_from
 from runner.launch.messages import Ended, Fork, Forked, Load
+from runner.spec import PythonEnvironment
 
 FORK_TIMEOUT_S = 60.0  # a server that does not answer a fork request in this long is taken for dead
 # What each job imports on its way besides its backend (its inputs, limits and machine load, its progress line,
@@ -126,12 +128,21 @@ class ForkServer:
     _spare: ForkServer | None = None  # started before its backend was known: the next new backend's
 
     @classmethod
-    def for_backend(cls, module: str, worker_main: Callable, start: Callable[[BaseProcess], None]) -> ForkServer:
-        """The running server for `module`: the spare if there is one, else started (by `start`, which may set the
-        memory layout); its workers run `worker_main(*args, connection=..., parent=...)`."""
-        server = cls._running.get(module)
+    def for_backend(
+        cls,
+        module: str,
+        worker_main: Callable,
+        start: Callable[[BaseProcess], None],
+        environment: PythonEnvironment | None = None,
+    ) -> ForkServer:
+        """The running server for `module` in `environment` (None: the runner's own): the spare if there is one, else
+        started (by `start`, which may set the memory layout); its workers run `worker_main(*args, connection=...,
+        parent=...)`. A server of another environment runs that environment's interpreter."""
+        key = module if environment is None else f"{module} {environment.python}"
+        server = cls._running.get(key)
         if server is None or not server.alive:
-            server = cls._running[module] = cls._claim_spare(module) or cls(module, worker_main, start)
+            spare = cls._claim_spare(module) if environment is None else None
+            server = cls._running[key] = spare or cls(module, worker_main, start, environment)
         return server
 
     @classmethod
@@ -160,8 +171,15 @@ class ForkServer:
         spare.process.name = f"runner-fork-server-{module}"
         return spare
 
-    def __init__(self, module: str | None, worker_main: Callable, start: Callable[[BaseProcess], None]):
+    def __init__(
+        self,
+        module: str | None,
+        worker_main: Callable,
+        start: Callable[[BaseProcess], None],
+        environment: PythonEnvironment | None = None,
+    ):
         context = multiprocessing.get_context("spawn")
+        self.path = list(sys.path) if environment is None else module_path(environment)  # its workers' module path
         self.connection, server_end = context.Pipe()
         self.process = context.Process(
             target=_serve,
@@ -169,7 +187,8 @@ class ForkServer:
             name=f"runner-fork-server-{module or 'spare'}",
             daemon=True,
         )
-        start(self.process)
+        with spawning_from(environment):
+            start(self.process)
         server_end.close()
         self.alive = True
         self._lock = threading.Lock()
@@ -179,8 +198,9 @@ class ForkServer:
 
     def fork(self, target_args: tuple, connection: Connection) -> ForkedWorker:
         """A new worker running the server's worker main with `target_args` and `connection` (its end of the
-        job's pipe), in this process's environment, path and directory."""
-        context = {"environ": dict(os.environ), "path": list(sys.path), "cwd": os.getcwd()}
+        job's pipe), in this process's environment variables and directory, with the module path of the server's
+        Python environment."""
+        context = {"environ": dict(os.environ), "path": self.path, "cwd": os.getcwd()}
         with self._lock:
             try:
                 self.connection.send(Fork(target_args, context))

@@ -14,15 +14,18 @@ thread notices a new parent elsewhere, and on SIGTERM it records KILLED with the
 from __future__ import annotations
 
 import contextlib
+import logging
 import multiprocessing
 import os
 import shutil
 import signal
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 from runner import tracking
 from runner.launch.fork_server import ForkServer, ForkServerGone, WorkerProcess
+from runner.launch.interpreter import spawning_from
 from runner.launch.job_log import LogForwarder
 from runner.launch.messages import Dismissed, MayTime
 from runner.launch.sweep_lines import in_sweep
@@ -31,7 +34,9 @@ from runner.measure.stop import StopReason
 from runner.measure.timing import Measurement
 from runner.record import job_record
 from runner.record.result import ERROR_LOG, IMAGES_DIR, LOG_FILE, RESULT_FILE, TENSORS_FILE, Result, Status
-from runner.spec import JobSpec
+from runner.spec import JobSpec, environment_settings, is_project_environment
+
+log = logging.getLogger(__name__)
 
 # What a previous run in the same directory may have left: never uploaded as this run's.
 STALE = (RESULT_FILE, TENSORS_FILE, IMAGES_DIR, tracking.TRACKING_FILE, ERROR_LOG, LOG_FILE)
@@ -51,11 +56,11 @@ def execute(spec: JobSpec, run_dir: Path, parent_run_id: str | None = None) -> R
     return complete(spec, run_dir, parent_run_id, result)
 
 
-def start_server(isolation: str, fixed_layout: bool, backend_module: str) -> None:
+def start_server(isolation: str, fixed_layout: bool, backend_module: str, own_environment: bool = True) -> None:
     """Start the fork server the job's worker will come from (Worker.start), so that it imports while Hydra composes
     (or hand the spare its backend: runner.launch.worker.start_spare_server); end the spare where the job has no use
-    for a server."""
-    if isolation == "process" and fixed_layout:
+    for a server (a job in another Python environment has a server of that environment's)."""
+    if isolation == "process" and fixed_layout and own_environment:
         with contextlib.suppress(ForkServerGone, OSError):  # Worker.start tries again, or spawns
             ForkServer.for_backend(backend_module, worker_main, start_fixed)
     ForkServer.stop_spare()
@@ -99,7 +104,7 @@ class Worker:
     else it measures in one go."""
 
     def __init__(self, spec: JobSpec, run_dir: Path, turns: bool = False):
-        self.spec, self.run_dir, self.turns = spec, run_dir, turns
+        self.spec, self.run_dir, self.turns = in_its_environment(spec), run_dir, turns
         self.connection, self._worker_end = multiprocessing.Pipe()
         self.log_path = run_dir / LOG_FILE
         self.log_path.touch()
@@ -114,10 +119,12 @@ class Worker:
         fixed = self.spec.timing.fixed_layout
         if fixed:
             with contextlib.suppress(ForkServerGone):
-                server = ForkServer.for_backend(self.spec.backend_module, worker_main, start_fixed)
+                environment = self.spec.environment
+                server = ForkServer.for_backend(self.spec.backend_module, worker_main, start_fixed, environment)
                 process = server.fork(args, self._worker_end)
         if process is None:
-            process = _spawn(args, self._worker_end, fixed=fixed)
+            with spawning_from(self.spec.environment):
+                process = _spawn(args, self._worker_end, fixed=fixed)
         self.process = process
         self._worker_end.close()
 
@@ -191,6 +198,16 @@ class Worker:
         self.connection.close()
         with contextlib.suppress(ValueError):  # still running: Process.close refuses, and keeps them
             self.process.close()
+
+
+def in_its_environment(spec: JobSpec) -> JobSpec:
+    """The spec with the Python environment its environment.* asks for (runner.launch.environments builds it where
+    it is not built yet; the launch's preflight has)."""
+    if spec.environment is not None or is_project_environment(spec.environment_settings or environment_settings({})):
+        return spec
+    from runner.launch import environments
+
+    return replace(spec, environment=environments.ready(spec.environment_settings, say=log.info))
 
 
 def _open_store_meanwhile(spec: JobSpec, connection) -> None:

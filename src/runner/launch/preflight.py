@@ -73,6 +73,7 @@ def check(argv: list[str], config_dir: Path = CONFIG_DIR) -> Checked | None:
             _compose(_singles(variant, parsed), config_dir)
     _warn_unread(parsed, cfg)
     _check_added(parsed, cfg)
+    _prepare_environments(cfg, parsed)
     multirun = any(arg in MULTIRUN_FLAGS for arg in argv) or cfg.hydra.mode == RunMode.MULTIRUN
     if not multirun:
         _check_combination(cfg)
@@ -116,6 +117,50 @@ def _checked_as_value(cfg: DictConfig, override, value: str, config_dir: Path) -
     except Exception:  # noqa: BLE001 - composed in full instead, which words the failure
         return False
     return True
+
+
+ENVIRONMENT_KEYS = ("environment.with", "environment.python", "environment.find_links")
+
+
+def _prepare_environments(cfg: DictConfig, parsed: list) -> None:
+    """Each Python environment the jobs ask for (environment.*, each sweep's every value), built now where it is not
+    yet (runner.launch.environments): one that cannot be resolved or built, or an interpreter of the user's own that
+    cannot run the job, is refused here, before anything is written."""
+    from itertools import product
+
+    from omegaconf import OmegaConf
+
+    from runner.launch import environments
+
+    base = cast(dict, OmegaConf.to_container(cfg.environment, resolve=True)) if cfg.get("environment") else {}
+    swept = {
+        o.key_or_group.split(".", 1)[1]: [
+            _parse([f"{o.key_or_group}={v}"])[0].value() for v in o.sweep_string_iterator()
+        ]
+        for o in parsed
+        if o.key_or_group in ENVIRONMENT_KEYS and o.is_sweep_override()
+    }
+    for values in product(*swept.values()):
+        settings = {**base, **dict(zip(swept, values, strict=True))}
+        try:
+            environments.check_environment(settings, str(cfg.isolation))
+            environment = environments.ready(settings, say=lambda line: print(line, file=sys.stderr))
+            if environment is not None and settings.get("python"):
+                for module in _backend_modules(cfg, parsed):
+                    environments.check_runs(environment, module)
+        except ConfigError as error:
+            raise BadInput(str(error)) from None
+
+
+def _backend_modules(cfg: DictConfig, parsed: list) -> list[str]:
+    """The backend modules of the jobs: the first job's, and each value of a sweep over backend=."""
+    from omegaconf import OmegaConf
+
+    modules = [str(cfg.backend.module)]
+    for override in (o for o in parsed if o.key_or_group == "backend" and o.is_sweep_override()):
+        for name in override.sweep_string_iterator():
+            modules.append(str(OmegaConf.load(CONFIG_DIR / "backend" / f"{name}.yaml").module))
+    return list(dict.fromkeys(modules))
 
 
 def check_writable(key: str, folder: str) -> None:

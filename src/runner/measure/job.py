@@ -242,6 +242,8 @@ def _environment(job: Prepared, meter_note: dict) -> dict:
     env.update(precision=job.spec.precision, **job.precision_env)
     env.update(job.workload.describe(job.backend, job.state, job.inputs, job.task.backward))
     env.update(job.task.describe(job.setup))
+    if job.spec.environment is not None:  # another Python environment than the runner's own: its resolved set
+        env.update(job.spec.environment.record(), python_environment_python=sys.executable)  # the worker's own
     return {**env, **meter_note}
 
 

@@ -23,6 +23,9 @@ VERSIONS = {"python": "Python", "git_commit": "runner commit", "git_dirty": "unc
 FRAMEWORK = ("framework", "framework_version")  # one version per framework within a setup
 MACHINE_SAID = {"cpu": "CPU", "memory_gib": "memory (GiB)", "gpus": "GPUs", "speed_variables": "environment"}
 COLUMNS = tuple(f"env.{k}" for k in (*MACHINE, *VERSIONS, *FRAMEWORK))
+# A run in another Python environment (environment.*, runner.launch.environments): its versions are its
+# configuration's, compared within a setup as any setting is, and named in words by the sweep's answer
+PYTHON_ENVIRONMENT = ("python_environment", "python_environment_versions")
 
 
 def environment_columns(environment: dict) -> dict[str, str]:
@@ -31,7 +34,7 @@ def environment_columns(environment: dict) -> dict[str, str]:
     facts = machine_facts(environment) if environment else dict.fromkeys(MACHINE, "")
     columns = {f"env.{k}": v for k, v in facts.items()}
     columns["env.hostname"] = str(environment.get("hostname", ""))
-    columns.update({f"env.{k}": str(environment.get(k, "")) for k in (*VERSIONS, *FRAMEWORK)})
+    columns.update({f"env.{k}": str(environment.get(k, "")) for k in (*VERSIONS, *FRAMEWORK, *PYTHON_ENVIRONMENT)})
     return columns
 
 
@@ -47,14 +50,24 @@ def setups(frame: pd.DataFrame) -> pd.Series:
         return pd.Series(1, index=frame.index)
     recorded = frame["machine"].notna()  # a job refused before it ran recorded no environment: no setup
     versions = frame[[f"env.{k}" for k in VERSIONS]].astype(str)
+    own = _in_own_environment(frame)
+    versions.loc[~own, "env.python"] = ""  # another environment's Python is its configuration's
     base = frame["machine"].astype(str) + "|" + versions.agg("|".join, axis=1)
     nth_version = pd.Series(0, index=frame.index)
-    for _, runs in frame.groupby([base, frame["env.framework"]], sort=False):
+    for _, runs in frame[own].groupby([base[own], frame.loc[own, "env.framework"]], sort=False):
         versions = list(dict.fromkeys(runs["env.framework_version"]))
         nth_version[runs.index] = runs["env.framework_version"].map(versions.index)
     key = base + "#" + nth_version.astype(str)
     order = list(dict.fromkeys(key[recorded]))
     return key.map(lambda k: order.index(k) + 1 if k in order else None).where(recorded).astype(float)
+
+
+def _in_own_environment(frame: pd.DataFrame) -> pd.Series:
+    """Per run, whether it ran in the runner's own Python environment (not in environment.*'s)."""
+    column = "env.python_environment"
+    if column not in frame:
+        return frame["machine"].notna() | frame["machine"].isna()
+    return frame[column].fillna("").astype(str).isin(("", "nan"))
 
 
 def describe(frame: pd.DataFrame, numbers: pd.Series) -> list[str]:

@@ -51,6 +51,7 @@ class Pooled:
     call: str = ""  # what one call is where the unit alone does not say it (Task.one_call)
     timed: str = ""  # what the runs timed where not the defaults: 'train_step (adam) on mlp' (naming.what_was_timed)
     nodes: int = 1  # the hosts its replicates ran on (a sweep blocked by node: each a block)
+    versions: str = ""  # its Python environment's resolved set ('torch==2.13.0+cpu ...'), where it ran in another
 
     @property
     def ratio(self) -> float:
@@ -107,11 +108,16 @@ def pool(frame: pd.DataFrame) -> list[Pooled]:
                 **_presented(runs),
                 timed=said,
                 nodes=int(runs["host"].nunique()) if "host" in runs else 1,
+                versions=_text(runs.iloc[0].get("env.python_environment_versions")),
             )
             for runs, c in zip(configs, found, strict=True)
         ]
         out += sorted(pooled, key=lambda p: (not p.is_fastest, p.ratio))
     return out
+
+
+def _text(value: object) -> str:
+    return "" if value is None or (isinstance(value, float) and math.isnan(value)) else str(value)
 
 
 def what_was_timed(frame: pd.DataFrame) -> str:

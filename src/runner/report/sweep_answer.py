@@ -63,7 +63,45 @@ def sentence(pooled: list[Pooled]) -> str:
         steps = [f"{group[0].label} fastest ({_time_said(group[0])})"]
         steps += [f"{p.label} {_ratio_said(p)} {interval_text(p) or _no_interval(p)}".rstrip() for p in group[1:]]
         parts.append(f"{title + ': ' if title else ''}{'; '.join(steps)}; {_certainty(group)}")
+        parts += versions_said(group)
     return ". ".join(parts)
+
+
+def versions_said(group: list[Pooled]) -> list[str]:
+    """Where configurations ran in Python environments whose versions differ (environment.*), each against the
+    fastest in words, the older release first: 'torch 2.13.0 → 2.14.1: 1.04x [1.02–1.06] slower' ('faster' where
+    the newer is the fastest; 'within noise' where the interval holds 1)."""
+    fastest = group[0]
+    said = []
+    for p in group[1:]:
+        changed = _changed(fastest.versions, p.versions)
+        if not changed or p.verdict in (Verdict.UNSTABLE, Verdict.CANNOT_TELL):
+            continue
+        newer = _is_newer(*changed[0][1:])  # the compared one's release is the newer: going up made it slower
+        steps = ", ".join(f"{name} {a} → {b}" if newer else f"{name} {b} → {a}" for name, a, b in changed)
+        word = "within noise" if p.verdict == Verdict.WITHIN_NOISE else "slower" if newer else "faster"
+        said.append(f"{steps}: {_ratio_said(p)} {interval_text(p)} {word}".replace("  ", " "))
+    return said
+
+
+def _changed(before: str, after: str) -> list[tuple[str, str, str]]:
+    """(package, its version in `before`, in `after`) for each package whose version differs; two resolved sets as
+    'name==version ...' (Pooled.versions); none where either is unknown (the runner's own environment)."""
+    if not before or not after:
+        return []
+    was, now = (dict(item.split("==", 1) for item in text.split() if "==" in item) for text in (before, after))
+    return [(name, was.get(name, "—"), now.get(name, "—")) for name in sorted(was.keys() | now.keys())
+            if was.get(name) != now.get(name)]  # fmt: skip
+
+
+def _is_newer(before: str, after: str) -> bool:
+    """Whether release `after` comes after `before` (as text where either is no version: a commit)."""
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return Version(after) > Version(before)
+    except InvalidVersion:
+        return after > before
 
 
 def _order_unknown(group: list[Pooled]) -> bool:

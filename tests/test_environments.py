@@ -1,0 +1,140 @@
+"""Python environments as a sweep axis (environment.*): each built once with uv over the runner's own, its jobs'
+workers started from its interpreter and timed in the same rounds, and bad input refused in one line. Hermetic: the
+package that differs, plantpkg, is written here as wheels (tests/wheel_maker.py) into a find-links folder; the rest
+of each environment is the runner's own."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from helpers import run_cli
+from wheel_maker import write_wheel
+
+from runner.config import PROJECT_ROOT, compose
+from runner.identity import config_params
+from runner.launch import environments
+from runner.spec import JobSpec
+
+PLUGIN = Path(__file__).parent / "plugin"
+RELEASES = {"1.0": 0.0, "2.0": 1.0}  # plantpkg's version -> its EXTRA_WORK: 2.0 runs twice the layers
+
+
+@pytest.fixture(scope="module")
+def wheels(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("wheels")
+    for version, extra in RELEASES.items():
+        code = f"VERSION = {version!r}\nEXTRA_WORK = {extra!r}\n"
+        write_wheel(folder, "plantpkg", version, {"plantpkg/__init__.py": code})
+    return folder
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory) -> dict[str, str]:
+    """The environment variables that keep this module's environments in a folder of its own."""
+    folder = tmp_path_factory.mktemp("environments")
+    return {environments.CACHE_VARIABLE: str(folder), "PYTHONPATH": f"{PLUGIN}{os.pathsep}{PROJECT_ROOT / 'src'}"}
+
+
+def _sweep(sweep_dir: Path, cache: dict[str, str], *overrides: str) -> subprocess.CompletedProcess:
+    return run_cli(
+        "-m",
+        "backend=numpy",
+        "model=plant",
+        "task=inference",
+        "tracking=none",
+        "timing.max_time_s=1",
+        f"hydra.searchpath=[file://{PLUGIN / 'conf'}]",
+        f"hydra.sweep.dir={sweep_dir}",
+        *overrides,
+        env=cache,
+        timeout=600,
+    )
+
+
+def test_two_releases_are_timed_in_one_sweep_each_in_its_environment(tmp_path, wheels, cache):
+    asked = ["environment.with='plantpkg==1.0','plantpkg==2.0'", f"environment.find_links={wheels}"]
+    out = _sweep(tmp_path / "sweep", cache, *asked)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "environment plantpkg==1.0: built in" in out.stderr
+    records = [json.loads((tmp_path / "sweep" / n / "result.json").read_text()) for n in ("0", "1")]
+    for record, version in zip(records, RELEASES, strict=True):
+        env = record["environment"]
+        assert env["plant_release"] == version  # the worker imported its environment's release
+        assert env["python_environment_python"].startswith(cache[environments.CACHE_VARIABLE])
+        assert f"plantpkg=={version}" in env["python_environment_versions"].split()
+        assert env["python_environment_changes"] == f"plantpkg — → {version}"
+    assert [r["environment"]["plant_layers"] for r in records] == ["100", "200"]
+    work, configuration = ({r["identity"][k]["key"] for r in records} for k in ("work", "configuration"))
+    assert len(work) == 1 and len(configuration) == 2  # the same work, two configurations: compared paired
+    assert "plantpkg 1.0 → 2.0: " in out.stdout and " slower" in out.stdout, out.stdout[-2000:]
+
+    again = _sweep(tmp_path / "again", cache, *asked)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "building" not in again.stderr and "resolving" not in again.stderr  # built once, then reused
+
+
+@pytest.mark.parametrize(
+    ("overrides", "said"),
+    [
+        (["environment.with='plantpkg==9.9'"], "no version of plantpkg==9.9"),
+        (["environment.with=['plantpkg==1.0','plantpkg==2.0']"], "plantpkg"),
+        (["environment.python=/bin/true"], "environment.python=/bin/true is not a Python interpreter"),
+        (["environment.with='plantpkg==1.0'", "environment.find_links=/no/such/folder"], "no such folder"),
+        (["environment.with='plantpkg==1.0'", "isolation=inline"], "isolation=process"),
+    ],
+)
+def test_bad_environments_are_refused_in_one_line(tmp_path, wheels, cache, overrides, said):
+    asked = [o for o in overrides if not o.startswith("environment.find_links=")]
+    out = _sweep(tmp_path / "sweep", cache, *asked, _links(overrides, wheels))
+    assert out.returncode == 2, out.stderr[-2000:]
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and said in lines[0], out.stderr
+    assert not (tmp_path / "sweep").exists()
+
+
+def _links(overrides: list[str], wheels: Path) -> str:
+    """The wheels' folder as find-links, unless the case gives its own."""
+    given = [o for o in overrides if o.startswith("environment.find_links=")]
+    return given[0] if given else f"environment.find_links={wheels}"
+
+
+def test_an_interpreter_that_lacks_what_the_job_needs_is_refused(tmp_path, cache):
+    bare = tmp_path / "bare"
+    made = subprocess.run([environments._uv(), "venv", "-q", str(bare)], capture_output=True, text=True, check=False)
+    assert made.returncode == 0, made.stderr
+    out = _sweep(tmp_path / "sweep", cache, f"environment.python={bare / 'bin' / 'python'}")
+    assert out.returncode == 2, out.stderr[-2000:]
+    line = out.stderr.strip().splitlines()[-1]
+    assert "lacks what the job needs: ModuleNotFoundError: No module named" in line, out.stderr
+    assert "Traceback" not in out.stderr and not (tmp_path / "sweep").exists()
+
+
+def test_the_environment_is_a_setting_of_the_configuration_only_where_it_is_not_the_runners_own():
+    own = JobSpec.of(compose(["backend=numpy"]))
+    other = JobSpec.of(compose(["backend=numpy", "environment.with='numpy==2.4.1'"]))
+    listed = JobSpec.of(compose(["backend=numpy", "environment.with=['numpy==2.4.1']"]))
+    assert not [k for k in config_params(own.config, own.copied_keys) if k.startswith("environment")]
+    assert other.params()["environment.with"] == "['numpy==2.4.1']" == listed.params()["environment.with"]
+    assert "environment.find_links" not in other.params()
+
+
+@pytest.mark.parametrize(
+    "stderr",
+    [
+        "  × No solution found when resolving dependencies:\n"
+        "  ╰─▶ Because there is no version of plantpkg==9.9 and you require plantpkg==9.9, we can conclude that\n"
+        "      your requirements are unsatisfiable.\n",
+        "error: No solution found when resolving dependencies\n"
+        "  cause: Because there is no version of plantpkg==9.9 and you require plantpkg==9.9, we can conclude that "
+        "your requirements are unsatisfiable.\n",
+    ],
+)
+def test_uvs_reason_is_one_line(stderr):
+    assert environments._reason(stderr) == (
+        "Because there is no version of plantpkg==9.9 and you require plantpkg==9.9, we can conclude that your "
+        "requirements are unsatisfiable."
+    )

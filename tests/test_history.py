@@ -16,6 +16,7 @@ from runner import identity, tracking
 from runner.identity import Key
 from runner.record import naming
 from runner.record.result import Result, Status
+from runner.report import history
 from runner.report.comparison import apart_interval
 from runner.tracking.upload import log_to_mlflow
 
@@ -237,3 +238,23 @@ def test_a_folder_argument_finds_the_runs_below_it_and_json_is_strict(tmp_path):
     assert case["steps"][0]["low"] is None
     index = (tmp_path / "pages" / "index.html").read_text()
     assert "2 runs, now 110 µs (2026-09-21 " in index, index
+
+
+def test_the_issue_81_store_of_12_sweeps_of_two_seeds_fails_the_gate_at_its_7th_sweep():
+    """`runner history` takes the runs of a sweep (its MLflow parent run) as one point: the issue's 24 runs, two seeds
+    a sweep, fail --fail-on regression from the 13th run, the 7th sweep's first."""
+    from test_steps import ISSUE_81_US
+
+    entries = [
+        ("case", "chain", "m", "EPYC", history.Entry(f"run{i}", 1.79e9 + 60 * i, us * 1e-6, sweep=f"p{i // 2}"))
+        for i, us in enumerate(ISSUE_81_US)
+    ]
+    (found,) = history.build(entries)
+    (step,) = found.steps
+    assert (step.index, found.entries[step.index].run_id, step.label, step.significant) == (
+        12,
+        "run12",
+        "regression",
+        True,
+    )
+    assert step.p_value < 0.01 and [h.case for h, _ in history.failing_steps([found], {"regression"})] == ["case"]

@@ -48,17 +48,17 @@ def _alerts(histories: list[History]) -> tuple[int, int]:
 
 
 def test_a_store_of_100_quiet_cases_raises_fewer_false_alerts_held_to_a_false_discovery_rate():
-    """Three seeded stores: each series alone raises false alerts in proportion to the store's 100 quiet cases (8.8
-    a store over 20 seeds); held to a rate of 5% together, none here, and every real 10% step that a series alone
-    finds is still found."""
+    """Three seeded stores: each series alone raises false alerts in proportion to the store's 100 quiet cases (7 in
+    the three here); held to a rate of 5% together, none here, and every real 10% step that a series alone finds is
+    still found."""
     alone, together = np.zeros(2, int), np.zeros(2, int)
     for seed in range(3):
         rows = _store(seed)
         alone += _alerts(build(rows, fdr=None))
         together += _alerts(build(rows, fdr=0.05))
-    assert alone[0] >= 10, alone  # 24 here
+    assert alone[0] >= 5, alone  # 7 here
     assert together[0] <= 1 and together[0] < alone[0], together  # none here
-    assert together[1] == alone[1] >= 13, (alone, together)  # of the 15 real steps, 14 found here either way
+    assert together[1] == alone[1] >= 13, (alone, together)  # of the 15 real steps, 15 found here either way
 
 
 def test_the_false_discovery_line_says_what_benjamini_hochberg_holds():
@@ -253,18 +253,21 @@ def test_a_workload_whose_numbers_change_from_the_7th_night_fails_the_numeric_ga
     assert runner_main("history", "--tracking-uri", uri, "--fail-on", "regression").returncode == 0
 
 
+WEAK_SCATTER = 0.035  # its runs' scatter: a 6% step in 20 runs that scatter 3.5% is kept alone, not across 45
+
+
 def _comment_histories() -> list[History]:
-    """A regression in a case whose name holds a pipe and a tag, a numeric change, a step too weak to keep across
-    the store, and two quiet cases (one too short to tell)."""
+    """A regression in a case whose name holds a pipe and a tag, a numeric change, a step too weak (for its runs'
+    scatter) to keep across the store, and two quiet cases (one too short to tell)."""
     rng = np.random.default_rng(7)
     rows = []
-    for case, name, at, size in (
-        ("slow", "mlp | batch_size=32 <b>", 10, 1.3),
-        ("weak", "weak_one", 10, 1.06),
-        ("calm", "calm", None, 1.0),
+    for case, name, at, size, scatter in (
+        ("slow", "mlp | batch_size=32 <b>", 10, 1.3, 0.005),
+        ("weak", "weak_one", 10, 1.06, WEAK_SCATTER),
+        ("calm", "calm", None, 1.0, 0.005),
     ):
         for i in range(20):
-            value = 1e-3 * (size if at is not None and i >= at else 1.0) * math.exp(rng.normal(0, 0.005))
+            value = 1e-3 * (size if at is not None and i >= at else 1.0) * math.exp(rng.normal(0, scatter))
             rows.append((case, name, "m", "EPYC · 2 cores", Entry(f"{case}{i}", 1.79e9 + 3600 * i, value)))
     rows += _numbers([2.1e-7] * 6 + [8.4e-7] * 6)
     rows += [("short", "short", "m", "EPYC · 2 cores", Entry("short0", 1.79e9, 1e-3))]

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from runner.report import steps as steps_module
+from runner.report.comparison import apart_interval
 from runner.report.steps import Label, Point, Step, find_steps
 
 
@@ -187,3 +188,58 @@ def test_a_series_longer_than_one_fit_is_fitted_in_windows_and_finds_its_steps(m
 def test_steps_are_plain_values():
     step = find_steps(series(seed=1, at=10, ratio=1.10))[0]
     assert isinstance(step, Step) and str(step.label) == "regression"
+
+
+# Issue 81: 12 sweeps of one case, two seeds a sweep, the work 10% more from the 7th sweep on, a load that came and
+# went; typical times in microseconds, oldest first.
+ISSUE_81_US = (
+    *(69.0, 68.4, 74.3, 73.4, 72.9, 68.8, 67.7, 66.7, 66.7, 67.1, 69.4, 68.7),
+    *(76.1, 77.9, 77.6, 78.8, 75.5, 75.9, 76.3, 76.9, 76.9, 75.1, 73.0, 74.0),
+)
+
+
+def sweeps(values_us, interval=apart_interval, seeds: int = 2) -> list[Point]:
+    """Runs as `runner history` gives them to the detector: each with `interval`, the runs of a sweep one group."""
+    return [Point(u * 1e-6, *interval(u * 1e-6), group=f"sweep{i // seeds}") for i, u in enumerate(values_us)]
+
+
+def test_the_issue_81_sweeps_give_one_regression_at_the_7th_sweep():
+    (step,) = find_steps(sweeps(ISSUE_81_US))
+    assert (step.index, step.label) == (12, Label.REGRESSION)  # the 13th run: the 7th sweep's first
+    assert step.p_value < 0.01
+    assert step.low <= 76.2 / 69.4 <= step.high
+
+
+@pytest.mark.parametrize("half", [0.05, 0.15, 0.20])
+def test_intervals_wider_than_the_scatter_of_the_series_do_not_hide_the_issue_81_step(half):
+    """Each run's interval +-5-20% (the within-run noise of that machine), while the sweeps scatter about 3%."""
+    (step,) = find_steps(sweeps(ISSUE_81_US, lambda t: (t / (1 + half), t * (1 + half))))
+    assert (step.index, step.label) == (12, Label.REGRESSION) and step.p_value < 0.01
+
+
+def test_the_runs_of_a_sweep_are_one_point():
+    """Three sweeps of four seeds are three points, too few to tell a step; six are enough, the step at its sweep's
+    first run; the seeds of the sweep before a step cannot make a level of their own."""
+    flat = [100.0 * math.exp(0.002 * k) for k in range(24)]
+    (short,) = find_steps(sweeps(flat[:12], seeds=4))
+    assert (short.index, short.label) == (0, Label.INSUFFICIENT)
+    stepped = [v * (1.1 if i >= 12 else 1.0) for i, v in enumerate(flat)]
+    assert [(s.index, s.label) for s in find_steps(sweeps(stepped, seeds=4))] == [(12, Label.REGRESSION)]
+    (newest,) = find_steps(sweeps([*flat[:20], *(v * 1.3 for v in flat[20:])], seeds=4))
+    assert (newest.index, newest.label) == (20, Label.SUSPICIOUS)  # one sweep after it, however many seeds
+
+
+def test_a_quiet_series_resolves_a_step_its_wide_intervals_would_hide():
+    """Runs scattering 0.5% between them, each with an interval of +-10%: a 3% step is resolved from the scatter the
+    series shows, not the intervals."""
+    (step,) = find_steps(series(seed=11, n=40, at=20, ratio=1.03, sd=0.005, half=0.10))
+    assert (step.index, step.label) == (20, Label.REGRESSION)
+
+
+def test_a_run_whose_interval_is_wider_than_the_others_weighs_less():
+    """A newest run 30% slow is suspicious among runs that scatter 1%; where its own interval is as wide as that
+    (+-40% against the others' +-2%), the series' scatter and its interval explain it: no step."""
+    flat = slow(series(seed=4, n=30), 29, 1.3)
+    assert [(s.index, s.label) for s in find_steps(flat)] == [(29, Label.SUSPICIOUS)]
+    wide = Point(flat[29].typical_s, flat[29].typical_s / 1.4, flat[29].typical_s * 1.4)
+    assert find_steps([*flat[:29], wide]) == []

@@ -70,7 +70,7 @@ def build(
     for case, case_name, machine, machine_name, entry in entries:
         found.setdefault((case, machine), History(case, case_name, machine, machine_name)).entries.append(entry)
     for history in found.values():
-        history.entries.sort(key=lambda e: e.started)
+        history.entries = in_time(history.entries)
         history.steps = unless_busy(history.entries, find_steps([e.point() for e in history.entries]))
         history.is_control = history.case in control_cases
         if controls.get(history.case) and all(not math.isnan(e.control_s) for e in history.entries):
@@ -81,6 +81,16 @@ def build(
     if fdr is not None:
         control_fdr(histories, fdr)
     return sorted(histories, key=_urgency)
+
+
+def in_time(entries: list[Entry]) -> list[Entry]:
+    """The runs in time order, the runs of one sweep side by side (from its first run's start): they are one point of
+    the series."""
+    first: dict[str, float] = {}
+    for entry in entries:
+        if entry.sweep:
+            first[entry.sweep] = min(first.get(entry.sweep, entry.started), entry.started)
+    return sorted(entries, key=lambda e: (first.get(e.sweep, e.started), e.started))
 
 
 def unless_busy(entries: list[Entry], steps: list[Step]) -> list[Step]:
@@ -138,6 +148,7 @@ def from_runs(
             numbers=recorded_numbers(run.metrics),
             confirmed=run.tags.get(CONFIRMED_TAG, ""),
             busy=float(run.metrics.get("machine_other_runnable") or 0.0),
+            sweep=run.sweep,
         )
         entries.append((found.case.key, found.case.name, machine.key, machine.name, entry))
     return build(entries, controls, {r.tags[CONTROL_TAG] for r in runs if r.tags.get(CONTROL_TAG)}, fdr)

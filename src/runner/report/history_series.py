@@ -33,24 +33,26 @@ class Entry:
     numbers: dict[str, float] = field(default_factory=dict)  # its NUMBERS, where it recorded them
     confirmed: str = ""  # its CONFIRMED_TAG, where runner history --confirm re-ran its case
     busy: float = 0.0  # other runnable threads while it was timed, on average (machine_other_runnable)
+    sweep: str = ""  # the sweep it was measured in (its MLflow parent run or folder): its replicates there, one point
 
     def point(self, relative: bool = False) -> Point:
-        """Its typical time as a point of the series, or its ratio to its control (`relative`): measured in the same
-        rounds, the machine's drift between sweeps cancels in it and only the two processes' offsets are left."""
+        """Its typical time as a run of the series, or its ratio to its control (`relative`): measured in the same
+        rounds, the machine's drift between sweeps cancels in it and only the two processes' offsets are left. The
+        runs of one sweep are replicates (seeds, hosts of one kind): the detector takes them as one point."""
         if relative:
             value = self.typical_s / self.control_s
             low, high = relative_interval(value, self.processes)
         else:
             value = self.typical_s
             low, high = apart_interval(value, self.processes)
-        return Point(value, low, high, known_change=bool(self.change))
+        return Point(value, low, high, known_change=bool(self.change), group=self.sweep)
 
     def number_point(self, name: str) -> Point:
         """One of its NUMBERS as a point to fit on the log scale, with no interval (the fit measures the series'
         noise): an exact result as EXACT, a count of tokens plus one (none differing: 1); NaN where it has none."""
         value = self.numbers.get(name, math.nan)
         shown = value + 1 if name == "tokens_differ" else max(value, EXACT)
-        return Point(shown, math.nan, math.nan, known_change=bool(self.change))
+        return Point(shown, math.nan, math.nan, known_change=bool(self.change), group=self.sweep)
 
 
 @dataclass

@@ -202,16 +202,22 @@ def interval(
     its ratio from node to node over their number), and the resolution: the smallest difference (0.05: 5%) whose
     interval would exclude 1 in 9 comparisons of 10 at this spread, exp((t_level + t_0.9) * se) - 1 (the minimum
     detectable effect at 90% power)."""
-    from scipy.special import stdtrit  # Student's t quantile; importing scipy.stats would slow every sweep's end
-
     process = process_sd**2 * (1 / processes[0] + 1 / processes[1])
     node = nodes.variance_of_mean() if nodes else 0.0
     total = sem**2 + process + node
     terms = (sem**4 / df if sem else 0.0) + (process**2 / process_df if process else 0.0)
     terms += node**2 / nodes.df if nodes and node else 0.0
     df = total**2 / terms if terms else math.inf
-    se, quantile = math.sqrt(total), float(stdtrit(df, (1 + level) / 2))
-    return quantile * se, math.expm1((quantile + float(stdtrit(df, POWER))) * se)
+    se, quantile = math.sqrt(total), student_quantile(df, (1 + level) / 2)
+    return quantile * se, math.expm1((quantile + student_quantile(df, POWER)) * se)
+
+
+def student_quantile(df: float, probability: float) -> float:
+    """Student's t quantile at `df` degrees of freedom (the normal's where df is infinite), for every interval and test
+    of the comparisons and the history."""
+    from scipy.special import stdtrit  # importing scipy.stats would slow every sweep's end
+
+    return float(stdtrit(df, probability))
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,9 @@ __all__ = [  # op family `decoder` (runner.backends.DecoderOps): what its backen
 
 
 def affine(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
-    return torch.matmul(x, weight) + bias  # weight (in, out): GPT-2's Conv1D
+    # weight (in, out): GPT-2's Conv1D. F.linear of its transpose is one addmm, the bias added in the GEMM's epilogue:
+    # matmul and a separate add launch two kernels, which an eager decode step on a GPU pays for at every layer
+    return F.linear(x, weight.t(), bias)
 
 
 def gelu_tanh(x: torch.Tensor) -> torch.Tensor:
@@ -50,17 +52,31 @@ def embed(table: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
 
 
 def step_index(start, ids: torch.Tensor) -> torch.Tensor:
-    """The step's positions as a tensor, made once a step (torch.arange costs ~10 µs a call on the CPU)."""
-    return start + torch.arange(ids.shape[1], device=ids.device)
+    """The step's positions as a tensor, made once a step."""
+    return start + _arange(ids.shape[1], ids.device)
 
 
 def attention_mask(where: torch.Tensor, queries: int, keys: int, pad: torch.Tensor | None = None) -> torch.Tensor:
-    at = torch.arange(keys, device=where.device)
+    at = _arange(keys, where.device)
     mask = at[None, :] <= where[:, None]
     if pad is None:
         return mask
     # a padding query sees itself alone: a row of no keys would make NaN, and NaN times a zero weight is NaN
     return (mask & (at >= torch.minimum(pad[:, None, None], where[:, None])))[:, None]
+
+
+def _arange(n: int, device: torch.device) -> torch.Tensor:
+    """0..n-1 on the device: a constant of the graph under torch.compile; in eager, made once per length (each
+    torch.arange is a kernel launch on a GPU, ~10 µs a call on the CPU). Never written to: only read."""
+    if torch.compiler.is_compiling():
+        return torch.arange(n, device=device)
+    return _aranged(n, torch.device(device))
+
+
+@functools.lru_cache(maxsize=64)
+def _aranged(n: int, device: torch.device) -> torch.Tensor:
+    with torch.inference_mode(False):  # a normal tensor: usable inside and outside inference mode alike
+        return torch.arange(n, device=device)
 
 
 def _prompt_positions(where: torch.Tensor, pad: torch.Tensor) -> torch.Tensor:

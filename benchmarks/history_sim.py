@@ -5,7 +5,7 @@ Otava's (Hunter's e-divisive split and merge, each change point tested at p <= 0
 optimum (a squared-error fit, ruptures' "l2" cost, with the Schwarz penalty).
 
     .venv/bin/pip install --no-deps apache-otava==0.8.0        # once; benchmark-only, never imported by src/
-    .venv/bin/python benchmarks/history_sim.py                 # 1,000 series a scenario, about 5 minutes on 2 cores
+    .venv/bin/python benchmarks/history_sim.py                 # 1,000 series a scenario, about 10 minutes on 2 cores
     .venv/bin/python benchmarks/history_sim.py --write         # and rewrite its section of BENCHMARKS.md
     .venv/bin/python benchmarks/history_sim.py --trials 50     # a quick look
     .venv/bin/python benchmarks/history_sim.py --stores 50     # many cases at once, without and with a false-discovery
@@ -47,7 +47,7 @@ import argparse
 import math
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -59,7 +59,7 @@ CHOICE = ("<!-- history-choice:begin -->", "<!-- history-choice:end -->")  # the
 from parity import replace_section  # noqa: E402
 
 from runner.record.table import markdown  # noqa: E402
-from runner.report.history import Entry, History, control_fdr  # noqa: E402
+from runner.report.history import Entry, History, build, control_fdr, failing_steps, recent  # noqa: E402
 from runner.report.ratio import APART_SD, PROCESS_SD  # noqa: E402
 from runner.report.steps import Label, Point, Step, find_steps  # noqa: E402
 
@@ -88,6 +88,16 @@ class Truth:
     points: list[Point]
     at: int | None  # the first run after the step; None: no step
     ratio: float  # after / before
+    sweep_of: tuple[int, ...] = ()  # each run's sweep (runs of one sweep are one point); empty: each run its own
+
+    def point(self, index: int) -> int:
+        """The point of the series (its sweep) that run `index` belongs to."""
+        return self.sweep_of[index] if self.sweep_of else index
+
+    @property
+    def length(self) -> int:
+        """Its points: sweeps, or runs where each is its own."""
+        return self.sweep_of[-1] + 1 if self.sweep_of else len(self.points)
 
 
 def simulate(rng: np.random.Generator, size: float, where: str, heavy: bool) -> Truth:
@@ -115,6 +125,75 @@ def simulate(rng: np.random.Generator, size: float, where: str, heavy: bool) -> 
     logs += math.log(1e-3)  # a 1 ms step
     points = [Point(*np.exp([y, y - 1.96 * s, y + 1.96 * s]).tolist()) for y, s in zip(logs, own, strict=True)]
     return Truth(points, at, ratio)
+
+
+SWEEPS = (12, 30)  # the sweeps of a store-shaped series (uniform)
+SEEDS = (2, 4)  # its runs a sweep, measured together (uniform): seeds of one configuration, processes
+WIDE_SD = (0.05, 0.10)  # the sd a run's interval claims (log-uniform): its within-run noise, wider than the scatter
+LOAD = (0.15, (1, 3), (0.02, 0.08))  # a load starts at a sweep with this chance, lasts 1-3 sweeps, slows them 2-8%
+DRIFT = 0.03  # the machine drifts by up to this much (uniform, either way) over the series, linearly
+SWEEP_SCENARIOS = (
+    ("no step", 0.0, "interior"),
+    ("step 5%", 0.05, "interior"),
+    ("step 10%", 0.10, "interior"),
+    ("step 10%, 2 sweeps after", 0.10, "end2"),
+    ("step 10%, 1 sweep after", 0.10, "end1"),
+    ("step 10% at the 7th of 12 sweeps, 2 seeds", 0.10, "issue81"),
+)
+
+
+def simulate_sweeps(rng: np.random.Generator, size: float, where: str, heavy: bool) -> Truth:
+    """One store-shaped series (the module's docstring): SWEEPS sweeps of SEEDS runs each, a step of `size`
+    (slower or faster) at a sweep placed as `where` says ("issue81": 12 sweeps of 2 seeds, the step at the 7th)."""
+    sweeps = 12 if where == "issue81" else int(rng.integers(SWEEPS[0], SWEEPS[1] + 1))
+    seeds = np.full(sweeps, 2) if where == "issue81" else rng.integers(SEEDS[0], SEEDS[1] + 1, sweeps)
+    sign = 1 if rng.random() < 0.5 else -1
+    ratio = (1 + size) ** sign
+    places = {"interior": int(rng.integers(3, sweeps - 2)), "end2": sweeps - 2, "end1": sweeps - 1, "issue81": 6}
+    at = places[where] if size else None
+    shared = rng.normal(0, APART_SD, sweeps) + _load(rng, sweeps)
+    shared += np.linspace(0, rng.uniform(-DRIFT, DRIFT), sweeps)
+    if at is not None:
+        shared[at:] += math.log(ratio)
+    if heavy:
+        moved = rng.random(sweeps) < HEAVY[0]
+        shared += moved * rng.choice([-1, 1], sweeps) * np.log1p(rng.uniform(HEAVY[1], HEAVY[2], sweeps))
+    sweep_of = np.repeat(np.arange(sweeps), seeds)
+    own = np.exp(rng.uniform(math.log(OWN_SD[0]), math.log(OWN_SD[1]), len(sweep_of)))
+    logs = math.log(1e-3) + shared[sweep_of] + rng.normal(0, PROCESS_SD, len(sweep_of)) + rng.normal(0, own)
+    claimed = np.exp(rng.uniform(math.log(WIDE_SD[0]), math.log(WIDE_SD[1]), len(sweep_of)))
+    points = [
+        Point(*np.exp([y, y - 1.96 * c, y + 1.96 * c]).tolist(), group=f"sweep{k}")
+        for y, c, k in zip(logs, claimed, sweep_of, strict=True)
+    ]
+    first = None if at is None else int(np.searchsorted(sweep_of, at))
+    return Truth(points, first, ratio, tuple(int(k) for k in sweep_of))
+
+
+def _load(rng: np.random.Generator, sweeps: int) -> np.ndarray:
+    """The log slowdown of each sweep by a load that comes and goes (LOAD)."""
+    slowed = np.zeros(sweeps)
+    for start in np.flatnonzero(rng.random(sweeps) < LOAD[0]):
+        length = int(rng.integers(LOAD[1][0], LOAD[1][1] + 1))
+        slowed[start : start + length] = np.maximum(slowed[start : start + length], math.log1p(rng.uniform(*LOAD[2])))
+    return slowed
+
+
+def pooled(detect: Callable[[list[Point]], list[Step]]) -> Callable[[list[Point]], list[Step]]:
+    """A detector that knows no groups, given each group's runs as one point (the geometric mean of their times), its
+    steps' indices mapped back to the group's first run."""
+
+    def pooled_detect(points: list[Point]) -> list[Step]:
+        firsts = [i for i, p in enumerate(points) if not i or not p.group or p.group != points[i - 1].group]
+        edges = [*firsts, len(points)]
+        means = [
+            float(np.exp(np.mean(np.log([p.typical_s for p in points[a:b]]))))
+            for a, b in zip(edges[:-1], edges[1:], strict=True)
+        ]
+        steps = detect([Point(m, math.nan, math.nan) for m in means])
+        return [replace(s, index=firsts[s.index]) if s.index < len(firsts) else s for s in steps]
+
+    return pooled_detect
 
 
 def pelt(points: list[Point], factor: float = 1.0) -> list[Step]:
@@ -174,39 +253,40 @@ def otava(points: list[Point]) -> list[Step]:
     return steps
 
 
-DETECTORS = {"steps.py": find_steps, "Otava": otava, "PELT": pelt}
+DETECTORS = {"steps.py": find_steps, "Otava": pooled(otava), "PELT": pooled(pelt)}
 
 
 def score(truth: Truth, steps: list[Step]) -> tuple[bool, int | None, bool | None, int]:
-    """(found, position error, the interval holds the true ratio (None: no interval), other steps reported) of one
-    series."""
+    """(found, position error in points, the interval holds the true ratio (None: no interval), other steps reported)
+    of one series."""
     reported = [s for s in steps if s.label != Label.INSUFFICIENT]
-    wanted = Label.SUSPICIOUS if truth.at == len(truth.points) - 1 else None
-    match = None
-    if truth.at is not None:
-        near = [
-            s
-            for s in reported
-            if abs(s.index - truth.at) <= WINDOW
-            and (s.ratio > 1) == (truth.ratio > 1)
-            and (wanted is None or s.label == wanted)
-        ]
-        match = min(near, key=lambda s: abs(s.index - truth.at), default=None)  # type: ignore[operator]
-    if match is None or truth.at is None:
+    if truth.at is None:
+        return False, None, False, len(reported)
+    at = truth.point(truth.at)
+    wanted = Label.SUSPICIOUS if at == truth.length - 1 else None
+    near = [
+        s
+        for s in reported
+        if abs(truth.point(s.index) - at) <= WINDOW
+        and (s.ratio > 1) == (truth.ratio > 1)
+        and (wanted is None or s.label == wanted)
+    ]
+    match = min(near, key=lambda s: abs(truth.point(s.index) - at), default=None)
+    if match is None:
         return False, None, False, len(reported)
     held = match.low <= truth.ratio <= match.high if math.isfinite(match.low) else None
-    return True, abs(match.index - truth.at), held, len(reported) - 1
+    return True, abs(truth.point(match.index) - at), held, len(reported) - 1
 
 
 def measure(series: list[Truth], find: Callable[[list[Point]], list[Step]]) -> dict[str, float]:
-    """One detector on a scenario's series: the share found, other steps per 100 runs (and its standard error, over
-    series), the mean position error and the share exact (of those found), the share whose interval holds the true
-    ratio (of those found with an interval)."""
+    """One detector on a scenario's series: the share found, other steps per 100 points (runs, or sweeps where a
+    sweep's runs are one point; and its standard error, over series), the mean position error and the share exact
+    (of those found), the share whose interval holds the true ratio (of those found with an interval)."""
     scores = [score(t, find(t.points)) for t in series]
     found = [s for s in scores if s[0]]
     errors = [s[1] for s in found if s[1] is not None]
     held = [s[2] for s in found if s[2] is not None]
-    per_100 = 100 * np.array([s[3] for s in scores]) / np.mean([len(t.points) for t in series])
+    per_100 = 100 * np.array([s[3] for s in scores]) / np.mean([t.length for t in series])
     nan = math.nan
     return {
         "found": len(found) / len(series),
@@ -219,27 +299,32 @@ def measure(series: list[Truth], find: Callable[[list[Point]], list[Step]]) -> d
 
 
 def run(trials: int, seed: int) -> list[list[str]]:
-    """The table's rows: noise, scenario, then per column each detector's figure."""
+    """The table's rows: noise, scenario, then per column each detector's figure: runs made apart, then sweeps of
+    replicates (store-shaped, SWEEP_SCENARIOS), each on normal and heavy noise."""
     rows = []
-    for heavy in (False, True):
-        for number, (name, size, where) in enumerate(SCENARIOS):
-            rng = np.random.default_rng([seed, heavy, number])
-            series = [simulate(rng, size, where, heavy) for _ in range(trials)]
-            results = [measure(series, find) for find in DETECTORS.values()]
-            has_step = bool(size) and where != "drift"
-            rows.append(
-                [
-                    "heavy" if heavy else "normal",
-                    name,
-                    _column(results, lambda r: f"{r['found']:.0%}", has_step),
-                    _column(results, lambda r: f"{r['other']:.2f}"),
-                    f"{results[0]['other_se']:.2f}",
-                    _column(results, lambda r: f"{r['error']:.2f} ({r['exact']:.0%})" if r["found"] else "-", has_step),
-                    _column(results, lambda r: f"{r['held']:.0%}" if r["held"] == r["held"] else "-", has_step),
-                ]
-            )
-            print(" | ".join(rows[-1]), flush=True)
+    shapes = (("", simulate, SCENARIOS, 0), ("sweeps, ", simulate_sweeps, SWEEP_SCENARIOS, len(SCENARIOS)))
+    for shape, draw, scenarios, offset in shapes:
+        for heavy in (False, True):
+            for number, (name, size, where) in enumerate(scenarios):
+                rng = np.random.default_rng([seed, heavy, offset + number])
+                series = [draw(rng, size, where, heavy) for _ in range(trials)]
+                rows.append(_row(f"{shape}{'heavy' if heavy else 'normal'}", name, series, size, where))
+                print(" | ".join(rows[-1]), flush=True)
     return rows
+
+
+def _row(noise: str, name: str, series: list[Truth], size: float, where: str) -> list[str]:
+    results = [measure(series, find) for find in DETECTORS.values()]
+    has_step = bool(size) and where != "drift"
+    return [
+        noise,
+        name,
+        _column(results, lambda r: f"{r['found']:.0%}", has_step),
+        _column(results, lambda r: f"{r['other']:.2f}"),
+        f"{results[0]['other_se']:.2f}",
+        _column(results, lambda r: f"{r['error']:.2f} ({r['exact']:.0%})" if r["found"] else "-", has_step),
+        _column(results, lambda r: f"{r['held']:.0%}" if r["held"] == r["held"] else "-", has_step),
+    ]
 
 
 def _column(results: list[dict[str, float]], text: Callable[[dict[str, float]], str], wanted: bool = True) -> str:
@@ -250,7 +335,7 @@ HEADER = (
     "noise",
     "scenario",
     "found",
-    "other steps /100 runs",
+    "other steps /100 points",
     "its standard error (steps.py)",
     "position error, runs (exact)",
     "interval holds",
@@ -263,7 +348,7 @@ def section(rows: list[list[str]], args: argparse.Namespace) -> str:
         "## History: finding steps",
         "",
         f"Regenerate: `.venv/bin/python benchmarks/history_sim.py --trials {args.trials} --seed {args.seed} --write` "
-        "(rewrites this table, not the choice below it; about 5 minutes on this 2-core VM; Otava installed as "
+        "(rewrites this table, not the choice below it; about 10 minutes on this 2-core VM; Otava installed as "
         "benchmarks/history_sim.py's docstring says). "
         f"{args.trials} simulated series a scenario, 30-60 runs each, with a known step, a drift or neither "
         "(benchmarks/history_sim.py's docstring). The noise of a run, log-normal: the machine's drift between runs "
@@ -275,12 +360,22 @@ def section(rows: list[list[str]], args: argparse.Namespace) -> str:
         "earlier run). *runs correlated 0.3*: the drift between runs an AR(1) series, 0.3 at lag 1. "
         "*step 5%, 10 runs after*: the series cut 10 runs after the step (20-50 runs before it); *20 runs after*: "
         "likewise, 10-40 before. "
+        f"*sweeps* (issue 81's store-shaped series): {SWEEPS[0]}-{SWEEPS[1]} sweeps of {SEEDS[0]}-{SEEDS[1]} runs "
+        "measured together (seeds, processes: the sweep's drift shared, each run its process offset and own spread), "
+        f"each run's interval claiming an sd of {WIDE_SD[0]:.0%}-{WIDE_SD[1]:.0%} (within-run noise, wider than the "
+        f"{APART_SD:.0%} scatter between sweeps), a load that comes and goes (a sweep starts one with chance "
+        f"{LOAD[0]:.0%}, it lasts {LOAD[1][0]}-{LOAD[1][1]} sweeps and slows them {LOAD[2][0]:.0%}-{LOAD[2][1]:.0%}) "
+        f"and a drift of up to {DRIFT:.0%} either way over the series; *heavy*: 1 sweep in 12 moves 10-30%; the step "
+        "placed at a sweep, 3 or more from the first; *at the 7th of 12 sweeps, 2 seeds*: the issue's shape. There "
+        "a point is a sweep: steps.py groups the runs itself (Point.group), Otava and PELT are given each sweep's "
+        "geometric mean, *found* is within 3 sweeps and *other steps* are per 100 sweeps (2-4 runs each). "
         "Each cell: " + " / ".join(DETECTORS) + ": runner.report.steps; Apache Otava 0.8.0's change points "
         "(`otava.analysis.compute_change_points` on the log times at its defaults: window 50, p <= 0.001, no "
         "minimum magnitude; it gives no interval); PELT's optimum of squared error with the Schwarz penalty "
         "(2 sigma^2 ln n a step). *found*: a step the same way reported within "
         f"{WINDOW} runs of the true one (with 1 run after it: labelled suspicious); *other steps*: every "
-        "other step reported, per 100 runs: false alarms, except on a drift, a real change without a step; its "
+        "other step reported, per 100 runs (sweeps in the *sweeps* rows): false alarms, except on a drift, a real "
+        "change without a step; its "
         "standard error over the series is given for steps.py (a share *found* near 50% has one of "
         f"{50 / math.sqrt(args.trials):.1f} points, near 90% {30 / math.sqrt(args.trials):.1f}); "
         "*position error*: runs between the found step and the true one (mean; exactly placed in brackets); "
@@ -299,6 +394,8 @@ STORE_NOISES = (
     ("normal", False, "interior"),
     ("heavy", True, "interior"),
     ("runs correlated 0.3", False, "correlated"),
+    ("sweeps (store-shaped)", False, "sweeps"),
+    ("sweeps, heavy", True, "sweeps"),
 )
 STORE_HEADER = (
     "noise",
@@ -311,9 +408,11 @@ STORE_HEADER = (
 
 
 def store(rng: np.random.Generator, heavy: bool, where: str) -> tuple[list[Truth], list[History]]:
-    """One store: QUIET series with no step, then REAL with a 10% step, each with the steps its fit found."""
-    truths = [simulate(rng, 0.0, where, heavy) for _ in range(QUIET)]
-    truths += [simulate(rng, 0.10, "interior", heavy) for _ in range(REAL)]
+    """One store: QUIET series with no step, then REAL with a 10% step, each with the steps its fit found; where
+    `where` is "sweeps", store-shaped series (simulate_sweeps)."""
+    draw = simulate_sweeps if where == "sweeps" else simulate
+    truths = [draw(rng, 0.0, "interior" if where == "sweeps" else where, heavy) for _ in range(QUIET)]
+    truths += [draw(rng, 0.10, "interior", heavy) for _ in range(REAL)]
     histories = []
     for i, truth in enumerate(truths):
         entries = [Entry(f"{i}-{j}", float(j), p.typical_s) for j, p in enumerate(truth.points)]
@@ -379,13 +478,103 @@ def store_section(rows: list[list[str]], args: argparse.Namespace) -> str:
     return "\n".join([*lines, STORE_END])
 
 
+NIGHT_CASES, NIGHTS, FIRST_GATED, NEWEST = 6, 36, 7, 3  # --nights: cases a store, nights, the first gated, new-within
+NIGHT_STEP = (0, 20, 0.10)  # the case, the night and the size of the one real step of each store
+NIGHTS_BEGIN, NIGHTS_END = "<!-- history-nights:begin -->", "<!-- history-nights:end -->"
+NIGHTS_HEADER = ("noise", "nights gated", "false nights", "share", "the 10% step failed the gate within 3 nights")
+
+
+def night_store(rng: np.random.Generator, heavy: bool) -> list[tuple[str, str, str, str, Entry]]:
+    """One store of NIGHT_CASES cases, a run of each every night (a sweep of its own), drawn as simulate_sweeps
+    draws a sweep (one seed), the load that comes and goes shared by the night's cases; NIGHT_STEP's case 10% slower
+    (or faster) from its night on."""
+    load = _load(rng, NIGHTS)
+    rows = []
+    for case in range(NIGHT_CASES):
+        shared = rng.normal(0, APART_SD, NIGHTS) + load + np.linspace(0, rng.uniform(-DRIFT, DRIFT), NIGHTS)
+        if case == NIGHT_STEP[0]:
+            shared[NIGHT_STEP[1] :] += math.log1p(NIGHT_STEP[2]) * rng.choice([-1, 1])
+        if heavy:
+            moved = rng.random(NIGHTS) < HEAVY[0]
+            shared += moved * rng.choice([-1, 1], NIGHTS) * np.log1p(rng.uniform(HEAVY[1], HEAVY[2], NIGHTS))
+        own = np.exp(rng.uniform(math.log(OWN_SD[0]), math.log(OWN_SD[1]), NIGHTS))
+        logs = math.log(1e-3) + shared + rng.normal(0, PROCESS_SD, NIGHTS) + rng.normal(0, own)
+        for night, y in enumerate(logs):
+            entry = Entry(f"{case}-{night}", 86_400.0 * night, math.exp(y), sweep=f"night{night}")
+            rows.append((str(case), f"case {case}", "m", "m", entry))
+    return rows
+
+
+def gate_nights(rows: list[tuple[str, str, str, str, Entry]]) -> tuple[int, int, bool]:
+    """(nights gated, nights the gate failed falsely, the real step failed it within 3 nights of its own): the gate
+    as the nightly recipe runs it (`runner history --fail-on regression --new-within 3`), night by night."""
+    false, caught = 0, False
+    for night in range(FIRST_GATED, NIGHTS):
+        histories = build([row for row in rows if row[4].started <= 86_400.0 * night])
+        failed = {h.case for h, _ in failing_steps(recent(histories, NEWEST), {str(Label.REGRESSION)})}
+        real = str(NIGHT_STEP[0]) in failed and night >= NIGHT_STEP[1]
+        false += bool(failed - {str(NIGHT_STEP[0])}) or (bool(failed) and not real)
+        caught |= real and night < NIGHT_STEP[1] + NEWEST
+    return NIGHTS - FIRST_GATED, false, caught
+
+
+def run_nights(count: int, seed: int) -> list[list[str]]:
+    """The nights table's rows: per noise, the nights gated, those that failed falsely, and the real steps caught."""
+    rows = []
+    for heavy in (False, True):
+        rng = np.random.default_rng([seed, 77, heavy])
+        results = np.array([gate_nights(night_store(rng, heavy)) for _ in range(count)])
+        gated, false = int(results[:, 0].sum()), int(results[:, 1].sum())
+        rows.append(
+            [
+                "heavy" if heavy else "normal",
+                str(gated),
+                str(false),
+                f"{false / gated:.1%} (1 in {gated / max(false, 1):.0f})",
+                f"{results[:, 2].mean():.0%}",
+            ]
+        )
+        print(" | ".join(rows[-1]), flush=True)
+    return rows
+
+
+def nights_section(rows: list[list[str]], args: argparse.Namespace) -> str:
+    lines = [
+        NIGHTS_BEGIN,
+        "## History: the nightly gate on simulated nights",
+        "",
+        f"Regenerate: `.venv/bin/python benchmarks/history_sim.py --nights {args.nights} --seed {args.seed} --write` "
+        f"(rewrites this table; a few minutes on this 2-core VM). {args.nights} simulated stores a row, each of "
+        f"{NIGHT_CASES} cases with a run every night for {NIGHTS} nights, each night's runs drawn as the *sweeps* rows "
+        "of *History: finding steps* draw a sweep (the machine's drift between nights, a load that comes and goes, "
+        f"shared by the night's cases, a drift over the nights), case {NIGHT_STEP[0]} {NIGHT_STEP[2]:.0%} slower or "
+        f"faster from night {NIGHT_STEP[1]} on. From night {FIRST_GATED} on, each night the gate as the nightly "
+        f"recipe runs it, on the runs up to that night: `runner history --fail-on regression --new-within {NEWEST}` "
+        "(runner.report.history: build, recent, failing_steps; the store's false-discovery rate at its default). A "
+        "night fails falsely where a case with no step fails it, or the stepped case before its step. *heavy*: 1 "
+        "night in 12 moves a case 10-30%.",
+        "",
+        markdown(NIGHTS_HEADER, rows).rstrip("\n"),
+    ]
+    return "\n".join([*lines, NIGHTS_END])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=500, help="series per scenario")
     parser.add_argument("--seed", type=int, default=2026)
     parser.add_argument("--write", action="store_true", help="rewrite its section of BENCHMARKS.md")
     parser.add_argument("--stores", type=int, default=0, help="simulate this many stores of many cases instead")
+    parser.add_argument("--nights", type=int, default=0, help="simulate this many stores' nightly gates instead")
     args = parser.parse_args()
+    if args.nights:
+        print(" | ".join(NIGHTS_HEADER))
+        rows = run_nights(args.nights, args.seed)
+        if args.write:
+            path = ROOT / "BENCHMARKS.md"
+            path.write_text(replace_section(path.read_text(), nights_section(rows, args), NIGHTS_BEGIN, NIGHTS_END))
+            print(f"wrote {path}")
+        return
     if args.stores:
         print(" | ".join(STORE_HEADER) + "  (each: alone / held to the rate)")
         rows = run_stores(args.stores, args.seed)

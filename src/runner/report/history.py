@@ -4,20 +4,22 @@ much, is it real).
 A case is the same work on the same configuration, seed and timing budget aside, and a machine is a kind of machine,
 not a host (runner.identity): a CI runner pool's runs, each on another host of one kind, are one series (`--by-host`
 splits it per host). Every run carries both as MLflow tags (`case`, `machine`), so a case's history is one filtered
-search, not a scan of the store. Each run is one point: its typical
-time, with the interval that runs made apart get (runner.report.comparison.apart_interval: the machine's drift
-between runs and each process's own offset, calibrated by A/A runs). runner.report.steps finds the steps; a run
-tagged `history.change` (runner history --mark RUN_ID) is a known change (a new machine, a driver): no alert there.
+search, not a scan of the store. Each run is its typical time, with the interval that runs made apart get
+(runner.report.comparison.apart_interval: the machine's drift between runs and each process's own offset, calibrated
+by A/A runs); the runs of one sweep (its MLflow parent run, or its sweep folder: seeds of one configuration, hosts of
+one kind) are replicates, one point of the series together (in_time keeps them side by side). runner.report.steps
+finds the steps, the noise between points from the scatter the series shows; a run tagged `history.change` (runner
+history --mark RUN_ID) is a known change (a new machine, a driver): no alert there.
 
 Many cases at once (control_fdr): a store of 100 quiet cases raises false alarms in proportion to their number, so
 the steps of a store's series are held to a false-discovery rate together. Each step has a p-value (steps._p_value:
-the detector's own t test, Bonferroni-corrected for the places its search tried); Benjamini-Hochberg
+the detector's own t test, bounded over the places its search tried); Benjamini-Hochberg
 (scipy.stats.false_discovery_control) adjusts them over every series but the controls, a series with no step counting
-as one hypothesis at p = 1 (the detector keeps a step from a p-value of about 0.25 down, so a series where it kept
-none is above that, and above any cutoff BH uses at a rate below it). A step whose q-value is above the rate stays in
-the history, marked not significant across the store, and no gate fails on it. BH holds the expected share of false
-steps among those kept to the rate where the series are independent or positively dependent (cases timed on one
-machine drift together: positively).
+as one hypothesis at p = 1 (the detector keeps a step only at a p-value of steps.KEEP, 2%, or less, so a series
+where it kept none is above that; taking it as 1 can only make BH more careful). A step whose q-value is above the
+rate stays in the history, marked not significant across the store, and no gate fails on it. BH holds the expected
+share of false steps among those kept to the rate where the series are independent or positively dependent (cases
+timed on one machine drift together: positively).
 
 Numbers over time (NUMBERS): each run's error against its float64 reference and, for a generation, the tokens that
 differ from the reference's, are series too, fitted by the same detector; a step there is a NUMERIC change, named

@@ -4,67 +4,84 @@ that is a regression, an improvement, only suspicious, or too little data to say
 The series is one case on one machine, its runs in time order, each a typical time with (where it has one) an
 interval. The detector works on log times, so a step is a ratio and noise is relative. `find_steps` is the entry.
 
-- The noise. Each run's own spread comes from its interval (taken as a 95% interval on the log scale: half its
-  width over 1.96; a run without one takes the median of the others'). Runs made apart spread more than their
-  intervals say (the machine drifts between them: ratio.APART_SD), so each run's variance is its own plus an
-  extra, tau^2, that the series itself shows, plus FLOOR^2 (no timing is known better than 0.1%). tau is where
-  the squared differences between consecutive runs, each over its expected variance and capped at CAP, average
-  what a capped chi-square with 1 degree of freedom does: a step spoils one difference, a stray run two, and
-  the cap keeps either from counting for more than a 2-sigma difference, so tau is the spread within the levels,
-  not across them. Its degrees of freedom: one per two differences (neighbours share a run).
-- Runs correlated in time (slow phases of the machine that outlast a run): rho, the lag-1 autocorrelation of the
-  runs within their levels (each run's distance from its level over its sd, pulled in to OUTLYING so that a stray
-  run weighs no more than 3 sds; the sum of neighbours' products over the sum of squares, plus levels / runs, the
-  bias of a correlation about estimated means), held to [0, RHO_MAX]. Each level's standard error grows by
-  sqrt(_inflation): an AR(1) mean of m runs varies (1 + 2 sum_k (1 - k/m) rho^k) times as much as an independent
-  one, and tau from consecutive differences saw only (1 - rho) of the variance. At rho 0 nothing changes.
+- Replicates are one point (issue 81). Runs measured together (consecutive runs of one `group`: a sweep's seeds of
+  one configuration, its processes, its nodes of one kind) share their moment of the machine and come out nearly
+  equal; read as runs in a row they would look like a series correlated at lag 1, and their small differences like
+  a quiet machine. So the runs of a group are one point of the series: the mean of their log times, their spread
+  that point's own (their variance over their number). A step's index is its point's first run.
+- The noise between points comes from the scatter the series shows: sd is where the squared differences between
+  consecutive points, each over its expected variance and capped at CAP, average what a capped chi-square with 1
+  degree of freedom does: a step spoils one difference, a stray point two, and the cap keeps either from counting
+  for more than a 2-sigma difference. Its degrees of freedom: von Neumann's 2 (n - 1)^2 / (3n - 4) for n points in a
+  row, times CAPPED_EFFICIENCY. Each point's variance is sd^2 plus FLOOR^2 (no timing is known better than 0.1%)
+  plus its excess: what its own variance, by its runs' intervals (a 95% interval on the log scale: half its width
+  over 1.96; of a group's mean: over its runs) or by its replicates' spread, holds beyond the median point's, the
+  larger of the two. A run's interval (its within-run noise, or the spread runs made apart are expected to have)
+  thus enters only where it is wider than the other points' (a run of fewer processes, a sweep whose seeds
+  disagreed): intervals wider than the scatter itself say nothing the scatter does not, as the scatter shows.
+  The fit takes the sd of all consecutive differences; each step is then tested at the sd of the differences
+  within the levels the fit found (never across a step being tested), their degrees of freedom counted per level.
+- Points correlated in time (slow phases of the machine, a load that outlasts a sweep): rho, the lag-1
+  autocorrelation of the points within their levels (each point's distance from its level over its sd, pulled in
+  to OUTLYING so that a stray point weighs no more than 3 sds; the sum of neighbours' products over the sum of
+  squares, plus levels / points, the bias of a correlation about estimated means), shrunk by its sampling noise (an
+  estimate r of n points, whose sd is about 1 / sqrt(n) where there is no correlation, counts for r (1 - 1 / (n
+  r^2)), none within one sd of 0: in issue 81's 12 sweeps, 0.31 is 1.1 sds from none and counts for 0.05), held
+  to [0, RHO_MAX]. Each level's standard error grows by sqrt(_inflation): an AR(1) mean of m points varies (1 + 2
+  sum_k (1 - k/m) rho^k) times as much as an independent one, and sd from consecutive differences saw only (1 - rho)
+  of the variance. At rho 0 nothing changes.
 - The fit (asv's approach, its own code): the partition into constant levels that minimises the weighted L1
-  distance of the log times from each level's weighted median (each run weighted by sqrt(2) / its sd: the
+  distance of the log times from each level's weighted median (each point weighted by sqrt(2) / its sd: the
   likelihood of Laplace noise of that sd) plus a penalty per step, found exactly by dynamic programming. L1
   rather than squares: a single slow run among its neighbours (a busy machine; a 29% move between two sweeps in
-  BENCHMARKS.md's A/A apart) moves no median, and as the first and last levels must have MIN_SEGMENT runs (the
-  newest level of the newest part aside: 1) and a level between two steps MIN_LEVEL, cutting out one stray run, or
+  BENCHMARKS.md's A/A apart) moves no median, and as the first and last levels must have MIN_SEGMENT points (the
+  newest level of the newest part aside: 1) and a level between two steps MIN_LEVEL, cutting out one stray point, or
   two or three side by side, gains nothing (with heavy tails, 1 run in 12 moving 10-30%, two strays side by side
-  the same way made most false steps, each a pair of steps). A part of more than LONGEST runs is fitted in windows
+  the same way made most false steps, each a pair of steps). A part of more than LONGEST points is fitted in windows
   of LONGEST that overlap by half, each window's steps kept from its middle (a series of 1,000 runs: about 1 s).
 - Which steps are real, the default threshold: a step's size is the difference of the typical log times of the
-  levels either side (each level's weighted mean, weights 1 / variance, its runs first pulled in to OUTLYING sds
-  of its weighted median where it has 3 or more), and its standard error comes from their runs' variances (and
-  rho, above). A step is kept when it is at least sqrt(SCHWARZ ln n) standard errors, n the runs of its part (the
-  Schwarz criterion, BIC: one more step, its place and its new level, must buy ln n of log-likelihood; the fit's
-  penalty is the same, half that square), as a Student t quantile at the noise's degrees of freedom. That is the
-  smallest change this series' noise resolves at that place: in 40 runs that scatter 3.2% (ratio.APART_SD and
-  PROCESS_SD together), a step with 20 runs either side must be 3.1%, with 2 runs after it 7.3%, with 1 run
-  after it 10.4% (at rho 0). A single newest run after a step must besides lie further from the level before it,
-  in its own sds, than any earlier run lies from its own level: where the series has had runs stray that far, one
-  more is no evidence of a step. The weakest step short of it is merged away and the others measured again, until
-  every step left is resolved. `threshold` (0.05: 5%, either way: |log ratio| >= log 1.05) adds a floor on a
-  step's size; a step the noise does not resolve is never kept, whatever the threshold.
-- The p-value of a step: the same test, read the other way. The step is kept where |size| / se reaches the Student
-  t quantile above; its p-value is the two-sided Student t tail of |size| / se at the noise's degrees of freedom,
-  times the places the fit could have put a step in its part (MIN_SEGMENT runs either side, or the newest run
-  alone: `_positions`), a Bonferroni bound for the search, capped at 1. It is exact for one step at a place fixed
-  in advance; for a place the search chose it holds where the noise is as the detector assumes (of 5,000 simulated
-  series of normal noise with no step, 1.5% had a step with p <= 0.05, 0.3% p <= 0.01), and is too small where
-  runs are correlated or a few move far (4.2% and 2.5% with heavy tails, 7.5% and 3.4% with runs correlated 0.3;
-  BENCHMARKS.md, "History: many cases at once"). The search over the levels' other ends is not counted.
-  runner.report.history adjusts these over a store's series (Benjamini-Hochberg).
+  levels either side (each level's weighted mean, weights 1 / variance, its points first pulled in to OUTLYING sds
+  of its weighted median where it has 3 or more), and its standard error comes from their points' variances (and
+  rho, above). A step is kept where its p-value (below) is at most KEEP (2%): the chance that a part with no step
+  shows one so large anywhere the search looked. The fit's penalty per step is half the square of the standard
+  errors that takes. That is the smallest change this series' noise resolves at that place: in 40 runs that
+  scatter 3.2% (ratio.APART_SD and PROCESS_SD together), a step with 20 runs either side must be 3.9%, with 2 runs
+  after it 9.1%, with 1 run after it 13% (at rho 0); in 12 sweeps that scatter 3%, a step at the 7th 8.3%. A single
+  newest point after a step must besides lie further from the level before it, in its own sds, than any earlier
+  point lies from its own level: where the series has had points stray that far, one more is no evidence of a
+  step. The weakest step short of it is merged away and the others measured again, until every step left is
+  resolved. `threshold` (0.05: 5%, either way: |log ratio| >= log 1.05) adds a floor on a step's size; a step the
+  noise does not resolve is never kept, whatever the threshold. KEEP replaced a threshold of sqrt(2 ln n) standard
+  errors (the Schwarz criterion): with the noise taken from the series and its degrees of freedom counted as they
+  are, that let 0.25 false steps per 100 runs through on normal noise, 0.22 on heavy, 1.16 on runs correlated 0.3
+  (300 simulated series each; 0.08, 0.15 and 0.51 before issue 81).
+- The p-value of a step: |size| / se as the normal deviate b of the same two-sided Student t tail at the noise's
+  degrees of freedom, bounded over the places the fit could have put a step in its part (MIN_SEGMENT points either
+  side, or the newest point alone: `_places`) by Hunter's chain: P(max |Z| > b) <= 2 (Q(b) + sum_k P(Z_k <= b <
+  Z_k+1)), each term 2 Owen's T(b, sqrt((1 - r_k) / (1 + r_k))), r_k the correlation of the test at neighbouring
+  places (sqrt(W_k (1 - W_k+1) / (W_k+1 (1 - W_k))), W_k the share of the part's weight before place k), capped at
+  1. It is never above Bonferroni's bound (the tail times the places), the bound before issue 81, and well below it
+  where the places are many and their tests alike. It holds where the noise is as the detector assumes and is too
+  small where points are correlated or a few move far (BENCHMARKS.md, "History: many cases at once"). The search
+  over the levels' other ends is not counted. runner.report.history adjusts these over a store's series
+  (Benjamini-Hochberg).
 - The interval of a step: the ratio after / before, exp(size), with a 95% (ratio.LEVEL) interval, Student's t
   on the standard error above. Steps found by a search are the larger ones: on simulated series the intervals of
   steps near the resolution held the true ratio less often than 95% (BENCHMARKS.md).
-- The labels: a step with at least 2 runs after it is a REGRESSION (slower) or an IMPROVEMENT (faster). A step with
-  only the newest run after it (and further out than any before it, above) is SUSPICIOUS, either way (TorchBench: two
-  violations in a row at the end make a regression, one does not). Where the newest part of the series has fewer than
-  MIN_POINTS runs (2 either side of a step), the list ends with an INSUFFICIENT step at that part's first run, its
-  ratio and interval NaN; an empty series gives that step at index 0.
+- The labels: a step with at least 2 points after it is a REGRESSION (slower) or an IMPROVEMENT (faster). A step
+  with only the newest point after it (and further out than any before it, above) is SUSPICIOUS, either way
+  (TorchBench: two violations in a row at the end make a regression, one does not). Where the newest part of the
+  series has fewer than MIN_POINTS points (2 either side of a step), the list ends with an INSUFFICIENT step at that
+  part's first run, its ratio and interval NaN; an empty series gives that step at index 0.
 - Known changes: a run marked `known_change` (a new machine, a new version a curator expects to differ) starts
-  a new part; each part is fitted alone (their noise estimated together), so no step is reported at a mark. An
-  older part of fewer than MIN_POINTS runs is not examined.
+  a new part at its point; each part is fitted alone (their noise estimated together), so no step is reported at a
+  mark. An older part of fewer than MIN_POINTS points is not examined.
 
 Runs whose typical time is not a positive number are left out (a mark on one moves to the next run); the steps'
 indices are those of `points`. BENCHMARKS.md, "History: finding steps", has the detection rate, the false alarms and
-the error in the position on simulated series (normal, heavy-tailed and correlated noise), beside Apache Otava's
-detector and PELT on the same series (benchmarks/history_sim.py).
+the error in the position on simulated series (normal, heavy-tailed and correlated noise, and store-shaped sweeps of
+replicates with wide intervals, a load that comes and goes and a drift), beside Apache Otava's detector and PELT on
+the same series (benchmarks/history_sim.py).
 """
 
 from __future__ import annotations
@@ -91,7 +108,7 @@ CAPPED_MEAN = float(chdtr(3, CAP) + CAP * chdtrc(1, CAP))
 # The capped mean of squared differences, against the plain one, on normal noise: its variance over theirs (von
 # Neumann's 2 (n - 1)^2 / (3n - 4) degrees of freedom) measured 0.89-1.0 for 6-60 points (4,000 series each).
 CAPPED_EFFICIENCY = 0.9
-SCHWARZ = 2.5  # a step must be sqrt(SCHWARZ ln n) standard errors (see the module's docstring)
+KEEP = 0.02  # a step is kept where its p-value is at most this (see the module's docstring)
 
 
 @dataclass(frozen=True)
@@ -164,17 +181,17 @@ def _fit(series: _Series, floor: float) -> list[Step]:
     points, then each step tested at the scatter within the levels found (see the module's docstring)."""
     fitted = [(start, end) for start, end in series.parts if end - start >= MIN_POINTS]
     extra, df = _noise(series, [])
-    cuts = {
-        part: _partition(*_part(series, part, extra), _penalty(df, part), part[1] == len(series.logs))
-        for part in fitted
-    }
+    cuts = {}
+    for part in fitted:
+        logs, variances = _part(series, part, extra)
+        newest = part[1] == len(series.logs)
+        cuts[part] = _partition(logs, variances, _needed(df, _places(variances, newest)) ** 2 / 2, newest)
     extra, df = _noise(series, [start + cut for (start, _), found in cuts.items() for cut in found])
     steps: list[Step] = []
     for (start, end), found in cuts.items():
         logs, variances = _part(series, (start, end), extra)
-        newest = end == len(series.logs)
-        needed = math.sqrt(2 * _penalty(df, (start, end)))
-        for step in _resolved(logs, variances, found, needed, floor, df, _places(variances, newest)):
+        places = _places(variances, end == len(series.logs))
+        for step in _resolved(logs, variances, found, _needed(df, places), floor, df, places):
             steps.append(replace(step, index=int(series.index[start + step.index])))
     return steps
 
@@ -185,11 +202,15 @@ def _part(series: _Series, part: tuple[int, int], extra: float) -> tuple[np.ndar
     return series.logs[start:end], extra**2 + series.excess[start:end] + FLOOR**2
 
 
-def _penalty(df: float, part: tuple[int, int]) -> float:
-    """The fit's penalty per step in a part: half the square of the standard errors a step must reach there, sqrt(
-    SCHWARZ ln n) as a Student t quantile at the noise's degrees of freedom."""
-    needed = student_quantile(df, float(ndtr(math.sqrt(SCHWARZ * math.log(part[1] - part[0])))))
-    return needed**2 / 2
+def _needed(df: float, places: np.ndarray) -> float:
+    """The standard errors a step must reach to be kept: where its p-value over these `places` (_p_value) is KEEP."""
+    low, high = 0.0, 1.0
+    while _p_value(high, df, places) > KEEP:
+        low, high = high, 2 * high
+    for _ in range(50):
+        middle = (low + high) / 2
+        low, high = (middle, high) if _p_value(middle, df, places) > KEEP else (low, middle)
+    return high
 
 
 def _series(points: Sequence[Point]) -> _Series:

@@ -500,3 +500,27 @@ def test_cuda_out_of_memory_fails_the_job_and_the_sweep_goes_on(cli, tmp_path):
     assert first["status"] == "FAILED" and "out of memory" in first["error"].lower()
     assert second["status"] == "FINISHED"
     assert "out of memory" in result.stdout.lower()  # the sweep's table says which job failed and why
+
+
+def test_cuda_jacobian_of_two_outputs_takes_the_batched_backward_and_matches_the_reference(monkeypatch):
+    """On a GPU an eager step is bound by its kernel launches: the MLP's 2-output jacobian takes one batched backward
+    (autograd.functional.jacobian(vectorize=True)'s way), where the CPU takes one backward per output."""
+    import torch
+
+    from runner.backends import torch_backend
+
+    batched = []
+    grad = torch.autograd.grad
+
+    def recorded(*args, **kwargs):
+        batched.append(kwargs.get("is_grads_batched", False))
+        return grad(*args, **kwargs)
+
+    monkeypatch.setattr(torch.autograd, "grad", recorded)
+    w1, b1, w2 = (torch.randn(*s, dtype=torch.float64, device="cuda") for s in ((32, 64), (64,), (64, 2)))
+    jacobian = torch_backend.batch_jacobian(lambda p, x: torch.relu(x @ w1 + b1) @ w2, "eager", None)
+    x = torch.randn(8, 32, dtype=torch.float64, device="cuda")
+    jac = jacobian({}, x)
+    assert batched == [True]
+    expected = torch.einsum("bh,ho->boh", (x @ w1 + b1 > 0).double(), w2) @ w1.T  # (batch, out, in)
+    torch.testing.assert_close(jac, expected)

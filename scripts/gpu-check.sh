@@ -4,7 +4,7 @@
 # Its pytest is 9, under which pytest-xdist's --dist loadgroup groups nothing: bring pytest 8.4 too, once per .whl/:
 #   python3 -m pip download --no-deps --only-binary=:all: -d .whl pytest==8.4.2
 #
-#   scripts/gpu-check.sh [--out DIR] [--dry-run]
+#   scripts/gpu-check.sh [--out DIR] [--only STEP,...] [--dry-run]
 #
 # In under 8 minutes (GPU_CHECK_LIMIT_S, default 470 s; each step has a timeout that also keeps to it):
 #   1. installs the wheels of .whl/ (GPU_CHECK_WHEELS) into a temporary --target folder put first on PYTHONPATH
@@ -24,6 +24,7 @@
 #   7. writes summary.md (scripts/gpu_check_summary.py): the GPU's name and driver, each test's result (a test
 #      collected and not reported, where a pytest step stopped at its limit: not finished), the
 #      parity rows, the sweep's answer line and the bfloat16 matmul's TFLOP/s against the chip's peak.
+# --only STEP,... runs those steps alone (e.g. --only compiled,generation: what a whole check leaves no time for).
 # The output folder is $OUT when set (what a lent GPU machine sends back: 8 files at most, so it gets 7), else
 # --out DIR, else outputs/gpu-check/. Without a GPU the script says so in one line and exits 0; --dry-run prints
 # what it would install and run, and exits 0, on any machine. Exit status: 0 when every step exited 0, else 1.
@@ -45,25 +46,32 @@ PYTEST_S=240
 PYTEST_ALONE_S=60
 WORKERS=${GPU_CHECK_WORKERS:-5}
 PARITY_COMPILED_S=60
-GENERATION_S=120
-GENERATION_JAX_S=60
+GENERATION_S=240  # Llama-3.2-1B's sizes on an H200: 4 torch jobs set up in ~2.5 minutes (seeded weights, compiling)
+GENERATION_JAX_S=120
 PARITY_ROWS=matmul,mlp_inference,mlp_gradients_eager,mlp_jacobian,resnet18_inference_b8,transformer_inference,transformer_gradients,mlp_train_step_eager
 # torch.compile: tens of seconds a row; GPT-2 generation: JAX compiles a prefill and a decode step
 PARITY_COMPILED_ROWS=mlp_gradients_compiled,mlp_train_step_compiled,gpt2_generate_eager,gpt2_generate_compiled,llama_generate_eager_vs_hf
 
-usage() { echo "usage: scripts/gpu-check.sh [--out DIR] [--dry-run]"; }
+STEPS=sweep,parity,pytest,compiled,generation,alone  # --only's names, in the order they run
+usage() { echo "usage: scripts/gpu-check.sh [--out DIR] [--only STEP,...] [--dry-run] (steps: $STEPS)"; }
 
-dry_run=0 out_arg=""
+dry_run=0 out_arg="" only=$STEPS
 while (($#)); do
     case $1 in
     --dry-run) dry_run=1 ;;
     --out) [[ $# -ge 2 ]] || { echo "gpu-check: --out needs a folder" >&2; exit 2; }; out_arg=$2; shift ;;
     --out=*) out_arg=${1#--out=} ;;
+    --only) [[ $# -ge 2 ]] || { echo "gpu-check: --only needs steps, of $STEPS" >&2; exit 2; }; only=$2; shift ;;
+    --only=*) only=${1#--only=} ;;
     -h | --help) usage; exit 0 ;;
     *) echo "gpu-check: unknown argument $1 ($(usage))" >&2; exit 2 ;;
     esac
     shift
 done
+for name in ${only//,/ }; do
+    [[ ,$STEPS, == *,$name,* ]] || { echo "gpu-check: no step '$name' (--only takes steps of $STEPS)" >&2; exit 2; }
+done
+wanted() { [[ ,$only, == *,$1,* ]]; }
 OUT_DIR=${OUT:-${out_arg:-$ROOT/outputs/gpu-check}}
 [[ $OUT_DIR = /* ]] || OUT_DIR=$CALLER/$OUT_DIR
 
@@ -118,14 +126,16 @@ if ((dry_run)); then
         echo "install nothing: no wheels in $WHEELS/ (../shared/gpu/fetch-wheels.sh brings them); $PYTHON's own packages are used"
     fi
     echo "run, within ${LIMIT_S} s in all (each step stopped at its limit or at what is left, whichever comes first):"
-    echo "  [${SWEEP_S} s] ${SWEEP[*]}"
-    echo "  [${PARITY_S} s] ${PARITY[*]}"
-    echo "  [${PYTEST_S} s] ${PYTEST[*]}"
-    echo "  [${PARITY_COMPILED_S} s] ${PARITY_COMPILED[*]}"
-    echo "  [${GENERATION_S} s] ${GENERATION[*]}"
-    ((${#GENERATION_JAX[@]})) && echo "  [${GENERATION_JAX_S} s] ${GENERATION_JAX[*]}"
-    echo "  ${GENERATION_TABLE[*]} > $OUT_DIR/generation.md"
-    ((${#PYTEST_ALONE[@]})) && echo "  [${PYTEST_ALONE_S} s] ${PYTEST_ALONE[*]}"
+    wanted sweep && echo "  [${SWEEP_S} s] ${SWEEP[*]}"
+    wanted parity && echo "  [${PARITY_S} s] ${PARITY[*]}"
+    wanted pytest && echo "  [${PYTEST_S} s] ${PYTEST[*]}"
+    wanted compiled && echo "  [${PARITY_COMPILED_S} s] ${PARITY_COMPILED[*]}"
+    if wanted generation; then
+        echo "  [${GENERATION_S} s] ${GENERATION[*]}"
+        ((${#GENERATION_JAX[@]})) && echo "  [${GENERATION_JAX_S} s] ${GENERATION_JAX[*]}"
+        echo "  ${GENERATION_TABLE[*]} > $OUT_DIR/generation.md"
+    fi
+    wanted alone && ((${#PYTEST_ALONE[@]})) && echo "  [${PYTEST_ALONE_S} s] ${PYTEST_ALONE[*]}"
     echo "  ${SUMMARY[*]}"
     echo "write $OUT_DIR/summary.md (with pytest-gpu.xml, pytest-gpu.log, gpu-check.log, generation.md and sweep.tar.gz beside it)"
     exit 0
@@ -205,21 +215,31 @@ else
     say "JAX does not see the GPU here: torch's parity rows only"
 fi
 
-step "tracked sweep" "$SWEEP_S" "$WORK/sweep.out" "${SWEEP[@]}" || failed=1
-cat "$WORK/sweep.out" >>"$LOG" 2>/dev/null
-step "parity rows" "$PARITY_S" "$LOG" "${PARITY[@]}" || failed=1
-# what the summary lists as not finished where a pytest step stops at its limit (a few seconds)
-timeout 60 "$PYTHON" -m pytest --collect-only -q -o addopts= -p no:cacheprovider -m gpu >"$WORK/collected.txt" 2>>"$LOG"
-step "pytest -m gpu" "$PYTEST_S" "$OUT_DIR/pytest-gpu.log" "${PYTEST[@]}" || failed=1
-step "parity rows, compiled" "$PARITY_COMPILED_S" "$LOG" "${PARITY_COMPILED[@]}" || failed=1
-step "generation, torch" "$GENERATION_S" "$WORK/generation.out" "${GENERATION[@]}" || failed=1
-if ((${#GENERATION_JAX[@]})); then
-    step "generation, jax" "$GENERATION_JAX_S" "$WORK/generation.out" "${GENERATION_JAX[@]}" || failed=1
+if wanted sweep; then
+    step "tracked sweep" "$SWEEP_S" "$WORK/sweep.out" "${SWEEP[@]}" || failed=1
+    cat "$WORK/sweep.out" >>"$LOG" 2>/dev/null
 fi
-cat "$WORK/generation.out" >>"$LOG" 2>/dev/null
-"${GENERATION_TABLE[@]}" >"$OUT_DIR/generation.md" 2>>"$LOG" || say "no generation table (see $LOG)"
+if wanted parity; then
+    step "parity rows" "$PARITY_S" "$LOG" "${PARITY[@]}" || failed=1
+fi
+if wanted pytest; then
+    # what the summary lists as not finished where a pytest step stops at its limit (a few seconds)
+    timeout 60 "$PYTHON" -m pytest --collect-only -q -o addopts= -p no:cacheprovider -m gpu >"$WORK/collected.txt" 2>>"$LOG"
+    step "pytest -m gpu" "$PYTEST_S" "$OUT_DIR/pytest-gpu.log" "${PYTEST[@]}" || failed=1
+fi
+if wanted compiled; then
+    step "parity rows, compiled" "$PARITY_COMPILED_S" "$LOG" "${PARITY_COMPILED[@]}" || failed=1
+fi
+if wanted generation; then
+    step "generation, torch" "$GENERATION_S" "$WORK/generation.out" "${GENERATION[@]}" || failed=1
+    if ((${#GENERATION_JAX[@]})); then
+        step "generation, jax" "$GENERATION_JAX_S" "$WORK/generation.out" "${GENERATION_JAX[@]}" || failed=1
+    fi
+    cat "$WORK/generation.out" >>"$LOG" 2>/dev/null
+    "${GENERATION_TABLE[@]}" >"$OUT_DIR/generation.md" 2>>"$LOG" || say "no generation table (see $LOG)"
+fi
 # last: it fills the GPU's memory, and tells least
-if ((${#PYTEST_ALONE[@]})); then
+if wanted alone && ((${#PYTEST_ALONE[@]})); then
     step "pytest -m gpu_alone" "$PYTEST_ALONE_S" "$OUT_DIR/pytest-gpu.log" "${PYTEST_ALONE[@]}" || failed=1
 fi
 

@@ -67,6 +67,22 @@ def test_dry_run_says_what_it_would_install_and_run(tmp_path, wheels):
     assert not out.exists()  # a dry run writes nothing
 
 
+def test_only_runs_the_steps_it_names_and_refuses_a_step_it_does_not_know(tmp_path):
+    """--only compiled,generation: what a whole check leaves no time for, in a short second call on a lent GPU."""
+    done = check("--dry-run", "--only", "compiled,generation", GPU_CHECK_WHEELS=str(tmp_path / "none"))
+    assert done.returncode == 0, done.stderr
+    steps = [line for line in done.stdout.splitlines() if line.startswith("  [")]
+    assert len(steps) == 3 and "parity.py --device cuda" in steps[0] and "gpt2_generate_eager" in steps[0]
+    assert all("task=generate device=cuda model=llama_32_1b" in s for s in steps[1:])
+    assert "backend=torch mode=eager,function" in steps[1] and "backend=jax mode=function" in steps[2]
+    assert " -m pytest " not in done.stdout and "model=matmul" not in done.stdout
+    refused = check("--only", "pytest,bench", GPU_CHECK_WHEELS=str(tmp_path / "none"))
+    assert refused.returncode == 2 and refused.stdout == ""
+    assert refused.stderr.strip() == (
+        "gpu-check: no step 'bench' (--only takes steps of sweep,parity,pytest,compiled,generation,alone)"
+    )
+
+
 def test_dry_run_without_wheels_and_the_output_folder_it_picks(tmp_path):
     done = check("--dry-run", GPU_CHECK_WHEELS=str(tmp_path / "none"))
     assert done.returncode == 0, done.stderr

@@ -258,3 +258,14 @@ def test_the_issue_81_store_of_12_sweeps_of_two_seeds_fails_the_gate_at_its_7th_
         True,
     )
     assert step.p_value < 0.01 and [h.case for h, _ in history.failing_steps([found], {"regression"})] == ["case"]
+
+
+def test_three_sweeps_of_two_seeds_are_three_points_too_few_to_tell():
+    entries = [
+        ("case", "chain", "m", "EPYC", history.Entry(f"run{i}", 1.79e9 + 60 * i, 1e-4, sweep=f"p{i // 2}"))
+        for i in range(6)
+    ]
+    (found,) = history.build(entries)
+    (step,) = found.steps
+    assert history.describe_step(found, step).startswith("insufficient data: 6 runs in 3 sweeps since ")
+    assert history.describe_step(found, step).endswith(", 4 sweeps tell a step")

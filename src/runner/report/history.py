@@ -213,12 +213,16 @@ def _strict(value):
 
 def describe_step(history: History, step: Step) -> str:
     """'regression: 1.10x [1.06–1.14] from run 3f2a… (2026-11-26 14:02, torch 2.14.1 @ 0f5a11b)', or 'insufficient
-    data: 2 runs since 2026-11-26 14:02, 4 tell a step'; a step above the store's false-discovery rate says so after
-    its label ('regression, not significant across the store (q 0.31): ...')."""
+    data: 2 runs since 2026-11-26 14:02, 4 tell a step' ('6 runs in 3 sweeps since ..., 4 sweeps tell a step'); a
+    step above the store's false-discovery rate says so after its label ('regression, not significant across the store
+    (q 0.31): ...')."""
     first = history.entries[step.index]
     when = _when(first)
     if step.label == Label.INSUFFICIENT:
-        runs = len(history.entries) - step.index
+        since = history.entries[step.index :]
+        runs, points = len(since), len({e.sweep or e.run_id for e in since})
+        if points < runs:  # the runs of a sweep are one point
+            return f"{step.label}: {runs} runs in {points} sweeps since {when}, {MIN_POINTS} sweeps tell a step"
         return f"{step.label}: {runs} run{'s' if runs != 1 else ''} since {when}, {MIN_POINTS} tell a step"
     interval = format_interval((step.low, step.high))
     where = f"run {run_said(first.run_id)} ({when}{', ' + first.version if first.version else ''})"

@@ -10,7 +10,9 @@ counts them (what the kernel reads and writes, not the write-allocate reads a ca
 Kept per kind of machine (runner.identity.machine: CPU model, cores, memory, GPUs, driver branch, thread settings),
 as a JSON file in $XDG_CACHE_HOME/tensor-runner/machines/ (~/.cache/...): a machine of the same kind reads the
 figure its first run measured, where the machine was quiet then (a load average at most QUIET_LOAD a core); one
-measured busy is measured again by each run until one is quiet, the best kept.
+measured busy is measured again by the first run RETRY_BUSY_S or more after it, the best kept, until one is quiet: the
+jobs of one sweep read one figure. The probe runs in a process of its own, so that its arrays (three of 128 MiB or
+more) never count in a run's peak memory.
 
 A GPU's own memory is not measured: its figure is the peak its memory bus gives, as NVML reads it off the device (bus
 width x the memory's highest clock x 2 for double data rate; an H100 SXM's 5120 bits at 2619 MHz give 3.35 TB/s, the
@@ -22,6 +24,8 @@ from __future__ import annotations
 import json
 import math
 import os
+import subprocess
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -29,9 +33,10 @@ from typing import Any
 
 import numpy as np
 
-# a figure measured while the machine's load average was above this per core is provisional: measured again by the
-# next run, the better kept (at load 7.6 on 2 cores it read 28.6 GB/s, quiet 55-58)
+# a figure measured while the machine's load average was above this per core is provisional: measured again by a
+# later run, the better kept (at load 7.6 on 2 cores it read 28.6 GB/s, quiet 55-58)
 QUIET_LOAD = 0.5
+RETRY_BUSY_S = 3600.0  # a provisional figure stands this long: a sweep's jobs, the load they make among them, read one
 SMALLEST = 128 * 2**20  # bytes of one array at least: four times the last-level cache of most machines
 REPEATS = 5
 
@@ -53,7 +58,8 @@ def this_machine() -> Any:
 
 def machine_bandwidth(folder: Path | None = None) -> dict[str, Any]:
     """The machine's measured bandwidth: {"GBps", "copy_GBps", "add_GBps", "threads", "array_MB", "machine",
-    "measured"}, read from the machine's file, or measured now (about a second) and written there."""
+    "measured"}, read from the machine's file, or measured now (about a second) and written there; {} where the probe
+    failed and nothing was kept."""
     kind = this_machine()
     path = (folder or machines_dir()) / f"{kind.key}.json"
     kept: dict[str, Any] = {}
@@ -61,17 +67,37 @@ def machine_bandwidth(folder: Path | None = None) -> dict[str, Any]:
         kept = json.loads(path.read_text())
     except (OSError, ValueError):  # not measured yet (or a file no run could have left whole: measured again)
         pass
-    if kept and kept.get("load_1m", math.inf) <= QUIET_LOAD * (os.cpu_count() or 1):
+    if kept and (_quiet(kept) or time.time() - kept.get("tried_s", 0.0) < RETRY_BUSY_S):
         return kept
-    figures = {**measure(), "machine": kind.name, "measured": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    measured = measure_apart()
+    if not measured:
+        return kept
+    figures = {**measured, "machine": kind.name, "measured": time.strftime("%Y-%m-%dT%H:%M:%S")}
     figures["load_1m"] = os.getloadavg()[0]
     if kept.get("GBps", 0.0) > figures["GBps"]:  # a ceiling: the better of a busy machine's measurements stands
         figures = {**kept, "load_1m": min(kept.get("load_1m", math.inf), figures["load_1m"])}
+    figures["tried_s"] = time.time()
     path.parent.mkdir(parents=True, exist_ok=True)
     written = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     written.write_text(json.dumps(figures, indent=1) + "\n")
     os.replace(written, path)  # whole: two jobs measuring at once each leave a whole file, the last one wins
     return figures
+
+
+def _quiet(figures: dict[str, Any]) -> bool:
+    return figures.get("load_1m", math.inf) <= QUIET_LOAD * (os.cpu_count() or 1)
+
+
+def measure_apart() -> dict[str, Any]:
+    """measure() in a process of its own (its arrays are sized here, and never count in this process's peak memory)."""
+    array_bytes = max(SMALLEST, 4 * last_level_cache())
+    code = f"import json; from runner.measure.bandwidth import measure; print(json.dumps(measure({array_bytes})))"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}  # this process's runner
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    try:
+        return json.loads(done.stdout.splitlines()[-1])
+    except (IndexError, ValueError):  # the probe failed: no figure, rather than a failed run
+        return {}
 
 
 def gpu_peak_bandwidth() -> dict[str, Any]:

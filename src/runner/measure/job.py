@@ -227,10 +227,9 @@ def machine_facts(asked: tuple[str, ...], device: str) -> dict:
         return {}
     from runner.measure import bandwidth
 
-    if device == "cpu":
-        return {"memory_bandwidth": bandwidth.machine_bandwidth()}
-    peak = bandwidth.gpu_peak_bandwidth() if device == "cuda" else {}
-    return {"memory_bandwidth": peak} if "GBps" in peak else {}
+    figure = bandwidth.machine_bandwidth() if device == "cpu" else {}
+    figure = bandwidth.gpu_peak_bandwidth() if device == "cuda" else figure
+    return {"memory_bandwidth": figure} if "GBps" in figure else {}
 
 
 def _environment(job: Prepared, meter_note: dict) -> dict:

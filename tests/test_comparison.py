@@ -161,3 +161,27 @@ def test_one_generation_each_on_a_busy_machine_is_cannot_tell():
     assert compare_two(slower, fast).verdict == Verdict.SLOWER
     far = _one_generation(rng, 0.3)  # 3x: beyond what load alone made of a call here (BUSY_FACTOR)
     assert compare_two(Timings(far.replicates, busy=1.5, parts=far.parts), fast).verdict == Verdict.SLOWER
+
+
+def test_runs_made_apart_are_compared_apart_whatever_their_hosts_are_called():
+    """Two single runs made by separate commands minutes apart share no rounds: round k of one and round k of the
+    other name no common moment. Under one host name or two, they get the same unpaired interval, the machine's
+    drift between runs in it; two jobs of one sweep on one host are paired (issue 78)."""
+    frame = sweep({"numpy": 18e-6, "torch": 18e-6 * 1.2}, seeds=1)
+
+    def torch_row(hosts: list[str], timed_in: list[str]):
+        frame["host"], frame["timed_in"] = hosts, timed_in
+        return compare(frame).set_index("params.backend.name").loc["torch"]
+
+    paired = torch_row(["vm-1", "vm-1"], ["/sweep|vm-1|", "/sweep|vm-1|"])
+    one_name = torch_row(["vm-1", "vm-1"], ["run-a|vm-1|", "run-b|vm-1|"])  # two single runs: each its own rounds
+    two_names = torch_row(["vm-1", "vm-2"], ["run-a|vm-1|", "run-b|vm-2|"])
+    assert paired["time_ratio_basis"] == "20 rounds"
+    assert one_name["time_ratio_basis"] == two_names["time_ratio_basis"] == "20 rounds, unpaired"
+    interval = ["time_ratio", "time_ratio_ci_low", "time_ratio_ci_high"]
+    assert one_name[interval].tolist() == two_names[interval].tolist()
+    width = {
+        name: row["time_ratio_ci_high"] / row["time_ratio_ci_low"]
+        for name, row in (("paired", paired), ("apart", one_name))
+    }
+    assert width["apart"] > width["paired"]

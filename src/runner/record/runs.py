@@ -48,6 +48,15 @@ class Run:
         return str(parent) if parent and (parent / SWEEP_FILE).exists() else ""
 
     @property
+    def timed_in(self) -> str:
+        """The rounds it was timed in: its sweep's, on its host, in its cluster job (a SLURM or Ray block); a single
+        run's are its own. Runs are paired round by round only where this is the same: round k of runs made apart
+        names no common moment, whatever their hosts are called."""
+        host = self.identity.host if self.identity is not None else self.environment.get("hostname", "")
+        block = self.environment.get("slurm_job_id") or self.environment.get("ray_job_id") or ""
+        return "|".join((self.sweep or self.where, str(host), str(block)))
+
+    @property
     def is_control(self) -> bool:
         """The control its sweep timed beside its jobs: measured, but no configuration of the sweep's answer."""
         return self.tags.get("is_control") == "true"

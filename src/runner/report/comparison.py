@@ -15,9 +15,10 @@ compare` asks this module; the statistics beneath it are runner.report.ratio's.
   interval, or beyond UNSTABLE_DISAGREE), the page would show two figures that contradict each other: there is no
   verdict, and the reason gives both (rare in simulation: 0 of 600 busy 1.1x pairs; seen on a busy machine). Centring it
   on the typical times instead called identical jobs different 1 in 11 rather than 1 in 20 (tests/test_ratio.py).
-  Where replicates are pooled, or runs were measured apart (`apart`: two sweeps, unpaired, the machine's drift
-  between them added, ratio.APART_SD), the rounds give the width and the typical times the centre: replicates that
-  stall in different rounds move the pooled rounds, not their own typical times.
+  Where replicates are pooled, or runs were measured apart (`apart`, or no rounds shared: two sweeps, two blocks, two
+  separate runs, whatever their hosts are called; unpaired, the machine's drift between them added, ratio.APART_SD),
+  the rounds give the width and the typical times the centre: replicates that stall in different rounds move the
+  pooled rounds, not their own typical times.
 - Several nodes (a cluster sweep blocked by node: each node measured every configuration in its own interleaved
   rounds): a configuration's replicates on each node are paired with its baseline's there, so a node's own speed
   cancels, and the nodes are pooled as replicates; the interval adds how much the ratio moves from node to node
@@ -122,6 +123,9 @@ class Timings:
     # each replicate's repeated parts of a call, a row per sample (Task.repeated_parts: a generation's decode steps);
     # empty where the task times none
     parts: tuple[np.ndarray, ...] = ()
+    # the rounds each replicate was timed in (runner.record.runs.Run.timed_in): paired only where two share one;
+    # empty where not known (then only the hosts tell)
+    timed_in: tuple[str, ...] = ()
 
     def by_host(self) -> dict[str, list[Job]]:
         """Its replicates per host that ran them (none where the hosts are not known)."""
@@ -189,7 +193,7 @@ def compare(
     spread between worker processes; `apart`: measured in different sweeps), resolution and verdict. A difference
     under `factor` is called NO_CHANGE."""
     by_typical = run.typical_s() / baseline.typical_s()
-    apart = apart or on_other_nodes(run, baseline)
+    apart = apart or measured_apart(run, baseline)
     if not run.replicates or not baseline.replicates:  # the replicates' medians may still disagree
         why = run.instability()
         return Comparison(
@@ -278,6 +282,14 @@ def _over_parts(
         return None
     rounds = set(run.rounds()[1]) & set(baseline.rounds()[1]) if not apart else run.rounds()[1]
     return replace(over, rounds=len(rounds), parts=int(np.shape(run.parts[0])[-1]))
+
+
+def measured_apart(run: Timings, baseline: Timings) -> bool:
+    """Whether the two shared no rounds: other sweeps, blocks or nodes (two runs made minutes apart by separate
+    commands on one host among them), so they compare as runs measured apart."""
+    if run.timed_in and baseline.timed_in:
+        return not set(run.timed_in) & set(baseline.timed_in)
+    return on_other_nodes(run, baseline)
 
 
 def on_other_nodes(run: Timings, baseline: Timings) -> bool:

@@ -34,6 +34,7 @@ def frame(runs: Iterable[Run]) -> pd.DataFrame:
     for run in runs:
         row: dict[str, Any] = {"run": run.name, "run_id": run.run_id, "run_dir": run.run_dir, "status": run.status}
         row.update(error=run.error, warnings=list(run.warnings), timed=run.timed, is_control=run.is_control)
+        row.update(timed_in=run.timed_in)
         if run.identity is not None:
             row.update({k: v.key for k, v in vars(run.identity).items() if k != "host"})
             row.update(case_name=run.identity.case.name, machine_name=run.identity.machine.name, host=run.identity.host)
@@ -185,9 +186,11 @@ def timings(runs: pd.DataFrame) -> Timings:
     if all(s is not None for s in samples):
         replicates = tuple(zip(cast(list[np.ndarray], samples), rounds, processes, strict=True))
     hosts = tuple(runs["host"].fillna("").map(str)) if "host" in runs and replicates else ()
+    timed_in = tuple(runs["timed_in"].map(str)) if "timed_in" in runs and replicates else ()
     parts = list(runs["sample_parts"]) if "sample_parts" in runs else []
     found = tuple(parts) if replicates and parts and all(p is not None for p in parts) else ()
-    return Timings(replicates, tuple(medians.tolist()), 0.0 if pd.isna(busy) else float(busy), hosts, found)
+    busy = 0.0 if pd.isna(busy) else float(busy)
+    return Timings(replicates, tuple(medians.tolist()), busy, hosts, found, timed_in)
 
 
 def table(frame: pd.DataFrame) -> pd.DataFrame:

@@ -10,13 +10,16 @@ import os
 import subprocess
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pytest
-from helpers import run_cli
+from helpers import identified, run_cli
 from wheel_maker import write_wheel
 
 from runner.config import PROJECT_ROOT, compose
 from runner.identity import config_params
 from runner.launch import environments
+from runner.report import pooled, sweep_answer
 from runner.spec import JobSpec
 
 PLUGIN = Path(__file__).parent / "plugin"
@@ -70,7 +73,6 @@ def test_two_releases_are_timed_in_one_sweep_each_in_its_environment(tmp_path, w
     assert [r["environment"]["plant_layers"] for r in records] == ["100", "200"]
     work, configuration = ({r["identity"][k]["key"] for r in records} for k in ("work", "configuration"))
     assert len(work) == 1 and len(configuration) == 2  # the same work, two configurations: compared paired
-    assert "plantpkg 1.0 → 2.0: " in out.stdout and " slower" in out.stdout, out.stdout[-2000:]
 
     again = _sweep(tmp_path / "again", cache, *asked)
     assert again.returncode == 0, again.stderr[-3000:]
@@ -138,3 +140,35 @@ def test_uvs_reason_is_one_line(stderr):
         "Because there is no version of plantpkg==9.9 and you require plantpkg==9.9, we can conclude that your "
         "requirements are unsatisfiable."
     )
+
+
+def _two_releases(seconds: dict[str, float]) -> list[pooled.Pooled]:
+    """A sweep's two configurations in environments that differ in plantpkg's release, `seconds` a call each, timed in
+    the same 20 rounds of a machine whose speed moves from round to round."""
+    rng = np.random.default_rng(0)
+    phase, rounds = rng.normal(0, 0.1, 20), np.repeat(np.arange(1, 21), 5)
+    rows = []
+    for number, (version, time_s) in enumerate(seconds.items()):
+        samples = time_s * np.exp(np.repeat(phase, 5) + rng.normal(0, 0.01, rounds.size))
+        rows.append({
+            "run": f"with={version} #{number}", "run_dir": f"/sweep/{number}", "status": "FINISHED",
+            "params.model.name": "mlp", "params.task.name": "gradients", "params.batch_size": 32,
+            "params.backend.name": "torch", "params.seed": 0, "params.environment.with": f"['torch=={version}']",
+            "env.python_environment": f"torch=={version}",
+            "env.python_environment_versions": f"numpy==2.4.6 torch=={version}",
+            "metrics.time_median_s": float(np.median(samples)), "metrics.machine_other_runnable": 0.1,
+            "samples_s": samples, "sample_rounds": rounds, "size": np.nan, "size_name": None,
+        })  # fmt: skip
+    return pooled.pool(identified(pd.DataFrame(rows)))
+
+
+def test_the_answer_names_the_release_that_changed_and_which_way():
+    slower = sweep_answer.sentence(_two_releases({"2.13.0+cpu": 100e-6, "2.14.1": 104e-6}))
+    newer = _two_releases({"2.13.0+cpu": 100e-6, "2.14.1": 104e-6})[1]
+    said = f"torch 2.13.0+cpu → 2.14.1: {sweep_answer._ratio_said(newer)} {sweep_answer.interval_text(newer)} slower"
+    assert slower.endswith(said), slower
+    assert newer.ratio == pytest.approx(1.04, abs=0.01)
+    faster = sweep_answer.sentence(_two_releases({"2.13.0+cpu": 104e-6, "2.14.1": 100e-6}))
+    assert faster.endswith(" faster") and "torch 2.13.0+cpu → 2.14.1: 1.04x [" in faster, faster
+    alike = sweep_answer.sentence(_two_releases({"2.13.0+cpu": 100e-6, "2.14.1": 100e-6}))
+    assert alike.endswith(" within noise") and "torch 2.13.0+cpu → 2.14.1: " in alike, alike

@@ -71,14 +71,14 @@ def cli(argv: list[str] | None = None, config_path: str = CONFIG_PATH) -> None:
     from runner.launch import isolation, preflight, single_run
     from runner.launch.sweep import lifecycle
     from runner.launch.sweep.callback import closed_when_stopped
-    from runner.spec import environment_settings, is_project_environment
+    from runner.spec import environment_settings
 
     _plugins_listable()
     checked = preflight.main()
     if checked is not None and one_run and checked.cfg.hydra.mode != RunMode.MULTIRUN:
         cfg = checked.cfg  # or hands the spare its backend:
-        own = is_project_environment(environment_settings(cfg.environment))
-        isolation.start_server(str(cfg.isolation), bool(cfg.timing.fixed_layout), str(cfg.backend.module), own)
+        settings = environment_settings(cfg.environment)
+        isolation.start_server(str(cfg.isolation), bool(cfg.timing.fixed_layout), str(cfg.backend.module), settings)
     signal.signal(signal.SIGTERM, _stop)  # scancel, kill, a closing session: like Ctrl-C, record and stop
     app = hydra.main(version_base="1.3", config_path=config_path, config_name="config")(main)
     composed = _run_config(checked, config_path)

@@ -8,6 +8,7 @@ runner sync RUN_DIR... [--tracking-uri URI]
 runner history [DIR...] [--tracking-uri URI] [--experiment NAME] [--case KEY] [--by-host] [--json | --markdown]
                [--html DIR] [--fdr 0.05] [--fail-on LABELS [--new-within N] [--confirm]]
 runner history --mark RUN_ID --why TEXT
+runner bisect GOOD BAD [--find-links DIR] [--threshold 0.02] [--out DIR] -- OVERRIDES...
 runner --version
 """
 
@@ -34,7 +35,10 @@ def main(argv: list[str] | None = None) -> int:
 
         cli(argv[1:])
         return 0
-    args = _parser().parse_args(argv)
+    overrides = argv[argv.index("--") + 1 :] if argv[:1] == ["bisect"] and "--" in argv else []
+    args = _parser().parse_args(argv[: len(argv) - len(overrides) - 1] if overrides else argv)  # argparse's -- mixes
+    if overrides:  # with subcommands: run.py's overrides after it, taken whole
+        args.overrides = [*args.overrides, *overrides]
     from runner.record.result import ResultUnreadable
 
     try:
@@ -75,6 +79,15 @@ def _parser() -> argparse.ArgumentParser:
     compare.set_defaults(command=_compare)
 
     _history_parser(commands, uri_help)
+
+    bisect = commands.add_parser("bisect", help="the first release (or commit) of a package that made a job slower")
+    bisect.add_argument("good", help="a release not slower (pkg==X), or a commit: 'pkg @ git+file:///repo@SHA'")
+    bisect.add_argument("bad", help="a later release (or commit) that is slower")
+    bisect.add_argument("overrides", nargs="*", metavar="OVERRIDES", help="after --: the job, as run.py takes it")
+    bisect.add_argument("--find-links", type=_path, help="a folder of wheels beside the indexes pip is configured with")
+    bisect.add_argument("--threshold", type=float, default=0.02, help="smallest slowdown called one (default 0.02)")
+    bisect.add_argument("--out", type=_path, help="folder of the probes' sweeps (default outputs/bisect/DATE/TIME)")
+    bisect.set_defaults(command=_bisect)
 
     sync = commands.add_parser("sync", help="upload runs (or whole sweeps) kept locally to MLflow")
     sync.add_argument("run_dirs", nargs="+", type=_path, metavar="RUN_DIR")
@@ -335,6 +348,12 @@ def _compare(args: argparse.Namespace) -> int:
     for line in before_after.run(args.before, args.after, uri, args.factor):
         print(line)
     return 0
+
+
+def _bisect(args: argparse.Namespace) -> int:
+    from runner.launch import bisect
+
+    return bisect.run(args.good, args.bad, args.overrides, args.find_links, args.threshold, args.out)
 
 
 def _sync(args: argparse.Namespace) -> int:

@@ -212,15 +212,40 @@ def _pins(text: str) -> dict[str, str]:
 
 
 def _version(line: str) -> str:
-    """'2.13.0+cpu' of 'torch==2.13.0+cpu'; a git URL's commit, shortened ('git 1a2b3c4d5e6f')."""
+    """'2.13.0+cpu' of 'torch==2.13.0+cpu'; a git URL's commit, shortened ('1a2b3c4d5e6f')."""
     if "==" in line:
         return line.split("==", 1)[1].strip()
     commit = re.search(r"@([0-9a-f]{12})[0-9a-f]*$", line.strip())
-    return f"git {commit.group(1)}" if commit else line.split("@", 1)[-1].strip()
+    return commit.group(1) if commit else line.split("@", 1)[-1].strip().replace(" ", "")
 
 
 def uv_index_options() -> list[str]:
-    """The indexes, find-links and constraints pip is configured with, as uv's options (scripts/uv_args.py's)."""
+    """The indexes, find-links and constraints pip is configured with, as uv's options (scripts/uv_args.py's); kept
+    in the cache while pip's configuration files and PIP_* variables stay as they were (`pip config list` takes a
+    second or two, which a run in a built environment would pay every time)."""
+    key = _hash(json.dumps(_pip_configuration()))
+    kept = cache_dir() / "pip-options" / f"{key}.json"
+    if kept.is_file():
+        return list(json.loads(kept.read_text()))
+    options = _pip_options()
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    kept.write_text(json.dumps(options))
+    return options
+
+
+def _pip_configuration() -> list:
+    """What pip's configuration is read from: its files (each one's size and time) and the PIP_* variables."""
+    xdg = os.environ.get("XDG_CONFIG_DIRS", "/etc/xdg").split(os.pathsep)
+    home = Path.home()
+    user = [str(home / ".config" / "pip" / "pip.conf"), str(home / ".pip" / "pip.conf")]
+    files = [os.environ.get("PIP_CONFIG_FILE", ""), "/etc/pip.conf", *(f"{d}/pip/pip.conf" for d in xdg), *user]
+    files.append(f"{sys.prefix}/pip.conf")
+    stats = [(f, os.stat(f).st_mtime_ns, os.stat(f).st_size) for f in files if f and os.path.isfile(f)]
+    return [stats, sorted((k, v) for k, v in os.environ.items() if k.startswith("PIP_"))]
+
+
+@cache
+def _pip_options() -> list[str]:
     listed = _run([sys.executable, "-m", "pip", "config", "list"], timeout=60).stdout
     config = {}
     for line in listed.splitlines():

@@ -56,13 +56,19 @@ def execute(spec: JobSpec, run_dir: Path, parent_run_id: str | None = None) -> R
     return complete(spec, run_dir, parent_run_id, result)
 
 
-def start_server(isolation: str, fixed_layout: bool, backend_module: str, own_environment: bool = True) -> None:
+def start_server(isolation: str, fixed_layout: bool, backend_module: str, environment: dict | None = None) -> None:
     """Start the fork server the job's worker will come from (Worker.start), so that it imports while Hydra composes
     (or hand the spare its backend: runner.launch.worker.start_spare_server); end the spare where the job has no use
-    for a server (a job in another Python environment has a server of that environment's)."""
-    if isolation == "process" and fixed_layout and own_environment:
+    for it: one in another Python environment (`environment`, environment.*) has a server of that environment's."""
+    settings = environment_settings(environment)
+    if isolation == "process" and fixed_layout:
+        python = None
+        if not is_project_environment(settings):
+            from runner.launch import environments
+
+            python = environments.ready(settings, say=log.info)  # built by the preflight: looked up
         with contextlib.suppress(ForkServerGone, OSError):  # Worker.start tries again, or spawns
-            ForkServer.for_backend(backend_module, worker_main, start_fixed)
+            ForkServer.for_backend(backend_module, worker_main, start_fixed, python)
     ForkServer.stop_spare()
 
 

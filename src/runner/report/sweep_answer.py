@@ -85,13 +85,16 @@ def versions_said(group: list[Pooled]) -> list[str]:
 
 
 def _changed(before: str, after: str) -> list[tuple[str, str, str]]:
-    """(package, its version in `before`, in `after`) for each package whose version differs; two resolved sets as
-    'name==version ...' (Pooled.versions); none where either is unknown (the runner's own environment)."""
+    """(package, its version in `before`, in `after`) for each package in both whose version differs (where none
+    does: each added or removed, '—' on the side that lacks it); two resolved sets as 'name==version ...'
+    (Pooled.versions); none where either is unknown (the runner's own environment)."""
     if not before or not after:
         return []
     was, now = (dict(item.split("==", 1) for item in text.split() if "==" in item) for text in (before, after))
-    return [(name, was.get(name, "—"), now.get(name, "—")) for name in sorted(was.keys() | now.keys())
-            if was.get(name) != now.get(name)]  # fmt: skip
+    changed = [(name, was.get(name, "—"), now.get(name, "—")) for name in sorted(was.keys() | now.keys())
+               if was.get(name) != now.get(name)]  # fmt: skip
+    moved = [change for change in changed if "—" not in change]  # a release's own dependencies come and go with it
+    return moved or changed
 
 
 def _is_newer(before: str, after: str) -> bool:

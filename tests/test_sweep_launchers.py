@@ -47,14 +47,14 @@ def test_submitit_local_sweep_is_one_parent_with_children(tmp_path):
     assert len(children) == 2
 
 
-def test_mlflow_variables_choose_the_store_and_explicit_settings_win(monkeypatch):
+def test_mlflow_variables_choose_the_store_and_explicit_settings_win(monkeypatch, tmp_path):
     """A shell pointed at the team's server (MLflow's own variables) logs there, not to outputs/mlflow.db."""
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://mlflow.team:5000")
     monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", "resnets")
     cfg = compose([])
     assert (cfg.tracking.uri, cfg.tracking.experiment) == ("http://mlflow.team:5000", "resnets")
-    cfg = compose(["tracking.uri=sqlite:////tmp/mine.db", "tracking.experiment=mine"])
-    assert (cfg.tracking.uri, cfg.tracking.experiment) == ("sqlite:////tmp/mine.db", "mine")
+    cfg = compose([f"tracking.uri=sqlite:///{tmp_path}/mine.db", "tracking.experiment=mine"])
+    assert (cfg.tracking.uri, cfg.tracking.experiment) == (f"sqlite:///{tmp_path}/mine.db", "mine")
     monkeypatch.delenv("MLFLOW_TRACKING_URI")
     assert compose([]).tracking.uri.endswith("/outputs/mlflow.db")
 

@@ -59,14 +59,18 @@ def ready(node: Mapping[str, Any] | None, say=print) -> PythonEnvironment | None
     if is_project_environment(settings):
         return None
     check_environment(settings, "process")
-    return _ready(json.dumps(settings, sort_keys=True), say)
+    key = json.dumps(settings, sort_keys=True)
+    if key not in _READY:  # once a process: a sweep's jobs and its preflight ask for the same environments
+        _READY[key] = _ready(settings, say)
+    return _READY[key]
 
 
-@cache
-def _ready(settings_json: str, say) -> PythonEnvironment:
-    settings = json.loads(settings_json)
+_READY: dict[str, PythonEnvironment] = {}
+
+
+def _ready(settings: dict[str, Any], say) -> PythonEnvironment:
     label = " ".join(settings["with"]) or str(settings["python"])
-    base = _interpreter(settings["python"] or _own_python())
+    base = _interpreter(_base_python(settings["python"]))
     if settings["with"]:
         resolved = _resolve(settings["with"], settings["find_links"], base, say)
     else:
@@ -94,7 +98,7 @@ def check_environment(node: Mapping[str, Any] | None, isolation: str) -> None:
         except InvalidRequirement as error:
             raise ConfigError(f"environment.with={line!r} is not a requirement ({first_line(error)})") from None
     python, links = settings["python"], settings["find_links"]
-    if python and not (Path(python).is_file() and os.access(python, os.X_OK)):
+    if python and not shutil.which(python):  # a path, or a program on PATH (python3.12)
         raise ConfigError(f"environment.python={python}: no such program (give an interpreter's path)")
     if links and not Path(links).is_dir():
         raise ConfigError(f"environment.find_links={links}: no such folder")
@@ -120,9 +124,12 @@ def check_runs(environment: PythonEnvironment, backend_module: str) -> None:
 # -- the base interpreter -----------------------------------------------------------------------------------------
 
 
-def _own_python() -> str:
-    """The runner's own interpreter (the virtual environment's, not the one it was made from)."""
-    return sys.executable
+def _base_python(asked: str | None) -> str:
+    """environment.python as a path (a program on PATH found there), else the runner's own interpreter (its virtual
+    environment's, not the one it was made from)."""
+    if not asked:
+        return sys.executable
+    return shutil.which(asked) or asked
 
 
 @cache

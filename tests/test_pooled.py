@@ -119,17 +119,30 @@ def test_identical_configurations_are_called_within_noise():
     assert "within noise: " in sweep_answer.sentence(found)
 
 
-def test_rounds_that_disagree_give_the_ratio_of_the_medians_and_no_interval():
-    frame = sweep({"numpy": 1e-5, "torch": 2e-4})
-    slow_start = frame["params.backend.name"] == "torch"
-    for i in frame.index[slow_start]:  # torch's first rounds 400 times slower: a neighbour on its cores
+def slow_start(torch_s: float) -> pd.DataFrame:
+    """numpy at 10 µs, torch at `torch_s` but for its first 8 rounds, 400 times slower: a neighbour on its cores."""
+    frame = sweep({"numpy": 1e-5, "torch": torch_s})
+    for i in frame.index[frame["params.backend.name"] == "torch"]:
         samples = frame.at[i, "samples_s"].copy()
         samples[frame.at[i, "sample_rounds"] <= 8] *= 400
         frame.at[i, "samples_s"] = samples
         frame.at[i, "metrics.time_median_s"] = float(np.median(samples))
+    return frame
+
+
+def test_rounds_that_disagree_give_the_ratio_of_the_medians_and_no_interval():
+    frame = slow_start(1e-5)  # as fast as numpy in its other rounds: the rounds disagree on the order
     torch = pool(frame)[1]
     assert torch.verdict == Verdict.UNSTABLE and np.isnan(torch.low)
     assert torch.ratio == pytest.approx(torch.time_s / pool(frame)[0].time_s)
+
+
+def test_rounds_that_spread_but_agree_give_the_order_they_agree_on():
+    """torch 20x slower in every round, 8000x in 8 of them: its rounds spread, and every one agrees (issue 77)."""
+    numpy, torch = pool(slow_start(2e-4))
+    assert numpy.verdict == Verdict.FASTEST and torch.verdict == Verdict.SLOWER
+    assert 1 < torch.low < 20 < torch.high and "paired rounds, at least" in torch.reason
+    assert sweep_answer.sentence([numpy, torch]).startswith("numpy fastest")
 
 
 def test_replicates_that_stall_in_different_rounds_keep_the_figures_of_the_job_table():

@@ -44,6 +44,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from statistics import NormalDist
+from typing import cast
 
 import numpy as np
 
@@ -52,6 +53,7 @@ from runner.measure.samples import turn_typical, typical_s
 from runner.report.ratio import (
     APART_SD,
     ASSUMED,
+    LEVEL,
     MIN_BATCHES,
     PROCESS_SD,
     UNSTABLE_DISAGREE,
@@ -60,6 +62,7 @@ from runner.report.ratio import (
     ProcessSpread,
     Ratio,
     instability,
+    median_interval,
     node_spread,
     process_count,
     process_spread,
@@ -204,6 +207,9 @@ def compare(
     no_verdict = functools.partial(
         Comparison, by_typical, math.nan, math.nan, basis=over.basis(), resolution=over.resolution
     )
+    unsteady = run.instability() or baseline.instability()
+    if unsteady and not apart and (order := order_over_rounds(run, baseline, comparisons, unsteady)):
+        return order
     if why := run.instability():
         return no_verdict(Verdict.UNSTABLE, why)
     if baseline.instability():
@@ -221,6 +227,35 @@ def compare(
     if (apart or parts) and verdict in (Verdict.SLOWER, Verdict.FASTER):
         verdict, reason = _unless_busy(verdict, reason, (low, high), max(run.busy, baseline.busy))
     return Comparison(value, low, high, verdict, reason, over.basis(), over.resolution, of_parts=parts is not None)
+
+
+def order_over_rounds(run: Timings, baseline: Timings, comparisons: int, why: str) -> Comparison | None:
+    """Where a side's rounds disagree (a busy machine: one call 7x slower in some rounds), what the paired rounds
+    still agree on: the sign test's interval for the median per-round ratio (ratio.median_interval, which no stall
+    can bias), widened by the two processes' own offsets (PROCESS_SD each), beside the typical times' ratio, the
+    figure every table shows. An order where that interval excludes 1 and holds the typical times' ratio ('slower
+    in 39 of 39 paired rounds, at least 1.68x'), else None: no reliable order."""
+    mine, theirs = (
+        dict(zip(numbers.tolist(), times, strict=True))
+        for times, numbers in (run.rounds(tame=False), baseline.rounds(tame=False))
+    )
+    shared = sorted(set(mine) & set(theirs))
+    logs = np.log([mine[r] for r in shared]) - np.log([theirs[r] for r in shared])
+    level = 1 - (1 - LEVEL) / comparisons
+    found = median_interval(logs, level)
+    if found is None:
+        return None
+    margin = NormalDist().inv_cdf((1 + level) / 2) * math.sqrt(2) * PROCESS_SD
+    low, high = math.exp(found[0] - margin), math.exp(found[1] + margin)
+    by_typical = run.typical_s() / baseline.typical_s()
+    if low <= 1 <= high or not low <= by_typical <= high:
+        return None
+    slower = low > 1
+    agreeing = int(np.sum(logs > 0)) if slower else int(np.sum(logs < 0))
+    bound = f"at least {low:.3g}x" if slower else f"at least {1 / high:.3g}x faster"
+    reason = f"in {agreeing} of {len(shared)} paired rounds, {bound}; though {why}"
+    verdict = Verdict.SLOWER if slower else Verdict.FASTER
+    return Comparison(by_typical, low, high, verdict, reason, f"{len(shared)} rounds, sign test")
 
 
 def _unless_busy(
@@ -336,15 +371,17 @@ def versus_fastest(candidates: Sequence[Timings], configurations: Sequence[str])
     # replicates on one node share its rounds' moments; on several, each node's own speed is no process's offset
     names = [f"{name}@{host}" for c, name in zip(candidates, configurations, strict=True) for host in _hosts(c)]
     spread = process_spread(jobs, names) if jobs else ASSUMED
-    out = []
-    for i, candidate in enumerate(candidates):
-        if i == fastest:
-            why = candidate.instability()
-            verdict = Verdict.UNSTABLE if why else Verdict.FASTEST
-            out.append(Comparison(1.0, math.nan, math.nan, verdict, why, is_baseline=True))
-        else:
-            out.append(compare(candidate, candidates[fastest], len(candidates) - 1, spread))
-    return out
+    out = [
+        compare(candidate, candidates[fastest], len(candidates) - 1, spread) if i != fastest else None
+        for i, candidate in enumerate(candidates)
+    ]
+    others = [c for c in out if c is not None]
+    why = candidates[fastest].instability()
+    if why and others and all(c.verdict == Verdict.SLOWER for c in others):
+        why = None  # its rounds disagree, yet every other was slower in the rounds they shared: it is the fastest
+    out[fastest] = Comparison(1.0, math.nan, math.nan, Verdict.UNSTABLE if why else Verdict.FASTEST, why,
+                              is_baseline=True)  # fmt: skip
+    return cast(list[Comparison], out)
 
 
 def _hosts(timings: Timings) -> list[str]:

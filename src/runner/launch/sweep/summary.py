@@ -58,7 +58,9 @@ numpy fastest (109 µs); torch 5.74x [4.11–8.02]; jax 180x [159–204]; the or
   31 µs, unstable; jax 9.0x (cannot tell)`, an unstable configuration with its typical time and no ratio.
 - **Verdicts**: `fastest`; `slower` or `faster` (the interval excludes 1); `within noise` (it holds 1);
   `cannot tell (why)` (no interval: one round, no samples, an unstable fastest); `unstable: why` (its rounds or seeds
-  disagree too much for a verdict).
+  disagree too much for a verdict). Where a job's rounds spread (a busy machine) but every paired round, or enough
+  of them for the sign test, puts it on one side: `slower (in 39 of 39 paired rounds, at least 1.68x; though ...)`,
+  the bound from the rounds' order statistics, which no stall can bias.
 - **`resolves 20.0%`** (a job's resolution): the smallest difference its comparison would call 9 times in 10 at the
   spread it saw (from 100% on, the factor: `a 9.99x difference`). A sweep measures in rounds until every
   comparison resolves `timing.resolve` (default 0.1, 10%); `out of budget: a comparison resolves only 22.5% after

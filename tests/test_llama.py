@@ -209,13 +209,14 @@ def test_the_presets_have_their_models_sizes():
         ("model.d_model=30", "model.d_model=30 is not divisible by model.heads=4"),
         ("model.kv_heads=3", "model.heads=4 is not divisible by model.kv_heads=3"),
         ("model.kv_heads=0", "model.kv_heads=0: must be a positive integer"),
-        ("model.d_model=20", "model.d_model / model.heads = 5 is odd: rotary embeddings rotate"),
+        ("model.d_model=20", "the head size (model.head_dim, or model.d_model / model.heads) is 5, odd: rotary"),
         ("model.prompt_len=200", "model.prompt_len=200 is longer than the model's context (128 tokens)"),
         ("model.rms_eps=0", "model.rope_theta=500000.0 and model.rms_eps=0 must be positive"),
-        ("model.rope_scaling={factor:8}", "model.rope_scaling has factor; Llama 3's needs factor, low_freq_factor"),
-        ("model.rope_scaling={rope_type:yarn}", "model.rope_scaling.rope_type=yarn: only Llama 3's (llama3)"),
+        ("model.rope_scaling={factor:8}", "model.rope_scaling has factor; llama3 takes factor, low_freq_factor"),
+        ("model.rope_scaling={rope_type:yarn}", "model.rope_scaling has none; yarn takes factor, original_max_pos"),
+        ("model.rope_scaling={rope_type:longrope}", "model.rope_scaling.rope_type=longrope: the kinds computed are"),
         (rope_scaling(high_freq_factor=1.0), "model.rope_scaling.high_freq_factor=1.0 must be above low_freq_factor"),
-        ("model.rope_scaling=8", "model.rope_scaling=8 must be null or a mapping of factor"),
+        ("model.rope_scaling=8", "model.rope_scaling=8 must be null or a mapping with a rope_type and its"),
     ],
 )  # fmt: skip
 def test_sizes_a_llama_cannot_take_are_one_line(tmp_path, setting, said):

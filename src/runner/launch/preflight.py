@@ -87,9 +87,10 @@ def _check_combination(cfg: DictConfig) -> None:
     worker starts or a framework is imported, and with nothing recorded. A sweep's job is refused in its own turn
     instead, recorded FAILED beside the others, so that the sweep's table says which job could not run and why."""
     from runner.config import check_combination
+    from runner.record.naming import described
 
     try:
-        check_combination(cfg)
+        check_combination(described(cfg, strict=True))  # model.weights=FOLDER: its config.json's settings
     except ConfigError as error:
         raise BadInput(str(error)) from None
 

@@ -15,8 +15,8 @@ both values and the file.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -201,32 +201,80 @@ def _missing_line(
 
 @dataclass(frozen=True)
 class Setting:
-    """One size config.json sets: its key and value as the file has them, the model setting it is, the run's value of
-    that setting and the value config.json means for it."""
+    """One setting config.json sets: its key and value as the file has them, the model setting it is, the run's value
+    of that setting and the value config.json means for it; `narrows`: the run may take less (positions)."""
 
     key: str
     shown: Any
     setting: str
     run: Any
     wanted: Any
+    narrows: bool = False
+
+    def agrees(self) -> bool:
+        return self.run <= self.wanted if self.narrows else self.run == self.wanted
 
 
-def check_config(
-    source: Path, model: str, settings: list[Setting], arithmetic: Mapping[str, tuple[Any, tuple, str]], config: Mapping
-) -> None:
-    """Refuse, in one line naming the file, a config.json whose sizes are not the run's (every differing key with
-    both values, and the overrides that fit it) or whose arithmetic the model does not compute; `arithmetic` is
-    {key: (its default, the values the model computes, what it computes)}. Sizes are not taken from config.json: the
-    run's model.* settings are what its record keeps, so they must be the checkpoint's."""
-    differ = [s for s in settings if s.wanted != s.run]
+def check_config(source: Path, settings: list[Setting]) -> None:
+    """Refuse, in one line naming the file, a config.json whose settings are not the run's: every differing key with
+    both values and the overrides that fit it (positions past those it was trained for: their own line)."""
+    beyond = next((s for s in settings if s.narrows and not s.agrees()), None)
+    if beyond is not None:
+        raise ConfigError(
+            f"{source}: {beyond.key}={beyond.wanted}, but model.{beyond.setting}={beyond.run}: positions past "
+            f"{beyond.wanted} are beyond what the checkpoint was trained for; run with model.{beyond.setting}="
+            f"{beyond.wanted} or less"
+        )
+    differ = [s for s in settings if not s.agrees()]
     if differ:
-        sets = ", ".join(f"{s.key}={_shown(s.shown)}" for s in differ)
+        sets = ", ".join(dict.fromkeys(f"{s.key}={_shown(s.shown)}" for s in differ))
         runs = ", ".join(f"model.{s.setting}={override(s.run)}" for s in differ)
         wanted = " ".join(f"model.{s.setting}={override(s.wanted)}" for s in differ)
         raise ConfigError(f"{source} sets {sets}, this run {runs}: run with {wanted}")
+
+
+def check_arithmetic(
+    source: Path, model: str, arithmetic: Mapping[str, tuple[Any, tuple, str]], config: Mapping
+) -> None:
+    """Refuse, in one line, a config.json whose arithmetic the model does not compute: `arithmetic` is {key: (its
+    default, the values the model computes, what it computes)}."""
     for key, (default, allowed, computed) in arithmetic.items():
         if config.get(key, default) not in allowed:
             raise ConfigError(f"{source}: {key}={config[key]!r}, but model={model} computes {computed}")
+
+
+def from_checkpoint(model: Mapping[str, Any], typed: Collection[str], strict: bool) -> dict[str, Any]:
+    """The model settings a Hugging Face folder's config.json sets (model.weights=FOLDER), for the workloads that read
+    one (`settings_of_config`): those the run leaves at its workload's defaults and does not type (`typed`: the
+    model.* keys of its command line), to take config.json's values. A setting the run names that disagrees is
+    refused in one line where `strict`, else left as it is (the run's own check refuses it: `check_config`)."""
+    folder = Path(str(model.get("weights") or "")).expanduser()
+    if not model.get("weights") or not (folder / "config.json").is_file():
+        return {}
+    from runner.config import class_named
+
+    workload = class_named("model._target_", model["_target_"])
+    describe = getattr(workload, "settings_of_config", None)
+    if describe is None:
+        return {}
+    try:
+        described = describe(_read_json(folder / "config.json"), folder / "config.json")
+    except ConfigError:
+        if strict:
+            raise
+        return {}
+    defaults = _defaults(workload)
+    named = set(typed) | {k for k, v in model.items() if k in defaults and v != defaults[k]}
+    ran = getattr(workload, "comparable", dict)(model)
+    if strict:
+        check_config(folder / "config.json", [replace(s, run=ran[s.setting]) for s in described if s.setting in named])
+    return {s.setting: s.wanted for s in described if s.setting not in named}
+
+
+def _defaults(workload: type) -> dict[str, Any]:
+    import inspect
+
+    return {name: p.default for name, p in inspect.signature(workload).parameters.items() if p.default is not p.empty}
 
 
 def override(value: Any) -> str:

@@ -29,7 +29,7 @@ import numpy as np
 
 from runner.config import ConfigError
 from runner.models.causal_lm import CausalLM, check_sizes
-from runner.models.checkpoints import Setting, check_config
+from runner.models.checkpoints import Setting, check_arithmetic, check_config
 
 # config.json's sizes (GPT2Config's names) -> (this model's setting, GPT2Config's default where config.json omits it)
 HF_SIZES = {
@@ -111,7 +111,8 @@ class Decoder(CausalLM):
             Setting(hf, config.get(hf, default), mine, getattr(self, mine), config.get(hf, default))
             for hf, (mine, default) in HF_SIZES.items()
         ]
-        check_config(source, self.name, settings, self._hf_arithmetic(), config)
+        check_config(source, settings)
+        check_arithmetic(source, self.name, self._hf_arithmetic(), config)
 
     def _hf_arithmetic(self) -> dict[str, tuple[Any, tuple, str]]:
         """{GPT2Config key: (its default, the values this model computes, what it computes)}."""

@@ -27,8 +27,9 @@ from typing import Any
 import numpy as np
 
 from runner.config import ConfigError
+from runner.models.checkpoints import override
 from runner.models.keras_hub_causal_lm import KerasHubCausalLM
-from runner.models.llama import Llama, checked_rope_scaling
+from runner.models.llama import Llama
 
 # {Keras sublayer variable of transformer_layer_i: LlamaForCausalLM matrix of layers.i, transposed}
 TRANSPOSED = {
@@ -72,6 +73,7 @@ class KerasHubLlama(KerasHubCausalLM, Llama):
         tie_embeddings: bool = False,
         qkv_bias: bool = False,
         dtype: str = "float32",
+        **variant: Any,
     ):
         if qkv_bias:
             raise ConfigError(
@@ -79,8 +81,13 @@ class KerasHubLlama(KerasHubCausalLM, Llama):
                 "allowed: model.qkv_bias=false (model=llama computes them)"
             )
         super().__init__(layers, d_model, heads, kv_heads, ffn, vocab_size, context, prompt_len, rope_theta,
-                         rope_scaling, rms_eps, tie_embeddings, qkv_bias)  # fmt: skip
-        self.rope_theta, self.rope_scaling = float(rope_theta), checked_rope_scaling(rope_scaling)
+                         rope_scaling, rms_eps, tie_embeddings, qkv_bias, **variant)  # fmt: skip
+        computed = {"head_dim": None, "o_bias": False, "mlp_bias": False, "qk_norm": False, "sliding_window": None}
+        other = [f"model.{k}={override(v)}" for k, v in variant.items() if computed.get(k, v) != v]
+        kind = (self.rope_scaling or {}).get("rope_type", "llama3")
+        if other or kind != "llama3":
+            said = ", ".join(other) or f"model.rope_scaling.rope_type={kind}"
+            raise ConfigError(f"{said}: keras_hub's Llama3Backbone does not compute it (model=llama does)")
         self._keras_hub_setup(backend_module, dtype)
 
     # -- the mapping: LlamaForCausalLM's names and layout -> keras_hub's variables ----------------------------

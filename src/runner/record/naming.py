@@ -64,8 +64,46 @@ def copied_keys(cfg: DictConfig) -> dict[str, str]:
 
 
 def job_spec(cfg: DictConfig) -> JobSpec:
-    """The job's spec, with the keys that copy another (read before resolving erases them)."""
-    return JobSpec.of(cfg, copied_keys(cfg))
+    """The job's spec, with the keys that copy another (read before resolving erases them) and the model's settings
+    that its checkpoint's config.json sets (`described`)."""
+    return JobSpec.of(described(cfg), copied_keys(cfg))
+
+
+def described(cfg: DictConfig, strict: bool = False) -> DictConfig:
+    """cfg with the model settings that model.weights=FOLDER's config.json sets where the run leaves them at its
+    workload's defaults and its command line does not type them (runner.models.checkpoints.from_checkpoint); `strict`:
+    a setting the run names that disagrees is refused (ConfigError), else left for the job's own check to refuse."""
+    import copy
+
+    from omegaconf import open_dict
+
+    from runner.config import plain
+    from runner.models.checkpoints import from_checkpoint
+
+    model = cfg.get("model")
+    if not model or not model.get("weights") or "_target_" not in model:
+        return cfg
+    settings = from_checkpoint(plain(model), typed_model_keys(cfg), strict)
+    if not settings:
+        return cfg
+    cfg = copy.deepcopy(cfg)
+    with open_dict(cfg.model):
+        for key, value in settings.items():
+            cfg.model[key] = value
+    return cfg
+
+
+def typed_model_keys(cfg: DictConfig) -> list[str]:
+    """The model settings the run's command line types (`model.ffn=176`: ffn), from Hydra's overrides of the job: in
+    the config where it has its `hydra` node, else Hydra's current one; none where neither is (a test's compose)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if "hydra" in cfg:
+        overrides = list(cfg.hydra.overrides.task)
+    else:
+        overrides = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
+    keys = (override.split("=", 1)[0].lstrip("+~") for override in overrides)
+    return [key.split(".")[1] for key in keys if key.startswith("model.")]
 
 
 def _absolute(key: str, dots: str, target: str) -> str:

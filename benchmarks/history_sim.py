@@ -9,7 +9,8 @@ optimum (a squared-error fit, ruptures' "l2" cost, with the Schwarz penalty).
     .venv/bin/python benchmarks/history_sim.py --write         # and rewrite its section of BENCHMARKS.md
     .venv/bin/python benchmarks/history_sim.py --trials 50     # a quick look
     .venv/bin/python benchmarks/history_sim.py --stores 50     # many cases at once, without and with a false-discovery
-                                                               # rate (about a minute); --write rewrites its section
+                                                               # rate (about 3 minutes); --write rewrites its section
+    .venv/bin/python benchmarks/history_sim.py --nights 40     # the nightly gate on simulated nights (2 minutes)
 
 Each series is 30-60 runs (uniform), each run's log time the case's level plus noise drawn like this tool's runs
 made apart: the machine's drift between runs (ratio.APART_SD, 3%), the run's worker process's own offset
@@ -25,6 +26,11 @@ within 10 points after the step"), and with 20 runs after it (10-40 before); a 1
 with only the newest run after it; a slow drift of 5% or 10% over the series; no step, but the machine's drift
 between runs correlated from one run to the next (AR(1), 0.3 at lag 1: slow phases of the machine that outlast a
 run, which steps.py estimates and allows for).
+Store-shaped series (issue 81, the *sweeps* rows): SWEEPS sweeps of SEEDS runs measured together (the sweep's drift
+and load shared, each run its process's offset and own spread), each run's interval claiming WIDE_SD (within-run
+noise wider than the scatter between sweeps), a LOAD that comes and goes and a DRIFT over the series; steps.py is
+given the runs with their sweep as Point.group, Otava and PELT each sweep's geometric mean (`pooled`), and positions
+and rates count sweeps.
 A step is *found* when a step the same way is reported within WINDOW runs of the truth (with 1 run after it:
 suspicious); every other step reported is a false alarm, except on a drift, which has no step to find but is a
 real change: what is reported there is counted the same way and read apart.
@@ -39,6 +45,11 @@ Each store's steps are counted as each series alone reports them, and held toget
 FDR_RATE (runner.report.history.control_fdr, Benjamini-Hochberg over the steps' p-values): the false alerts (steps
 in quiet series), the real steps found, the share of false ones among those kept (the false-discovery proportion,
 whose mean BH bounds), and how often a quiet series' smallest p-value is at most 0.05 and 0.01.
+
+--nights N: N stores of NIGHT_CASES cases, a run of each a night (drawn as a sweep of the store-shaped series, the
+load shared by the night's cases), one case 10% slower from NIGHT_STEP's night; each night from FIRST_GATED on, the
+gate as the nightly recipe runs it (runner.report.history: build, recent NEWEST, failing_steps on regressions): the
+nights that fail falsely, and whether the step failed the gate within NEWEST nights of its own.
 """
 
 from __future__ import annotations
@@ -463,9 +474,11 @@ def store_section(rows: list[list[str]], args: argparse.Namespace) -> str:
         "## History: many cases at once",
         "",
         f"Regenerate: `.venv/bin/python benchmarks/history_sim.py --stores {args.stores} --seed {args.seed} --write` "
-        f"(rewrites this table; about a minute on this 2-core VM). {args.stores} simulated stores a row, each of "
+        f"(rewrites this table; about 3 minutes on this 2-core VM). {args.stores} simulated stores a row, each of "
         f"{QUIET} series with no step and {REAL} with a real 10% step (slower or faster, 5 runs or more from either "
-        "end), 30-60 runs a series, drawn as the table above draws them. Each figure: as each series alone reports "
+        "end), 30-60 runs a series, drawn as the table above draws them (*sweeps*: its store-shaped series, 12-30 "
+        "sweeps of 2-4 runs, the load and the drift drawn for each series apart). Each figure: as each series alone "
+        "reports "
         f"its steps / held together to a false-discovery rate of {FDR_RATE:.0%} (`runner history`'s default: "
         "Benjamini-Hochberg over the steps' p-values, runner.report.history). *false alerts*: steps in the quiet "
         "series; *real steps found*: a step the same way within 3 runs of the true one; *false share*: the false "
@@ -487,13 +500,13 @@ NIGHTS_HEADER = ("noise", "nights gated", "false nights", "share", "the 10% step
 def night_store(rng: np.random.Generator, heavy: bool) -> list[tuple[str, str, str, str, Entry]]:
     """One store of NIGHT_CASES cases, a run of each every night (a sweep of its own), drawn as simulate_sweeps
     draws a sweep (one seed), the load that comes and goes shared by the night's cases; NIGHT_STEP's case 10% slower
-    (or faster) from its night on."""
+    from its night on."""
     load = _load(rng, NIGHTS)
     rows = []
     for case in range(NIGHT_CASES):
         shared = rng.normal(0, APART_SD, NIGHTS) + load + np.linspace(0, rng.uniform(-DRIFT, DRIFT), NIGHTS)
         if case == NIGHT_STEP[0]:
-            shared[NIGHT_STEP[1] :] += math.log1p(NIGHT_STEP[2]) * rng.choice([-1, 1])
+            shared[NIGHT_STEP[1] :] += math.log1p(NIGHT_STEP[2])
         if heavy:
             moved = rng.random(NIGHTS) < HEAVY[0]
             shared += moved * rng.choice([-1, 1], NIGHTS) * np.log1p(rng.uniform(HEAVY[1], HEAVY[2], NIGHTS))
@@ -547,8 +560,8 @@ def nights_section(rows: list[list[str]], args: argparse.Namespace) -> str:
         f"(rewrites this table; a few minutes on this 2-core VM). {args.nights} simulated stores a row, each of "
         f"{NIGHT_CASES} cases with a run every night for {NIGHTS} nights, each night's runs drawn as the *sweeps* rows "
         "of *History: finding steps* draw a sweep (the machine's drift between nights, a load that comes and goes, "
-        f"shared by the night's cases, a drift over the nights), case {NIGHT_STEP[0]} {NIGHT_STEP[2]:.0%} slower or "
-        f"faster from night {NIGHT_STEP[1]} on. From night {FIRST_GATED} on, each night the gate as the nightly "
+        f"shared by the night's cases, a drift over the nights), case {NIGHT_STEP[0]} {NIGHT_STEP[2]:.0%} slower "
+        f"from night {NIGHT_STEP[1]} on. From night {FIRST_GATED} on, each night the gate as the nightly "
         f"recipe runs it, on the runs up to that night: `runner history --fail-on regression --new-within {NEWEST}` "
         "(runner.report.history: build, recent, failing_steps; the store's false-discovery rate at its default). A "
         "night fails falsely where a case with no step fails it, or the stepped case before its step. *heavy*: 1 "

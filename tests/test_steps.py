@@ -42,9 +42,9 @@ def test_a_10_percent_step_in_20_runs_is_a_regression_at_its_place_whose_interva
 def test_a_10_percent_step_is_found_at_its_place_in_every_seeded_series_its_interval_holding_it_mostly():
     found = [[s for s in find_steps(series(seed, at=10, ratio=1.10)) if s.index == 10] for seed in range(100)]
     assert all([s.label for s in steps] == [Label.REGRESSION] for steps in found)
-    assert sum(steps[0].low <= 1.10 <= steps[0].high for steps in found) >= 85  # a 95% interval: 98 of 100 here
+    assert sum(steps[0].low <= 1.10 <= steps[0].high for steps in found) >= 85  # a 95% interval: 94 of 100 here
     alone = sum(len(find_steps(series(seed, at=10, ratio=1.10))) == 1 for seed in range(100))
-    assert alone >= 90  # a noise step beside it in 3 of 100 here
+    assert alone >= 90  # a noise step beside it in none of 100 here
 
 
 def test_a_faster_level_is_an_improvement():
@@ -58,8 +58,8 @@ def test_a_flat_noisy_series_has_no_step():
 
 
 def test_flat_noisy_series_raise_few_false_alarms():
-    """Few false steps in these 1,200 runs (series of 30 runs have the lowest bar, sqrt(2 ln 30) standard errors);
-    the simulations' 30-60 runs gave 0.08-0.2 per 100 (BENCHMARKS.md). 1 per 100 would be 12."""
+    """Few false steps in these 1,200 runs (none here; a step is kept at p <= 2% over the places searched): the
+    simulations' 30-60 runs gave 0.01-0.04 per 100 (BENCHMARKS.md). 1 per 100 would be 12."""
     runs = [series(seed, n=30, sd=0.03) for seed in range(40)]
     alarms = sum(len(find_steps(points)) for points in runs)
     assert alarms / sum(map(len, runs)) < 0.01
@@ -110,7 +110,7 @@ def ar1(seed: int, n: int, rho: float, sd: float = 0.03) -> list[Point]:
 def test_runs_correlated_in_time_raise_few_false_alarms():
     """Slow phases of the machine (AR(1), 0.3 at lag 1) look like steps to a detector that takes runs to be
     independent (a level's standard error too small); the correlation is estimated within the levels and allowed
-    for: 16 false steps in these 1,600 runs, where the detector before it raised 41."""
+    for: 5 false steps in these 1,600 runs, where the detector before it raised 41 (16 before issue 81)."""
     runs = [ar1(seed, n=40, rho=0.3) for seed in range(40)]
     alarms = sum(len(find_steps(points)) for points in runs)
     assert alarms <= 24, alarms  # 1.5 per 100 runs

@@ -12,7 +12,7 @@ from test_pooled import sweep
 
 from runner.config import PROJECT_ROOT
 from runner.identity import work
-from runner.record.table import format_interval, format_ratio, ratio_figure
+from runner.record.table import format_interval, format_ratio, format_seconds, ratio_figure
 from runner.report import compare, pooled, sweep_answer
 from runner.report.comparison import Comparison, Timings, Verdict, versus_fastest
 from runner.report.comparison import compare as compare_two
@@ -215,3 +215,24 @@ def test_on_a_busy_machine_the_paired_rounds_still_order_a_5x_difference_and_nev
         aa_ordered += Verdict.SLOWER in (a.verdict, b.verdict)
     assert ordered >= 18 and aa_ordered <= 1
     assert all(1 < low < 5 for low in bounds)  # a bound that holds the truth
+
+
+def test_a_job_with_too_few_samples_is_listed_never_ranked_or_drawn(tmp_path):
+    """Issue 77: a generation timed once (its warm-up cut short) came out 0.36x a token [0.01-21.5] and was drawn
+    left of the fastest. A job with fewer samples than MIN_RANK_SAMPLES says so, is never the fastest, and has no
+    bar on the chart."""
+    from runner.report.comparison import MIN_RANK_SAMPLES
+    from runner.report.plots import plot_speedups
+
+    frame = sweep({"numpy": 18e-6, "torch": 9e-6, "jax": 18e-6 * 3}, seeds=1)
+    torch = frame.index[frame["params.backend.name"] == "torch"][0]
+    frame.at[torch, "samples_s"] = frame.at[torch, "samples_s"][: MIN_RANK_SAMPLES - 1]
+    frame.at[torch, "sample_rounds"] = frame.at[torch, "sample_rounds"][: MIN_RANK_SAMPLES - 1]
+    found = pooled.pool(frame)
+    assert [p.label for p in found] == ["numpy", "jax", "torch"]  # the fastest by its time is not ranked first
+    assert found[0].verdict == Verdict.FASTEST and found[1].verdict == Verdict.SLOWER
+    assert found[2].verdict == Verdict.CANNOT_TELL and found[2].reason == f"not enough samples ({MIN_RANK_SAMPLES - 1})"
+    assert math.isnan(found[2].low) and not found[2].comparison.ranked
+    said = sweep_answer.sentence(found)
+    assert said.startswith("numpy fastest") and f"; torch {format_seconds(found[2].time_s)}, not enough" in said
+    assert plot_speedups(frame, tmp_path / "speedup.png").exists()

@@ -70,6 +70,9 @@ from runner.report.ratio import (
     time_ratio,
 )
 
+# fewer samples than this rank nothing: a generation timed once at a real model's size (its warm-up cut short by the
+# budget) gave 0.36x a token [0.01-21.5] beside 1.64 s a generation against 172 ms
+MIN_RANK_SAMPLES = 3
 PART_BLOCK = 3  # consecutive parts of a call taken as one block, its fastest part standing for it (as a turn's fastest
 # block does): a part that lost its core then moves no block (simulated, 1 part in 15 stalled 2-3x: identical jobs
 # called different 5.7% of the time at 95%, against 7.9% part by part; tests/test_comparison.py)
@@ -103,6 +106,7 @@ class Comparison:
     resolution: float = math.nan  # the smallest difference it calls 9 times in 10 (0.05: 5%)
     is_baseline: bool = False  # the fastest itself, which the others are compared with (FASTEST, or UNSTABLE)
     of_parts: bool = False  # the ratio is of a part's time (Task.part: "a token"), too few whole calls fitting
+    ranked: bool = True  # False: too few samples to rank (MIN_RANK_SAMPLES): listed, never drawn or ordered
 
     def words(self) -> str:
         """The verdict as every table prints it: 'within noise', 'cannot tell (1 round)', 'unstable: ...'."""
@@ -171,6 +175,16 @@ class Timings:
             jobs.append((rows.ravel(), keys.ravel()))
         return Timings(tuple(jobs)).rounds()
 
+    def samples(self) -> int:
+        """Its timed samples (calls or blocks of calls), all replicates together; where it timed a call's parts (a
+        generation's decode steps), the parts observed, which compare where whole calls are too few."""
+        observed = sum(int(np.isfinite(np.asarray(p, dtype=float)).sum()) for p in self.parts)
+        return observed or sum(len(job[0]) for job in self.replicates)
+
+    def ranked(self) -> bool:
+        """Whether it has samples enough to be ranked (MIN_RANK_SAMPLES), or only medians (no samples here)."""
+        return not self.replicates or self.samples() >= MIN_RANK_SAMPLES
+
     def processes(self) -> int:
         """The worker processes its samples came from, all replicates together."""
         return sum(process_count(job) for job in self.replicates)
@@ -196,6 +210,9 @@ def compare(
     spread between worker processes; `apart`: measured in different sweeps), resolution and verdict. A difference
     under `factor` is called NO_CHANGE."""
     by_typical = run.typical_s() / baseline.typical_s()
+    if not (run.ranked() and baseline.ranked()):
+        why = f"not enough samples ({run.samples()})" if not run.ranked() else "the fastest has not enough samples"
+        return Comparison(by_typical, math.nan, math.nan, Verdict.CANNOT_TELL, why, ranked=run.ranked())
     apart = apart or measured_apart(run, baseline)
     if not run.replicates or not baseline.replicates:  # the replicates' medians may still disagree
         why = run.instability()
@@ -366,7 +383,8 @@ def versus_fastest(candidates: Sequence[Timings], configurations: Sequence[str])
     own Comparison says FASTEST, or UNSTABLE with why). The k - 1 intervals share 95% (Bonferroni: picking the
     fastest after seeing the data makes every other look slower), and hold the spread between worker processes that
     replicates show (`configurations` names each candidate's; candidates of one configuration are replicates)."""
-    fastest = int(np.argmin([c.typical_s() for c in candidates]))
+    typical = [c.typical_s() if c.ranked() else math.inf for c in candidates]  # too few samples: never the fastest
+    fastest = int(np.argmin(typical)) if not all(math.isinf(t) for t in typical) else 0
     jobs = [job for c in candidates for job in c.replicates]
     # replicates on one node share its rounds' moments; on several, each node's own speed is no process's offset
     names = [f"{name}@{host}" for c, name in zip(candidates, configurations, strict=True) for host in _hosts(c)]
@@ -379,8 +397,13 @@ def versus_fastest(candidates: Sequence[Timings], configurations: Sequence[str])
     why = candidates[fastest].instability()
     if why and others and all(c.verdict == Verdict.SLOWER for c in others):
         why = None  # its rounds disagree, yet every other was slower in the rounds they shared: it is the fastest
-    out[fastest] = Comparison(1.0, math.nan, math.nan, Verdict.UNSTABLE if why else Verdict.FASTEST, why,
-                              is_baseline=True)  # fmt: skip
+    if not candidates[fastest].ranked():  # none has samples enough
+        out[fastest] = Comparison(1.0, math.nan, math.nan, Verdict.CANNOT_TELL,
+                                  f"not enough samples ({candidates[fastest].samples()})", is_baseline=True,
+                                  ranked=False)  # fmt: skip
+    else:
+        out[fastest] = Comparison(1.0, math.nan, math.nan, Verdict.UNSTABLE if why else Verdict.FASTEST, why,
+                                  is_baseline=True)  # fmt: skip
     return cast(list[Comparison], out)
 
 

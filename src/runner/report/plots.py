@@ -209,20 +209,21 @@ def _ratio_panel(ax, found: list, title: str) -> None:
     from runner.record.table import format_ratio
     from runner.report.sweep_answer import interval_text
 
-    ratios = np.array([p.ratio for p in found])
+    ratios = np.array([p.ratio if p.comparison.ranked else np.nan for p in found])  # too few samples: no bar
     lows = np.array([p.ratio - p.low for p in found])  # NaN where there is no interval: no line drawn
     highs = np.array([p.high - p.ratio for p in found])
     ax.barh(range(len(found)), ratios - 1, left=1, xerr=[lows, highs], capsize=4, color="tab:blue", alpha=0.7)
     for pos, p in enumerate(found):
-        text = (
-            f"fastest, {format_seconds(p.time_s)}"
-            if pos == 0
-            else f"{format_ratio(p.ratio)} {interval_text(p)}".strip()
-        )
-        text += f" ({p.verdict})" if p.verdict in ("unstable", "cannot tell") else ""
+        if not p.comparison.ranked:
+            text = f"{format_seconds(p.time_s)}, {p.reason}"
+        elif pos == 0:
+            text = f"fastest, {format_seconds(p.time_s)}"
+        else:
+            text = f"{format_ratio(p.ratio)} {interval_text(p)}".strip()
+        text += f" ({p.verdict})" if p.verdict in ("unstable", "cannot tell") and p.comparison.ranked else ""
         ax.annotate(
             text,
-            (max(p.ratio, p.high if p.high == p.high else 0), pos),
+            (max(p.ratio, p.high if p.high == p.high else 0) if p.comparison.ranked else 1, pos),
             xytext=(6, 0),
             textcoords="offset points",
             va="center",

@@ -112,7 +112,7 @@ def pool(frame: pd.DataFrame) -> list[Pooled]:
             )
             for runs, c in zip(configs, found, strict=True)
         ]
-        out += sorted(pooled, key=lambda p: (not p.is_fastest, p.ratio))
+        out += sorted(pooled, key=lambda p: (not p.is_fastest, not p.comparison.ranked, p.ratio))
     return out
 
 

@@ -57,12 +57,14 @@ def sentence(pooled: list[Pooled]) -> str:
             one = group[0]
             parts.append(f"{title + ': ' if title else ''}{one.label} {format_seconds(one.time_s)} {one.unit}")
             continue
-        if _order_unknown(group):
+        ranked = [p for p in group if p.comparison.ranked]  # too few samples: listed after the order, not in it
+        unranked = [f"{p.label} {_time_said(p)}, {p.reason}" for p in group if not p.comparison.ranked]
+        if len(ranked) < 2 or _order_unknown(ranked):
             parts.append(f"{title + ': ' if title else ''}{_no_reliable_order(group)}")
             continue
-        steps = [f"{group[0].label} fastest ({_time_said(group[0])})"]
-        steps += [f"{p.label} {_ratio_said(p)} {interval_text(p) or _no_interval(p)}".rstrip() for p in group[1:]]
-        parts.append(f"{title + ': ' if title else ''}{'; '.join(steps)}; {_certainty(group)}")
+        steps = [f"{ranked[0].label} fastest ({_time_said(ranked[0])})"]
+        steps += [f"{p.label} {_ratio_said(p)} {interval_text(p) or _no_interval(p)}".rstrip() for p in ranked[1:]]
+        parts.append(f"{title + ': ' if title else ''}{'; '.join(steps + unranked)}; {_certainty(ranked)}")
         parts += versions_said(group)
     return ". ".join(parts)
 
@@ -127,7 +129,9 @@ def _no_reliable_order(group: list[Pooled]) -> str:
     why += [f"{p.label}: {p.reason}" for p in group if p.verdict == Verdict.CANNOT_TELL and p.reason and not unstable]
     said = []
     for p in group:
-        if p.verdict == Verdict.UNSTABLE or p is group[0]:
+        if not p.comparison.ranked:
+            said.append(f"{p.label} {_time_said(p)}, {p.reason}")
+        elif p.verdict == Verdict.UNSTABLE or p is group[0]:
             said.append(f"{p.label} {_time_said(p)}{', unstable' if p.verdict == Verdict.UNSTABLE else ''}")
         else:
             said.append(f"{p.label} {_ratio_said(p)} {interval_text(p) or _no_interval(p)}".rstrip())

@@ -195,12 +195,14 @@ def test_llama3_rope_scaling_changes_the_inverse_frequencies_as_llama_3_does():
 
 
 def test_the_presets_have_their_models_sizes():
-    """Parameters as published: SmolLM2-135M 134.5 M, Llama-3.2-1B 1.236 B, Qwen2.5-0.5B 494 M (its q, k, v biases)."""
-    counts = {"llama_smollm2_135m": 134_515_008, "llama_32_1b": 1_235_814_400, "llama_qwen25_05b": 494_032_768}
+    """Parameters as published: SmolLM2-135M 134.5 M, Llama-3.2-1B 1.236 B, Qwen2.5-0.5B 494 M (its q, k, v biases),
+    Qwen3-0.6B 596 M (its q/k norms, heads of 128), Mistral-7B 7.24 B (its untied head)."""
+    counts = {"llama_smollm2_135m": 134_515_008, "llama_32_1b": 1_235_814_400, "llama_qwen25_05b": 494_032_768,
+              "llama_qwen3_06b": 596_049_920, "llama_mistral_7b": 7_241_732_096}  # fmt: skip
     for preset, count in counts.items():
         model = build_workload(compose([f"model={preset}", "task=generate"]).model)
         assert sum(int(np.prod(shape)) for shape in model.spec.values()) == count, preset
-        assert "lm_head.weight" not in model.spec  # all three tie the head to the token embedding
+        assert ("lm_head.weight" in model.spec) == (preset == "llama_mistral_7b")  # the others tie the head
 
 
 @pytest.mark.parametrize(

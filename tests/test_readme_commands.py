@@ -226,13 +226,12 @@ RUN_BY_OTHER_TESTS = {
     "model=gpt2 task=generate model.weights=tiny-gpt2": (
         "test_checkpoints.py::test_the_documented_command_runs_as_printed"
     ),
-    "model=llama task=generate model.weights=tiny-llama": (
-        "test_llama_checkpoints.py::test_the_documented_commands_run_as_printed"
-    ),
-    "model=llama task=generate model.weights=tiny-qwen2 model.rope_theta=1000000 model.rms_eps=1e-6 "
-    "model.tie_embeddings=true model.qkv_bias=true": (
-        "test_llama_checkpoints.py::test_the_documented_commands_run_as_printed"
-    ),
+    **{
+        f"model=llama task=generate model.weights=tiny-{family}": (
+            "test_llama_checkpoints.py::test_the_documented_commands_run_as_printed"
+        )
+        for family in ("llama", "qwen2", "qwen3", "mistral")
+    },
     "-m backend=tensorflow,torch,jax model=keras model.arch=MobileNetV2 task=inference data.image_size=96 "
     "batch_size=2": "test_own_models.py::test_keras_mobilenetv2_same_seed_same_outputs_on_tensorflow_torch_and_jax",
     **{" ".join(c.args): f"test_experiments.py ({name})" for name, c in experiment_checked_commands().items()},

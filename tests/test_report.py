@@ -188,6 +188,43 @@ def test_sweep_made_offline_syncs_as_parent_and_children(tmp_path):
     assert {c.data.tags["mlflow.parentRunId"] for c in children} == {parent.info.run_id}
 
 
+def test_a_sweep_made_offline_and_synced_job_by_job_ends_with_its_parent_closed(tmp_path):
+    """Issue 78: the hint named each job's folder, and syncing those left the parent RUNNING. The hint names the sweep's
+    folder; syncing its job folders one by one makes each its parent's child and closes the parent with the last."""
+    down = f"http://127.0.0.1:{free_port()}"
+    sweep_dir = tmp_path / "sweep"
+    overrides = [f"tracking.uri={down}", f"hydra.sweep.dir={sweep_dir}", *FAST_TIMING, "backend=numpy", "seed=0,1"]
+    result = run_cli("-m", *overrides)
+    assert result.returncode == 0, result.stderr[-3000:]
+    hints = [line for line in result.stderr.splitlines() if "upload them later with" in line]
+    assert hints and all(line.endswith(f"runner sync {sweep_dir}") for line in hints)
+
+    uri = made_store(tmp_path)
+    first = runner_main("sync", str(sweep_dir / "0"), "--tracking-uri", uri)
+    assert first.returncode == 0 and "parent run" in first.stdout and "uploaded as run" in first.stdout, first.stderr
+    _, (parent,), (child,) = clients(uri, "tensor-runner")
+    assert parent.info.status == "RUNNING" and child.data.tags["mlflow.parentRunId"] == parent.info.run_id
+    second = runner_main("sync", str(sweep_dir / "1"), "--tracking-uri", uri)
+    assert second.returncode == 0 and "uploaded as run" in second.stdout, second.stderr
+    _, (parent,), children = clients(uri, "tensor-runner")
+    assert parent.info.status == "FINISHED" and len(children) == 2
+    assert {c.data.tags["mlflow.parentRunId"] for c in children} == {parent.info.run_id}
+
+
 def test_sync_of_an_untracked_directory_says_so(tmp_path):
     result = runner_main("sync", str(tmp_path))
     assert result.returncode == 1 and "not a tracked run" in result.stderr
+
+
+def test_a_server_gone_is_one_line_not_a_warning_at_each_of_mlflows_retries(monkeypatch, caplog):
+    """Six raw urllib3 lines followed the runner's own once a tracking server was lost mid-sweep (issue 78)."""
+    import logging
+
+    from runner.tracking.store import client
+
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "0")
+    caplog.set_level(logging.INFO)
+    with pytest.raises(Exception, match="Max retries exceeded"):
+        client(f"http://127.0.0.1:{free_port()}").get_run("0" * 32)
+    assert not [r for r in caplog.records if r.name.startswith("urllib3")]

@@ -369,12 +369,14 @@ def _sync(args: argparse.Namespace) -> int:
 
 
 def sync_path(path: Path, uri: str | None) -> list[tracking.Synced]:
-    """Sync one run directory, or every job of a sweep directory (creating its parent run if missing)."""
+    """Sync one run directory (a sweep's job as its parent's child), or every job of a sweep directory (creating its
+    parent run if missing)."""
     from runner import tracking
-    from runner.launch.sweep.sync import sync_sweep
+    from runner.launch.sweep.sync import sync_job, sync_sweep
 
     if (path / tracking.TRACKING_FILE).exists():
-        return [tracking.sync_one(path, uri)]
+        in_sweep = (path.parent / SWEEP_FILE).exists()
+        return sync_job(path, uri) if in_sweep else [tracking.sync_one(path, uri)]
     if (path / SWEEP_FILE).exists():
         return sync_sweep(path, uri)
     detail = f"neither {tracking.TRACKING_FILE} nor {SWEEP_FILE} here (not a tracked run)"

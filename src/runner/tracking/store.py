@@ -128,8 +128,11 @@ def ui_base(uri: str) -> str:
 
 
 def client(uri: str):
-    """An MlflowClient for `uri` (MLflow caches the store behind it)."""
+    """An MlflowClient for `uri` (MLflow caches the store behind it). A server gone mid-sweep is said in one line of
+    the runner's (the failed call's first line): urllib3's warning at each of MLflow's retries is not printed."""
     from mlflow.tracking import MlflowClient
+
+    logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
 
     return MlflowClient(tracking_uri=uri)
 

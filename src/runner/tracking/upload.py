@@ -26,6 +26,7 @@ from runner.record.result import (
     read_timings,
 )
 from runner.record.runs import control_tag
+from runner.record.sweep_file import SWEEP_FILE
 from runner.tasks import builtin_metrics
 from runner.tracking.link import TRACKING_FILE, read_link, read_link_or_empty, run_key, write_link
 from runner.tracking.run_page import TRACE, microseconds, note_content, ui_metric
@@ -224,9 +225,10 @@ def track(run_dir: Path, uri: str, experiment: str, parent_run_id: str | None = 
     except Exception as error:  # the store is down, locked or unreachable: results stay on disk
         reason = first_line(error)
         write_link(run_dir, {**read_link_or_empty(run_dir), **link, "synced": False, "error": reason})
+        whole = run_dir.parent if (run_dir.parent / SWEEP_FILE).exists() else run_dir  # a sweep: its parent run too
         print(
             f"warning: could not log to MLflow at {uri} ({reason}); results are kept in {run_dir} "
-            f"-- upload them later with: runner sync {run_dir}",
+            f"-- upload them later with: runner sync {whole}",
             file=sys.stderr,
         )
         return None

@@ -15,7 +15,17 @@ from runner.record.sweep_file import read_sweep_file, write_sweep_file
 
 def sync_sweep(sweep_dir: Path, uri: str | None) -> list[tracking.Synced]:
     """Upload a sweep kept locally: its parent run (created now if the store was down), then its jobs."""
-    sweep_dir = Path(sweep_dir)
+    return _sync(Path(sweep_dir), uri, None)
+
+
+def sync_job(run_dir: Path, uri: str | None) -> list[tracking.Synced]:
+    """Upload one job of a sweep as its parent's child (the parent created now if the store was down when the sweep
+    began), and close the parent once every job of the sweep is in the store: syncing the job folders one by one
+    leaves what syncing the sweep folder leaves."""
+    return _sync(Path(run_dir).parent, uri, Path(run_dir))
+
+
+def _sync(sweep_dir: Path, uri: str | None, only: Path | None) -> list[tracking.Synced]:
     info = read_sweep_file(sweep_dir)
     if info.get("tracking") != "mlflow":
         detail = "this sweep ran with tracking=none: there is nothing to upload"
@@ -32,9 +42,11 @@ def sync_sweep(sweep_dir: Path, uri: str | None) -> list[tracking.Synced]:
         write_sweep_file(sweep_dir, info)
         done.append(tracking.Synced(sweep_dir, tracking.SyncState.CREATED, info["parent_run_id"]))
     run_dirs = job_dirs(sweep_dir)
-    for run_dir in run_dirs:
+    for run_dir in [only] if only else run_dirs:
         _adopt(run_dir, info["parent_run_id"])
         done.append(tracking.sync_one(run_dir, uri))
+    if only and not all(_synced(d) for d in run_dirs):
+        return done  # the parent stays open until its last job is in the store
     statuses = [job_status(d) for d in run_dirs]
     # A sweep that never reached `finish` was stopped (its launcher killed): never FINISHED.
     status = info.get("status") or sweep_status(statuses, interrupted=True)
@@ -44,6 +56,13 @@ def sync_sweep(sweep_dir: Path, uri: str | None) -> list[tracking.Synced]:
     if changed or not info.get("parent_closed"):
         close_parent(Sweep(sweep_dir, info), statuses, status, files)
     return done
+
+
+def _synced(run_dir: Path) -> bool:
+    try:
+        return bool(tracking.read_link(run_dir).get("synced"))
+    except ValueError:  # an unreadable tracking.json: not in the store
+        return False
 
 
 def job_dirs(sweep_dir: Path) -> list[Path]:

@@ -12,7 +12,8 @@
 #   scripts/local-slurm.sh down   stop what `up` started; nothing is left running
 #   scripts/local-slurm.sh status what runs, and the partition
 #
-# Config, state and logs live in $LOCAL_SLURM_DIR (default /tmp/local-slurm). SLURM's commands find the
+# Config, state and logs live in $LOCAL_SLURM_DIR (default /tmp/local-slurm); `up` starts afresh there and keeps the
+# last cluster's folder, logs and all, as $LOCAL_SLURM_DIR.previous. SLURM's commands find the
 # config through /etc/slurm/slurm.conf, which `up` links there unless a slurm.conf of your own exists
 # (then export SLURM_CONF=$LOCAL_SLURM_DIR/slurm.conf yourself). Accounting is off: `sacct` has nothing.
 set -euo pipefail
@@ -166,7 +167,8 @@ up() {
     fi
     [ "$(id -u)" = 0 ] || die "run as root: slurmd must start jobs as their users"
     stop_daemons  # those of a cluster half up, before their pid files go
-    rm -rf "$DIR"  # a fresh cluster: no jobs or node states left from an earlier run
+    # a fresh cluster, no jobs or node states left from an earlier run; that run's logs kept in $DIR.previous
+    if [ -d "$DIR" ]; then rm -rf "$DIR.previous" && mv "$DIR" "$DIR.previous"; fi
     mkdir -p "$DIR"
     echo "$NODES" >"$DIR/nodes"
     write_conf
@@ -201,7 +203,7 @@ down() {
     fi
     stop_daemons
     if [ -L "$ETC_CONF" ] && [ "$(readlink "$ETC_CONF")" = "$CONF" ]; then rm -f "$ETC_CONF"; fi
-    say "down (logs kept in $DIR)"
+    say "down (logs kept in $DIR; the next up moves them to $DIR.previous)"
 }
 
 status() {

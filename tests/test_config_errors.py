@@ -102,3 +102,26 @@ def test_combination_rules(make_config, overrides, message):
 def test_valid_combinations_pass(make_config):
     for overrides in (["backend=numpy", "mode=map_fn"], ["backend=tensorflow", "mode=xla", "task=jacobian"]):
         check_combination(make_config(*overrides))
+
+
+@pytest.mark.parametrize("blocks", ["-1", "0", "2.5", "abc", "true"])
+def test_a_launchers_blocks_must_be_a_number_of_nodes_refused_before_anything_is_written(cli, tmp_path, blocks):
+    """Issue 79: blocks=-1 failed to unpack, 10**9 ran out of memory making its blocks, 0 was taken as not set."""
+    sweep_dir = tmp_path / "sweep"
+    result = cli("-m", "hydra/launcher=slurm", f"hydra.launcher.blocks={blocks}", "backend=numpy", "tracking=none",
+                 f"hydra.sweep.dir={sweep_dir}")  # fmt: skip
+    assert result.returncode == 2 and _error_lines(result.stderr) == [
+        f"error: hydra.launcher.blocks={blocks.replace('true', 'True')}: the number of nodes that each run every job "
+        "of the sweep, 1 or more (null: a node per job)"
+    ]
+    assert not sweep_dir.exists()
+
+
+def test_a_launcher_refuses_blocks_set_in_its_yaml_as_the_command_line_is_refused():
+    """A value of blocks from a launcher's yaml, which preflight does not see, is refused by the launcher itself."""
+    from runner.launch import cluster_jobs, launchers
+
+    assert cluster_jobs.blocks_asked(None) is None and cluster_jobs.blocks_asked(3) == 3
+    with pytest.raises(launchers.SweepRefused) as refused:
+        cluster_jobs.blocks_asked(-1)
+    assert refused.value.line.startswith("hydra.launcher.blocks=-1: the number of nodes")

@@ -37,6 +37,25 @@ def job_config(hydra_context, sweep_config: DictConfig, overrides: list[str], in
 Numbered = list[tuple[int, list[str]]]  # (job number, its overrides): a block's jobs
 
 
+def blocks_asked(value: object) -> int | None:
+    """hydra.launcher.blocks as the launchers take it: None (a node per job) or a number of nodes, 1 or more; anything
+    else refused in one line (preflight refuses it first where it is given on the command line)."""
+    if line := blocks_error(value):
+        refuse(line)
+    return None if value is None else int(value)  # type: ignore[call-overload]  # an int >= 1, as checked
+
+
+def blocks_error(value: object) -> str | None:
+    """What is wrong with a value of hydra.launcher.blocks, in one line; None where it is a number of nodes or null
+    (-1 failed to unpack, 10**9 ran out of memory making its blocks, 0 was taken as not set)."""
+    if value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+        return None
+    return (
+        f"hydra.launcher.blocks={value}: the number of nodes that each run every job of the sweep, 1 or more "
+        "(null: a node per job)"
+    )
+
+
 def blocks_of(job_overrides, first: int, blocks: int) -> list[Numbered]:
     """The node as a block (hydra.launcher.blocks): every job of the sweep in each of `blocks` blocks, block b's
     numbered first + b * len(job_overrides) on."""

@@ -58,6 +58,7 @@ def check(argv: list[str], config_dir: Path = CONFIG_DIR) -> Checked | None:
     if sweeps:
         parsed = _parse(overrides + sweeps)
     _check_launcher_installed(parsed)
+    _check_launcher_settings(parsed)
     _refuse_choice_names(parsed)
     base = [o.input_line for o in parsed if not _is_hydra(o.key_or_group) or o.key_or_group in HYDRA_KEYS_CHECKED]
     composed = _singles(base, parsed)
@@ -207,6 +208,15 @@ def _check_launcher_installed(parsed: list) -> None:
             plugin, extra = LAUNCHER_EXTRAS[name]
             if importlib.util.find_spec(plugin) is None:
                 raise BadInput(f"hydra/launcher={name} needs the {extra} extra: pip install -e '.[{extra}]'")
+
+
+def _check_launcher_settings(parsed: list) -> None:
+    """The launcher settings this project adds, typed as their launchers take them: hydra.launcher.blocks."""
+    from runner.launch.cluster_jobs import blocks_error
+
+    for override in parsed:
+        if override.key_or_group == "hydra.launcher.blocks" and (line := blocks_error(override.value())):
+            raise BadInput(line)
 
 
 def _refuse_choice_names(parsed: list) -> None:

@@ -44,6 +44,7 @@ class RayLauncher(UpstreamRayLauncher):
         from hydra.core.utils import configure_log, setup_globals
         from hydra_plugins.hydra_ray_launcher._launcher_util import launch_job_on_ray, start_ray
 
+        blocks = cluster_jobs.blocks_asked(self.blocks)  # before a Ray cluster is started for it
         setup_globals()
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
         Path(str(self.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
@@ -53,7 +54,7 @@ class RayLauncher(UpstreamRayLauncher):
         configs = [self._job_sweep_config(list(o), i) for o, i in zip(job_overrides, indices, strict=True)]
         # every job's options before any is submitted: a refused job leaves nothing running
         options = [self._remote(str(c.device.name), cluster_gpus) for c in configs]
-        if self.blocks:
+        if blocks:
             return self._launch_blocks(job_overrides, initial_job_idx, options)
         refs = []
         for index, overrides, config, remote in zip(indices, job_overrides, configs, options, strict=True):

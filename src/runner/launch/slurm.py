@@ -74,8 +74,9 @@ class SlurmLauncher(SubmititSlurmLauncher):
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         quiet_sacct_warnings()
-        if self.params.get("blocks"):
-            return self._launch_blocks(job_overrides, initial_job_idx, int(self.params["blocks"]))
+        blocks = cluster_jobs.blocks_asked(self.params.get("blocks"))
+        if blocks:
+            return self._launch_blocks(job_overrides, initial_job_idx, blocks)
         try:
             partition = read_partition(self.params.get("partition"))
             devices = self._devices(job_overrides, initial_job_idx)
@@ -102,20 +103,20 @@ class SlurmLauncher(SubmititSlurmLauncher):
         """The node as a block: `blocks` SLURM jobs, each on a node of its own (--exclusive), each running every job
         of the sweep in interleaved rounds (runner.launch.rounds), numbered first + b * len(job_overrides) on. Each
         node's runs record its host; the answer pools the nodes as replicates (runner.report.ratio.node_spread)."""
-        numbered = cluster_jobs.blocks_of(job_overrides, first, blocks)
         try:
             partition = read_partition(self.params.get("partition"))
-            devices = self._devices(job_overrides, first)
-            device = "cuda" if "cuda" in devices else devices[0] if devices else ""
-            ((request, _),) = fit_arrays(self.params, [device] * blocks, partition, 0)
             if blocks > len(partition.nodes):  # each block a node of its own: more would wait for ever
                 raise LaunchRefused(
                     f"hydra.launcher.blocks={blocks} asks for {blocks} nodes, but partition {partition.name} has "
                     f"{len(partition.nodes)} (sinfo)"
                 )
+            devices = self._devices(job_overrides, first)
+            device = "cuda" if "cuda" in devices else devices[0] if devices else ""
+            ((request, _),) = fit_arrays(self.params, [device] * blocks, partition, 0)
             sweep_dir = self._sweep_dir()
         except LaunchRefused as error:
             cluster_jobs.refuse(str(error))
+        numbered = cluster_jobs.blocks_of(job_overrides, first, blocks)
         for number, overrides in (job for block in numbered for job in block):
             log.info(f"\t#{number} : {' '.join(filter_overrides(overrides))}")
         executor = self._executor(request)

@@ -24,6 +24,7 @@ import numpy as np
 
 from runner.config import ConfigError, require_positive
 from runner.tasks import Metric, Setup, Task, TaskRun, errors_vs_reference, with_workload_warnings
+from runner.tasks.token_figures import fidelity, percentile_figures
 
 TOKEN_SERIES = "token_latency_s"
 
@@ -149,7 +150,15 @@ class Generate(Task):
         Metric("ttft_s", "first token", "seconds"),  # time to first token: the prefill
         Metric("tpot_p50_s", "per token", "seconds"),  # per output token after it, median and tail
         Metric("tpot_p99_s", "per token p99", "seconds", in_terminal=False),
+        Metric("tpot_p99_lo_s", "p99 from", "seconds", in_terminal=False),  # its 95% interval: token_figures
+        Metric("tpot_p99_hi_s", "p99 to", "seconds", in_terminal=False),
         Metric("tokens_per_s", "tokens/s"),
+        # below float64: the next-token distribution against float64's (runner.tasks.token_figures.fidelity)
+        Metric("kl_mean", "KL mean", in_terminal=False),
+        Metric("kl_p999", "KL p99.9", in_terminal=False),
+        Metric("kl_max", "KL max", in_terminal=False),
+        Metric("top1_agree_share", "top-1 agrees", in_terminal=False),
+        Metric("rms_dp", "RMS Δp", in_terminal=False),
     )
 
     def __init__(self, name: str, new_tokens: int = 16, prompt_lengths: list[int] | None = None):
@@ -158,6 +167,7 @@ class Generate(Task):
         super().__init__(name)
         require_positive("task", new_tokens=new_tokens)
         self.new_tokens = new_tokens
+        self.notes: list[str] = []  # what the percentiles rest on, where too few tokens bound them
         self.prompt_lengths = [int(n) for n in prompt_lengths] if prompt_lengths else None
         self.batch_size = 0  # known once built
         self.generation: Generation | WholeGeneration | None = None
@@ -203,9 +213,19 @@ class Generate(Task):
         """What one call is, then time to first token, time per token (p50, p99) and tokens per second."""
         lines = [f"one call: {cls.one_call(config)}"]
         said = [f"{label} {seconds(metrics[key])}" for key, label in TOKEN_FIGURES if key in metrics]
+        if "tpot_p99_lo_s" in metrics:  # its 95% interval; unbounded above where the tokens are too few
+            upper = seconds(metrics["tpot_p99_hi_s"]) if "tpot_p99_hi_s" in metrics else "unbounded"
+            said[-1] += f" [{seconds(metrics['tpot_p99_lo_s'])}, {upper}]"
         if "tokens_per_s" in metrics:
             said.append(f"{metrics['tokens_per_s']:.4g} tokens/s")
-        return lines + ["; ".join(said)] if said else lines
+        lines += ["; ".join(said)] if said else []
+        if "kl_mean" in metrics:
+            lines.append(
+                f"next-token distribution vs float64: KL mean {metrics['kl_mean']:.3g}, p99.9 {metrics['kl_p999']:.3g},"
+                f" max {metrics['kl_max']:.3g}; top-1 agrees at {metrics['top1_agree_share']:.1%} of positions; "
+                f"RMS Δp {metrics['rms_dp']:.3g}"
+            )
+        return lines
 
     def build(self, setup: Setup) -> TaskRun:
         self.batch_size = int(setup.inputs["x"].shape[0])
@@ -219,7 +239,7 @@ class Generate(Task):
         return TaskRun(
             generation,
             partial(_results, generation),
-            with_workload_warnings(setup),
+            with_workload_warnings(setup, lambda: self.notes),
             series={TOKEN_SERIES: TokenLatencies(generation)},
         )
 
@@ -246,6 +266,8 @@ class Generate(Task):
         cached = results.get("outputs/logits")
         metrics = errors_vs_reference({"logits": recomputed if cached is None else cached}, {"logits": reference})
         metrics.update(token_agreement(tokens, reference, metrics["max_abs_err_vs_reference"]))
+        if setup.dtype != "float64":  # how far the next-token distribution moves from float64's
+            metrics.update(fidelity(recomputed if cached is None else cached, reference, tokens))
         if cached is not None:
             compared = errors_vs_reference({"logits": cached}, {"logits": recomputed})
             metrics["cache_vs_recompute_max_rel_err"] = compared["max_rel_err_vs_reference"]
@@ -280,11 +302,10 @@ class Generate(Task):
             return metrics
         metrics["ttft_s"] = float(np.median(rows[:, 0]))
         if rows.shape[1] > 1:
-            decode = rows[:, 1:]
-            p50, p90, p99 = np.percentile(decode, [50, 90, 99])
-            metrics.update(tpot_p50_s=float(p50), tpot_p90_s=float(p90), tpot_p99_s=float(p99))
-            metrics["decode_tokens_per_s"] = self.batch_size / float(p50)
-            metrics.update(self._bandwidth(float(p50)))
+            figures, self.notes = percentile_figures(rows[:, 1:])
+            metrics.update(figures)
+            metrics["decode_tokens_per_s"] = self.batch_size / figures["tpot_p50_s"]
+            metrics.update(self._bandwidth(figures["tpot_p50_s"]))
         return metrics
 
     def _bandwidth(self, step_s: float) -> dict[str, float]:

@@ -125,3 +125,13 @@ def test_a_launcher_refuses_blocks_set_in_its_yaml_as_the_command_line_is_refuse
     with pytest.raises(launchers.SweepRefused) as refused:
         cluster_jobs.blocks_asked(-1)
     assert refused.value.line.startswith("hydra.launcher.blocks=-1: the number of nodes")
+
+
+@pytest.mark.parametrize("value", ["abc", "0", "4,x"])
+def test_a_thread_variable_that_is_no_count_is_refused_not_recorded_as_another_machine(cli, tmp_path, value):
+    """Issue 79: OMP_NUM_THREADS=abc ran with the library's default and became a new kind of machine in the history."""
+    result = cli("backend=numpy", "tracking=none", f"hydra.run.dir={tmp_path}/run", env={"OMP_NUM_THREADS": value})
+    assert result.returncode == 2 and _error_lines(result.stderr) == [
+        f"error: OMP_NUM_THREADS={value}: a number of threads, 1 or more (OpenMP's nested form: 4,2), or unset"
+    ]
+    assert not (tmp_path / "run").exists()

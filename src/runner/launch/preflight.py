@@ -12,6 +12,7 @@ import os
 import re
 import sys
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple, cast
 
@@ -59,6 +60,7 @@ def check(argv: list[str], config_dir: Path = CONFIG_DIR) -> Checked | None:
         parsed = _parse(overrides + sweeps)
     _check_launcher_installed(parsed)
     _check_launcher_settings(parsed)
+    _check_thread_variables(os.environ)
     _refuse_choice_names(parsed)
     base = [o.input_line for o in parsed if not _is_hydra(o.key_or_group) or o.key_or_group in HYDRA_KEYS_CHECKED]
     composed = _singles(base, parsed)
@@ -217,6 +219,17 @@ def _check_launcher_settings(parsed: list) -> None:
     for override in parsed:
         if override.key_or_group == "hydra.launcher.blocks" and (line := blocks_error(override.value())):
             raise BadInput(line)
+
+
+def _check_thread_variables(environ: Mapping[str, str]) -> None:
+    """A thread count in the environment that is no count (OMP_NUM_THREADS=abc) would run with the library's
+    default and be recorded as another kind of machine: refused in one line. OpenMP's nested form (4,2) is a count."""
+    from runner.identity import SPEED_VARIABLES
+
+    for name in (k for k in SPEED_VARIABLES if k.endswith("_THREADS")):
+        value = environ.get(name, "")
+        if value and not all(part.strip().isdigit() and int(part) >= 1 for part in value.split(",")):
+            raise BadInput(f"{name}={value}: a number of threads, 1 or more (OpenMP's nested form: 4,2), or unset")
 
 
 def _refuse_choice_names(parsed: list) -> None:

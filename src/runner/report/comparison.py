@@ -62,13 +62,13 @@ from runner.report.ratio import (
     ProcessSpread,
     Ratio,
     instability,
-    median_interval,
     node_spread,
     process_count,
     process_spread,
     tamed,
     time_ratio,
 )
+from runner.report.rounds_order import rounds_order
 
 # fewer samples than this rank nothing: a generation timed once at a real model's size (its warm-up cut short by the
 # budget) gave 0.36x a token [0.01-21.5] beside 1.64 s a generation against 172 ms
@@ -211,8 +211,8 @@ def compare(
     under `factor` is called NO_CHANGE."""
     by_typical = run.typical_s() / baseline.typical_s()
     if not (run.ranked() and baseline.ranked()):
-        why = f"not enough samples ({run.samples()})" if not run.ranked() else "the fastest has not enough samples"
-        return Comparison(by_typical, math.nan, math.nan, Verdict.CANNOT_TELL, why, ranked=run.ranked())
+        few = f"not enough samples ({run.samples()})" if not run.ranked() else "the fastest has not enough samples"
+        return Comparison(by_typical, math.nan, math.nan, Verdict.CANNOT_TELL, few, ranked=run.ranked())
     apart = apart or measured_apart(run, baseline)
     if not run.replicates or not baseline.replicates:  # the replicates' medians may still disagree
         why = run.instability()
@@ -247,32 +247,21 @@ def compare(
 
 
 def order_over_rounds(run: Timings, baseline: Timings, comparisons: int, why: str) -> Comparison | None:
-    """Where a side's rounds disagree (a busy machine: one call 7x slower in some rounds), what the paired rounds
-    still agree on: the sign test's interval for the median per-round ratio (ratio.median_interval, which no stall
-    can bias), widened by the two processes' own offsets (PROCESS_SD each), beside the typical times' ratio, the
-    figure every table shows. An order where that interval excludes 1 and holds the typical times' ratio ('slower
-    in 39 of 39 paired rounds, at least 1.68x'), else None: no reliable order."""
+    """Where a side's rounds disagree (a busy machine), the order its paired rounds agree on (runner.report.
+    rounds_order), beside the typical times' ratio, the figure every table shows: an order where its interval holds
+    that ratio ('slower (in 39 of 39 paired rounds, at least 1.68x; though ...)'), else None: no reliable order."""
     mine, theirs = (
         dict(zip(numbers.tolist(), times, strict=True))
         for times, numbers in (run.rounds(tame=False), baseline.rounds(tame=False))
     )
-    shared = sorted(set(mine) & set(theirs))
-    logs = np.log([mine[r] for r in shared]) - np.log([theirs[r] for r in shared])
-    level = 1 - (1 - LEVEL) / comparisons
-    found = median_interval(logs, level)
-    if found is None:
-        return None
-    margin = NormalDist().inv_cdf((1 + level) / 2) * math.sqrt(2) * PROCESS_SD
-    low, high = math.exp(found[0] - margin), math.exp(found[1] + margin)
+    order = rounds_order(mine, theirs, 1 - (1 - LEVEL) / comparisons)
     by_typical = run.typical_s() / baseline.typical_s()
-    if low <= 1 <= high or not low <= by_typical <= high:
+    if order is None or not order.low <= by_typical <= order.high:
         return None
-    slower = low > 1
-    agreeing = int(np.sum(logs > 0)) if slower else int(np.sum(logs < 0))
-    bound = f"at least {low:.3g}x" if slower else f"at least {1 / high:.3g}x faster"
-    reason = f"in {agreeing} of {len(shared)} paired rounds, {bound}; though {why}"
-    verdict = Verdict.SLOWER if slower else Verdict.FASTER
-    return Comparison(by_typical, low, high, verdict, reason, f"{len(shared)} rounds, sign test")
+    bound = f"at least {order.low:.3g}x" if order.slower else f"at least {1 / order.high:.3g}x faster"
+    reason = f"in {order.agreeing} of {order.rounds} paired rounds, {bound}; though {why}"
+    verdict = Verdict.SLOWER if order.slower else Verdict.FASTER
+    return Comparison(by_typical, order.low, order.high, verdict, reason, f"{order.rounds} rounds, sign test")
 
 
 def _unless_busy(

@@ -212,21 +212,6 @@ def interval(
     return quantile * se, math.expm1((quantile + student_quantile(df, POWER)) * se)
 
 
-def median_interval(values: np.ndarray, level: float = LEVEL) -> tuple[float, float] | None:
-    """The sign test's interval for the median of `values`: the order statistics whose ranks binomial(n, 1/2) gives,
-    holding the median at `level` whatever the values' distribution (a busy machine's stalls included); None where
-    there are too few values for one (5 at 95%)."""
-    from scipy.special import bdtr
-
-    n = len(values)
-    cdf = bdtr(np.arange(n), n, 0.5)  # P(at most k of n below the median)
-    below = np.flatnonzero(cdf <= (1 - level) / 2)
-    if not len(below):
-        return None
-    k, ordered = int(below[-1]), np.sort(values)
-    return float(ordered[k]), float(ordered[n - 1 - k])
-
-
 def student_quantile(df: float, probability: float) -> float:
     """Student's t quantile at `df` degrees of freedom (the normal's where df is infinite), for every interval and test
     of the comparisons and the history."""

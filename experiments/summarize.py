@@ -12,8 +12,17 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from runner import report  # noqa: E402
+from runner.record import runs  # noqa: E402
 from runner.record.table import SWEEP_COLUMNS, markdown  # noqa: E402
 
+
+def summary(sweep_dir: Path) -> str:
+    """The sweep's jobs as the markdown table its own end printed on the terminal."""
+    return markdown(*report.human_table(report.frame(runs.from_dirs(runs.runs_in(sweep_dir))), SWEEP_COLUMNS))
+
+
 if __name__ == "__main__":
-    frame = report.runs_from_dirs(report.sweep_run_dirs(Path(sys.argv[1])))
-    print(markdown(*report.human_table(frame, SWEEP_COLUMNS)))
+    if len(sys.argv) != 2 or not runs.runs_in(Path(sys.argv[1])):
+        print(f"usage: {sys.argv[0]} SWEEP_DIR (a sweep's folder, holding its jobs' result.json)", file=sys.stderr)
+        sys.exit(2)
+    print(summary(Path(sys.argv[1])))

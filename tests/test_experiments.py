@@ -77,3 +77,23 @@ def test_experiment_runs_as_one_command(scratch, tmp_path, name):
         assert re.search(r" a generation, [\d.]+ .?s a token[);]", result.stdout), result.stdout[-2000:]
     if name == "horse2zebra":
         assert all((tmp_path / "sweep" / str(job) / "images" / "000.png").exists() for job in range(len(results)))
+
+
+def test_the_summary_script_the_docs_name_prints_a_sweeps_table(cli, tmp_path):
+    """experiments/summarize.py, as docs/experiments.md and experiments/README.md print it (issue 74: it called
+    functions that were removed, and no test ran it)."""
+    import subprocess
+    import sys
+
+    from helpers import FAST_TIMING
+
+    sweep = tmp_path / "sweep"
+    made = cli("-m", "backend=numpy", "seed=0,1", "tracking=none", f"hydra.sweep.dir={sweep}", *FAST_TIMING)
+    assert made.returncode == 0, made.stderr[-2000:]
+    script = [sys.executable, str(PROJECT_ROOT / "experiments" / "summarize.py")]
+    done = subprocess.run([*script, str(sweep)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    rows = [line for line in done.stdout.splitlines() if line.startswith("| ") and "FINISHED" in line]
+    assert len(rows) == 2 and done.stdout.startswith("| run | status |")
+    refused = subprocess.run([*script, str(tmp_path / "none")], capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1 and "usage:" in refused.stderr

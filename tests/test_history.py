@@ -111,9 +111,13 @@ def test_history_finds_the_slowdown_at_the_run_it_started(slowed, tmp_path):
     assert len(list((tmp_path / "page").glob("*.png"))) == 1
     (page,) = [p for p in (tmp_path / "page").glob("*.html") if p.name != "index.html"]
     assert f"<a href='http://127.0.0.1:5000/#/runs/{ids[7]}'>{ids[7]}</a>" in page.read_text()  # its MLflow page
-    run = tracking.search.client(uri).get_run(ids[-1])
-    assert run.data.tags["history.verdict"].startswith("regression: 1.1")
-    logged = {a.path for a in tracking.search.client(uri).list_artifacts(ids[-1], "history")}
+    mlflow = tracking.search.client(uri)
+    assert "history.verdict" not in mlflow.get_run(ids[-1]).data.tags  # a read writes nothing (issue 74)
+    assert not mlflow.list_artifacts(ids[-1], "history")
+    recorded = runner_main("history", "--tracking-uri", uri, "--record", "--html", str(tmp_path / "page"))
+    assert recorded.returncode == 0, recorded.stderr[-3000:]
+    assert mlflow.get_run(ids[-1]).data.tags["history.verdict"].startswith("regression: 1.1")
+    logged = {a.path for a in mlflow.list_artifacts(ids[-1], "history")}
     assert logged == {f"history/{page.name}", f"history/{page.with_suffix('.png').name}"}  # found from the runs
 
 

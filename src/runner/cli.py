@@ -133,6 +133,12 @@ def _history_parser(commands, uri_help: str) -> None:
         metavar="Q",
         help="the false-discovery rate a store's steps are held to together (default 0.05): above it, no alert",
     )
+    history.add_argument(
+        "--record",
+        action="store_true",
+        help="write to the store what was found: each case's newest run tagged history.verdict, and with --html its "
+        "page and plot as that run's artifacts (else the store is only read)",
+    )
     history.add_argument("--mark", metavar="RUN_ID", help="mark a known change at this run (no alert there) and exit")
     history.add_argument("--why", help="what changed, with --mark (e.g. 'new machine'; default: known change)")
     history.set_defaults(command=_history)
@@ -165,7 +171,7 @@ def _history(args: argparse.Namespace) -> int:
     if args.html:
         index = history_page.write(found, args.html, None if args.dirs else tracking.ui_base(uri))
         print(f"wrote {index}", file=aside)
-        if not args.dirs:
+        if args.record and not args.dirs:
             _log_history_pages(found, args.html, uri, aside)
     return _gate(uri, gated, labels, args.confirm, confirmed)
 
@@ -200,7 +206,8 @@ def _history_checked(args: argparse.Namespace) -> set[str]:
 
 
 def _histories(args: argparse.Namespace, uri: str | None) -> tuple[str, list]:
-    """(the store read, '' for directories; the histories found there), each newest run tagged with its verdict."""
+    """(the store read, '' for directories; the histories found there); with --record, each newest run tagged with
+    its verdict (a read writes nothing: a read-only user of a team's server reads a history too)."""
     from runner import tracking
     from runner.report import history
 
@@ -212,7 +219,7 @@ def _histories(args: argparse.Namespace, uri: str | None) -> tuple[str, list]:
         control_cases = {r.tags[history.CONTROL_TAG] for r in measured if r.tags.get(history.CONTROL_TAG)}
         controls = [r for case in sorted(control_cases) for r in tracking.history_runs(uri, None, case)]
         found = history.from_runs(measured, args.by_host, controls, args.fdr)
-        for h in found:
+        for h in found if args.record else []:
             tracking.set_tags(uri, h.entries[-1].run_id, {"history.verdict": history.verdict(h)})
     if not found:
         raise LookupError("no finished run with a case and a typical time there")

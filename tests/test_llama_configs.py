@@ -108,6 +108,9 @@ CASES = [_case(name, "numpy", "eager", "float64") for name in VARIANTS]
 CASES += [_case("qwen3", "torch", "function"), _case("mistral", "jax", "function")]
 CASES += [_case(name, backend, mode, heavy=True) for name in VARIANTS for backend, mode in ELSEWHERE]
 CASES += [_case(name, "torch", "eager", "float64", heavy=True) for name in ("qwen3", "yarn", "biases")]
+COMPILED = [("yarn", "torch", "function"), ("qwen3", "tnp", "function"), ("biases", "jax", "eager"),
+            ("qwen2_window", "tensorflow", "xla"), ("head_dim", "jax", "function")]  # fmt: skip
+CASES += [_case(name, backend, mode, heavy=True) for name, backend, mode in COMPILED]
 
 
 @pytest.mark.parametrize(("name", "backend", "mode", "dtype"), CASES)

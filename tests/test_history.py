@@ -110,7 +110,10 @@ def test_history_finds_the_slowdown_at_the_run_it_started(slowed, tmp_path):
     assert (tmp_path / "page" / "index.html").read_text().count("regression") >= 1
     assert len(list((tmp_path / "page").glob("*.png"))) == 1
     (page,) = [p for p in (tmp_path / "page").glob("*.html") if p.name != "index.html"]
-    assert f"<a href='http://127.0.0.1:5000/#/runs/{ids[7]}'>{ids[7]}</a>" in page.read_text()  # its MLflow page
+    experiment = tracking.search.client(uri).get_run(ids[7]).info.experiment_id
+    link = f"http://127.0.0.1:5000/#/experiments/{experiment}/runs/{ids[7]}?workflowType=machine_learning"
+    assert f"<a href='{link}'>{ids[7]}</a>" in page.read_text()  # its MLflow page, in the model-training view
+    assert "Fitted on the typical times themselves" in page.read_text()  # what the steps were found in
     mlflow = tracking.search.client(uri)
     assert "history.verdict" not in mlflow.get_run(ids[-1]).data.tags  # a read writes nothing (issue 74)
     assert not mlflow.list_artifacts(ids[-1], "history")
@@ -273,3 +276,30 @@ def test_three_sweeps_of_two_seeds_are_three_points_too_few_to_tell():
     (step,) = found.steps
     assert history.describe_step(found, step).startswith("insufficient data: 6 runs in 3 sweeps since ")
     assert history.describe_step(found, step).endswith(", 4 sweeps tell a step")
+
+
+def test_a_history_page_says_what_decided_it_and_the_index_is_in_the_order_it_says(tmp_path):
+    """Issue 77: the words control and busy were on no page, a case fitted relative to its control plotted raw times,
+    there was no legend, and the index listed cases alphabetically under 'regression first, the newest first'."""
+    from runner.report import history_page
+    from runner.report.history_series import Entry, History
+    from runner.report.steps import Label, Step
+
+    def entries(start: float, busy: float = 0.0) -> list[Entry]:
+        return [Entry(f"r{start + i:.0f}", start + i, 1e-4, control_s=5e-5, busy=busy if i % 2 else 0.0)
+                for i in range(6)]  # fmt: skip
+
+    step = Step(3, 1.1, 1.05, 1.15, Label.REGRESSION)
+    control = History("c", "matmul", "m", "box", entries(100.0), is_control=True)
+    relative = History("r", "b-relative", "m", "box", entries(0.0, busy=3.0), [step], control_name="matmul")
+    newest = History("n", "a-newest", "m", "box", entries(200.0))
+    index = history_page.write([newest, control, relative], tmp_path)
+    listed = [line.split(".html")[0] for line in index.read_text().split('<li><a href="')[1:]]
+    assert listed == ["r-m", "n-m", "c-m"]  # the regression first, then the newest first
+    pages = {name: (tmp_path / f"{name}.html").read_text() for name in listed}
+    assert "the control of other cases" in pages["c-m"]
+    assert (
+        "Fitted relative to the control matmul" in pages["r-m"]
+        and "3 of 6 runs were measured on a busy" in pages["r-m"]
+    )
+    assert "<td>busy</td>" in pages["r-m"] and "Fitted on the typical times themselves" in pages["n-m"]

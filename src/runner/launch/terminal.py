@@ -39,9 +39,6 @@ def tracking_lines(run_dir: Path) -> list[str]:
     return [f"  MLflow run      {link['run_id']}", *ui_lines(link["uri"], link["run_id"])]
 
 
-MODEL_TRAINING = "workflowType=machine_learning"  # MLflow 3's UI opens on its GenAI view otherwise
-
-
 def ui_lines(uri: str, run_id: str, runs_list: bool = False) -> list[str]:
     """How a person opens a run in the MLflow UI for the store at `uri`: the command that serves a local store
     and the run's page in its experiment's model-training view; with `runs_list`, the experiment's runs list
@@ -56,9 +53,9 @@ def ui_lines(uri: str, run_id: str, runs_list: bool = False) -> list[str]:
     if experiment is None:
         return [*lines, f"  {label:<16}{base}/#/runs/{run_id}"]
     runs = f"{base}/#/experiments/{experiment}/runs"
-    lines.append(f"  {label:<16}{runs}/{run_id}?{MODEL_TRAINING}")
+    lines.append(f"  {label:<16}{runs}/{run_id}?{tracking.MODEL_TRAINING}")
     if runs_list:
-        lines.append(f"  {'runs list':<16}{runs}?{MODEL_TRAINING}&viewStateShareKey={tracking.RUNS_VIEW}")
+        lines.append(f"  {'runs list':<16}{runs}?{tracking.MODEL_TRAINING}&viewStateShareKey={tracking.RUNS_VIEW}")
     return lines
 
 

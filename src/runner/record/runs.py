@@ -33,6 +33,7 @@ class Run:
     error: str | None = None
     warnings: tuple[str, ...] = ()
     tags: dict[str, str] = field(default_factory=dict)  # its MLflow tags, where it came from MLflow
+    experiment_id: str = ""  # its MLflow experiment, where it came from MLflow (a link to its page names it)
 
     @property
     def where(self) -> str:

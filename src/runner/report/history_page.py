@@ -1,5 +1,6 @@
 """`runner history --html DIR`: a static page per case and machine (its series with the intervals, the steps
-shaded) and an index that lists the regressions first, newest first."""
+shaded, a legend; what decided them: the control it was fitted against, the runs measured on a busy machine) and
+an index that lists the cases with a regression first, then the others, each group newest first."""
 
 from __future__ import annotations
 
@@ -7,11 +8,13 @@ import html
 from datetime import UTC, datetime
 from pathlib import Path
 
+from runner.measure.machine_load import BUSY_OTHER_RUNNABLE
 from runner.record.table import format_seconds
 from runner.report.history import History, describe_number, describe_step
 from runner.report.history_numbers import format_number
-from runner.report.history_series import NUMBERS
+from runner.report.history_series import NUMBERS, Entry
 from runner.report.steps import Label
+from runner.tracking.store import MODEL_TRAINING
 
 SHADES = {
     Label.REGRESSION: "tab:red",
@@ -27,7 +30,7 @@ def write(histories: list[History], out_dir: Path, ui: str | None = None) -> Pat
     MLflow UI's address where the runs came from a store, which each run's id links to."""
     out_dir.mkdir(parents=True, exist_ok=True)
     items = []
-    for h in histories:
+    for h in sorted(histories, key=_index_order):
         name = page_name(h)
         _plot(h, out_dir / f"{name}.png")
         (out_dir / f"{name}.html").write_text(_case_page(h, f"{name}.png", ui))
@@ -38,9 +41,14 @@ def write(histories: list[History], out_dir: Path, ui: str | None = None) -> Pat
         now = f"now {format_seconds(newest.typical_s)} ({_when(newest.started)})"
         items[-1] += f"{runs}, {now}; {html.escape(steps)}</li>"
     index = out_dir / "index.html"
-    body = f"<h1>History</h1><p>Cases with a regression first, the newest first.</p><ul>{''.join(items)}</ul>"
+    body = "<h1>History</h1><p>Cases with a regression first, then the others; each the newest first.</p>"
+    body += f"<ul>{''.join(items)}</ul>"
     index.write_text(_page("History", body))
     return index
+
+
+def _index_order(h: History) -> tuple[bool, float]:
+    return not any(s.label == Label.REGRESSION for s in h.steps), -h.entries[-1].started
 
 
 def page_name(h: History) -> str:
@@ -54,11 +62,18 @@ def _page(title: str, body: str) -> str:
     )
 
 
-def _run_cell(run_id: str, ui: str | None) -> str:
-    """A run's id, linked to its page in the MLflow UI where the history came from a store (`ui`: its address)."""
+def _run_cell(entry: Entry, ui: str | None) -> str:
+    """A run's id, linked to its page in the MLflow UI where the history came from a store (`ui`: the tracking
+    server's address), in its experiment's model-training view."""
+    run_id = entry.run_id
     if not ui:
         return html.escape(run_id)
-    return f"<a href='{html.escape(ui)}/#/runs/{html.escape(run_id)}'>{html.escape(run_id)}</a>"
+    where = (
+        f"#/experiments/{entry.experiment_id}/runs/{run_id}?{MODEL_TRAINING}"
+        if entry.experiment_id
+        else f"#/runs/{run_id}"
+    )
+    return f"<a href='{html.escape(ui)}/{html.escape(where)}'>{html.escape(run_id)}</a>"
 
 
 def _number_changes(h: History) -> list[str]:
@@ -73,15 +88,42 @@ def _case_page(h: History, image: str, ui: str | None = None) -> str:
     rows = "".join(
         f"<tr><td>{i}</td><td>{_when(e.started)}</td><td>{format_seconds(e.typical_s)}</td>"
         + "".join(f"<td>{format_number(n, e.numbers[n]) if n in e.numbers else ''}</td>" for n in numbers)
-        + f"<td>{html.escape(e.version)}</td><td>{html.escape(e.change)}</td><td>{_run_cell(e.run_id, ui)}</td></tr>"
+        + f"<td>{'busy' if _busy(e) else ''}</td>"
+        + f"<td>{html.escape(e.version)}</td><td>{html.escape(e.change)}</td><td>{_run_cell(e, ui)}</td></tr>"
         for i, e in enumerate(h.entries)
     )
-    columns = ("#", "started", "typical", *(NUMBERS[n] for n in numbers), "version", "known change", "run")
+    columns = ("#", "started", "typical", *(NUMBERS[n] for n in numbers), "machine", "version", "known change", "run")
     headers = "".join(f"<th>{html.escape(name)}</th>" for name in columns)
     table = f"<table><tr>{headers}</tr>{rows}</table>"
     body = f"<p><a href='index.html'>all cases</a></p><h1>{html.escape(h.case_name)}</h1>"
-    body += f"<p>on {html.escape(h.machine_name)}</p><ul>{steps}</ul><img src='{image}' alt='the series'>{table}"
+    body += f"<p>on {html.escape(h.machine_name)}</p><p>{html.escape(decided_by(h))}</p><ul>{steps}</ul>"
+    body += f"<img src='{image}' alt='the series'>{table}"
     return _page(h.case_name, body)
+
+
+def decided_by(h: History) -> str:
+    """What the steps were found in, in words: the times themselves or the ratio to the control, and the runs
+    measured on a busy machine."""
+    if h.is_control:
+        said = "This case is the control of other cases: its steps are the whole machine's, and no gate fails on them."
+    elif h.relative:
+        said = (
+            f"Fitted relative to the control {h.control_name}: each run's time over the control's, measured in the "
+            "same rounds, so the machine's drift between sweeps cancels (the plot shows that ratio)."
+        )
+    else:
+        said = "Fitted on the typical times themselves (no control was timed beside every run)."
+    busy = sum(_busy(e) for e in h.entries)
+    if busy:
+        said += (
+            f" {busy} of {len(h.entries)} runs were measured on a busy machine (over {BUSY_OTHER_RUNNABLE:g} other "
+            "runnable threads): a step load alone could make beside them is labelled busy machine and fails no gate."
+        )
+    return said
+
+
+def _busy(entry: Entry) -> bool:
+    return entry.busy > BUSY_OTHER_RUNNABLE
 
 
 def _when(epoch_s: float) -> str:
@@ -94,22 +136,34 @@ def _plot(h: History, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
+    from matplotlib.patches import Patch
 
-    points = [e.point() for e in h.entries]
+    points = [e.point(relative=h.relative) for e in h.entries]
+    scale = 1.0 if h.relative else 1e6  # a ratio to the control, or microseconds
     x = np.arange(len(points))
     typical = np.array([p.typical_s for p in points])
-    errors = [typical - [p.low_s for p in points], [p.high_s for p in points] - typical]
+    errors = np.array([typical - [p.low_s for p in points], [p.high_s for p in points] - typical]) * scale
+    busy = np.array([_busy(e) for e in h.entries])
     fig, ax = plt.subplots(figsize=(9, 4))
-    ax.errorbar(x, typical * 1e6, yerr=np.array(errors) * 1e6, fmt="o", capsize=3, color="tab:blue")
+    quiet = ax.errorbar(x[~busy], typical[~busy] * scale, yerr=errors[:, ~busy], fmt="o", capsize=3, color="tab:blue")
+    handles = [(quiet, "a run (bar: its 95% interval)")]
+    if busy.any():
+        loaded = ax.errorbar(x[busy], typical[busy] * scale, yerr=errors[:, busy], fmt="o", capsize=3,
+                             mfc="white", color="tab:blue")  # fmt: skip
+        handles.append((loaded, "a run on a busy machine"))
+    for label in dict.fromkeys(s.label for s in h.steps):
+        handles.append((Patch(color=SHADES.get(label, "lightgrey"), alpha=0.3), f"after a step: {label}"))
     for step in h.steps:
         end = min((s.index for s in h.steps if s.index > step.index), default=len(points))
         ax.axvspan(step.index - 0.5, end - 0.5, color=SHADES.get(step.label, "lightgrey"), alpha=0.15)
         ax.axvline(step.index - 0.5, color=SHADES.get(step.label, "grey"), linestyle="--")
     for i, e in enumerate(h.entries):
         if e.change:
-            ax.annotate(e.change, (i, typical[i] * 1e6), rotation=90, fontsize=8, va="bottom")
-    ax.set_xlabel("run, in time order (bars: the 95% interval of runs made apart)")
-    ax.set_ylabel("typical time per call (µs)")
+            ax.annotate(e.change, (i, typical[i] * scale), rotation=90, fontsize=8, va="bottom")
+    bars = "a ratio measured in the same rounds" if h.relative else "runs made apart"
+    ax.set_xlabel(f"run, in time order (bars: the 95% interval of {bars})")
+    ax.set_ylabel(f"time / the control's ({h.control_name})" if h.relative else "typical time per call (µs)")
+    ax.legend(*zip(*handles, strict=True), fontsize=8, loc="best")
     ax.set_title(f"{h.case_name}\non {h.machine_name}", loc="left", fontsize=9)
     ax.grid(alpha=0.3)
     fig.tight_layout()

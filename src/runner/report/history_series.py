@@ -34,6 +34,7 @@ class Entry:
     confirmed: str = ""  # its CONFIRMED_TAG, where runner history --confirm re-ran its case
     busy: float = 0.0  # other runnable threads while it was timed, on average (machine_other_runnable)
     sweep: str = ""  # the sweep it was measured in (its MLflow parent run or folder): its replicates there, one point
+    experiment_id: str = ""  # its MLflow experiment ('' read from a folder): its page's link names it
 
     def point(self, relative: bool = False) -> Point:
         """Its typical time as a run of the series, or its ratio to its control (`relative`): measured in the same

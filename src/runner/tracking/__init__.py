@@ -18,6 +18,7 @@ What identifies a run (its params and name) is runner.record.naming's, with or w
 from runner.tracking.link import TRACKING_FILE, read_link, write_link, write_pending
 from runner.tracking.search import download_tensors, existing_run, history_runs, runs_of, search_runs, set_tags
 from runner.tracking.store import (
+    MODEL_TRAINING,
     RUNS_VIEW,
     UI_PORT,
     check_reachable,
@@ -49,6 +50,7 @@ __all__ = [
     "NOTE_LIMIT",
     "NO_RESULT",
     "RUNS_VIEW",
+    "MODEL_TRAINING",
     "UI_PORT",
     "TRACKING_FILE",
     "check_reachable",

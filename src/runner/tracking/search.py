@@ -85,6 +85,7 @@ def _run(run) -> Run:
         started=(run.info.start_time or 0) / 1000,
         error=tags.get("error"),
         tags=tags,
+        experiment_id=run.info.experiment_id,
     )
 
 

@@ -120,6 +120,7 @@ def store_lock(uri: str) -> Iterator[None]:
 
 
 UI_PORT = 5000  # `mlflow ui`'s own default, given in the command so that the command and the link agree
+MODEL_TRAINING = "workflowType=machine_learning"  # MLflow 3's UI opens a run on its GenAI view otherwise
 
 
 def ui_base(uri: str) -> str:

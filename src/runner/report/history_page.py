@@ -146,7 +146,7 @@ def _plot(h: History, path: Path) -> None:
     busy = np.array([_busy(e) for e in h.entries])
     fig, ax = plt.subplots(figsize=(9, 4))
     quiet = ax.errorbar(x[~busy], typical[~busy] * scale, yerr=errors[:, ~busy], fmt="o", capsize=3, color="tab:blue")
-    handles = [(quiet, "a run (bar: its 95% interval)")]
+    handles: list[tuple[object, str]] = [(quiet, "a run (bar: its 95% interval)")]
     if busy.any():
         loaded = ax.errorbar(x[busy], typical[busy] * scale, yerr=errors[:, busy], fmt="o", capsize=3,
                              mfc="white", color="tab:blue")  # fmt: skip

@@ -172,3 +172,18 @@ def test_the_answer_names_the_release_that_changed_and_which_way():
     assert faster.endswith(" faster") and "torch 2.13.0+cpu → 2.14.1: 1.04x [" in faster, faster
     alike = sweep_answer.sentence(_two_releases({"2.13.0+cpu": 100e-6, "2.14.1": 100e-6}))
     assert alike.endswith(" within noise") and "torch 2.13.0+cpu → 2.14.1: " in alike, alike
+
+
+def test_a_wheel_built_again_at_the_same_version_is_another_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv(environments.CACHE_VARIABLE, str(tmp_path / "environments"))
+    settings = {"with": ["plantpkg==1.0"], "find_links": str(tmp_path / "wheels")}
+    built = []
+    for marker in ("first", "second"):
+        path = write_wheel(tmp_path / "wheels", "plantpkg", "1.0", {"plantpkg/__init__.py": f"MARK = {marker!r}\n"})
+        os.utime(path, (1_700_000_000 + len(built), 1_700_000_000 + len(built)))  # a rebuild, a second later
+        monkeypatch.setattr(environments, "_READY", {})  # a new process
+        environment = environments.ready(settings, say=lambda line: None)
+        read = subprocess.run([environment.python, "-c", "import plantpkg; print(plantpkg.MARK)"], capture_output=True,
+                              text=True, check=True)  # fmt: skip
+        built.append((environment.python, read.stdout.strip()))
+    assert built[0][1] == "first" and built[1][1] == "second" and built[0][0] != built[1][0]

@@ -6,8 +6,9 @@ override needs moves (torch==2.13.0 takes torchvision 0.28.0 with it). It is bui
 packages whose versions differ from its base interpreter's (the runner's own, or environment.python's), and reads the
 rest, and the runner's source, from there (a .pth file): a one-package variant installs one package. Resolutions and
 environments are cached (RUNNER_ENVIRONMENTS, default ~/.cache/tensor-runner/environments), an environment under
-the hash of its interpreter and resolved set; the indexes, find-links and constraints pip is configured with apply
-(scripts/uv_args.py's, as in set-up). Whatever cannot be resolved or built is a ConfigError of one line.
+the hash of its interpreter, its resolved set and the find-links folders' wheels; the indexes, find-links and
+constraints pip is configured with apply (scripts/uv_args.py's, as in set-up). Whatever cannot be resolved or built is
+a ConfigError of one line.
 """
 
 from __future__ import annotations
@@ -76,7 +77,11 @@ def _ready(settings: dict[str, Any], say) -> PythonEnvironment:
     else:
         resolved = {name: f"{name}=={version}" for name, version in base["installed"].items()}
     changed = {name: line for name, line in resolved.items() if _version(line) != base["installed"].get(name)}
-    key = _hash(json.dumps([base["executable"], base["version"], sorted(resolved.values())]))
+    # the find-links folders' wheels too: a wheel built again at the same version (a user's package) is another set
+    wheels = _listing(
+        [*uv_index_options(), *(["--find-links", settings["find_links"]] if settings["find_links"] else [])]
+    )
+    key = _hash(json.dumps([base["executable"], base["version"], sorted(resolved.values()), wheels]))
     folder = cache_dir() / key
     if not (folder / RECORD).is_file():
         _build(folder, base, changed, settings["find_links"], label, say)
@@ -269,7 +274,7 @@ def _pip_options() -> list[str]:
 def _listing(options: list[str]) -> list[str]:
     """The wheels of the find-links folders: a wheel added there is a new resolution."""
     folders = [Path(options[i + 1]) for i, o in enumerate(options[:-1]) if o == "--find-links"]
-    return sorted(f"{p.name}:{p.stat().st_mtime_ns}" for folder in folders if folder.is_dir() for p in folder.iterdir())
+    return sorted(f"{p}:{p.stat().st_mtime_ns}" for folder in folders if folder.is_dir() for p in folder.iterdir())
 
 
 def _reason(stderr: str) -> str:
@@ -319,6 +324,7 @@ def _make(work: Path, base: dict, changed: dict[str, str], find_links: str | Non
     python = work / "bin" / "python"
     if changed:
         options = [*uv_index_options(), *(["--find-links", find_links] if find_links else [])]
+        options += [item for name in _rebuildable(changed, find_links) for item in ("--refresh-package", name)]
         command = [_uv(), "pip", "install", "--no-deps", "--compile-bytecode", "--python", str(python), *options]
         done = subprocess.run([*command, *changed.values()], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                               text=True, timeout=1800, check=False)  # fmt: skip
@@ -328,6 +334,15 @@ def _make(work: Path, base: dict, changed: dict[str, str], find_links: str | Non
     source = Path(__file__).resolve().parents[2]  # the folder holding this runner's package
     lines = [str(source), *(f"import site; site.addsitedir({folder!r})" for folder in base["site"])]
     (Path(site.stdout.strip()) / PTH).write_text("\n".join(lines) + "\n")
+
+
+def _rebuildable(changed: dict[str, str], find_links: str | None) -> list[str]:
+    """The packages to install that environment.find_links holds a wheel of: read from there, not from uv's cache,
+    which keeps the first wheel it saw of a version (a user's package built again at the same version)."""
+    if not find_links:
+        return []
+    held = {_canonical(wheel.name.split("-", 1)[0]) for wheel in Path(find_links).glob("*.whl")}
+    return sorted(held & changed.keys())
 
 
 def _interpreter_path(work: Path) -> list[str]:

@@ -93,9 +93,30 @@ def _check_combination(cfg: DictConfig) -> None:
     from runner.record.naming import described
 
     try:
-        check_combination(described(cfg, strict=True))  # model.weights=FOLDER: its config.json's settings
+        resolved = described(cfg, strict=True)  # model.weights=FOLDER: its config.json's settings
+        check_combination(resolved)
+        _check_workload(resolved)
     except ConfigError as error:
         raise BadInput(str(error)) from None
+
+
+def _check_workload(cfg: Mapping) -> None:
+    """The model's own settings (model.heads=3 beside d_model 64, model.n=-5) and its data's fit (data=image with
+    model=mlp), checked by building the workload where that imports no framework (Workload.builds_without_framework):
+    refused in a second, not after the framework loaded and a FAILED run was written."""
+    from runner.config import class_named
+    from runner.measure.data import check_source
+    from runner.models import build_workload
+
+    if not getattr(class_named("model._target_", cfg["model"]["_target_"]), "builds_without_framework", False):
+        return
+    try:
+        workload = build_workload(cfg["model"])
+    except ConfigError:
+        raise
+    except Exception:  # a user's workload that builds only beside its backend: the job builds it and says why
+        return
+    check_source(cfg["data"], workload)
 
 
 def _checked_as_value(cfg: DictConfig, override, value: str, config_dir: Path) -> bool:

@@ -25,15 +25,24 @@ IMAGENET_STD = np.array([0.229, 0.224, 0.225])
 DECODE_ERRORS = (OSError, SyntaxError, ValueError, EOFError, zlib.error, struct.error)
 
 
-def load_inputs(data: Mapping[str, Any], workload, rng: np.random.Generator, batch_size: int) -> dict[str, np.ndarray]:
-    """{"x": ..., "labels": ...} for the configured data source (at most batch_size examples from files)."""
-    source, path = str(data["name"]), data.get("path")  # a name: runner.config.DataSource, a StrEnum, or its str
+def check_source(data: Mapping[str, Any], workload: Workload) -> None:
+    """Whether the configured data can feed this workload (ConfigError, one line): files of images need an image model
+    and a path. Reads no file: preflight checks it before anything runs."""
+    source = str(data["name"])  # a name: runner.config.DataSource, a StrEnum, or its str
     if source == "random":
-        return workload.make_inputs(rng, batch_size)
+        return
     if type(workload).make_labels is Workload.make_labels:
         raise ConfigError(f"data={source} feeds images: it needs an image model (alexnet, resnet*, cyclegan)")
-    if not path:
+    if not data.get("path"):
         raise ConfigError(f"data={source} needs data.path=FILE")
+
+
+def load_inputs(data: Mapping[str, Any], workload, rng: np.random.Generator, batch_size: int) -> dict[str, np.ndarray]:
+    """{"x": ..., "labels": ...} for the configured data source (at most batch_size examples from files)."""
+    source, path = str(data["name"]), data.get("path")
+    check_source(data, workload)
+    if source == "random":
+        return workload.make_inputs(rng, batch_size)
     crop = not workload.makes_images  # classifiers: resize 256 + centre crop 224; CycleGAN: resize 256
     prepare = workload.preprocess or (lambda image: preprocess(image, crop))  # a model's own
     if source == "image":

@@ -56,6 +56,8 @@ class Workload:
     own_layout: bool = False  # True: parameters keep the workload's layout on every backend (Keras's)
     own_precision: bool = False  # True: the workload applies precision= itself (Keras's dtype policy)
     makes_images: bool = False  # data=image/tfrecord/hdf5: outputs are images (no centre crop), not class scores
+    # its constructor imports no framework: preflight builds it to check its settings before any framework loads
+    builds_without_framework: bool = True
     # task=train_step through the workload's own training API instead of the backend's (model=keras: Keras's
     # train_on_batch), with Backend.train_step's arguments and result and its OPTIMIZER_CONVENTION beside it
     train_step: Callable[..., tuple[Callable, Callable[[], dict]]] | None = None

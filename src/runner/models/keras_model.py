@@ -60,6 +60,7 @@ FLOAT32_INSIDE = {
 
 
 class KerasModel(Workload):
+    builds_without_framework = False  # Keras builds the model
     """A Keras application (weights=None, logits out), its variables exposed as the runner's parameters."""
 
     # No numpy implementation, but a float64 reference all the same: the same Keras model in float64 on TensorFlow,

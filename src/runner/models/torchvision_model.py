@@ -24,6 +24,7 @@ DEFAULT_IMAGE_SIZE = 224  # every torchvision classifier takes this size
 
 
 class TorchvisionModel(Workload):
+    builds_without_framework = False  # torchvision names its architectures
     """A torchvision classification model: seeded by torch (its own initialisation) or torchvision's weights."""
 
     numpy_reference = False  # no numpy implementation: torch is the only backend

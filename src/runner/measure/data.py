@@ -39,10 +39,11 @@ def check_source(data: Mapping[str, Any], workload: Workload) -> None:
 
 def load_inputs(data: Mapping[str, Any], workload, rng: np.random.Generator, batch_size: int) -> dict[str, np.ndarray]:
     """{"x": ..., "labels": ...} for the configured data source (at most batch_size examples from files)."""
-    source, path = str(data["name"]), data.get("path")
     check_source(data, workload)
+    source = str(data["name"])
     if source == "random":
         return workload.make_inputs(rng, batch_size)
+    path = str(data["path"])  # check_source: files need one
     crop = not workload.makes_images  # classifiers: resize 256 + centre crop 224; CycleGAN: resize 256
     prepare = workload.preprocess or (lambda image: preprocess(image, crop))  # a model's own
     if source == "image":

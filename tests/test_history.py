@@ -303,3 +303,51 @@ def test_a_history_page_says_what_decided_it_and_the_index_is_in_the_order_it_sa
         and "3 of 6 runs were measured on a busy" in pages["r-m"]
     )
     assert "<td>busy</td>" in pages["r-m"] and "Fitted on the typical times themselves" in pages["n-m"]
+
+
+def _folder_run(root: Path, name: str, started: float, status: str = Status.FINISHED, **config) -> None:
+    run_dir = root / name
+    run_dir.mkdir(parents=True)
+    metrics = {"time_typical_s": 1e-4, "time_median_s": 1e-4, "time_iqr_s": 0.0, "first_call_s": 1e-4}
+    error = "RuntimeError: the workload crashed (job.log)" if status == Status.FAILED else None
+    Result(status, {**CONFIG, **config}, metrics if status == Status.FINISHED else {}, MACHINE, error=error,
+           started=started).save(run_dir)  # fmt: skip
+
+
+def test_a_case_whose_newest_runs_failed_is_failing_since_its_first_failure_and_fails_its_gate(tmp_path):
+    """Issue 75: a case whose runs started failing dropped out of its history without a word, and --fail-on
+    regression stayed green while the case it guarded no longer ran."""
+    for i in range(6):
+        _folder_run(tmp_path, f"night-{i:02d}", 1.79e9 + 86400 * i, Status.FAILED if i >= 4 else Status.FINISHED)
+    result = runner_main("history", str(tmp_path), "--fail-on", "failure")
+    assert result.returncode == 1
+    said = f"failing since run {tmp_path.name}/night-04 (2026-09-25 14:13)"
+    assert said in result.stdout and "2 runs failed, the last: RuntimeError: the workload crashed" in result.stdout
+    assert result.stderr.startswith("failing: ") and said in result.stderr
+    assert runner_main("history", str(tmp_path), "--html", str(tmp_path / "pages")).returncode == 0
+    assert said in (tmp_path / "pages" / "index.html").read_text().split("<h2>Series</h2>")[0]  # listed first
+    assert runner_main("history", str(tmp_path), "--fail-on", "regression").returncode == 0  # a step's label only
+    (case,) = _strict_json(runner_main("history", str(tmp_path), "--json").stdout)
+    assert [g["gap"] for g in case["gaps"]] == ["failure"] and len(case["runs"]) == 4
+
+
+def test_a_case_absent_from_its_machines_newest_sweeps_has_no_data_since_its_last_run(tmp_path):
+    for i in range(6):  # batch 32 every night; batch 8 only the first two
+        _folder_run(tmp_path, f"a-{i:02d}", 1.79e9 + 86400 * i)
+        if i < 2:
+            _folder_run(tmp_path, f"b-{i:02d}", 1.79e9 + 86400 * i + 60, batch_size=8)
+    result = runner_main("history", str(tmp_path), "--fail-on", "missing")
+    assert result.returncode == 1 and "no data since 2026-09-22 14:14:" in result.stdout, result.stdout
+    assert "4 sweeps of its machine since ran without it" in result.stdout
+    quieter = runner_main("history", str(tmp_path), "--fail-on", "missing", "--missing-after", "5")
+    assert quieter.returncode == 0 and "no data since" not in quieter.stdout
+
+
+def test_a_store_names_a_failing_case_from_its_failed_runs(tmp_path):
+    """The store's FAILED runs, found by their tags as the finished ones are, make the same line."""
+    uri = made_store(tmp_path)
+    for i in range(5):
+        _folder_run(tmp_path / "runs", f"{i}", 1.79e9 + 3600 * i, Status.FAILED if i >= 3 else Status.FINISHED)
+        log_to_mlflow(tmp_path / "runs" / f"{i}", uri, "history")
+    result = runner_main("history", "--tracking-uri", uri, "--fail-on", "failure")
+    assert result.returncode == 1 and ": failing since run " in result.stdout and "2 runs failed" in result.stdout

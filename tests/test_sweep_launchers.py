@@ -90,8 +90,8 @@ def test_a_cluster_sweep_over_this_hosts_devices_is_refused_in_one_line(tmp_path
 
 
 def test_a_cluster_launcher_without_its_extra_is_one_line(tmp_path, monkeypatch):
-    from runner.launch import preflight
+    from runner.launch import preflight, where_it_runs
 
-    monkeypatch.setitem(preflight.LAUNCHER_EXTRAS, "ray_cluster", ("no_such_plugin_module", "ray"))
+    monkeypatch.setitem(where_it_runs.LAUNCHER_EXTRAS, "ray_cluster", ("no_such_plugin_module", "ray"))
     with pytest.raises(preflight.BadInput, match=r"^hydra/launcher=ray_cluster needs the ray extra: pip install"):
         preflight.check_argv(["-m", "hydra/launcher=ray_cluster", "backend=numpy"])

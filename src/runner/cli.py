@@ -22,10 +22,10 @@ from typing import TYPE_CHECKING
 
 from runner import version
 from runner.errors import ConfigError
-from runner.record.sweep_file import SWEEP_FILE, read_sweep_file
+from runner.record.sweep_file import read_sweep_file
 
 if TYPE_CHECKING:  # imported where used: `runner run` (its --help above all) and `runner --version` need none of it
-    from runner import tracking
+    pass
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -114,7 +114,15 @@ def _history_parser(commands, uri_help: str) -> None:
         "--markdown", action="store_true", help="print a summary for a pull request's comment (GitHub markdown)"
     )
     history.add_argument("--html", type=_path, metavar="DIR", help="write a page per case and an index.html here")
-    history.add_argument("--fail-on", default="", metavar="LABELS", help="exit 1 on a step so labelled: regression,...")
+    history.add_argument(
+        "--fail-on",
+        default="",
+        metavar="LABELS",
+        help="exit 1 on a step so labelled (regression,...), or on a case "
+        "whose newest runs failed (failure) or that stopped appearing (missing)",
+    )
+    history.add_argument("--missing-after", type=int, default=3, metavar="N", help="a case absent from its machine's "
+                         "newest N sweeps is missing (default 3)")  # fmt: skip
     history.add_argument(
         "--new-within",
         type=int,
@@ -146,7 +154,7 @@ def _history_parser(commands, uri_help: str) -> None:
 
 def _history(args: argparse.Namespace) -> int:
     from runner import tracking
-    from runner.report import history, history_markdown, history_page
+    from runner.report import history, history_gaps, history_markdown, history_page
 
     uri = args.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
     if args.mark:
@@ -154,7 +162,7 @@ def _history(args: argparse.Namespace) -> int:
     labels = _history_checked(args)
     if args.html:
         writable_folder(args.html, "--html")
-    uri, found = _histories(args, uri)
+    uri, found, gapped = _histories(args, uri)
     confirmed = None
     gated = history.recent(found, args.new_within)
     if args.confirm and args.markdown:  # the re-runs first, so that the comment says what they found
@@ -162,18 +170,22 @@ def _history(args: argparse.Namespace) -> int:
         confirmed = _confirmed(uri, flagged)
         history.read_confirmations(uri, [h for h, _ in flagged])
     if args.json:
-        print(history.to_json(found))
+        print(history_gaps.with_gaps(history.to_json(found), gapped))
     elif args.markdown:
         print(history_markdown.comment(found, args.fdr, labels, args.confirm, args.new_within))
+        print("".join(f"\n- {history_markdown.cell(g.line())}" for g in gapped))
     else:
-        print("\n".join(history.lines(found, args.fdr)))
+        print("\n".join([*history.lines(found, args.fdr), *(g.line() for g in gapped)]))
     aside = sys.stderr if args.json or args.markdown else sys.stdout
     if args.html:
-        index = history_page.write(found, args.html, None if args.dirs else tracking.ui_base(uri))
+        index = history_page.write(found, args.html, None if args.dirs else tracking.ui_base(uri), gapped)
         print(f"wrote {index}", file=aside)
         if args.record and not args.dirs:
             _log_history_pages(found, args.html, uri, aside)
-    return _gate(uri, gated, labels, args.confirm, confirmed)
+    gaps_failing = [g.line() for g in gapped if str(g.gap) in labels]
+    for line in gaps_failing:
+        print(f"failing: {line}", file=sys.stderr)
+    return max(_gate(uri, gated, labels, args.confirm, confirmed), int(bool(gaps_failing)))
 
 
 def _mark(uri: str | None, run_id: str, why: str | None) -> int:
@@ -205,25 +217,29 @@ def _history_checked(args: argparse.Namespace) -> set[str]:
     return labels
 
 
-def _histories(args: argparse.Namespace, uri: str | None) -> tuple[str, list]:
-    """(the store read, '' for directories; the histories found there); with --record, each newest run tagged with
-    its verdict (a read writes nothing: a read-only user of a team's server reads a history too)."""
+def _histories(args: argparse.Namespace, uri: str | None) -> tuple[str, list, list]:
+    """(the store read, '' for directories; the histories found there; the cases whose newest runs failed or that
+    stopped appearing); with --record, each newest run tagged with its verdict (a read writes nothing: a read-only
+    user of a team's server reads a history too)."""
     from runner import tracking
-    from runner.report import history
+    from runner.report import history, history_gaps
 
     if args.dirs:
-        found = history.from_runs([run for path in args.dirs for run in _runs(path)], args.by_host, fdr=args.fdr)
+        ran = [run for path in args.dirs for run in _runs(path)]
+        found = history.from_runs(ran, args.by_host, fdr=args.fdr)
     else:
         uri = uri or _project_store()
         measured = tracking.history_runs(uri, args.experiment, args.case, args.machine)
+        ran = measured + tracking.history_runs(uri, args.experiment, args.case, args.machine, status="FAILED")
         control_cases = {r.tags[history.CONTROL_TAG] for r in measured if r.tags.get(history.CONTROL_TAG)}
         controls = [r for case in sorted(control_cases) for r in tracking.history_runs(uri, None, case)]
         found = history.from_runs(measured, args.by_host, controls, args.fdr)
         for h in found if args.record else []:
             tracking.set_tags(uri, h.entries[-1].run_id, {"history.verdict": history.verdict(h)})
-    if not found:
+    gapped = history_gaps.gaps(ran, args.missing_after)
+    if not found and not gapped:
         raise LookupError("no finished run with a case and a typical time there")
-    return uri or "", found
+    return uri or "", found, gapped
 
 
 def _gate(uri: str, gated: list, labels: set[str], confirm: bool, confirmed: int | None) -> int:
@@ -365,6 +381,7 @@ def _bisect(args: argparse.Namespace) -> int:
 
 def _sync(args: argparse.Namespace) -> int:
     from runner import tracking
+    from runner.launch.sweep.sync import sync_path
 
     failures = 0
     for path in args.run_dirs:
@@ -373,18 +390,3 @@ def _sync(args: argparse.Namespace) -> int:
             failures += failed
             print(synced.line(), file=sys.stderr if failed else sys.stdout)
     return 1 if failures else 0
-
-
-def sync_path(path: Path, uri: str | None) -> list[tracking.Synced]:
-    """Sync one run directory (a sweep's job as its parent's child), or every job of a sweep directory (creating its
-    parent run if missing)."""
-    from runner import tracking
-    from runner.launch.sweep.sync import sync_job, sync_sweep
-
-    if (path / tracking.TRACKING_FILE).exists():
-        in_sweep = (path.parent / SWEEP_FILE).exists()
-        return sync_job(path, uri) if in_sweep else [tracking.sync_one(path, uri)]
-    if (path / SWEEP_FILE).exists():
-        return sync_sweep(path, uri)
-    detail = f"neither {tracking.TRACKING_FILE} nor {SWEEP_FILE} here (not a tracked run)"
-    return [tracking.Synced(path, tracking.SyncState.FAILED, detail)]

@@ -21,13 +21,13 @@ from hydra.errors import MissingConfigException
 from hydra.types import RunMode
 
 from runner.config import CONFIG_DIR, ConfigError, check_values, compose, first_line
+from runner.launch import where_it_runs
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
 
 MULTIRUN_FLAGS = ("-m", "--multirun")
 HYDRA_KEYS_CHECKED = ("hydra.searchpath", "hydra.run.dir", "hydra.sweep.dir")
-LAUNCHER_EXTRAS = {"ray_cluster": ("hydra_plugins.hydra_ray_launcher", "ray")}  # launcher -> (its plugin, extra)
 
 
 class BadInput(ValueError):
@@ -58,9 +58,8 @@ def check(argv: list[str], config_dir: Path = CONFIG_DIR) -> Checked | None:
     sweeps = _experiment_sweeps(parsed, config_dir)
     if sweeps:
         parsed = _parse(overrides + sweeps)
-    _check_launcher_installed(parsed)
-    _check_launcher_settings(parsed)
-    _check_thread_variables(os.environ)
+    if line := where_it_runs.problem(parsed, os.environ):
+        raise BadInput(line)
     _refuse_choice_names(parsed)
     base = [o.input_line for o in parsed if not _is_hydra(o.key_or_group) or o.key_or_group in HYDRA_KEYS_CHECKED]
     composed = _singles(base, parsed)
@@ -219,38 +218,6 @@ def _experiment_sweeps(parsed: list, config_dir: Path) -> list[str]:
         return []
     given = {o.key_or_group for o in parsed}
     return [f"{key}={value}" for key, value in params.items() if key.lstrip("+") not in given]
-
-
-def _check_launcher_installed(parsed: list) -> None:
-    """A launcher whose plugin comes with an extra that is not installed: one line saying which."""
-    import importlib.util
-
-    for override in parsed:
-        if override.key_or_group == "hydra/launcher" and override.value() in LAUNCHER_EXTRAS:
-            name = override.value()
-            plugin, extra = LAUNCHER_EXTRAS[name]
-            if importlib.util.find_spec(plugin) is None:
-                raise BadInput(f"hydra/launcher={name} needs the {extra} extra: pip install -e '.[{extra}]'")
-
-
-def _check_launcher_settings(parsed: list) -> None:
-    """The launcher settings this project adds, typed as their launchers take them: hydra.launcher.blocks."""
-    from runner.launch.cluster_jobs import blocks_error
-
-    for override in parsed:
-        if override.key_or_group == "hydra.launcher.blocks" and (line := blocks_error(override.value())):
-            raise BadInput(line)
-
-
-def _check_thread_variables(environ: Mapping[str, str]) -> None:
-    """A thread count in the environment that is no count (OMP_NUM_THREADS=abc) would run with the library's
-    default and be recorded as another kind of machine: refused in one line. OpenMP's nested form (4,2) is a count."""
-    from runner.identity import SPEED_VARIABLES
-
-    for name in (k for k in SPEED_VARIABLES if k.endswith("_THREADS")):
-        value = environ.get(name, "")
-        if value and not all(part.strip().isdigit() and int(part) >= 1 for part in value.split(",")):
-            raise BadInput(f"{name}={value}: a number of threads, 1 or more (OpenMP's nested form: 4,2), or unset")
 
 
 def _refuse_choice_names(parsed: list) -> None:

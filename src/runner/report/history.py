@@ -41,6 +41,7 @@ from runner.record.runs import Run, from_dirs
 from runner.record.table import format_interval, format_ratio, format_seconds
 from runner.report.comparison import load_could_make
 from runner.report.history_fdr import DEFAULT_FDR, control_fdr, fdr_summary
+from runner.report.history_gaps import Gap
 from runner.report.history_numbers import (
     format_number,
     number_levels,
@@ -329,9 +330,10 @@ def fail_labels(text: str) -> set[str]:
     """--fail-on's labels ('regression,suspicious'), each checked against the labels a step can have; a label of two
     words may be given by its first ('numeric': 'numeric change')."""
     given = {label.strip() for label in text.split(",") if label.strip()}
-    known = {str(label): str(label) for label in Label} | {str(label).split()[0]: str(label) for label in Label}
+    labels = [*map(str, Label), *map(str, Gap)]  # a step's, or a case's newest data: failing, missing
+    known = {label: label for label in labels} | {label.split()[0]: label for label in labels}
     if given - known.keys():
-        allowed = ", ".join(sorted(str(label) for label in Label))
+        allowed = ", ".join(sorted(labels))
         raise LookupError(f"--fail-on {text}: {', '.join(sorted(given - known.keys()))} is no label ({allowed})")
     return {known[label] for label in given}
 

@@ -5,12 +5,14 @@ an index that lists the cases with a regression first, then the others, each gro
 from __future__ import annotations
 
 import html
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
 from runner.measure.machine_load import BUSY_OTHER_RUNNABLE
 from runner.record.table import format_seconds
 from runner.report.history import History, describe_number, describe_step
+from runner.report.history_gaps import Gapped
 from runner.report.history_numbers import format_number
 from runner.report.history_series import NUMBERS, Entry
 from runner.report.steps import Label
@@ -25,9 +27,10 @@ SHADES = {
 STYLE = "body{font-family:sans-serif;max-width:60em;margin:2em auto}td,th{padding:.2em .6em;text-align:left}"
 
 
-def write(histories: list[History], out_dir: Path, ui: str | None = None) -> Path:
+def write(histories: list[History], out_dir: Path, ui: str | None = None, gapped: Sequence[Gapped] = ()) -> Path:
     """index.html and one page (with its PNG) per case and machine under `out_dir`; returns the index. `ui`: the
-    MLflow UI's address where the runs came from a store, which each run's id links to."""
+    MLflow UI's address where the runs came from a store, which each run's id links to; `gapped`: the cases whose
+    newest runs failed or that stopped appearing, listed first."""
     out_dir.mkdir(parents=True, exist_ok=True)
     items = []
     for h in sorted(histories, key=_index_order):
@@ -41,7 +44,11 @@ def write(histories: list[History], out_dir: Path, ui: str | None = None) -> Pat
         now = f"now {format_seconds(newest.typical_s)} ({_when(newest.started)})"
         items[-1] += f"{runs}, {now}; {html.escape(steps)}</li>"
     index = out_dir / "index.html"
-    body = "<h1>History</h1><p>Cases with a regression first, then the others; each the newest first.</p>"
+    body = "<h1>History</h1>"
+    if gapped:
+        lines = "".join(f"<li>{html.escape(g.line())}</li>" for g in gapped)
+        body += f"<h2>Failing or missing</h2><ul>{lines}</ul><h2>Series</h2>"
+    body += "<p>Cases with a regression first, then the others; each the newest first.</p>"
     body += f"<ul>{''.join(items)}</ul>"
     index.write_text(_page("History", body))
     return index

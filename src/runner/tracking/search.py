@@ -8,7 +8,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from runner.config import first_line
-from runner.record.result import TENSORS_FILE
+from runner.record.result import TENSORS_FILE, Status
 from runner.record.runs import Run, identity_from_record
 from runner.tracking.run_page import stored_metric
 from runner.tracking.store import client
@@ -89,13 +89,15 @@ def _run(run) -> Run:
     )
 
 
-def history_runs(uri: str, experiment: str | None, case: str | None = None, machine: str | None = None) -> list[Run]:
-    """The finished runs that carry a case (runner.identity), of one experiment or of all, only those of `case` and
-    `machine` where given: MLflow filters on the tags (an index lookup, not a scan of the store)."""
+def history_runs(
+    uri: str, experiment: str | None, case: str | None = None, machine: str | None = None, status: str = "FINISHED"
+) -> list[Run]:
+    """The runs of `status` (FINISHED, or FAILED) that carry a case (runner.identity), of one experiment or of all,
+    only those of `case` and `machine` where given: MLflow filters on the tags (an index lookup, not a scan)."""
     from mlflow.entities import ViewType
 
     query = [
-        "attributes.status = 'FINISHED'",
+        f"attributes.status = '{Status(status)}'",
         f"tags.`case` = '{_key(case, '--case')}'" if case else "tags.`case` LIKE '%'",
     ]
     if machine:

@@ -10,7 +10,19 @@ from runner.config import first_line
 from runner.launch.sweep.lifecycle import Sweep, close_parent, sweep_status
 from runner.record.result import Status
 from runner.record.runs import runs_in
-from runner.record.sweep_file import read_sweep_file, write_sweep_file
+from runner.record.sweep_file import SWEEP_FILE, read_sweep_file, write_sweep_file
+
+
+def sync_path(path: Path, uri: str | None) -> list[tracking.Synced]:
+    """`runner sync PATH`: one run directory (a sweep's job as its parent's child), or every job of a sweep directory
+    (creating its parent run if missing)."""
+    if (path / tracking.TRACKING_FILE).exists():
+        in_sweep = (path.parent / SWEEP_FILE).exists()
+        return sync_job(path, uri) if in_sweep else [tracking.sync_one(path, uri)]
+    if (path / SWEEP_FILE).exists():
+        return sync_sweep(path, uri)
+    detail = f"neither {tracking.TRACKING_FILE} nor {SWEEP_FILE} here (not a tracked run)"
+    return [tracking.Synced(path, tracking.SyncState.FAILED, detail)]
 
 
 def sync_sweep(sweep_dir: Path, uri: str | None) -> list[tracking.Synced]:

@@ -1,0 +1,114 @@
+"""What a history of times cannot show: a case whose newest runs failed, and a case that stopped appearing while its
+machine went on. Both are dropped from the series (only finished, timed runs are points), so a nightly gate stayed
+green while the case it guarded no longer ran; here each is said in one line and gated (`--fail-on failure,missing`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from enum import StrEnum
+from itertools import groupby
+from pathlib import Path
+
+from runner.record.result import Status
+from runner.record.runs import Run
+
+MISSING_AFTER = 3  # sweeps of its machine without a case before it is `no data since` (--missing-after)
+
+
+class Gap(StrEnum):
+    FAILURE = "failure"  # its newest runs failed
+    MISSING = "missing"  # its machine ran sweeps since its last run, without it
+
+
+@dataclass(frozen=True)
+class Gapped:
+    """A case on one kind of machine whose newest data is a failure, or none."""
+
+    gap: Gap
+    case: str
+    case_name: str
+    machine: str
+    machine_name: str
+    since_run: str  # the first failed run, or the case's last run
+    since: float  # its start, epoch seconds
+    count: int  # the failed runs since, or the machine's sweeps since without the case
+    error: str = ""  # the newest failed run's error line
+
+    def line(self) -> str:
+        """'mlp gradients on AMD EPYC · 2 cores: failing since run abc (2026-12-04 16:00): 2 runs failed, the last:
+        ValueError: ...', or '...: no data since 2026-12-01 03:00: 3 sweeps of its machine since ran without it'."""
+        when = datetime.fromtimestamp(self.since, UTC).strftime("%Y-%m-%d %H:%M")
+        where = f"{self.case_name} on {self.machine_name}"
+        if self.gap == Gap.FAILURE:
+            runs = f"{self.count} run{'s' if self.count != 1 else ''} failed"
+            return f"{where}: failing since run {self.since_run} ({when}): {runs}, the last: {self.error}"
+        return f"{where}: no data since {when}: {self.count} sweeps of its machine since ran without it"
+
+
+def with_gaps(cases_json: str, gapped: list[Gapped]) -> str:
+    """`runner history --json` (history.to_json's cases) with each case's gaps under "gaps", and a case that has only
+    gaps (no finished run) as one of its own with no runs: still strict JSON, still a list of cases."""
+    cases = json.loads(cases_json)
+    by_key = {(c["case"], c["machine"]): c for c in cases}
+    for g in gapped:
+        case = by_key.get((g.case, g.machine))
+        if case is None:
+            case = {"case": g.case, "case_name": g.case_name, "machine": g.machine, "machine_name": g.machine_name,
+                    "runs": [], "steps": []}  # fmt: skip
+            by_key[(g.case, g.machine)] = case
+            cases.append(case)
+        case.setdefault("gaps", []).append({**asdict(g), "gap": str(g.gap), "line": g.line()})
+    for case in cases:
+        case.setdefault("gaps", [])
+    return json.dumps(cases, indent=1, allow_nan=False)
+
+
+def gaps(runs: list[Run], missing_after: int = MISSING_AFTER) -> list[Gapped]:
+    """The cases among `runs` (finished and failed, with an identity) whose newest runs failed, then those absent from
+    at least `missing_after` of their machine's newest sweeps."""
+    ran = sorted((r for r in runs if r.identity is not None and r.status in (Status.FINISHED, Status.FAILED)),
+                 key=lambda r: r.started)  # fmt: skip
+    return _failing(ran) + _missing(ran, missing_after)
+
+
+def _key(run: Run) -> tuple[str, str]:
+    assert run.identity is not None
+    return run.identity.case.key, run.identity.machine.key
+
+
+def _failing(ran: list[Run]) -> list[Gapped]:
+    found = []
+    for _, series in groupby(sorted(ran, key=_key), key=_key):
+        ordered = sorted(series, key=lambda r: r.started)
+        trailing = len(ordered) - max((i + 1 for i, r in enumerate(ordered) if r.status != Status.FAILED), default=0)
+        if trailing:
+            first, last = ordered[-trailing], ordered[-1]
+            found.append(_gapped(Gap.FAILURE, first, trailing, (last.error or "no error recorded").splitlines()[0]))
+    return found
+
+
+def _missing(ran: list[Run], after: int) -> list[Gapped]:
+    """Per kind of machine, its sweeps in time order (a single run its own); a case whose last run came `after` or
+    more sweeps before the machine's newest."""
+    found = []
+    machine_of = lambda r: r.identity.machine.key  # noqa: E731
+    for _, on_machine in groupby(sorted(ran, key=machine_of), key=machine_of):
+        runs = sorted(on_machine, key=lambda r: r.started)
+        sweeps = list(dict.fromkeys(r.sweep or r.where for r in runs))  # in the order they began
+        last_run = {_key(r): r for r in runs}  # each case's newest run on this machine
+        for run in last_run.values():
+            since = len(sweeps) - 1 - sweeps.index(run.sweep or run.where)
+            if since >= after:
+                found.append(_gapped(Gap.MISSING, run, since))
+    return found
+
+
+def _gapped(gap: Gap, run: Run, count: int, error: str = "") -> Gapped:
+    found = run.identity
+    assert found is not None
+    name = run.run_id or "/".join(Path(run.run_dir or run.name).parts[-2:])  # a folder's run: sweep/job
+    return Gapped(gap, found.case.key, found.case.name, found.machine.key, found.machine.name, name, run.started,
+                  count, error)  # fmt: skip

@@ -351,3 +351,26 @@ def test_a_store_names_a_failing_case_from_its_failed_runs(tmp_path):
         log_to_mlflow(tmp_path / "runs" / f"{i}", uri, "history")
     result = runner_main("history", "--tracking-uri", uri, "--fail-on", "failure")
     assert result.returncode == 1 and ": failing since run " in result.stdout and "2 runs failed" in result.stdout
+
+
+def test_a_first_call_that_grows_is_a_regression_of_its_own_series_and_fails_the_gate(tmp_path):
+    """Issue 75: a store of 10 nights whose first call (compilation with it) grows by 0.3 s from the 5th, its typical
+    time unchanged: the first call's series has a regression from the 5th night, the times' none."""
+    rng = np.random.default_rng(5)
+    for i in range(10):
+        run_dir = tmp_path / f"night-{i:02d}"
+        run_dir.mkdir()
+        typical = 1e-4 * math.exp(rng.normal(0, 0.01))
+        first = (0.7 + (0.3 if i >= 4 else 0.0)) * math.exp(rng.normal(0, 0.02))
+        metrics = {"time_typical_s": typical, "time_median_s": typical, "time_iqr_s": 0.0, "first_call_s": first}
+        Result(Status.FINISHED, CONFIG, metrics, MACHINE, started=1.79e9 + 86400 * i).save(run_dir)
+    result = runner_main("history", str(tmp_path), "--fail-on", "regression")
+    assert result.returncode == 1, result.stdout
+    (line,) = [line.strip() for line in result.stdout.splitlines() if line.strip().startswith("first call:")]
+    assert line.startswith("first call: regression: 1.4") and f"from run {tmp_path.name}/night-04 " in line
+    before, after = (float(v.removesuffix(" ms")) for v in line.rsplit(": ", 1)[1].split(" → "))
+    assert 650 < before < 750 and 950 < after < 1050  # the levels either side, as the line says them
+    assert "no step" in result.stdout  # the typical time's own series
+    (case,) = _strict_json(runner_main("history", str(tmp_path), "--json").stdout)
+    assert [(s["metric"], s["index"], s["label"]) for s in case["figure_steps"]] == [("first_call_s", 4, "regression")]
+    assert case["steps"] == [] and case["gaps"] == []

@@ -234,6 +234,9 @@ def test_a_workload_whose_numbers_change_from_the_7th_night_fails_the_numeric_ga
         tags = {k: v for k, v in record["tags"].items() if k not in ("mlflow.runName", "runner.run_key")}
         tags["mlflow.source.git.commit"] = "b" * 40 if night >= 6 else "a" * 40
         metrics = {**record["metrics"], "time_typical_us": 1000.0, "time_median_us": 1000.0}
+        # the two records' first calls and peaks differ as two runs' do, and are series of their own: held to the first
+        # record's, so that only the numbers change
+        metrics |= {k: v for k, v in made[0]["metrics"].items() if k.startswith(("first_call", "load", "peak"))}
         client.log_batch(
             run.info.run_id,
             metrics=[Metric(k, v, 0, 0) for k, v in metrics.items() if not k.startswith("trace/")],

@@ -9,6 +9,7 @@ import math
 import numpy as np
 import pytest
 
+from runner.report import step_partition
 from runner.report import steps as steps_module
 from runner.report.comparison import apart_interval
 from runner.report.steps import Label, Point, Step, find_steps
@@ -179,7 +180,7 @@ def test_runs_without_an_interval_and_failed_runs_are_taken_as_they_come():
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_a_series_longer_than_one_fit_is_fitted_in_windows_and_finds_its_steps(monkeypatch, seed):
-    monkeypatch.setattr(steps_module, "LONGEST", 80)  # windows of 80 runs, 40 apart: 5 over 200 runs
+    monkeypatch.setattr(step_partition, "LONGEST", 80)  # windows of 80 runs, 40 apart: 5 over 200 runs
     points = series(seed, n=200, at=130, ratio=1.08, sd=0.02)
     points = [*points[:60], *(slow(points, i, 0.93)[i] for i in range(60, 200))]  # 7% faster from run 60
     assert [(s.index, s.label) for s in find_steps(points)] == [(60, Label.IMPROVEMENT), (130, Label.REGRESSION)]

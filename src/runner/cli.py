@@ -154,7 +154,7 @@ def _history_parser(commands, uri_help: str) -> None:
 
 def _history(args: argparse.Namespace) -> int:
     from runner import tracking
-    from runner.report import history, history_gaps, history_markdown, history_page
+    from runner.report import history, history_json, history_markdown, history_page
 
     uri = args.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
     if args.mark:
@@ -170,7 +170,7 @@ def _history(args: argparse.Namespace) -> int:
         confirmed = _confirmed(uri, flagged)
         history.read_confirmations(uri, [h for h, _ in flagged])
     if args.json:
-        print(history_gaps.with_gaps(history.to_json(found), gapped))
+        print(history_json.to_json(found, gapped))
     elif args.markdown:
         print(history_markdown.comment(found, args.fdr, labels, args.confirm, args.new_within))
         print("".join(f"\n- {history_markdown.cell(g.line())}" for g in gapped))

@@ -29,10 +29,9 @@ left out of that series.
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
-from dataclasses import asdict, replace
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -41,6 +40,8 @@ from runner.record.runs import Run, from_dirs
 from runner.record.table import format_interval, format_ratio, format_seconds
 from runner.report.comparison import load_could_make
 from runner.report.history_fdr import DEFAULT_FDR, control_fdr, fdr_summary
+from runner.report.history_figures import FIGURES, figure_steps, format_figure, recorded_figures
+from runner.report.history_figures import levels as figure_levels
 from runner.report.history_gaps import Gap
 from runner.report.history_numbers import (
     format_number,
@@ -80,6 +81,7 @@ def build(
             history.control_name, history.raw_steps = controls[history.case], history.steps
             history.steps = unless_busy(history.entries, find_steps([e.point(relative=True) for e in history.entries]))
         history.numbers = numeric_steps(history.entries)
+        history.figures = figure_steps(history.entries)
     histories = list(found.values())
     if fdr is not None:
         control_fdr(histories, fdr)
@@ -149,6 +151,7 @@ def from_runs(
             version=run.version,
             control_s=control_times.get((run.sweep, control), math.nan),
             numbers=recorded_numbers(run.metrics),
+            figures=recorded_figures(run.metrics),
             confirmed=run.tags.get(CONFIRMED_TAG, ""),
             busy=float(run.metrics.get("machine_other_runnable") or 0.0),
             sweep=run.sweep,
@@ -156,61 +159,6 @@ def from_runs(
         )
         entries.append((found.case.key, found.case.name, machine.key, machine.name, entry))
     return build(entries, controls, {r.tags[CONTROL_TAG] for r in runs if r.tags.get(CONTROL_TAG)}, fdr)
-
-
-def step_record(history: History, step: Step) -> dict:
-    """A step for --json: the first run after it (id, start), after / before with its interval, its label."""
-    first = history.entries[step.index]
-    return {
-        "run_id": first.run_id,
-        "start_time": datetime.fromtimestamp(first.started, UTC).isoformat(),
-        "index": step.index,
-        "ratio": step.ratio,
-        "low": step.low,
-        "high": step.high,
-        "label": str(step.label),
-        "p_value": step.p_value,
-        "q_value": step.q_value,
-        "significant": step.significant,
-    }
-
-
-def to_json(histories: list[History]) -> str:
-    """Per case and machine: its names, its runs and the steps found (step_record); strict JSON, a number that is
-    not one (an interval a run lacks) as null."""
-    return json.dumps(
-        _strict(
-            [
-                {
-                    "case": h.case,
-                    "case_name": h.case_name,
-                    "machine": h.machine,
-                    "machine_name": h.machine_name,
-                    "runs": [asdict(e) for e in h.entries],
-                    "fitted": f"relative to {h.control_name}" if h.relative else "times",
-                    "steps": [step_record(h, s) for s in h.steps],
-                    "raw_steps": [step_record(h, s) for s in h.raw_steps],
-                    "numeric_steps": [
-                        {"metric": name, **step_record(h, s)} for name, steps in h.numbers.items() for s in steps
-                    ],
-                }
-                for h in histories
-            ]
-        ),
-        indent=1,
-        allow_nan=False,
-    )
-
-
-def _strict(value):
-    """NaN and infinities as None, everywhere in a structure of lists and dicts, as strict JSON has no such number."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _strict(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_strict(v) for v in value]
-    return value
 
 
 def describe_step(history: History, step: Step) -> str:
@@ -260,6 +208,13 @@ def describe_number(history: History, name: str, step: Step) -> str:
     return f"{_label(step)}: {what} from {where}"
 
 
+def describe_figure(history: History, name: str, step: Step) -> str:
+    """'first call: regression 1.43x [1.31–1.57] from run 3f2a… (2026-11-26 14:02): 702 ms → 1 s'."""
+    before, after = figure_levels(history.entries, name, step)
+    levels = f"{format_figure(name, before)} → {format_figure(name, after)}"
+    return f"{FIGURES[name].said}: {describe_step(history, step)}: {levels}"
+
+
 def lines(histories: list[History], fdr: float | None = None) -> list[str]:
     """What `runner history` prints: per case and machine, its runs, its newest time, each step, and each change of
     its numbers; then, where the steps were held to a false-discovery rate `fdr`, what that says of them
@@ -278,6 +233,7 @@ def lines(histories: list[History], fdr: float | None = None) -> list[str]:
         if h.relative:
             out.append(f"  the times themselves: {'; '.join(describe_step(h, s) for s in h.raw_steps) or 'no step'}")
         out += [f"  {describe_number(h, name, s)}" for name, steps in h.numbers.items() for s in steps]
+        out += [f"  {describe_figure(h, name, s)}" for name, steps in h.figures.items() for s in steps]
     return out + ([fdr_summary(histories, fdr)] if fdr is not None else [])
 
 
@@ -285,7 +241,15 @@ def failing(histories: list[History], labels: set[str]) -> list[str]:
     """The steps whose label is one of `labels` (runner history --fail-on), as printed: the times' (failing_steps),
     then the numbers' (failing_numbers)."""
     times = [f"{h.case_name}: {describe_step(h, s)}" for h, steps in failing_steps(histories, labels) for s in steps]
-    return times + failing_numbers(histories, labels)
+    figures = [
+        f"{h.case_name}: {describe_figure(h, name, s)}"
+        for h in histories
+        if not h.is_control
+        for name, steps in h.figures.items()
+        for s in steps
+        if str(s.label) in labels
+    ]
+    return times + failing_numbers(histories, labels) + figures
 
 
 def failing_steps(histories: list[History], labels: set[str]) -> list[tuple[History, list[Step]]]:
@@ -307,7 +271,12 @@ def recent(histories: list[History], newest: int | None) -> list[History]:
         return [s for s in steps if len(h.entries) - s.index <= newest]
 
     return [
-        replace(h, steps=new(h, h.steps), numbers={name: new(h, steps) for name, steps in h.numbers.items()})
+        replace(
+            h,
+            steps=new(h, h.steps),
+            numbers={name: new(h, steps) for name, steps in h.numbers.items()},
+            figures={name: new(h, steps) for name, steps in h.figures.items()},
+        )
         for h in histories
     ]
 

@@ -5,8 +5,7 @@ green while the case it guarded no longer ran; here each is said in one line and
 
 from __future__ import annotations
 
-import json
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
 from itertools import groupby
@@ -46,24 +45,6 @@ class Gapped:
             runs = f"{self.count} run{'s' if self.count != 1 else ''} failed"
             return f"{where}: failing since run {self.since_run} ({when}): {runs}, the last: {self.error}"
         return f"{where}: no data since {when}: {self.count} sweeps of its machine since ran without it"
-
-
-def with_gaps(cases_json: str, gapped: list[Gapped]) -> str:
-    """`runner history --json` (history.to_json's cases) with each case's gaps under "gaps", and a case that has only
-    gaps (no finished run) as one of its own with no runs: still strict JSON, still a list of cases."""
-    cases = json.loads(cases_json)
-    by_key = {(c["case"], c["machine"]): c for c in cases}
-    for g in gapped:
-        case = by_key.get((g.case, g.machine))
-        if case is None:
-            case = {"case": g.case, "case_name": g.case_name, "machine": g.machine, "machine_name": g.machine_name,
-                    "runs": [], "steps": []}  # fmt: skip
-            by_key[(g.case, g.machine)] = case
-            cases.append(case)
-        case.setdefault("gaps", []).append({**asdict(g), "gap": str(g.gap), "line": g.line()})
-    for case in cases:
-        case.setdefault("gaps", [])
-    return json.dumps(cases, indent=1, allow_nan=False)
 
 
 def gaps(runs: list[Run], missing_after: int = MISSING_AFTER) -> list[Gapped]:

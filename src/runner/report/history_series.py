@@ -35,6 +35,7 @@ class Entry:
     busy: float = 0.0  # other runnable threads while it was timed, on average (machine_other_runnable)
     sweep: str = ""  # the sweep it was measured in (its MLflow parent run or folder): its replicates there, one point
     experiment_id: str = ""  # its MLflow experiment ('' read from a folder): its page's link names it
+    figures: dict[str, float] = field(default_factory=dict)  # its other figures (history_figures.FIGURES) recorded
 
     def point(self, relative: bool = False) -> Point:
         """Its typical time as a run of the series, or its ratio to its control (`relative`): measured in the same
@@ -70,6 +71,7 @@ class History:
     is_control: bool = False  # the control of other series: its steps are the machine's, no gate fails on them
     raw_steps: list[Step] = field(default_factory=list)  # where relative: the steps of the times themselves
     numbers: dict[str, list[Step]] = field(default_factory=dict)  # per metric of NUMBERS it has: its NUMERIC steps
+    figures: dict[str, list[Step]] = field(default_factory=dict)  # per figure of history_figures.FIGURES: its steps
 
     @property
     def relative(self) -> bool:

@@ -30,15 +30,8 @@ interval. The detector works on log times, so a step is a ratio and noise is rel
   to [0, RHO_MAX]. Each level's standard error grows by sqrt(_inflation): an AR(1) mean of m points varies (1 + 2
   sum_k (1 - k/m) rho^k) times as much as an independent one, and sd from consecutive differences saw only (1 - rho)
   of the variance. At rho 0 nothing changes.
-- The fit (asv's approach, its own code): the partition into constant levels that minimises the weighted L1
-  distance of the log times from each level's weighted median (each point weighted by sqrt(2) / its sd: the
-  likelihood of Laplace noise of that sd) plus a penalty per step, found exactly by dynamic programming. L1
-  rather than squares: a single slow run among its neighbours (a busy machine; a 29% move between two sweeps in
-  BENCHMARKS.md's A/A apart) moves no median, and as the first and last levels must have MIN_SEGMENT points (the
-  newest level of the newest part aside: 1) and a level between two steps MIN_LEVEL, cutting out one stray point, or
-  two or three side by side, gains nothing (with heavy tails, 1 run in 12 moving 10-30%, two strays side by side
-  the same way made most false steps, each a pair of steps). A part of more than LONGEST points is fitted in windows
-  of LONGEST that overlap by half, each window's steps kept from its middle (a series of 1,000 runs: about 1 s).
+- The fit (asv's approach, its own code): runner.report.step_partition, each point weighted by sqrt(2) / its sd
+  (the likelihood of Laplace noise of that sd), with the penalty per step below.
 - Which steps are real, the default threshold: a step's size is the difference of the typical log times of the
   levels either side (each level's weighted mean, weights 1 / variance, its points first pulled in to OUTLYING sds
   of its weighted median where it has 3 or more), and its standard error comes from their points' variances (and
@@ -95,12 +88,10 @@ import numpy as np
 from scipy.special import chdtr, chdtrc, chdtri, ndtr, ndtri, owens_t, stdtr
 
 from runner.report.ratio import LEVEL, OUTLYING, student_quantile
+from runner.report.step_partition import MIN_SEGMENT, partition
 
 MIN_POINTS = 4  # a part of fewer points is insufficient data: 2 either side of a step
-MIN_SEGMENT = 2  # the fewest points in the first or the last level, the newest level aside (1: suspicious)
-MIN_LEVEL = 4  # the fewest points in a level between two steps: two or three stray points side by side make none
 RHO_MAX = 0.8  # the largest lag-1 autocorrelation of points taken from a series
-LONGEST = 300  # the most points fitted at once: a longer part is fitted in overlapping windows (_partition)
 FLOOR = 0.001  # the smallest sd of a log time: no timing is known better than 0.1%
 CAP = float(chdtri(1, 0.05))  # a squared difference counts for at most this many times its expected variance
 # E min(X, CAP) for X chi-square with 1 degree of freedom: P(chi2_3 < CAP) + CAP P(chi2_1 >= CAP), as x f_1(x) = f_3(x)
@@ -185,7 +176,7 @@ def _fit(series: _Series, floor: float) -> list[Step]:
     for part in fitted:
         logs, variances = _part(series, part, extra)
         newest = part[1] == len(series.logs)
-        cuts[part] = _partition(logs, variances, _needed(df, _places(variances, newest)) ** 2 / 2, newest)
+        cuts[part] = partition(logs, variances, _needed(df, _places(variances, newest)) ** 2 / 2, newest)
     extra, df = _noise(series, [start + cut for (start, _), found in cuts.items() for cut in found])
     steps: list[Step] = []
     for (start, end), found in cuts.items():
@@ -300,68 +291,6 @@ def _extra_sd(squares: np.ndarray, known: np.ndarray, scale: float) -> float:
         middle = (low + high) / 2
         low, high = (middle, high) if excess(middle) > 0 else (low, middle)
     return math.sqrt((low + high) / 2)
-
-
-def _l1_costs(logs: np.ndarray, weights: np.ndarray) -> np.ndarray:
-    """costs[start, k]: the weighted L1 distance of logs[start:start + k] from their weighted median (inf beyond
-    the series' end)."""
-    n = len(logs)
-    costs = np.full((n, n + 1), np.inf)
-    for start in range(n):
-        values, mass = logs[start:], weights[start:]
-        order = np.argsort(values, kind="stable")
-        ranked, ranked_mass = values[order], mass[order]
-        inside = order[None, :] < np.arange(1, len(values) + 1)[:, None]  # row k - 1: the first k points
-        held = np.where(inside, ranked_mass[None, :], 0.0)
-        cumulative = np.cumsum(held, axis=1)
-        median = ranked[np.argmax(cumulative >= cumulative[:, -1:] / 2, axis=1)]
-        costs[start, 1 : len(values) + 1] = (held * np.abs(ranked[None, :] - median[:, None])).sum(axis=1)
-    return costs
-
-
-def _optimal(logs: np.ndarray, weights: np.ndarray, penalty: float, single_last: bool) -> list[int]:
-    """The first index of each level after the first, of the partition that minimises the weighted L1 cost plus
-    `penalty` per step, exactly (dynamic programming): levels of MIN_SEGMENT points or more, the last of 1 where
-    `single_last`."""
-    n = len(logs)
-    costs = _l1_costs(logs, weights)
-    best = np.full(n + 1, np.inf)
-    best[0] = -penalty
-    previous = np.zeros(n + 1, dtype=int)
-    for end in range(1, n + 1):
-        shortest = 1 if end == n and single_last else MIN_SEGMENT
-        starts = np.arange(0, end - shortest + 1)
-        if end < n:  # a level between two steps
-            starts = starts[(starts == 0) | (starts <= end - MIN_LEVEL)]
-        if not len(starts):
-            continue
-        totals = best[starts] + costs[starts, end - starts] + penalty
-        pick = int(np.argmin(totals))
-        best[end], previous[end] = totals[pick], starts[pick]
-    cuts, end = [], n
-    while end > 0:
-        end = int(previous[end])
-        cuts.append(end)
-    return sorted(cuts)[1:]
-
-
-def _partition(logs: np.ndarray, variances: np.ndarray, penalty: float, newest: bool) -> list[int]:
-    """_optimal over a part, each point weighted sqrt(2) / its sd (Laplace noise of that sd); its last level may be
-    a single run where it is the `newest` part. A part longer than LONGEST points is fitted in windows of LONGEST,
-    each starting half a window after the last, each window's cuts kept from its middle half (its first and last
-    quarters too where they are the part's ends)."""
-    n, weights = len(logs), math.sqrt(2) / np.sqrt(variances)
-    if n <= LONGEST:
-        return _optimal(logs, weights, penalty, single_last=newest)
-    quarter, cuts = LONGEST // 4, set()
-    for start in range(0, n, 2 * quarter):
-        end = min(start + LONGEST, n)
-        found = _optimal(logs[start:end], weights[start:end], penalty, single_last=newest and end == n)
-        keep = (start + quarter if start else 0, start + 3 * quarter if end < n else n)
-        cuts |= {start + cut for cut in found if keep[0] <= start + cut < keep[1]}
-        if end == n:
-            break
-    return sorted(cuts)
 
 
 def _level(logs: np.ndarray, variances: np.ndarray) -> tuple[float, float]:

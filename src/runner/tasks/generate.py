@@ -147,12 +147,12 @@ class Generate(Task):
     repeated_parts = (TOKEN_SERIES, 1)  # the decode steps: every token after the first
     machine_facts = ("memory_bandwidth",)  # decoding's achieved bandwidth is read against the machine's
     metrics_shown = (
-        Metric("ttft_s", "first token", "seconds"),  # time to first token: the prefill
-        Metric("tpot_p50_s", "per token", "seconds"),  # per output token after it, median and tail
-        Metric("tpot_p99_s", "per token p99", "seconds", in_terminal=False),
+        Metric("ttft_s", "first token", "seconds", watched=1.15),  # time to first token: the prefill
+        Metric("tpot_p50_s", "per token", "seconds", watched=1.10),  # per output token after it, median and tail
+        Metric("tpot_p99_s", "per token p99", "seconds", in_terminal=False, watched=1.15),
         Metric("tpot_p99_lo_s", "p99 from", "seconds", in_terminal=False),  # its 95% interval: token_figures
         Metric("tpot_p99_hi_s", "p99 to", "seconds", in_terminal=False),
-        Metric("tokens_per_s", "tokens/s"),
+        Metric("tokens_per_s", "tokens/s", watched=1.10, higher_is_better=True),
         # below float64: the next-token distribution against float64's (runner.tasks.token_figures.fidelity)
         Metric("kl_mean", "KL mean", in_terminal=False),
         Metric("kl_p999", "KL p99.9", in_terminal=False),

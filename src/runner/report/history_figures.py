@@ -1,0 +1,81 @@
+"""The other figures a run records that a CI job gates on, each a series of its own beside the typical time: the first
+call (tracing and compilation with it), load, peak memory and energy, and the figures a task marks watched (a
+generation's first token, per-token time and tokens/s). A compiler regression that doubles compilation and leaves the
+steady state alone moved only the first call, and no gate saw it. Each series is fitted by the same detector as the
+times (runner.report.steps), its noise from its own scatter, a step labelled by the figure's direction and kept where
+it moves the figure by its material factor or more."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from runner.record.table import format_seconds
+from runner.report.history_series import Entry
+from runner.report.steps import Label, Point, Step, find_steps
+from runner.tasks import builtin_metrics
+
+
+@dataclass(frozen=True)
+class Figure:
+    said: str  # as a line names it
+    higher_is_better: bool
+    material: float  # the least factor that is a change: PyTorch's dashboard gates compilation latency at 1.15x
+
+
+# the runner's own figures of every run; a task's own are its metrics marked `watched` (runner.tasks.Metric)
+RUN_FIGURES = {
+    "first_call_s": Figure("first call", False, 1.15),
+    "load_s": Figure("load", False, 1.15),
+    "peak_host_mb": Figure("peak host memory", False, 1.10),
+    "peak_device_mb": Figure("peak device memory", False, 1.10),
+    "energy_per_call_j": Figure("energy per call", False, 1.10),
+}
+FIGURES = RUN_FIGURES | {
+    m.key: Figure(m.heading, m.higher_is_better, m.watched) for m in builtin_metrics() if m.watched is not None
+}
+
+
+def recorded_figures(metrics: dict[str, float]) -> dict[str, float]:
+    """A run's FIGURES from its metrics, where it recorded them (finite and above zero: a log scale)."""
+    return {name: float(metrics[name]) for name in FIGURES if name in metrics and float(metrics[name]) > 0}
+
+
+def figure_steps(entries: list[Entry]) -> dict[str, list[Step]]:
+    """Per figure that some of `entries` recorded, the steps of its series that move it by its material factor or more,
+    labelled by its direction (a step up in tokens/s is an improvement)."""
+    found = {}
+    for name, figure in FIGURES.items():
+        if any(name in e.figures for e in entries):
+            points = [
+                Point(e.figures.get(name, math.nan), math.nan, math.nan, bool(e.change), e.sweep) for e in entries
+            ]
+            steps = [s for s in find_steps(points) if _material(s, figure.material)]
+            found[name] = [_directed(s, figure) for s in steps]
+    return found
+
+
+def _material(step: Step, factor: float) -> bool:
+    return step.label != Label.INSUFFICIENT and max(step.ratio, 1 / step.ratio) >= factor
+
+
+def _directed(step: Step, figure: Figure) -> Step:
+    if not figure.higher_is_better or step.label not in (Label.REGRESSION, Label.IMPROVEMENT):
+        return step
+    return replace(step, label=Label.IMPROVEMENT if step.label == Label.REGRESSION else Label.REGRESSION)
+
+
+def levels(entries: list[Entry], name: str, step: Step) -> tuple[float, float]:
+    """The figure's median over the runs just before the step and from it on (to the series' end)."""
+    before = [e.figures[name] for e in entries[: step.index] if name in e.figures]
+    after = [e.figures[name] for e in entries[step.index :] if name in e.figures]
+    return float(np.median(before)) if before else math.nan, float(np.median(after)) if after else math.nan
+
+
+def format_figure(name: str, value: float) -> str:
+    if name.endswith("_s"):
+        return format_seconds(value)
+    unit = {"peak_host_mb": " MB", "peak_device_mb": " MB", "energy_per_call_j": " J"}.get(name, "")
+    return f"{value:.3g}{unit}"

@@ -34,7 +34,7 @@ def pins(text: str) -> dict[str, str]:
 
 def changed(base: dict[str, str], head: dict[str, str]) -> tuple[list[str], list[str]]:
     """The pins of each side for the packages both pin at different versions."""
-    names = sorted(n for n in base.keys() & head.keys() if base[n] != head[n])
+    names = sorted(n for n in base.keys() & head.keys() if base[n].split("==")[1] != head[n].split("==")[1])
     return [base[n] for n in names], [head[n] for n in names]
 
 

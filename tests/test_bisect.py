@@ -164,3 +164,16 @@ def test_commits_between_two_of_a_repository_are_the_candidates(tmp_path):
     assert found[2].requirement == f"plantpkg @ {url}@{commits[2]}"
     with pytest.raises(ValueError, match="is not an earlier commit"):
         candidates(f"plantpkg @ {url}@{commits[3]}", f"plantpkg @ {url}@{commits[0]}", None)
+
+
+def test_the_lock_gate_compares_the_pins_that_changed():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("lock_gate", PROJECT_ROOT / "scripts" / "lock_gate.py")
+    assert spec is not None and spec.loader is not None
+    gate = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gate)
+    base = gate.pins("numpy==2.4.1\ntorch==2.13.0 ; sys_platform == 'linux'\nscipy==1.17.1\nold-only==1.0\n")
+    head = gate.pins("numpy==2.4.6\ntorch==2.14.1\nScipy==1.17.1\nnew_only==2.0\n")
+    assert gate.changed(base, head) == (["numpy==2.4.1", "torch==2.13.0"], ["numpy==2.4.6", "torch==2.14.1"])
+    assert gate.listed(["numpy==2.4.1", "torch==2.13.0"]) == "['numpy==2.4.1','torch==2.13.0']"

@@ -187,3 +187,19 @@ def test_a_wheel_built_again_at_the_same_version_is_another_environment(tmp_path
                               text=True, check=True)  # fmt: skip
         built.append((environment.python, read.stdout.strip()))
     assert built[0][1] == "first" and built[1][1] == "second" and built[0][0] != built[1][0]
+
+
+def test_runs_in_other_environments_share_the_setup_of_the_runners_own():
+    """Their framework (and Python) versions are their configuration's: compared, not ranked apart as two setups."""
+    from runner import identity
+    from runner.record import setups
+
+    base = {"hostname": "x", "cpu": "EPYC", "cpu_count": 2, "memory_gib": 24, "python": "3.11", "git_commit": "x"}
+    environments_ = [
+        base | {"framework": "torch", "framework_version": "2.14.1"},
+        base | {"framework": "torch", "framework_version": "2.13.0+cpu", "python_environment": "torch==2.13.0"},
+        base | {"framework": "torch", "framework_version": "2.15.0", "python": "3.12", "python_environment": "x"},
+        base | {"framework": "torch", "framework_version": "2.15.0"},  # the runner's own, upgraded: another setup
+    ]
+    rows = [{"machine": identity.machine(env).key, **setups.environment_columns(env)} for env in environments_]
+    assert list(setups.setups(pd.DataFrame(rows))) == [1, 1, 1, 2]

@@ -51,7 +51,8 @@ def setups(frame: pd.DataFrame) -> pd.Series:
     recorded = frame["machine"].notna()  # a job refused before it ran recorded no environment: no setup
     versions = frame[[f"env.{k}" for k in VERSIONS]].astype(str)
     own = _in_own_environment(frame)
-    versions.loc[~own, "env.python"] = ""  # another environment's Python is its configuration's
+    ours = versions.loc[own, "env.python"]  # another environment's Python is its configuration's: taken as ours
+    versions.loc[~own, "env.python"] = ours.mode().iloc[0] if len(ours) else ""
     base = frame["machine"].astype(str) + "|" + versions.agg("|".join, axis=1)
     nth_version = pd.Series(0, index=frame.index)
     for _, runs in frame[own].groupby([base[own], frame.loc[own, "env.framework"]], sort=False):

@@ -153,9 +153,10 @@ def _two_releases(seconds: dict[str, float]) -> list[pooled.Pooled]:
         rows.append({
             "run": f"with={version} #{number}", "run_dir": f"/sweep/{number}", "status": "FINISHED",
             "params.model.name": "mlp", "params.task.name": "gradients", "params.batch_size": 32,
-            "params.backend.name": "torch", "params.seed": 0, "params.environment.with": f"['torch=={version}']",
-            "env.python_environment": f"torch=={version}",
-            "env.python_environment_versions": f"numpy==2.4.6 torch=={version}",
+            "params.backend.name": "torch", "params.seed": 0,
+            "params.environment.with": f"['torch=={version}']" if version != "own" else None,
+            "env.python_environment": f"torch=={version}" if version != "own" else None,
+            "env.python_environment_versions": f"numpy==2.4.6 torch=={version}" if version != "own" else None,
             "metrics.time_median_s": float(np.median(samples)), "metrics.machine_other_runnable": 0.1,
             "samples_s": samples, "sample_rounds": rounds, "size": np.nan, "size_name": None,
         })  # fmt: skip
@@ -203,3 +204,8 @@ def test_runs_in_other_environments_share_the_setup_of_the_runners_own():
     ]
     rows = [{"machine": identity.machine(env).key, **setups.environment_columns(env)} for env in environments_]
     assert list(setups.setups(pd.DataFrame(rows))) == [1, 1, 1, 2]
+
+
+def test_the_runners_own_environment_is_a_configuration_of_its_own_beside_others():
+    found = _two_releases({"own": 100e-6, "2.13.0+cpu": 110e-6})
+    assert [p.label for p in found] == ["with=[]", "with=['torch==2.13.0+cpu']"]

@@ -84,6 +84,7 @@ def pool(frame: pd.DataFrame) -> list[Pooled]:
     the order they came, fastest first within each."""
     if "is_control" in frame:  # the sweep's control (runner.launch.control) is measured, not compared in its answer
         frame = frame[~frame["is_control"].astype(bool)]
+    frame = _own_environment_said(frame)
     timed = timed_runs(frame)
     if timed.empty:
         return []
@@ -114,6 +115,15 @@ def pool(frame: pd.DataFrame) -> list[Pooled]:
         ]
         out += sorted(pooled, key=lambda p: (not p.is_fastest, not p.comparison.ranked, p.ratio))
     return out
+
+
+def _own_environment_said(frame: pd.DataFrame) -> pd.DataFrame:
+    """The runner's own Python environment as `with=[]` where others' runs are beside it (its runs have no such param:
+    runner.identity.environment_applies), so that the two are configurations of their own, each with its label."""
+    column = "params.environment.with"
+    if column not in frame or frame[column].isna().all():
+        return frame
+    return frame.assign(**{column: frame[column].fillna("[]")})
 
 
 def _text(value: object) -> str:

@@ -2,10 +2,11 @@
 the model's settings as transformers' from_pretrained reads them (its documented defaults where a key is left out),
 for LlamaConfig, Qwen2Config, Qwen3Config and MistralConfig folders written by save_pretrained with their defaults at
 small sizes, and for the variants people run (an explicit head_dim, attention and MLP biases, linear, dynamic and YaRN
-rope scaling, Qwen3's q/k norm, a sliding window the sequence fits): the greedy tokens are transformers' generate()'s
+rope scaling, Qwen3's q/k norm, Mistral's and Qwen2's sliding window): the greedy tokens are transformers' generate()'s
 on every backend, and the float64 logits within 1e-9 of its float64 forward. A setting typed on the command line that
-disagrees is refused in one line before anything runs; a window the sequence passes is refused in one line; a weights
-file without config.json says what could not be checked."""
+disagrees is refused in one line before anything runs; a sliding window the sequence passes is computed (Mistral's in
+every layer, Qwen2's after its max_window_layers); a weights file without config.json says what could not be
+checked."""
 
 from __future__ import annotations
 
@@ -55,6 +56,8 @@ VARIANTS = {
         },
     ),  # fmt: skip
     "qwen2_window": ("qwen2", {"use_sliding_window": True, "sliding_window": 32, "max_window_layers": 1}),
+    "mistral_window": ("mistral", {"sliding_window": 8}),  # 24 tokens: the window bites
+    "qwen2_window_bites": ("qwen2", {"use_sliding_window": True, "sliding_window": 8, "max_window_layers": 1}),
 }
 
 
@@ -158,15 +161,16 @@ def test_a_typed_setting_that_disagrees_is_refused_before_anything_runs(tmp_path
     assert preflight.check([a for a in argv if "ffn" not in a and "rms_eps" not in a]) is not None
 
 
-def test_a_window_the_sequence_passes_is_refused_in_one_line(tmp_path):
-    _, folder = save(tmp_path, "mistral", sliding_window=20)
-    cfg = compose([*FAST, "model=llama", "task=generate", f"task.new_tokens={NEW_TOKENS}", "backend=numpy",
-                   f"model.weights={folder}"])  # fmt: skip
+def test_sliding_attention_between_full_attention_layers_is_refused_in_one_line(tmp_path):
+    _, folder = save(tmp_path, "qwen2_window_bites")
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "layer_types": ["sliding_attention", "full_attention"]}))
+    cfg = compose([*FAST, "model=llama", "task=generate", "backend=numpy", f"model.weights={folder}"])
     outcome = run_and_record(job_spec(cfg), tmp_path / "run")
     assert outcome.status == "FAILED"
     assert outcome.error == (
-        "model.prompt_len + task.new_tokens: 24 tokens, past model.sliding_window=20: attention within a sliding "
-        "window is not computed (a window the sequence fits changes nothing); lower them to 20 tokens or fewer"
+        f"{folder}/config.json: layer_types interleave full and sliding attention, but model=llama computes full "
+        "attention in the first layers and sliding attention in every layer after them"
     )
 
 

@@ -82,7 +82,8 @@ class KerasHubLlama(KerasHubCausalLM, Llama):
             )
         super().__init__(layers, d_model, heads, kv_heads, ffn, vocab_size, context, prompt_len, rope_theta,
                          rope_scaling, rms_eps, tie_embeddings, qkv_bias, **variant)  # fmt: skip
-        computed = {"head_dim": None, "o_bias": False, "mlp_bias": False, "qk_norm": False, "sliding_window": None}
+        computed = {"head_dim": None, "o_bias": False, "mlp_bias": False, "qk_norm": False, "sliding_window": None,
+                    "full_attention_layers": 0}  # fmt: skip
         other = [f"model.{k}={override(v)}" for k, v in variant.items() if computed.get(k, v) != v]
         kind = (self.rope_scaling or {}).get("rope_type", "llama3")
         if other or kind != "llama3":

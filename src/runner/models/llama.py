@@ -13,14 +13,17 @@ RMSNorm is x / sqrt(mean(x^2) + rms_eps) * weight, in the run's dtype. Rotary po
 `rope_scaling` is set; each step turns its positions into angles in float32 (float64 in a float64 run), as HF does.
 Attention is grouped-query: `heads` query heads share `kv_heads` key/value heads (heads / kv_heads queries each);
 the cache holds the kv_heads, repeated to the query heads for attention. No biases, unless `qkv_bias` (Qwen2's
-q_proj, k_proj and v_proj biases).
+q_proj, k_proj and v_proj biases), `o_bias` and `mlp_bias`. The variants of the family: a head size apart from d_model /
+heads (`head_dim`), Qwen3's q/k RMSNorm (`qk_norm`), rope scaling of runner.models.rope's kinds, and a sliding window
+(`sliding_window`, in the layers from `full_attention_layers` on) in the attention mask.
 
 Weights carry the names and layout of HF's LlamaForCausalLM state dict without its `model.` prefix
 (`layers.0.self_attn.q_proj.weight`, (out, in) as torch.nn.Linear's), kept as they are on every backend, so
 `model.weights=` takes a Llama or Qwen2 checkpoint as users have it, a file or a Hugging Face folder, read strictly
 (`read_weights`: runner.models.checkpoints): names under `model.` are found, `lm_head.weight` where the head is untied
 (or a copy equal to the embedding where it is tied), every key must be used, and a folder's config.json must describe
-this model at the run's sizes (`check_hf_config`).
+this model at the run's settings (`check_hf_config`); a run of such a folder takes the settings its command line
+leaves from config.json (runner.models.llama_checkpoint, runner.models.checkpoints.from_checkpoint).
 """
 
 from __future__ import annotations
@@ -115,6 +118,7 @@ class Llama(CausalLM):
         mlp_bias: bool = False,
         qk_norm: bool = False,
         sliding_window: int | None = None,
+        full_attention_layers: int = 0,
     ):
         check_sizes(layers, d_model, heads, vocab_size, context, prompt_len)
         self.head_size = head_dim or d_model // heads
@@ -126,6 +130,7 @@ class Llama(CausalLM):
         self.rms_eps, self.tie_embeddings, self.qkv_bias = float(rms_eps), tie_embeddings, qkv_bias
         self.head_dim = None if self.head_size == d_model // heads else self.head_size
         self.o_bias, self.mlp_bias, self.qk_norm, self.sliding_window = o_bias, mlp_bias, qk_norm, sliding_window
+        self.full_attention_layers = full_attention_layers  # the layers before the sliding window's (Qwen's)
         self.rope_theta, self.rope_scaling = float(rope_theta), checked_rope_scaling(rope_scaling)
         # Python floats: constants of every compiled step (torch.compile would take a NumPy array for an input)
         inv_freq = inverse_frequencies(self.head_size, self.rope_theta, self.rope_scaling)
@@ -207,15 +212,8 @@ class Llama(CausalLM):
         )
 
     def check_length(self, length: int, setting: str) -> None:
-        """Refuse a sequence longer than the model's positions, its sliding window (attention within a window is not
-        computed: a window the sequence fits changes nothing) or dynamic rope scaling's original positions."""
+        """Refuse a sequence longer than the model's positions, or than dynamic rope scaling's original positions."""
         super().check_length(length, setting)
-        if self.sliding_window is not None and length > self.sliding_window:
-            raise ConfigError(
-                f"{setting}: {length} tokens, past model.sliding_window={self.sliding_window}: attention within a "
-                f"sliding window is not computed (a window the sequence fits changes nothing); lower them to "
-                f"{self.sliding_window} tokens or fewer"
-            )
         scaling = self.rope_scaling or {}
         if scaling.get("rope_type") == "dynamic" and length > scaling["original_max_position_embeddings"]:
             raise ConfigError(
@@ -234,12 +232,18 @@ class Llama(CausalLM):
         cos, sin = ops.rotary_angles(self.inv_freq, where, h, pad)
         if self.attention_factor != 1.0:  # YaRN's: cos and sin scaled
             cos, sin = cos * self.attention_factor, sin * self.attention_factor
-        return super()._at(ops, where, h, keys, pad), (cos, sin)
+        mask = super()._at(ops, where, h, keys, pad)
+        if self.sliding_window is None or self.sliding_window >= keys:  # a window every key fits changes nothing
+            return (mask, mask), (cos, sin)
+        # a query at position p sees the keys after p - window: not those a causal mask `window` places back sees
+        return (mask, mask & ~ops.attention_mask(where - self.sliding_window, h.shape[1], keys)), (cos, sin)
 
     def _block(self, ops: Any, p: dict, i: int, x: Any, cache: Any, where: Any, at: Any) -> tuple[Any, Any]:
         n = f"layers.{i}."
+        (full, windowed), angles = at
+        mask = full if i < self.full_attention_layers else windowed
         attended, kv = self._attention(ops, p, n, ops.rms_norm(x, p[n + "input_layernorm.weight"], self.rms_eps),
-                                       cache, where, at)  # fmt: skip
+                                       cache, where, (mask, angles))  # fmt: skip
         x = x + ops.project(attended, p[n + "self_attn.o_proj.weight"], p.get(n + "self_attn.o_proj.bias"))
         h = ops.rms_norm(x, p[n + "post_attention_layernorm.weight"], self.rms_eps)
         gate, up = (ops.project(h, p[f"{n}mlp.{name}.weight"], p.get(f"{n}mlp.{name}.bias")) for name in ("gate_proj",

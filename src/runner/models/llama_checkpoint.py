@@ -5,7 +5,8 @@ class's documented default (FAMILIES), and both ways rope settings are written (
 
 What each family computes beyond Llama's arithmetic becomes a setting of model=llama: Qwen2's q/k/v biases (qkv_bias),
 Llama's and Qwen3's `attention_bias` (qkv_bias and o_bias), Llama's `mlp_bias`, Qwen3's q/k RMSNorm (qk_norm) and its
-head size apart from d_model / heads (head_dim), Mistral's and Qwen2/3's sliding window (sliding_window). What none of
+head size apart from d_model / heads (head_dim), Mistral's and Qwen2/3's sliding window (sliding_window, in the layers
+from full_attention_layers on: Qwen's max_window_layers). What none of
 them computes is refused in one line naming the key: another activation, partial rotary embeddings, a rope type
 outside runner.models.rope's.
 """
@@ -23,7 +24,7 @@ from runner.models.rope import KINDS, checked_rope_scaling, yarn_attention_facto
 # transformers' defaults where config.json leaves a key out: every family's, then each family's own
 COMMON = {"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32, "rms_norm_eps": 1e-6,
           "tie_word_embeddings": False, "rope_theta": 10000.0, "hidden_act": "silu", "attention_bias": False,
-          "mlp_bias": False, "use_sliding_window": False, "sliding_window": None, "max_window_layers": 28}  # fmt: skip
+          "mlp_bias": False, "use_sliding_window": False, "sliding_window": 4096, "max_window_layers": 28}  # fmt: skip
 FAMILIES: dict[str, dict[str, Any]] = {
     "llama": {"vocab_size": 32000, "intermediate_size": 11008, "max_position_embeddings": 2048},
     "qwen2": {"vocab_size": 151936, "intermediate_size": 22016, "max_position_embeddings": 32768},
@@ -61,7 +62,7 @@ def settings_of(config: Mapping[str, Any], source: Path, model: str = "llama") -
         Setting("max_position_embeddings", get("max_position_embeddings"), "context", None,
                 get("max_position_embeddings"), narrows=True),
         *_rope(config, get, source, model),
-        *_family_arithmetic(family, get),
+        *_family_arithmetic(family, get, source),
     ]  # fmt: skip
     return settings
 
@@ -118,7 +119,7 @@ def _scaling(kind: str, rope: Mapping[str, Any], trained: int, source: Path) -> 
         raise ConfigError(f"{source}: {error}") from None
 
 
-def _family_arithmetic(family: str, get: Any) -> list[Setting]:
+def _family_arithmetic(family: str, get: Any, source: Path) -> list[Setting]:
     """Biases, Qwen3's q/k norm and the sliding window: what each family computes, as model=llama's settings."""
     biased = get("attention_bias") if family in ("llama", "qwen3") else family == "qwen2"
     o_bias = get("attention_bias") if family in ("llama", "qwen3") else False
@@ -131,15 +132,28 @@ def _family_arithmetic(family: str, get: Any) -> list[Setting]:
                 "mlp_bias", None, bool(get("mlp_bias")) if family == "llama" else False),
         Setting("model_type", family, "qk_norm", None, family == "qwen3"),
     ]  # fmt: skip
-    window = get("sliding_window") if family == "mistral" else _qwen_window(get)
-    return [*settings, Setting("sliding_window", get("sliding_window"), "sliding_window", None, window)]
+    window, full = (get("sliding_window"), 0) if family == "mistral" else _qwen_window(get, source)
+    return [
+        *settings,
+        Setting("sliding_window", get("sliding_window"), "sliding_window", None, window),
+        Setting("max_window_layers", get("max_window_layers"), "full_attention_layers", None, full),
+    ]
 
 
-def _qwen_window(get: Any) -> int | None:
-    """Qwen2's and Qwen3's window, where `use_sliding_window` and some layer (from max_window_layers on, or marked
-    so in layer_types) attends within it."""
+def _qwen_window(get: Any, source: Path) -> tuple[int | None, int]:
+    """Qwen2's and Qwen3's window and the layers before the first that attends within it, where `use_sliding_window`
+    and some layer does (from max_window_layers on, or as layer_types marks them: sliding ones after full ones)."""
     if not get("use_sliding_window") or get("sliding_window") is None:
-        return None
-    types = get("layer_types")
-    sliding = "sliding_attention" in types if types else get("num_hidden_layers") > get("max_window_layers")
-    return get("sliding_window") if sliding else None
+        return None, 0
+    layers = get("num_hidden_layers")
+    types = get("layer_types") or ["sliding_attention" if i >= get("max_window_layers") else "full_attention"
+                                   for i in range(layers)]  # fmt: skip
+    sliding = [i for i, kind in enumerate(types) if kind == "sliding_attention"]
+    if not sliding:
+        return None, 0
+    if sliding != list(range(sliding[0], len(types))):
+        raise ConfigError(
+            f"{source}: layer_types interleave full and sliding attention, but model=llama computes full attention "
+            "in the first layers and sliding attention in every layer after them"
+        )
+    return get("sliding_window"), sliding[0]

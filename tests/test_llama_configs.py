@@ -161,6 +161,16 @@ def test_a_typed_setting_that_disagrees_is_refused_before_anything_runs(tmp_path
     assert preflight.check([a for a in argv if "ffn" not in a and "rms_eps" not in a]) is not None
 
 
+def test_a_job_that_cannot_take_its_checkpoint_is_refused_when_it_runs(tmp_path, folders):
+    """Reading a job's spec (a sweep's launcher does, job by job) never raises: the job itself refuses, recorded."""
+    _, folder = folders["llama"]
+    cfg = compose([*FAST, "model=llama", "task=generate", "backend=numpy", f"model.weights={folder}",
+                   "model.rope_scaling=8"])  # fmt: skip
+    outcome = run_and_record(job_spec(cfg), tmp_path / "run")
+    assert outcome.status == "FAILED"
+    assert outcome.error == "model.rope_scaling=8 must be null or a mapping with a rope_type and its settings"
+
+
 def test_sliding_attention_between_full_attention_layers_is_refused_in_one_line(tmp_path):
     _, folder = save(tmp_path, "qwen2_window_bites")
     config = json.loads((folder / "config.json").read_text())

@@ -253,20 +253,18 @@ def from_checkpoint(model: Mapping[str, Any], typed: Collection[str], strict: bo
         return {}
     from runner.config import class_named
 
-    workload = class_named("model._target_", model["_target_"])
-    describe = getattr(workload, "settings_of_config", None)
-    if describe is None:
-        return {}
-    try:
-        described = describe(_read_json(folder / "config.json"), folder / "config.json")
+    try:  # what fails here fails the run's own checks too: in a sweep's job, there, recorded
+        workload = class_named("model._target_", model["_target_"])
+        describe = getattr(workload, "settings_of_config", None)
+        described = describe(_read_json(folder / "config.json"), folder / "config.json") if describe else []
     except ConfigError:
         if strict:
             raise
         return {}
     defaults = _defaults(workload)
     named = set(typed) | {k for k, v in model.items() if k in defaults and v != defaults[k]}
-    ran = getattr(workload, "comparable", dict)(model)
     if strict:
+        ran = getattr(workload, "comparable", dict)(model)
         check_config(folder / "config.json", [replace(s, run=ran[s.setting]) for s in described if s.setting in named])
     return {s.setting: s.wanted for s in described if s.setting not in named}
 

@@ -326,10 +326,13 @@ def _make(work: Path, base: dict, changed: dict[str, str], find_links: str | Non
         options = [*uv_index_options(), *(["--find-links", find_links] if find_links else [])]
         options += [item for name in _rebuildable(changed, find_links) for item in ("--refresh-package", name)]
         command = [_uv(), "pip", "install", "--no-deps", "--compile-bytecode", "--python", str(python), *options]
-        done = subprocess.run([*command, *changed.values()], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                              text=True, timeout=1800, check=False)  # fmt: skip
+        shown = sys.stderr.isatty()  # uv's own progress bars on a terminal; its reason kept for one line elsewhere
+        errors = None if shown else subprocess.PIPE
+        done = subprocess.run([*command, *changed.values()], stdout=subprocess.DEVNULL, stderr=errors, text=True,
+                              timeout=1800, check=False)  # fmt: skip
         if done.returncode != 0:
-            raise ConfigError(f"environment: uv cannot install {' '.join(changed.values())} ({_reason(done.stderr)})")
+            reason = "its output above" if shown else _reason(done.stderr)
+            raise ConfigError(f"environment: uv cannot install {' '.join(changed.values())} ({reason})")
     site = _run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], timeout=60)
     source = Path(__file__).resolve().parents[2]  # the folder holding this runner's package
     lines = [str(source), *(f"import site; site.addsitedir({folder!r})" for folder in base["site"])]

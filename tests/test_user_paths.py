@@ -276,14 +276,16 @@ def test_smallest_image_size_runs_and_agrees_on_both_backends(make_config, tmp_p
 
 
 def test_too_small_for_alexnet_on_tensorflow_is_refused_before_running(tmp_path):
-    """data.image_size=32: TensorFlow's worker used to die of SIGFPE in AlexNet's third max-pool."""
-    args = ["backend=tensorflow", "model=alexnet", "data.image_size=32", "tracking=none", f"hydra.run.dir={tmp_path}"]
+    """data.image_size=32: TensorFlow's worker used to die of SIGFPE in AlexNet's third max-pool. The size is the
+    workload's own setting: preflight builds the workload and refuses it (exit 2) before TensorFlow loads, writing
+    nothing (issue 79)."""
+    run_dir = tmp_path / "run"
+    args = ["backend=tensorflow", "model=alexnet", "data.image_size=32", "tracking=none", f"hydra.run.dir={run_dir}"]
     result = fresh_run(*args, cwd=tmp_path)
-    assert result.returncode == 1
+    assert result.returncode == 2
     errors = stderr_lines(result)
     assert len(errors) == 1 and "data.image_size=32" in errors[0] and "63x63" in errors[0], result.stderr
-    saved = json.loads((tmp_path / "result.json").read_text())
-    assert saved["status"] == "FAILED" and "63x63" in saved["error"] and "n_samples" not in saved["metrics"]
+    assert not run_dir.exists()
 
 
 def test_cyclegan_gradients_on_odd_sizes_follow_the_output(make_config, tmp_path):

@@ -353,7 +353,8 @@ def _measured(
     margin = np.abs(sizes) / np.maximum(needed * errors, floor)
     if starts[-1] == len(logs) - 1:  # the newest run alone: further out than any run before it
         farthest = max(float(np.max(np.abs(r))) for r in scaled[:-1])
-        margin[-1] = min(margin[-1], abs(logs[-1] - levels[-2][0]) / math.sqrt(variances[-1]) / farthest)
+        if farthest > 0:  # runs alike before it: any move of the newest is further out, its margin stands
+            margin[-1] = min(margin[-1], abs(logs[-1] - levels[-2][0]) / math.sqrt(variances[-1]) / farthest)
     return sizes, errors, margin
 
 

@@ -199,9 +199,9 @@ def _burner_effect(typical: dict[int, float], sweeps: list[dict], step_at: int) 
 def against_control(cases: list[dict], args: argparse.Namespace) -> list[str]:
     """A diagnostic, not what `runner history` does: each slowed case's typical time over the MLP's on the same
     backend in the same sweep, a series in which what moved a whole sweep cancels, given to the same detector
-    (runner.report.steps, each point with the interval of runs made apart, as `runner history` gives it)."""
+    (runner.history.steps, each point with the interval of runs made apart, as `runner history` gives it)."""
+    from runner.history.steps import Point, find_steps
     from runner.report.comparison import apart_interval
-    from runner.report.steps import Point, find_steps
 
     lines = [
         "| slowed case over the MLP of its sweep and backend | series (over its median before the step) | steps |",

@@ -132,7 +132,7 @@ def _copy(source: Path, target: Path) -> None:
 
 
 def measure(uri: str, args: argparse.Namespace) -> dict:
-    from runner.report import history
+    from runner.history import build as history
     from runner.tracking.search import history_runs
 
     case = f"{args.cases // 2:016x}"
@@ -191,7 +191,7 @@ def section(results: dict, args: argparse.Namespace, created_s: float | None) ->
             f"| `tracking.history_runs(URI, None)`: every case ({r['all_rows']:,} runs) | {r['all_s']:.1f} s |",
             "",
             f"The store's {r['series']} series (a case on a machine) have no step: each run's typical time is its "
-            "case's level times log-normal noise of sd 3%. The detector (runner.report.steps) found "
+            "case's level times log-normal noise of sd 3%. The detector (runner.history.steps) found "
             f"{r['false_steps']} steps in them, {100 * r['false_steps'] / r['all_rows']:.2f} per 100 runs: false "
             "alarms.",
             "",

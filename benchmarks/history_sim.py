@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """Finding steps in a case's history, on simulated series whose truth is known: the chosen detector
-(runner.report.steps: a weighted L1 fit, asv's approach) against two independent ones on the same series: Apache
+(runner.history.steps: a weighted L1 fit, asv's approach) against two independent ones on the same series: Apache
 Otava's (Hunter's e-divisive split and merge, each change point tested at p <= 0.001: otava.analysis) and PELT's
 optimum (a squared-error fit, ruptures' "l2" cost, with the Schwarz penalty).
 
@@ -42,13 +42,13 @@ here, otava.analysis, imports only numpy and scipy. Hence no extra in pyproject.
 --stores N: N stores of QUIET series with no step and REAL with a 10% step (slower or faster, at least 5 runs from
 either end), each series drawn as above, on normal noise, heavy noise, and normal noise with runs correlated 0.3.
 Each store's steps are counted as each series alone reports them, and held together to a false-discovery rate of
-FDR_RATE (runner.report.history.control_fdr, Benjamini-Hochberg over the steps' p-values): the false alerts (steps
+FDR_RATE (runner.history.build.control_fdr, Benjamini-Hochberg over the steps' p-values): the false alerts (steps
 in quiet series), the real steps found, the share of false ones among those kept (the false-discovery proportion,
 whose mean BH bounds), and how often a quiet series' smallest p-value is at most 0.05 and 0.01.
 
 --nights N: N stores of NIGHT_CASES cases, a run of each a night (drawn as a sweep of the store-shaped series, the
 load shared by the night's cases), one case 10% slower from NIGHT_STEP's night; each night from FIRST_GATED on, the
-gate as the nightly recipe runs it (runner.report.history: build, recent NEWEST, failing_steps on regressions): the
+gate as the nightly recipe runs it (runner.history.build: build, recent NEWEST, failing_steps on regressions): the
 nights that fail falsely, and whether the step failed the gate within NEWEST nights of its own.
 """
 
@@ -69,10 +69,10 @@ BEGIN, END = "<!-- history-sim:begin -->", "<!-- history-sim:end -->"
 CHOICE = ("<!-- history-choice:begin -->", "<!-- history-choice:end -->")  # the prose after the table: kept as written
 from parity import replace_section  # noqa: E402
 
+from runner.history.build import Entry, History, build, control_fdr, failing_steps, recent  # noqa: E402
+from runner.history.steps import Label, Point, Step, find_steps  # noqa: E402
 from runner.record.table import markdown  # noqa: E402
-from runner.report.history import Entry, History, build, control_fdr, failing_steps, recent  # noqa: E402
 from runner.report.ratio import APART_SD, PROCESS_SD  # noqa: E402
-from runner.report.steps import Label, Point, Step, find_steps  # noqa: E402
 
 WINDOW = 3  # runs either side of the true step within which a reported step counts as found
 OWN_SD = (0.005, 0.02)  # a run's own sd of its log time (log-uniform)
@@ -380,7 +380,7 @@ def section(rows: list[list[str]], args: argparse.Namespace) -> str:
         "placed at a sweep, 3 or more from the first; *at the 7th of 12 sweeps, 2 seeds*: the issue's shape. There "
         "a point is a sweep: steps.py groups the runs itself (Point.group), Otava and PELT are given each sweep's "
         "geometric mean, *found* is within 3 sweeps and *other steps* are per 100 sweeps (2-4 runs each). "
-        "Each cell: " + " / ".join(DETECTORS) + ": runner.report.steps; Apache Otava 0.8.0's change points "
+        "Each cell: " + " / ".join(DETECTORS) + ": runner.history.steps; Apache Otava 0.8.0's change points "
         "(`otava.analysis.compute_change_points` on the log times at its defaults: window 50, p <= 0.001, no "
         "minimum magnitude; it gives no interval); PELT's optimum of squared error with the Schwarz penalty "
         "(2 sigma^2 ln n a step). *found*: a step the same way reported within "
@@ -480,7 +480,7 @@ def store_section(rows: list[list[str]], args: argparse.Namespace) -> str:
         "sweeps of 2-4 runs, the load and the drift drawn for each series apart). Each figure: as each series alone "
         "reports "
         f"its steps / held together to a false-discovery rate of {FDR_RATE:.0%} (`runner history`'s default: "
-        "Benjamini-Hochberg over the steps' p-values, runner.report.history). *false alerts*: steps in the quiet "
+        "Benjamini-Hochberg over the steps' p-values, runner.history.build). *false alerts*: steps in the quiet "
         "series; *real steps found*: a step the same way within 3 runs of the true one; *false share*: the false "
         "steps among all those kept, per store, averaged (the false-discovery rate BH bounds); the last column, "
         "without any adjustment: the share of quiet series whose smallest step p-value is at most 0.05 and 0.01 "
@@ -563,7 +563,7 @@ def nights_section(rows: list[list[str]], args: argparse.Namespace) -> str:
         f"shared by the night's cases, a drift over the nights), case {NIGHT_STEP[0]} {NIGHT_STEP[2]:.0%} slower "
         f"from night {NIGHT_STEP[1]} on. From night {FIRST_GATED} on, each night the gate as the nightly "
         f"recipe runs it, on the runs up to that night: `runner history --fail-on regression --new-within {NEWEST}` "
-        "(runner.report.history: build, recent, failing_steps; the store's false-discovery rate at its default). A "
+        "(runner.history.build: build, recent, failing_steps; the store's false-discovery rate at its default). A "
         "night fails falsely where a case with no step fails it, or the stepped case before its step. *heavy*: 1 "
         "night in 12 moves a case 10-30%.",
         "",

@@ -39,7 +39,7 @@ PLUGIN = ROOT / "tests" / "plugin"
 SEEDS = "0,1"
 HEADER = ("trial", "load", "steps `runner history` reported (sweep, 0-based: label ratio, p)", "as it should")
 # A step found at its sweep, as a regression, or as 'busy machine' where its runs were timed beside other work
-# (runner.report.history.unless_busy: shown, no gate fails on it).
+# (runner.history.build.unless_busy: shown, no gate fails on it).
 FOUND = ("regression", "busy machine")
 
 

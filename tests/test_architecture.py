@@ -89,7 +89,9 @@ def test_start_up_imports_only_what_it_needs():
 
 # Lower layers never import higher ones: where configs and outputs are, a run's config and its typed spec, then
 # what runs it (backends, models), what it leaves behind (record), how it is measured (measure), MLflow (tracking),
-# comparisons (report), launching (launch), and on top the Hydra app (run.py, tensor-runner) and the `runner` command.
+# comparisons (report), each case's runs over time and the gate on them (history: its confirming re-run starts run.py
+# in a process of its own, so it needs no launcher), launching (launch), and on top the Hydra app (run.py,
+# tensor-runner) and the `runner` command.
 LAYERS = (
     ("errors", "locations", "precision", "config", "stores", "identity", "spec"),
     ("backends", "models"),
@@ -98,6 +100,7 @@ LAYERS = (
     "measure",
     "tracking",
     "report",
+    "history",
     "launch",
     ("app", "cli", "__main__"),
 )
@@ -197,7 +200,8 @@ def test_no_module_outside_the_tasks_names_a_task_or_its_metrics():
     from runner.tasks import _builtin_targets, builtin_metrics
 
     names = set(_builtin_targets()) | {m.key for m in builtin_metrics()}
-    readers = [p for part in ("record", "report", "tracking", "launch") for p in (SOURCE / part).rglob("*.py")]
+    parts = ("record", "report", "history", "tracking", "launch")
+    readers = [p for part in parts for p in (SOURCE / part).rglob("*.py")]
     for path in [*readers, SOURCE / "identity.py", SOURCE / "config.py"]:
         tree = ast.parse(path.read_text())
         docstrings = {

@@ -10,11 +10,11 @@ import numpy as np
 from helpers import FAST_TIMING, mlflow_runs, runner_main, sweep_cli
 
 from runner import identity
+from runner.history.steps import Label
 from runner.launch import control
 from runner.record import naming
 from runner.record.result import Result, Status
 from runner.record.sweep_file import note_control, write_sweep_file
-from runner.report.steps import Label
 from runner.tracking.upload import log_to_mlflow
 
 CASE = {
@@ -134,7 +134,7 @@ def test_a_load_the_control_cannot_cancel_fails_no_gate_where_its_runs_were_meas
     (BENCHMARKS.md, *History: the CI gate*); the runs recorded 2 other runnable threads. Read after each night as a
     nightly gate reads it (--new-within 3), relative to the control, no step fails the gate: a step beside runs
     measured busy is 'busy machine'. The same times without the load recorded fail it."""
-    from runner.report import history
+    from runner.history import build as history
 
     rng = np.random.default_rng(4)
     loaded = range(8, 11)

@@ -13,10 +13,10 @@ import pytest
 from helpers import made_store, runner_cli, runner_main
 
 from runner import identity, tracking
+from runner.history import build as history
 from runner.identity import Key
 from runner.record import naming
 from runner.record.result import Result, Status
-from runner.report import history
 from runner.report.comparison import apart_interval
 from runner.tracking.upload import log_to_mlflow
 
@@ -125,7 +125,7 @@ def test_history_finds_the_slowdown_at_the_run_it_started(slowed, tmp_path):
 
 
 def test_a_sweep_that_measured_the_slowdown_says_so_in_its_closing_lines(slowed):
-    from runner.report.history import regressed_here
+    from runner.history.build import regressed_here
 
     uri, ids = slowed
     store = Path(uri.removeprefix("sqlite:///")).parent
@@ -281,9 +281,9 @@ def test_three_sweeps_of_two_seeds_are_three_points_too_few_to_tell():
 def test_a_history_page_says_what_decided_it_and_the_index_is_in_the_order_it_says(tmp_path):
     """Issue 77: the words control and busy were on no page, a case fitted relative to its control plotted raw times,
     there was no legend, and the index listed cases alphabetically under 'regression first, the newest first'."""
-    from runner.report import history_page
-    from runner.report.history_series import Entry, History
-    from runner.report.steps import Label, Step
+    from runner.history import page
+    from runner.history.series import Entry, History
+    from runner.history.steps import Label, Step
 
     def entries(start: float, busy: float = 0.0) -> list[Entry]:
         return [Entry(f"r{start + i:.0f}", start + i, 1e-4, control_s=5e-5, busy=busy if i % 2 else 0.0)
@@ -293,7 +293,7 @@ def test_a_history_page_says_what_decided_it_and_the_index_is_in_the_order_it_sa
     control = History("c", "matmul", "m", "box", entries(100.0), is_control=True)
     relative = History("r", "b-relative", "m", "box", entries(0.0, busy=3.0), [step], control_name="matmul")
     newest = History("n", "a-newest", "m", "box", entries(200.0))
-    index = history_page.write([newest, control, relative], tmp_path)
+    index = page.write([newest, control, relative], tmp_path)
     listed = [line.split(".html")[0] for line in index.read_text().split('<li><a href="')[1:]]
     assert listed == ["r-m", "n-m", "c-m"]  # the regression first, then the newest first
     pages = {name: (tmp_path / f"{name}.html").read_text() for name in listed}

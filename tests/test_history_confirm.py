@@ -1,5 +1,5 @@
-"""`runner history --fail-on regression --confirm` (runner.launch.confirm): the flagged case runs again on the spot, and
-the gate fails only where the re-run lands nearer the level after the step than the one before it."""
+"""`runner history --fail-on regression --confirm` (runner.history.confirm): the flagged case runs again on the spot,
+and the gate fails only where the re-run lands nearer the level after the step than the one before it."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from helpers import FAST_TIMING, made_store, run_cli, runner_main
 
-from runner.launch import confirm
-from runner.report.history import Entry, History
-from runner.report.steps import Label, Step
+from runner.history import confirm
+from runner.history.build import Entry, History
+from runner.history.steps import Label, Step
 
 PLUGIN = Path(__file__).parent / "plugin"
 CASE = ["model=chain", "model.features=64", "task=inference", "backend=numpy", "threads=1", "batch_size=8"]

@@ -13,10 +13,11 @@ import numpy as np
 import pytest
 from helpers import FAST_TIMING, made_store, run_cli, runner_main
 
-from runner.report import history, history_markdown
-from runner.report.history import Entry, History, build, describe_number, fdr_summary
+from runner.history import build as history
+from runner.history import markdown
+from runner.history.build import Entry, History, build, describe_number, fdr_summary
+from runner.history.steps import Label, Point, find_steps
 from runner.report.ratio import APART_SD, PROCESS_SD
-from runner.report.steps import Label, Point, find_steps
 
 PLUGIN = Path(__file__).parent / "plugin"
 QUIET, REAL, RUNS, AT = 100, 5, 40, 20  # 100 cases of noise, 5 with a real 10% step at run 20 of 40
@@ -128,11 +129,11 @@ def test_numbers_that_change_from_the_7th_run_are_a_numeric_change_named_with_th
 
 
 def test_the_html_pages_say_a_numeric_change_and_give_each_runs_numbers(tmp_path):
-    from runner.report import history_page
+    from runner.history.page import page_name, write
 
     (h,) = build(_numbers([2.1e-7] * 6 + [8.4e-7] * 6, tokens=[0.0] * 6 + [2.0] * 6))
-    index = history_page.write([h], tmp_path).read_text()
-    page = (tmp_path / f"{history_page.page_name(h)}.html").read_text()
+    index = write([h], tmp_path).read_text()
+    page = (tmp_path / f"{page_name(h)}.html").read_text()
     (error,) = h.numbers["max_rel_err_vs_reference"]
     said = html.escape(describe_number(h, "max_rel_err_vs_reference", error))
     assert said in index and said in page
@@ -184,7 +185,7 @@ def test_fail_on_takes_a_label_by_its_first_word():
 
 
 def test_the_confirmed_tag_is_the_one_confirm_writes():
-    from runner.launch import confirm
+    from runner.history import confirm
 
     assert history.CONFIRMED_TAG == confirm.CONFIRMED_TAG
 
@@ -294,7 +295,7 @@ def test_the_markdown_comment_has_a_verdict_a_table_with_the_alerts_first_and_th
     histories = _comment_histories()
     weak = next(h for h in histories if h.case == "weak")
     assert weak.steps and not weak.steps[0].significant  # a 6% step, alone it would alert: not across 45 series
-    text = history_markdown.comment(histories, 0.05, history.fail_labels("regression,numeric"))
+    text = markdown.comment(histories, 0.05, history.fail_labels("regression,numeric"))
     lines = text.splitlines()
     assert lines[0] == "### runner history: ❌ fails `--fail-on numeric,regression`: 2 alerts in 45 series"
     assert lines[2].startswith("45 series (a case on a machine): 2 steps significant at a false-discovery rate of 5%")
@@ -316,11 +317,11 @@ def test_the_comment_passes_where_the_gate_would_and_says_a_rerun_s_word():
     from dataclasses import replace
 
     histories = _comment_histories()
-    passing = history_markdown.comment(histories, 0.05, {"suspicious"})
+    passing = markdown.comment(histories, 0.05, {"suspicious"})
     assert passing.splitlines()[0] == "### runner history: ✅ passes `--fail-on suspicious`: 0 alerts in 45 series"
     slow = next(h for h in histories if h.case == "slow")
     slow.entries[-1] = replace(slow.entries[-1], confirmed="no: not confirmed by a re-run (run x): 1.01x ...")
-    cleared = history_markdown.comment(histories, 0.05, {"regression"}, confirm=True)
+    cleared = markdown.comment(histories, 0.05, {"regression"}, confirm=True)
     assert cleared.splitlines()[0].startswith("### runner history: ✅ passes `--fail-on regression --confirm`: 1 alert")
     (row,) = [line for line in cleared.splitlines() if line.startswith("| mlp")]
     assert _cells(row)[5].startswith("not confirmed, q ")

@@ -1,4 +1,4 @@
-"""Steps in a case's history (runner.report.steps) on series whose truth is known: seeded, so every run gives the
+"""Steps in a case's history (runner.history.steps) on series whose truth is known: seeded, so every run gives the
 same answer, and with the rates over many series held to targets well clear of what they are (BENCHMARKS.md,
 "History: finding steps", has the detector against the noise of real runs)."""
 
@@ -9,10 +9,10 @@ import math
 import numpy as np
 import pytest
 
-from runner.report import step_partition
-from runner.report import steps as steps_module
+from runner.history import partition
+from runner.history import steps as steps_module
+from runner.history.steps import Label, Point, Step, find_steps
 from runner.report.comparison import apart_interval
-from runner.report.steps import Label, Point, Step, find_steps
 
 
 def series(
@@ -180,7 +180,7 @@ def test_runs_without_an_interval_and_failed_runs_are_taken_as_they_come():
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_a_series_longer_than_one_fit_is_fitted_in_windows_and_finds_its_steps(monkeypatch, seed):
-    monkeypatch.setattr(step_partition, "LONGEST", 80)  # windows of 80 runs, 40 apart: 5 over 200 runs
+    monkeypatch.setattr(partition, "LONGEST", 80)  # windows of 80 runs, 40 apart: 5 over 200 runs
     points = series(seed, n=200, at=130, ratio=1.08, sd=0.02)
     points = [*points[:60], *(slow(points, i, 0.93)[i] for i in range(60, 200))]  # 7% faster from run 60
     assert [(s.index, s.label) for s in find_steps(points)] == [(60, Label.IMPROVEMENT), (130, Label.REGRESSION)]

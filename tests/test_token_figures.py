@@ -97,7 +97,7 @@ def test_a_run_below_float64_records_its_distributions_fidelity(tmp_path, dtype)
     assert 0 < metrics["kl_mean"] <= metrics["kl_p999"] <= metrics["kl_max"] < 1
     assert 0.5 < metrics["top1_agree_share"] <= 1 and 0 < metrics["rms_dp"] < 0.1
     assert any(w.startswith("per token p99 ") and "368 tokens" in w for w in saved["warnings"])
-    from runner.report.history_figures import recorded_figures
+    from runner.history.figures import recorded_figures
 
     fidelity_keys = {"kl_mean", "kl_p999", "kl_max", "top1_agree_share", "rms_dp"}
     assert fidelity_keys <= set(recorded_figures(metrics))  # each a series of runner history

@@ -154,7 +154,8 @@ def _history_parser(commands, uri_help: str) -> None:
 
 def _history(args: argparse.Namespace) -> int:
     from runner import tracking
-    from runner.report import history, history_json, history_markdown, history_page
+    from runner.history import as_json, markdown, page
+    from runner.history import build as history
 
     uri = args.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
     if args.mark:
@@ -170,15 +171,15 @@ def _history(args: argparse.Namespace) -> int:
         confirmed = _confirmed(uri, flagged)
         history.read_confirmations(uri, [h for h, _ in flagged])
     if args.json:
-        print(history_json.to_json(found, gapped))
+        print(as_json.to_json(found, gapped))
     elif args.markdown:
-        print(history_markdown.comment(found, args.fdr, labels, args.confirm, args.new_within))
-        print("".join(f"\n- {history_markdown.cell(g.line())}" for g in gapped))
+        print(markdown.comment(found, args.fdr, labels, args.confirm, args.new_within))
+        print("".join(f"\n- {markdown.cell(g.line())}" for g in gapped))
     else:
         print("\n".join([*history.lines(found, args.fdr), *(g.line() for g in gapped)]))
     aside = sys.stderr if args.json or args.markdown else sys.stdout
     if args.html:
-        index = history_page.write(found, args.html, None if args.dirs else tracking.ui_base(uri), gapped)
+        index = page.write(found, args.html, None if args.dirs else tracking.ui_base(uri), gapped)
         print(f"wrote {index}", file=aside)
         if args.record and not args.dirs:
             _log_history_pages(found, args.html, uri, aside)
@@ -191,7 +192,7 @@ def _history(args: argparse.Namespace) -> int:
 def _mark(uri: str | None, run_id: str, why: str | None) -> int:
     """--mark RUN_ID --why TEXT: a known change at this run."""
     from runner import tracking
-    from runner.report import history
+    from runner.history import build as history
 
     if not uri:
         raise LookupError("--mark needs --tracking-uri (or MLFLOW_TRACKING_URI)")
@@ -203,7 +204,7 @@ def _mark(uri: str | None, run_id: str, why: str | None) -> int:
 
 def _history_checked(args: argparse.Namespace) -> set[str]:
     """The options that go together, checked before anything is read: --fail-on's labels."""
-    from runner.report import history
+    from runner.history import build as history
 
     if args.why is not None:
         raise LookupError("--why says what changed at the run --mark names: give --mark RUN_ID too")
@@ -222,7 +223,8 @@ def _histories(args: argparse.Namespace, uri: str | None) -> tuple[str, list, li
     stopped appearing); with --record, each newest run tagged with its verdict (a read writes nothing: a read-only
     user of a team's server reads a history too)."""
     from runner import tracking
-    from runner.report import history, history_gaps
+    from runner.history import build as history
+    from runner.history import gaps
 
     if args.dirs:
         ran = [run for path in args.dirs for run in _runs(path)]
@@ -236,7 +238,7 @@ def _histories(args: argparse.Namespace, uri: str | None) -> tuple[str, list, li
         found = history.from_runs(measured, args.by_host, controls, args.fdr)
         for h in found if args.record else []:
             tracking.set_tags(uri, h.entries[-1].run_id, {"history.verdict": history.verdict(h)})
-    gapped = history_gaps.gaps(ran, args.missing_after)
+    gapped = gaps.gaps(ran, args.missing_after)
     if not found and not gapped:
         raise LookupError("no finished run with a case and a typical time there")
     return uri or "", found, gapped
@@ -244,7 +246,7 @@ def _histories(args: argparse.Namespace, uri: str | None) -> tuple[str, list, li
 
 def _gate(uri: str, gated: list, labels: set[str], confirm: bool, confirmed: int | None) -> int:
     """--fail-on's exit status, each failing step on stderr; with --confirm, each flagged case run again first."""
-    from runner.report import history
+    from runner.history import build as history
 
     if confirm:
         confirmed = _confirmed(uri, history.failing_steps(gated, labels)) if confirmed is None else confirmed
@@ -259,9 +261,9 @@ def _gate(uri: str, gated: list, labels: set[str], confirm: bool, confirmed: int
 
 
 def _confirmed(uri: str, flagged: list) -> int:
-    """--confirm: each flagged case run again (runner.launch.confirm); exit 1 only where a step stands."""
-    from runner.launch.confirm import confirm
-    from runner.report.history import describe_step
+    """--confirm: each flagged case run again (runner.history.confirm); exit 1 only where a step stands."""
+    from runner.history.build import describe_step
+    from runner.history.confirm import confirm
 
     said = confirm(uri, flagged)
     steps = [(h, s) for h, found in flagged for s in found]
@@ -275,10 +277,10 @@ def _log_history_pages(found: list, folder: Path, uri: str, out) -> None:
     """Each case's page (and its plot) as artifacts of the case's newest run, under `history/`, where a person
     looking at the runs finds them, beside the run's `history.verdict` tag."""
     from runner import tracking
-    from runner.report import history_page
+    from runner.history import page
 
     for h in found:
-        name = history_page.page_name(h)
+        name = page.page_name(h)
         tracking.log_files(uri, h.entries[-1].run_id, [folder / f"{name}.html", folder / f"{name}.png"], "history")
     print("logged each case's page to its newest run in MLflow (artifacts: history/)", file=out)
 

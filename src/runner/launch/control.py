@@ -2,7 +2,7 @@
 rounds as the sweep's, whose own work never changes, so that a history can divide each run by the control of its
 sweep and drift of the whole machine (a VM 8-17% faster for whole sweeps) cancels. The sweep's jobs record which
 case their control is (sweep.json `control`: runner.record.sweep_file; MLflow tag `control_case`);
-runner.report.history finds the control's run beside each of theirs."""
+runner.history.build finds the control's run beside each of theirs."""
 
 from __future__ import annotations
 

@@ -279,7 +279,7 @@ def _unless_busy(
 def load_could_make(interval: tuple[float, float], busy: float) -> bool:
     """Whether a ratio with this interval is one that load alone could make: the machine was busy (`busy`, other
     runnable threads on average, above BUSY_OTHER_RUNNABLE) and the interval reaches within BUSY_FACTOR of 1. The
-    comparisons' rule, and the history's for a step beside a level measured busy (runner.report.history)."""
+    comparisons' rule, and the history's for a step beside a level measured busy (runner.history.build)."""
     low, high = interval
     return busy > BUSY_OTHER_RUNNABLE and low < BUSY_FACTOR and high > 1 / BUSY_FACTOR
 
@@ -341,7 +341,7 @@ def on_other_nodes(run: Timings, baseline: Timings) -> bool:
 
 
 def apart_interval(typical_s: float, processes: int = 1, level: float = 0.95) -> tuple[float, float]:
-    """A run's typical time as one point of a history (runner.report.history): the interval runs made apart get
+    """A run's typical time as one point of a history (runner.history.build): the interval runs made apart get
     around it. Two such runs compare as `compare(..., apart=True)` has them, the machine's drift between them
     (APART_SD, half its variance to each) and each one's processes' own offsets (PROCESS_SD, averaged over them)."""
     sd = math.sqrt(APART_SD**2 / 2 + PROCESS_SD**2 / processes)

@@ -76,7 +76,7 @@ class Metric:
     heading: str  # "per token"
     kind: str = "number"  # "seconds" or "number": how its cells are written
     in_terminal: bool = True  # a sweep's terminal table has room for it (runs.csv and runs.md have every one)
-    # a series of `runner history` of its own (runner.report.history_figures): the least factor a step must move it
+    # a series of `runner history` of its own (runner.history.figures): the least factor a step must move it
     # by to be a change; None: not watched
     watched: float | None = None
     higher_is_better: bool = False  # its direction, where watched (tokens/s: a step up is an improvement)

@@ -13,9 +13,9 @@ import math
 import re
 from dataclasses import dataclass
 
+from runner.history.build import NUMBERS, History, fdr_summary, format_number, number_levels, recent
+from runner.history.steps import Label, Step
 from runner.record.table import format_interval, format_ratio, format_seconds
-from runner.report.history import NUMBERS, History, fdr_summary, format_number, number_levels, recent
-from runner.report.steps import Label, Step
 
 ALERTS = {str(Label.REGRESSION), str(Label.SUSPICIOUS), str(Label.NUMERIC)}  # without --fail-on: what alerts
 COLUMNS = ("case", "machine", "now", "step", "label", "confirmed / q")

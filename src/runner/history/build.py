@@ -7,7 +7,7 @@ splits it per host). Every run carries both as MLflow tags (`case`, `machine`), 
 search, not a scan of the store. Each run is its typical time, with the interval that runs made apart get
 (runner.report.comparison.apart_interval: the machine's drift between runs and each process's own offset, calibrated
 by A/A runs); the runs of one sweep (its MLflow parent run, or its sweep folder: seeds of one configuration, hosts of
-one kind) are replicates, one point of the series together (in_time keeps them side by side). runner.report.steps
+one kind) are replicates, one point of the series together (in_time keeps them side by side). runner.history.steps
 finds the steps, the noise between points from the scatter the series shows; a run tagged `history.change` (runner
 history --mark RUN_ID) is a known change (a new machine, a driver): no alert there.
 
@@ -35,27 +35,27 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
-from runner.identity import Key
-from runner.record.runs import Run, from_dirs
-from runner.record.table import format_interval, format_ratio, format_seconds
-from runner.report.comparison import load_could_make
-from runner.report.history_fdr import DEFAULT_FDR, control_fdr, fdr_summary
-from runner.report.history_figures import FIGURES, figure_steps, format_figure, recorded_figures
-from runner.report.history_figures import levels as figure_levels
-from runner.report.history_gaps import Gap
-from runner.report.history_numbers import (
+from runner.history.fdr import DEFAULT_FDR, control_fdr, fdr_summary
+from runner.history.figures import FIGURES, figure_steps, format_figure, recorded_figures
+from runner.history.figures import levels as figure_levels
+from runner.history.gaps import Gap
+from runner.history.numbers import (
     format_number,
     number_levels,
     numeric_steps,
     recorded_numbers,
     versions_said,
 )
-from runner.report.history_series import NUMBERS, Entry, History, either_side
-from runner.report.steps import MIN_POINTS, Label, Step, find_steps
+from runner.history.series import NUMBERS, Entry, History, either_side
+from runner.history.steps import MIN_POINTS, Label, Step, find_steps
+from runner.identity import Key
+from runner.record.runs import Run, from_dirs
+from runner.record.table import format_interval, format_ratio, format_seconds
+from runner.report.comparison import load_could_make
 
 CHANGE_TAG = "history.change"  # a curator's mark: the distribution changes at this run (why, as its value)
 CONTROL_TAG = "control_case"  # the case of the control its sweep timed beside it (runner.launch.control)
-CONFIRMED_TAG = "history.confirmed"  # runner.launch.confirm's word on a flagged run: 'yes: ...' or 'no: ...'
+CONFIRMED_TAG = "history.confirmed"  # runner.history.confirm's word on a flagged run: 'yes: ...' or 'no: ...'
 
 
 def build(

@@ -2,7 +2,7 @@
 call (tracing and compilation with it), load, peak memory and energy, and the figures a task marks watched (a
 generation's first token, per-token time and tokens/s). A compiler regression that doubles compilation and leaves the
 steady state alone moved only the first call, and no gate saw it. Each series is fitted by the same detector as the
-times (runner.report.steps), its noise from its own scatter, a step labelled by the figure's direction and kept where
+times (runner.history.steps), its noise from its own scatter, a step labelled by the figure's direction and kept where
 it moves the figure by its material factor or more."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from runner.history.series import Entry
+from runner.history.steps import Label, Point, Step, find_steps
 from runner.record.table import format_seconds
-from runner.report.history_series import Entry
-from runner.report.steps import Label, Point, Step, find_steps
 from runner.tasks import builtin_metrics
 
 

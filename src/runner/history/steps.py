@@ -30,7 +30,7 @@ interval. The detector works on log times, so a step is a ratio and noise is rel
   to [0, RHO_MAX]. Each level's standard error grows by sqrt(_inflation): an AR(1) mean of m points varies (1 + 2
   sum_k (1 - k/m) rho^k) times as much as an independent one, and sd from consecutive differences saw only (1 - rho)
   of the variance. At rho 0 nothing changes.
-- The fit (asv's approach, its own code): runner.report.step_partition, each point weighted by sqrt(2) / its sd
+- The fit (asv's approach, its own code): runner.history.partition, each point weighted by sqrt(2) / its sd
   (the likelihood of Laplace noise of that sd), with the penalty per step below.
 - Which steps are real, the default threshold: a step's size is the difference of the typical log times of the
   levels either side (each level's weighted mean, weights 1 / variance, its points first pulled in to OUTLYING sds
@@ -56,7 +56,7 @@ interval. The detector works on log times, so a step is a ratio and noise is rel
   1. It is never above Bonferroni's bound (the tail times the places), the bound before issue 81, and well below it
   where the places are many and their tests alike. It holds where the noise is as the detector assumes and is too
   small where points are correlated or a few move far (BENCHMARKS.md, "History: many cases at once"). The search
-  over the levels' other ends is not counted. runner.report.history adjusts these over a store's series
+  over the levels' other ends is not counted. runner.history.build adjusts these over a store's series
   (Benjamini-Hochberg).
 - The interval of a step: the ratio after / before, exp(size), with a 95% (ratio.LEVEL) interval, Student's t
   on the standard error above. Steps found by a search are the larger ones: on simulated series the intervals of
@@ -87,8 +87,8 @@ from enum import StrEnum
 import numpy as np
 from scipy.special import chdtr, chdtrc, chdtri, ndtr, ndtri, owens_t, stdtr
 
+from runner.history.partition import MIN_SEGMENT, partition
 from runner.report.ratio import LEVEL, OUTLYING, student_quantile
-from runner.report.step_partition import MIN_SEGMENT, partition
 
 MIN_POINTS = 4  # a part of fewer points is insufficient data: 2 either side of a step
 RHO_MAX = 0.8  # the largest lag-1 autocorrelation of points taken from a series
@@ -118,8 +118,8 @@ class Label(StrEnum):
     IMPROVEMENT = "improvement"
     SUSPICIOUS = "suspicious"
     INSUFFICIENT = "insufficient data"
-    NUMERIC = "numeric change"  # a step in a run's numbers, not its time (runner.report.history; never find_steps')
-    BUSY = "busy machine"  # a step load alone could make, beside runs measured busy (runner.report.history)
+    NUMERIC = "numeric change"  # a step in a run's numbers, not its time (runner.history.build; never find_steps')
+    BUSY = "busy machine"  # a step load alone could make, beside runs measured busy (runner.history.build)
 
 
 @dataclass(frozen=True)
@@ -130,7 +130,7 @@ class Step:
     high: float
     label: Label
     p_value: float = math.nan  # the chance of so large a step in its part where it has none (_p_value); NaN: none
-    q_value: float = math.nan  # its p-value adjusted over a store's cases (runner.report.history.control_fdr)
+    q_value: float = math.nan  # its p-value adjusted over a store's cases (runner.history.build.control_fdr)
     significant: bool = True  # False: its q-value is above the store's false-discovery rate: shown, no alert
 
 

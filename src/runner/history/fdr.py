@@ -1,14 +1,14 @@
 """A store's steps held to a false-discovery rate together (runner history --fdr): each step's p-value (the
-detector's own test, runner.report.steps) adjusted by Benjamini-Hochberg over every series but the controls, and what
-that says of the steps kept. runner.report.history's docstring says why."""
+detector's own test, runner.history.steps) adjusted by Benjamini-Hochberg over every series but the controls, and what
+that says of the steps kept. runner.history.build's docstring says why."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import replace
 
-from runner.report.history_series import History
-from runner.report.steps import MIN_POINTS, Step
+from runner.history.series import History
+from runner.history.steps import MIN_POINTS, Step
 
 DEFAULT_FDR = 0.05  # runner history --fdr: the false-discovery rate a store's steps are held to
 

@@ -1,6 +1,6 @@
 """Where a series' levels change (asv's approach, its own code): the partition of a part of the series into constant
 levels that minimises the weighted L1 distance of its log times from each level's weighted median, plus a penalty per
-step, found exactly by dynamic programming; runner.report.steps sets the weights and the penalty, and tests each step.
+step, found exactly by dynamic programming; runner.history.steps sets the weights and the penalty, and tests each step.
 
 L1 rather than squares: a single slow run among its neighbours (a busy machine; a 29% move between two sweeps in
 BENCHMARKS.md's A/A apart) moves no median, and as the first and last levels must have MIN_SEGMENT points (the

@@ -9,13 +9,13 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
+from runner.history.build import History, describe_number, describe_step
+from runner.history.gaps import Gapped
+from runner.history.numbers import format_number
+from runner.history.series import NUMBERS, Entry
+from runner.history.steps import Label
 from runner.measure.machine_load import BUSY_OTHER_RUNNABLE
 from runner.record.table import format_seconds
-from runner.report.history import History, describe_number, describe_step
-from runner.report.history_gaps import Gapped
-from runner.report.history_numbers import format_number
-from runner.report.history_series import NUMBERS, Entry
-from runner.report.steps import Label
 from runner.tracking.store import MODEL_TRAINING
 
 SHADES = {

@@ -10,9 +10,9 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from datetime import UTC, datetime
 
-from runner.report.history_gaps import Gapped
-from runner.report.history_series import History
-from runner.report.steps import Step
+from runner.history.gaps import Gapped
+from runner.history.series import History
+from runner.history.steps import Step
 
 
 def to_json(histories: list[History], gapped: Sequence[Gapped] = ()) -> str:

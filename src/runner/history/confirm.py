@@ -27,9 +27,9 @@ from pathlib import Path
 
 import numpy as np
 
+from runner.history.build import History
+from runner.history.steps import Step
 from runner.locations import PROJECT_ROOT, output_root
-from runner.report.history import History
-from runner.report.steps import Step
 
 CONFIRMS_TAG = "history.confirms"  # on a re-run: the run whose step it was made to check
 CONFIRMED_TAG = "history.confirmed"  # on the flagged run: 'yes: ...' or 'no: ...'

@@ -1,5 +1,5 @@
 """One case's series on one machine, as `runner history` holds it: each run an Entry (its typical time, its control's,
-its numbers), the History of them with the steps found (runner.report.history builds it)."""
+its numbers), the History of them with the steps found (runner.history.build builds it)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from runner.history.steps import Point, Step
 from runner.report.comparison import apart_interval, relative_interval
-from runner.report.steps import Point, Step
 
 # The numbers a run records against its float64 reference, fitted as its times are, and how a line names them.
 NUMBERS = {
@@ -35,7 +35,7 @@ class Entry:
     busy: float = 0.0  # other runnable threads while it was timed, on average (machine_other_runnable)
     sweep: str = ""  # the sweep it was measured in (its MLflow parent run or folder): its replicates there, one point
     experiment_id: str = ""  # its MLflow experiment ('' read from a folder): its page's link names it
-    figures: dict[str, float] = field(default_factory=dict)  # its other figures (history_figures.FIGURES) recorded
+    figures: dict[str, float] = field(default_factory=dict)  # its other figures (figures.FIGURES) recorded
 
     def point(self, relative: bool = False) -> Point:
         """Its typical time as a run of the series, or its ratio to its control (`relative`): measured in the same
@@ -71,7 +71,7 @@ class History:
     is_control: bool = False  # the control of other series: its steps are the machine's, no gate fails on them
     raw_steps: list[Step] = field(default_factory=list)  # where relative: the steps of the times themselves
     numbers: dict[str, list[Step]] = field(default_factory=dict)  # per metric of NUMBERS it has: its NUMERIC steps
-    figures: dict[str, list[Step]] = field(default_factory=dict)  # per figure of history_figures.FIGURES: its steps
+    figures: dict[str, list[Step]] = field(default_factory=dict)  # per figure of figures.FIGURES: its steps
 
     @property
     def relative(self) -> bool:

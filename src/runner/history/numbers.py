@@ -1,5 +1,5 @@
 """Numbers over time: each run's error against its float64 reference and the tokens that differ from the reference's,
-as series fitted by the same detector as the times (runner.report.steps); a step there is a NUMERIC change."""
+as series fitted by the same detector as the times (runner.history.steps); a step there is a NUMERIC change."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from dataclasses import replace
 
 import numpy as np
 
-from runner.report.history_series import NUMBERS, Entry, History, either_side
-from runner.report.steps import Label, Step, find_steps
+from runner.history.series import NUMBERS, Entry, History, either_side
+from runner.history.steps import Label, Step, find_steps
 
 # The least factor by which a metric must move to be a numeric change: the error of another, equally careful order
 # of the same sums (a new kernel, another blocking) moves by less, and a gate that fails on that gets switched off.

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -209,3 +210,25 @@ def test_runs_in_other_environments_share_the_setup_of_the_runners_own():
 def test_the_runners_own_environment_is_a_configuration_of_its_own_beside_others():
     found = _two_releases({"own": 100e-6, "2.13.0+cpu": 110e-6})
     assert [p.label for p in found] == ["with=[]", "with=['torch==2.13.0+cpu']"]
+
+
+@pytest.mark.heavy
+def test_a_users_interpreter_takes_a_release_over_its_own_packages(tmp_path, wheels, cache):
+    """environment.python with environment.with: the release is laid over the user's interpreter, not the runner's."""
+    user = tmp_path / "user"
+    made = subprocess.run([environments._uv(), "venv", "-q", str(user)], capture_output=True, text=True, check=False)
+    assert made.returncode == 0, made.stderr
+    purelib = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    own = subprocess.run([sys.executable, "-c", purelib], capture_output=True, text=True, check=True).stdout.strip()
+    theirs = subprocess.run([user / "bin" / "python", "-c", purelib], capture_output=True, text=True, check=True)
+    Path(theirs.stdout.strip(), "what_the_job_needs.pth").write_text(f"{own}\n{PROJECT_ROOT / 'src'}\n")
+    asked = [f"environment.python={user / 'bin' / 'python'}", "environment.with='plantpkg==2.0'"]
+    out = _sweep(tmp_path / "sweep", cache, *asked, f"environment.find_links={wheels}")
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert f"over {user / 'bin' / 'python'})" in out.stderr  # built over the user's interpreter
+    env = json.loads((tmp_path / "sweep" / "0" / "result.json").read_text())["environment"]
+    assert env["plant_release"] == "2.0" and env["plant_layers"] == "200"
+    # uv lists no package a .pth file lends, so the runner's pinned set is laid over the bare venv beside the release
+    changes = env["python_environment_changes"].split(", ")
+    assert "plantpkg — → 2.0" in changes and f"numpy — → {np.__version__}" in changes
+    assert env["python_environment_python"].startswith(cache[environments.CACHE_VARIABLE])

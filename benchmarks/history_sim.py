@@ -69,7 +69,10 @@ BEGIN, END = "<!-- history-sim:begin -->", "<!-- history-sim:end -->"
 CHOICE = ("<!-- history-choice:begin -->", "<!-- history-choice:end -->")  # the prose after the table: kept as written
 from parity import replace_section  # noqa: E402
 
-from runner.history.build import Entry, History, build, control_fdr, failing_steps, recent  # noqa: E402
+from runner.history.build import build  # noqa: E402
+from runner.history.fdr import control_fdr  # noqa: E402
+from runner.history.gate import failing_steps, recent  # noqa: E402
+from runner.history.series import Entry, History  # noqa: E402
 from runner.history.steps import Label, Point, Step, find_steps  # noqa: E402
 from runner.record.table import markdown  # noqa: E402
 from runner.report.ratio import APART_SD, PROCESS_SD  # noqa: E402

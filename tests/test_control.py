@@ -135,6 +135,8 @@ def test_a_load_the_control_cannot_cancel_fails_no_gate_where_its_runs_were_meas
     nightly gate reads it (--new-within 3), relative to the control, no step fails the gate: a step beside runs
     measured busy is 'busy machine'. The same times without the load recorded fail it."""
     from runner.history import build as history
+    from runner.history import describe
+    from runner.history.gate import failing, recent
 
     rng = np.random.default_rng(4)
     loaded = range(8, 11)
@@ -150,11 +152,11 @@ def test_a_load_the_control_cannot_cancel_fails_no_gate_where_its_runs_were_meas
 
     def gate(nights: int, recorded: bool) -> list[str]:
         histories = history.build(store(nights, recorded), controls={"case": "control"}, fdr=None)
-        return history.failing(history.recent(histories, 3), {"regression", "improvement"})
+        return failing(recent(histories, 3), {"regression", "improvement"})
 
     assert all(gate(nights, recorded=True) == [] for nights in range(9, 15))
     loaded_now = history.build(store(10, recorded=True), controls={"case": "control"}, fdr=None)[0]
     assert [(s.index, s.label) for s in loaded_now.steps] == [(8, Label.BUSY)]
-    said = history.describe_step(loaded_now, loaded_now.steps[0])
+    said = describe.describe_step(loaded_now, loaded_now.steps[0])
     assert said.startswith("busy machine: 1.9") and said.endswith("beside runs measured busy: load alone makes as much")
     assert any(gate(nights, recorded=False) for nights in range(9, 15))

@@ -14,6 +14,7 @@ from helpers import made_store, runner_cli, runner_main
 
 from runner import identity, tracking
 from runner.history import build as history
+from runner.history import describe, gate
 from runner.identity import Key
 from runner.record import naming
 from runner.record.result import Result, Status
@@ -125,7 +126,7 @@ def test_history_finds_the_slowdown_at_the_run_it_started(slowed, tmp_path):
 
 
 def test_a_sweep_that_measured_the_slowdown_says_so_in_its_closing_lines(slowed):
-    from runner.history.build import regressed_here
+    from runner.history.store import regressed_here
 
     uri, ids = slowed
     store = Path(uri.removeprefix("sqlite:///")).parent
@@ -264,7 +265,7 @@ def test_the_issue_81_store_of_12_sweeps_of_two_seeds_fails_the_gate_at_its_7th_
         "regression",
         True,
     )
-    assert step.p_value < 0.01 and [h.case for h, _ in history.failing_steps([found], {"regression"})] == ["case"]
+    assert step.p_value < 0.01 and [h.case for h, _ in gate.failing_steps([found], {"regression"})] == ["case"]
 
 
 def test_three_sweeps_of_two_seeds_are_three_points_too_few_to_tell():
@@ -274,8 +275,8 @@ def test_three_sweeps_of_two_seeds_are_three_points_too_few_to_tell():
     ]
     (found,) = history.build(entries)
     (step,) = found.steps
-    assert history.describe_step(found, step).startswith("insufficient data: 6 runs in 3 sweeps since ")
-    assert history.describe_step(found, step).endswith(", 4 sweeps tell a step")
+    assert describe.describe_step(found, step).startswith("insufficient data: 6 runs in 3 sweeps since ")
+    assert describe.describe_step(found, step).endswith(", 4 sweeps tell a step")
 
 
 def test_a_history_page_says_what_decided_it_and_the_index_is_in_the_order_it_says(tmp_path):

@@ -10,7 +10,7 @@ import pytest
 from helpers import FAST_TIMING, made_store, run_cli, runner_main
 
 from runner.history import confirm
-from runner.history.build import Entry, History
+from runner.history.series import Entry, History
 from runner.history.steps import Label, Step
 
 PLUGIN = Path(__file__).parent / "plugin"

@@ -14,8 +14,11 @@ import pytest
 from helpers import FAST_TIMING, made_store, run_cli, runner_main
 
 from runner.history import build as history
-from runner.history import markdown
-from runner.history.build import Entry, History, build, describe_number, fdr_summary
+from runner.history import describe, gate, markdown
+from runner.history.build import build
+from runner.history.describe import describe_number
+from runner.history.fdr import fdr_summary
+from runner.history.series import Entry, History
 from runner.history.steps import Label, Point, find_steps
 from runner.report.ratio import APART_SD, PROCESS_SD
 
@@ -74,7 +77,7 @@ def test_the_false_discovery_line_says_what_benjamini_hochberg_holds():
     assert dropped > 0 and all(s.label != Label.INSUFFICIENT for h in histories for s in h.steps)
     quiet = [h for h in histories if int(h.case[4:]) < QUIET and h.steps]
     assert all(not s.significant and s.q_value > 0.05 for h in quiet for s in h.steps)  # shown, but no alert
-    assert "not significant across the store (q " in history.describe_step(quiet[0], quiet[0].steps[0])
+    assert "not significant across the store (q " in describe.describe_step(quiet[0], quiet[0].steps[0])
 
 
 def test_a_step_p_value_is_small_for_a_real_step_and_rarely_small_in_noise():
@@ -122,10 +125,10 @@ def test_numbers_that_change_from_the_7th_run_are_a_numeric_change_named_with_th
     assert said.startswith("numeric change: max rel err vs float64 2.1e-07 → 8.4e-07 from run night06 (")
     assert said.endswith("; numpy 2.3.5 @ aaaaaaaaaa → numpy 2.4.0 @ bbbbbbbbbb)")
     assert "tokens differing from float64's 0 → 2 from run night06" in describe_number(h, "tokens_differ", tokens)
-    assert history.failing([h], history.fail_labels("numeric")) == [
+    assert gate.failing([h], gate.fail_labels("numeric")) == [
         f"generate | greedy: {describe_number(h, name, s)}" for name, (s,) in h.numbers.items()
     ]
-    assert history.failing([h], history.fail_labels("regression")) == []
+    assert gate.failing([h], gate.fail_labels("regression")) == []
 
 
 def test_the_html_pages_say_a_numeric_change_and_give_each_runs_numbers(tmp_path):
@@ -139,7 +142,7 @@ def test_the_html_pages_say_a_numeric_change_and_give_each_runs_numbers(tmp_path
     assert said in index and said in page
     assert "<th>max rel err vs float64</th>" in page and "<td>8.4e-07</td>" in page
     assert "<th>tokens differing from float64&#x27;s</th>" in page
-    assert history.verdict(h) == f"no step in 12 runs; {describe_number(h, 'max_rel_err_vs_reference', error)}; " + (
+    assert describe.verdict(h) == f"no step in 12 runs; {describe_number(h, 'max_rel_err_vs_reference', error)}; " + (
         describe_number(h, "tokens_differ", h.numbers["tokens_differ"][0])
     )
 
@@ -162,7 +165,7 @@ def test_an_error_that_moves_less_than_twofold_is_no_numeric_change_and_every_to
     (doubled,) = build(_numbers([1.86e-7] * 6 + [3.72e-7] * 6))
     (a_token,) = build(_numbers([2e-7] * 12, tokens=[3.0] * 6 + [4.0] * 6))
     assert reordered.numbers == {"max_rel_err_vs_reference": []}
-    assert history.failing([reordered], history.fail_labels("numeric")) == []
+    assert gate.failing([reordered], gate.fail_labels("numeric")) == []
     assert [s.index for s in doubled.numbers["max_rel_err_vs_reference"]] == [6]
     assert a_token.numbers["max_rel_err_vs_reference"] == [] and [
         s.index for s in a_token.numbers["tokens_differ"]
@@ -178,16 +181,10 @@ def test_a_run_compared_with_its_reference_without_an_error_in_mlflow_was_exact(
 
 
 def test_fail_on_takes_a_label_by_its_first_word():
-    assert history.fail_labels("numeric,regression") == {"numeric change", "regression"}
-    assert history.fail_labels("numeric change") == {"numeric change"}
+    assert gate.fail_labels("numeric,regression") == {"numeric change", "regression"}
+    assert gate.fail_labels("numeric change") == {"numeric change"}
     with pytest.raises(LookupError, match="--fail-on numbers: numbers is no label"):
-        history.fail_labels("numbers")
-
-
-def test_the_confirmed_tag_is_the_one_confirm_writes():
-    from runner.history import confirm
-
-    assert history.CONFIRMED_TAG == confirm.CONFIRMED_TAG
+        gate.fail_labels("numbers")
 
 
 CHAIN = ["model=chain", "model.features=64", "task=inference", "backend=numpy", "threads=1", "batch_size=8"]
@@ -295,7 +292,7 @@ def test_the_markdown_comment_has_a_verdict_a_table_with_the_alerts_first_and_th
     histories = _comment_histories()
     weak = next(h for h in histories if h.case == "weak")
     assert weak.steps and not weak.steps[0].significant  # a 6% step, alone it would alert: not across 45 series
-    text = markdown.comment(histories, 0.05, history.fail_labels("regression,numeric"))
+    text = markdown.comment(histories, 0.05, gate.fail_labels("regression,numeric"))
     lines = text.splitlines()
     assert lines[0] == "### runner history: ❌ fails `--fail-on numeric,regression`: 2 alerts in 45 series"
     assert lines[2].startswith("45 series (a case on a machine): 2 steps significant at a false-discovery rate of 5%")

@@ -154,135 +154,57 @@ def _history_parser(commands, uri_help: str) -> None:
 
 def _history(args: argparse.Namespace) -> int:
     from runner import tracking
-    from runner.history import as_json, markdown, page
-    from runner.history import build as history
+    from runner.history import as_json, describe, gate, markdown, page, store
 
     uri = args.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
     if args.mark:
-        return _mark(uri, args.mark, args.why)
+        print(store.mark(uri, args.mark, args.why))
+        return 0
     labels = _history_checked(args)
     if args.html:
         writable_folder(args.html, "--html")
-    uri, found, gapped = _histories(args, uri)
-    confirmed = None
-    gated = history.recent(found, args.new_within)
+    uri = "" if args.dirs else uri or _project_store()
+    query = store.Query(args.experiment, args.case, args.machine, args.by_host, args.fdr, args.missing_after)
+    found, gapped = store.histories(uri, args.dirs, query)
+    if args.record and uri:
+        store.record(uri, found)
+    gated, confirmed = gate.recent(found, args.new_within), None
     if args.confirm and args.markdown:  # the re-runs first, so that the comment says what they found
-        flagged = history.failing_steps(gated, labels)
-        confirmed = _confirmed(uri, flagged)
-        history.read_confirmations(uri, [h for h, _ in flagged])
+        confirmed = gate.confirmed_steps(uri, gated, labels)
+        for line in confirmed.lines:
+            print(line, file=sys.stderr)
     if args.json:
         print(as_json.to_json(found, gapped))
     elif args.markdown:
         print(markdown.comment(found, args.fdr, labels, args.confirm, args.new_within))
         print("".join(f"\n- {markdown.cell(g.line())}" for g in gapped))
     else:
-        print("\n".join([*history.lines(found, args.fdr), *(g.line() for g in gapped)]))
+        print("\n".join([*describe.lines(found, args.fdr), *(g.line() for g in gapped)]))
     aside = sys.stderr if args.json or args.markdown else sys.stdout
     if args.html:
-        index = page.write(found, args.html, None if args.dirs else tracking.ui_base(uri), gapped)
-        print(f"wrote {index}", file=aside)
-        if args.record and not args.dirs:
-            _log_history_pages(found, args.html, uri, aside)
-    gaps_failing = [g.line() for g in gapped if str(g.gap) in labels]
-    for line in gaps_failing:
-        print(f"failing: {line}", file=sys.stderr)
-    return max(_gate(uri, gated, labels, args.confirm, confirmed), int(bool(gaps_failing)))
-
-
-def _mark(uri: str | None, run_id: str, why: str | None) -> int:
-    """--mark RUN_ID --why TEXT: a known change at this run."""
-    from runner import tracking
-    from runner.history import build as history
-
-    if not uri:
-        raise LookupError("--mark needs --tracking-uri (or MLFLOW_TRACKING_URI)")
-    why = why or "known change"
-    tracking.set_tags(uri, run_id, {history.CHANGE_TAG: why})
-    print(f"marked run {run_id}: {why} (no alert at it; the series before and after are fitted apart)")
-    return 0
+        print(f"wrote {page.write(found, args.html, tracking.ui_base(uri) if uri else None, gapped)}", file=aside)
+        if args.record and uri:
+            print(store.log_pages(uri, found, args.html), file=aside)
+    judged = gate.judged(uri, gated, gapped, labels, args.confirm, confirmed)
+    for line in judged.lines:
+        print(line, file=sys.stderr)
+    return judged.status
 
 
 def _history_checked(args: argparse.Namespace) -> set[str]:
     """The options that go together, checked before anything is read: --fail-on's labels."""
-    from runner.history import build as history
+    from runner.history import gate
 
     if args.why is not None:
         raise LookupError("--why says what changed at the run --mark names: give --mark RUN_ID too")
     if not 0 < args.fdr < 1:
         raise LookupError(f"--fdr must be in (0, 1), not {args.fdr:g}: the share of alerts allowed to be false (0.05)")
-    labels = history.fail_labels(args.fail_on)
+    labels = gate.fail_labels(args.fail_on)
     if args.new_within is not None and args.new_within < 1:
         raise LookupError(f"--new-within must be a number of runs, 1 or more, not {args.new_within}")
     if args.confirm and (not labels or args.dirs):
         raise LookupError("--confirm runs the cases --fail-on flags again into MLflow: give --fail-on LABELS, no DIR")
     return labels
-
-
-def _histories(args: argparse.Namespace, uri: str | None) -> tuple[str, list, list]:
-    """(the store read, '' for directories; the histories found there; the cases whose newest runs failed or that
-    stopped appearing); with --record, each newest run tagged with its verdict (a read writes nothing: a read-only
-    user of a team's server reads a history too)."""
-    from runner import tracking
-    from runner.history import build as history
-    from runner.history import gaps
-
-    if args.dirs:
-        ran = [run for path in args.dirs for run in _runs(path)]
-        found = history.from_runs(ran, args.by_host, fdr=args.fdr)
-    else:
-        uri = uri or _project_store()
-        measured = tracking.history_runs(uri, args.experiment, args.case, args.machine)
-        ran = measured + tracking.history_runs(uri, args.experiment, args.case, args.machine, status="FAILED")
-        control_cases = {r.tags[history.CONTROL_TAG] for r in measured if r.tags.get(history.CONTROL_TAG)}
-        controls = [r for case in sorted(control_cases) for r in tracking.history_runs(uri, None, case)]
-        found = history.from_runs(measured, args.by_host, controls, args.fdr)
-        for h in found if args.record else []:
-            tracking.set_tags(uri, h.entries[-1].run_id, {"history.verdict": history.verdict(h)})
-    gapped = gaps.gaps(ran, args.missing_after)
-    if not found and not gapped:
-        raise LookupError("no finished run with a case and a typical time there")
-    return uri or "", found, gapped
-
-
-def _gate(uri: str, gated: list, labels: set[str], confirm: bool, confirmed: int | None) -> int:
-    """--fail-on's exit status, each failing step on stderr; with --confirm, each flagged case run again first."""
-    from runner.history import build as history
-
-    if confirm:
-        confirmed = _confirmed(uri, history.failing_steps(gated, labels)) if confirmed is None else confirmed
-        numeric = history.failing_numbers(gated, labels)
-        for line in numeric:
-            print(f"failing: {line}", file=sys.stderr)
-        return 1 if numeric else confirmed
-    failing = history.failing(gated, labels)
-    for line in failing:
-        print(f"failing: {line}", file=sys.stderr)
-    return 1 if failing else 0
-
-
-def _confirmed(uri: str, flagged: list) -> int:
-    """--confirm: each flagged case run again (runner.history.confirm); exit 1 only where a step stands."""
-    from runner.history.build import describe_step
-    from runner.history.confirm import confirm
-
-    said = confirm(uri, flagged)
-    steps = [(h, s) for h, found in flagged for s in found]
-    for (h, step), confirmation in zip(steps, said, strict=True):
-        word = "failing" if confirmation.stands else "flagged"
-        print(f"{word}: {h.case_name}: {describe_step(h, step)}; {confirmation.line()}", file=sys.stderr)
-    return 1 if any(c.stands for c in said) else 0
-
-
-def _log_history_pages(found: list, folder: Path, uri: str, out) -> None:
-    """Each case's page (and its plot) as artifacts of the case's newest run, under `history/`, where a person
-    looking at the runs finds them, beside the run's `history.verdict` tag."""
-    from runner import tracking
-    from runner.history import page
-
-    for h in found:
-        name = page.page_name(h)
-        tracking.log_files(uri, h.entries[-1].run_id, [folder / f"{name}.html", folder / f"{name}.png"], "history")
-    print("logged each case's page to its newest run in MLflow (artifacts: history/)", file=out)
 
 
 def writable_folder(path: Path, option: str) -> None:
@@ -308,16 +230,6 @@ def _project_store() -> str:
         f"runs of {path} (run.py's default store; --tracking-uri or MLFLOW_TRACKING_URI for another)", file=sys.stderr
     )
     return f"sqlite:///{path}"
-
-
-def _runs(path: Path) -> list:
-    """The runs in a folder: a run's, a sweep's, or any below it (outputs/, outputs/multirun/2026-11-28/)."""
-    from runner.record import runs
-    from runner.record.result import RESULT_FILE
-
-    if not path.is_dir():
-        raise FileNotFoundError(f"{path} is not a directory")
-    return runs.from_dirs(sorted(p.parent for p in path.rglob(RESULT_FILE)))
 
 
 def _report(args: argparse.Namespace) -> int:

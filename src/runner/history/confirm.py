@@ -22,17 +22,16 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
-from runner.history.build import History
+from runner.history.series import History
 from runner.history.steps import Step
+from runner.history.tags import CONFIRMED_TAG, CONFIRMS_TAG
 from runner.locations import PROJECT_ROOT, output_root
 
-CONFIRMS_TAG = "history.confirms"  # on a re-run: the run whose step it was made to check
-CONFIRMED_TAG = "history.confirmed"  # on the flagged run: 'yes: ...' or 'no: ...'
 OWN_KEYS = ("tracking.uri", "tracking.experiment", "hydra.sweep.", "hydra.run.")  # the re-run's own, not the record's
 SEARCHPATH = "hydra.searchpath="  # configs of one's own (a model of one's own): the re-run finds them as the run did
 
@@ -69,7 +68,8 @@ class Confirmation:
 
 def confirm(uri: str, flagged: list[tuple[History, list[Step]]], out=sys.stderr) -> list[Confirmation]:
     """Re-run each flagged case's newest run once and say whether it confirms each of its flagged steps (see the
-    module's docstring), each re-run's progress on `out`; the record tagged as it says."""
+    module's docstring), each re-run's progress on `out`; the record tagged as it says, and each flagged history's
+    newest run given the word its tag holds."""
     from runner import tracking
 
     found = []
@@ -85,7 +85,9 @@ def confirm(uri: str, flagged: list[tuple[History, list[Step]]], out=sys.stderr)
         if rerun:
             tracking.set_tags(uri, rerun, {CONFIRMS_TAG: newest})
         said = "; ".join(c.line() for c in found[-len(steps) :])
-        tracking.set_tags(uri, newest, {CONFIRMED_TAG: f"{'yes' if found[-1].stands else 'no'}: {said}"})
+        word = f"{'yes' if found[-1].stands else 'no'}: {said}"
+        tracking.set_tags(uri, newest, {CONFIRMED_TAG: word})
+        history.entries[-1] = replace(history.entries[-1], confirmed=word)  # as the store holds it now
     return found
 
 

@@ -13,7 +13,10 @@ import math
 import re
 from dataclasses import dataclass
 
-from runner.history.build import NUMBERS, History, fdr_summary, format_number, number_levels, recent
+from runner.history.fdr import fdr_summary
+from runner.history.gate import recent
+from runner.history.numbers import format_number, number_levels
+from runner.history.series import NUMBERS, History
 from runner.history.steps import Label, Step
 from runner.record.table import format_interval, format_ratio, format_seconds
 

@@ -9,10 +9,10 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
-from runner.history.build import History, describe_number, describe_step
+from runner.history.describe import describe_number, describe_step
 from runner.history.gaps import Gapped
 from runner.history.numbers import format_number
-from runner.history.series import NUMBERS, Entry
+from runner.history.series import NUMBERS, Entry, History
 from runner.history.steps import Label
 from runner.measure.machine_load import BUSY_OTHER_RUNNABLE
 from runner.record.table import format_seconds

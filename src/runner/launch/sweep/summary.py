@@ -144,7 +144,7 @@ def _log_warnings(frame) -> None:
 
 def _print_history(frame, sweep_dir: Path) -> None:
     """A line for each case this sweep measured whose history on this machine steps up at this sweep's runs."""
-    from runner.history.build import regressed_here
+    from runner.history.store import regressed_here
 
     uri = read_sweep_file(sweep_dir).get("uri")
     if not uri or "run_dir" not in frame:

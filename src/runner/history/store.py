@@ -1,0 +1,112 @@
+"""`runner history`'s reads and writes of a store: the histories read from MLflow (or run folders), each read leaving
+the store as it was; what is written only where a write is asked for: a known change marked (--mark), the verdicts and
+pages recorded (--record); and a sweep's closing lines on the steps its runs started."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from runner.history.build import from_runs
+from runner.history.describe import describe_step, verdict
+from runner.history.fdr import DEFAULT_FDR
+from runner.history.gaps import MISSING_AFTER, Gapped, gaps
+from runner.history.page import page_name
+from runner.history.series import History
+from runner.history.steps import Label
+from runner.history.tags import CHANGE_TAG, CONTROL_TAG, VERDICT_TAG
+from runner.record.result import RESULT_FILE
+from runner.record.runs import from_dirs
+
+
+@dataclass(frozen=True)
+class Query:
+    """Which runs make the histories, and how they are held (runner history's options)."""
+
+    experiment: str | None = None
+    case: str | None = None
+    machine: str | None = None
+    by_host: bool = False  # a series per host too
+    fdr: float = DEFAULT_FDR
+    missing_after: int = MISSING_AFTER
+
+
+def histories(uri: str, dirs: list[Path], query: Query) -> tuple[list[History], list[Gapped]]:
+    """The histories of the runs in `dirs` (run or sweep folders, or any folder above them), or else of the store
+    `uri`, and the cases whose newest runs failed or that stopped appearing (runner.history.gaps). Nothing is
+    written: a read-only user of a team's server reads a history too."""
+    from runner import tracking
+
+    if dirs:
+        ran = [run for path in dirs for run in _runs(path)]
+        found = from_runs(ran, query.by_host, fdr=query.fdr)
+    else:
+        measured = tracking.history_runs(uri, query.experiment, query.case, query.machine)
+        failed = tracking.history_runs(uri, query.experiment, query.case, query.machine, status="FAILED")
+        ran = measured + failed
+        control_cases = {r.tags[CONTROL_TAG] for r in measured if r.tags.get(CONTROL_TAG)}
+        controls = [r for case in sorted(control_cases) for r in tracking.history_runs(uri, None, case)]
+        found = from_runs(measured, query.by_host, controls, query.fdr)
+    gapped = gaps(ran, query.missing_after)
+    if not found and not gapped:
+        raise LookupError("no finished run with a case and a typical time there")
+    return found, gapped
+
+
+def _runs(path: Path) -> list:
+    """The runs in a folder: a run's, a sweep's, or any below it (outputs/, outputs/multirun/2026-11-28/)."""
+    if not path.is_dir():
+        raise FileNotFoundError(f"{path} is not a directory")
+    return from_dirs(sorted(p.parent for p in path.rglob(RESULT_FILE)))
+
+
+def mark(uri: str | None, run_id: str, why: str | None) -> str:
+    """--mark RUN_ID --why TEXT: a known change at this run (the one write a curator asks for), said in a line."""
+    from runner import tracking
+
+    if not uri:
+        raise LookupError("--mark needs --tracking-uri (or MLFLOW_TRACKING_URI)")
+    why = why or "known change"
+    tracking.set_tags(uri, run_id, {CHANGE_TAG: why})
+    return f"marked run {run_id}: {why} (no alert at it; the series before and after are fitted apart)"
+
+
+def record(uri: str, found: list[History]) -> None:
+    """--record: each case's newest run tagged with its history's verdict (VERDICT_TAG), for the MLflow UI."""
+    from runner import tracking
+
+    for h in found:
+        tracking.set_tags(uri, h.entries[-1].run_id, {VERDICT_TAG: verdict(h)})
+
+
+def log_pages(uri: str, found: list[History], folder: Path) -> str:
+    """--record with --html: each case's page (and its plot), written into `folder`, as artifacts of the case's newest
+    run under `history/`, where a person looking at the runs finds them beside its verdict; said in a line."""
+    from runner import tracking
+
+    for h in found:
+        files = [folder / f"{page_name(h)}.html", folder / f"{page_name(h)}.png"]
+        tracking.log_files(uri, h.entries[-1].run_id, files, "history")
+    return "logged each case's page to its newest run in MLflow (artifacts: history/)"
+
+
+def regressed_here(uri: str, run_dirs: list[Path]) -> list[str]:
+    """A sweep's closing lines: for each case these runs measured, on their machine, its newest step where it is a
+    regression (or suspicious) that starts at one of these runs."""
+    from runner import tracking
+
+    ours, cases = set(), set()
+    for run in from_dirs(run_dirs):
+        run_id = tracking.read_link(Path(str(run.run_dir))).get("run_id")
+        if run_id and run.timed and run.identity:
+            ours.add(run_id)
+            cases.add((run.identity.case.key, run.identity.machine.key))
+    lines = []
+    for case, machine in sorted(cases):
+        for h in from_runs(tracking.history_runs(uri, None, case, machine)):
+            step = h.newest_step()
+            if step is None or not step.significant or step.label not in (Label.REGRESSION, Label.SUSPICIOUS):
+                continue
+            if h.entries[step.index].run_id in ours:
+                lines.append(f"history: {h.case_name}: {describe_step(h, step)} (runner history --case {case})")
+    return lines

@@ -131,6 +131,7 @@ READS_THE_CONFIG = {
     "runner.record.naming",  # job_spec(): the keys that copy another, read before resolving erases them
     "runner.app",  # Hydra's task function
     "runner.launch.preflight",  # the command's config composed before Hydra runs
+    "runner.launch.job_checks",  # preflight's: each job's config, a sweep's made from its first job's
     "runner.launch.single_run",  # a single run's composed config handed to Hydra's job runner
     "runner.launch.launchers",  # hydra.launcher's node: which launcher runs the sweep
     "runner.launch.local_launcher",  # Hydra's Launcher: each job's config

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from runner.config import ConfigError, check_combination
@@ -137,23 +140,178 @@ def test_a_thread_variable_that_is_no_count_is_refused_not_recorded_as_another_m
     assert not (tmp_path / "run").exists()
 
 
-@pytest.mark.parametrize(
-    ("overrides", "expected"),
-    [
-        (["model=matmul", "task=inference", "model.n=-5"], "model.n=-5: must be a positive integer"),
-        (["model=llama", "task=generate", "model.heads=3"], "model.d_model=64 is not divisible by model.heads=3"),
-        (["model=mlp", "data=image"], "data=image feeds images: it needs an image model"),
-    ],
+LONG = "y" * 300
+PROMPT_LENGTHS = (
+    "a list of one or more prompt lengths, each 1 .. model.prompt_len (e.g. [16,3,9]), or null for every prompt "
+    "model.prompt_len tokens"
 )
-def test_a_setting_only_the_config_can_refuse_is_refused_before_any_framework_loads(cli, tmp_path, overrides, expected):
-    """Issue 79: 43 of 350 refusals came 3-8 s late, after the framework loaded, each leaving a run folder and a
-    FAILED run. A workload built without a framework (Workload.builds_without_framework) checks its settings in
-    preflight: one line, exit 2, no framework imported (PYTHONIMPORTTIME), nothing written."""
-    run_dir = tmp_path / "run"
-    timed = {"PYTHONIMPORTTIME": "1"}
-    result = cli("backend=torch", *overrides, "tracking=none", f"hydra.run.dir={run_dir}", env=timed)
-    assert result.returncode == 2 and expected in result.stderr
+# Each kind of refusal that needs only the config, as issue 79's fuzz found them late (after the framework loaded, a
+# run folder and a FAILED run written) or as a traceback: the overrides, the environment, the one line ({out}: the
+# output folder, {ck}: a checkpoint folder whose config.json is made from `checkpoint` below).
+REFUSALS = {
+    "model size": (["model=matmul", "task=inference", "model.n=-5"], {}, "model.n=-5: must be a positive integer"),
+    "model heads": (["model=llama", "task=generate", "model.heads=3"], {},
+                    "model.d_model=64 is not divisible by model.heads=3: each head takes d_model / heads features"),
+    "data fit": (["model=mlp", "data=image"], {},
+                 "data=image feeds images: it needs an image model (alexnet, resnet*, cyclegan)"),
+    "task size": (["model=llama", "task=generate", "task.new_tokens=0"], {},
+                  "task.new_tokens=0: must be a positive integer"),
+    "prompt lengths text": (["model=llama", "task=generate", "task.prompt_lengths='123'"], {},
+                            f"task.prompt_lengths='123': {PROMPT_LENGTHS}"),
+    "prompt lengths number": (["model=llama", "task=generate", "task.prompt_lengths=5"], {},
+                              f"task.prompt_lengths=5: {PROMPT_LENGTHS}"),
+    "prompt lengths floats": (["model=llama", "task=generate", "task.prompt_lengths=[1.5,4]"], {},
+                              f"task.prompt_lengths=[1.5, 4]: {PROMPT_LENGTHS}"),
+    "prompt lengths booleans": (["model=llama", "task=generate", "task.prompt_lengths=[true,4]"], {},
+                                f"task.prompt_lengths=[True, 4]: {PROMPT_LENGTHS}"),
+    "prompt lengths empty": (["model=llama", "task=generate", "task.prompt_lengths=[]"], {},
+                             f"task.prompt_lengths=[]: {PROMPT_LENGTHS}"),
+    "prompt lengths range": (["model=llama", "task=generate", "task.prompt_lengths=[0,4]"], {},
+                             "task.prompt_lengths=[0, 4]: each must be 1 .. model.prompt_len=16, the width the batch "
+                             "is left-padded to"),
+    "a sweep's job": (["-m", "model=matmul", "task=inference", "model.n=8,-5"], {},
+                      "job 1 (model.n=-5): model.n=-5: must be a positive integer"),
+    "a sweep's job by two values": (["-m", "model=llama", "task=generate", "dtype=float32,float64", "model.heads=4,3"],
+                                    {}, "job 1 (dtype=float32 model.heads=3): model.d_model=64 is not divisible by "
+                                    "model.heads=3: each head takes d_model / heads features"),
+    "launcher blocks": (["-m", "hydra/launcher=slurm", "hydra.launcher.blocks=0"], {},
+                        "hydra.launcher.blocks=0: the number of nodes that each run every job of the sweep, 1 or more "
+                        "(null: a node per job)"),
+    "thread variable": ([], {"OMP_NUM_THREADS": "abc"},
+                        "OMP_NUM_THREADS=abc: a number of threads, 1 or more (OpenMP's nested form: 4,2), or unset"),
+    "checkpoint type": (["model=llama", "task=generate", "model.weights={ck}"], {"hidden_size": "64"},
+                        '{ck}/config.json: hidden_size="64" must be a positive integer'),
+    "checkpoint value": (["model=llama", "task=generate", "model.weights={ck}"], {"num_key_value_heads": 0},
+                         "{ck}/config.json: num_key_value_heads=0 must be a positive integer or null"),
+    "checkpoint eps": (["model=llama", "task=generate", "model.weights={ck}"], {"rms_norm_eps": float("nan")},
+                       "{ck}/config.json: rms_norm_eps=nan must be a finite number above 0"),
+    "checkpoint folder": (["model=llama", "task=generate", "model.weights={ck}"], None,
+                          "cannot read {ck}/config.json: IsADirectoryError: [Errno 21] Is a directory: "
+                          "'{ck}/config.json'"),
+    "output under /proc": (["hydra.run.dir=/proc/runner-x"], {},
+                           "hydra.run.dir=/proc/runner-x: cannot create folders in /proc (No such file or directory)"),
+    "output name too long": ([f"hydra.run.dir={{out}}/{LONG}/run"], {},
+                             f"hydra.run.dir={{out}}/{LONG}/run: the name yyyyyyyyyyyy... is 300 bytes long, and "
+                             "{out} takes names of at most 255"),
+    "store name too long": ([f"tracking.uri=sqlite:///{{out}}/{LONG}/x.db"], {},
+                            f"tracking.uri=sqlite:///{{out}}/{LONG}/x.db: File name too long"),
+}  # fmt: skip
+
+
+def refused_before_anything(cli, out: Path, argv: list[str], env: dict, expected: str) -> None:
+    """Exit 2, the one line expected (warnings aside), no framework imported (PYTHONIMPORTTIME), `out` left empty."""
+    given = {a.split("=", 1)[0] for a in argv}
+    where = [f"{key}={value}" for key, value in HERE.items() if key not in given]
+    result = cli(*argv, *[w.format(out=out) for w in where], env={**env, "PYTHONIMPORTTIME": "1"})
     lines = result.stderr.splitlines()
     imported = {line.rsplit("|", 1)[-1].strip() for line in lines if line.startswith("import time")}
-    assert not imported & {"torch", "tensorflow", "jax", "keras"}
-    assert not run_dir.exists()
+    said = [line for line in lines if line.strip() and not line.startswith(("import time", "warning: "))]
+    assert (result.returncode, said) == (2, [f"error: {expected}"]), result.stderr[-3000:]
+    assert not imported & {"torch", "tensorflow", "jax", "keras", "mlflow"}
+    assert list(out.iterdir()) == []
+
+
+HERE = {"hydra.run.dir": "{out}/run", "hydra.sweep.dir": "{out}/sweep", "tracking.uri": "sqlite:///{out}/mlflow.db"}
+
+
+@pytest.mark.parametrize("kind", sorted(REFUSALS))
+def test_each_kind_of_refusal_that_needs_only_the_config_comes_before_any_framework(cli, tmp_path, kind):
+    """Issue 79: 43 of 350 refusals came 3-8 s late, after the framework loaded, each leaving a run folder and a
+    FAILED run; others were tracebacks. Each kind is refused in preflight: one line, exit 2, no framework imported
+    (PYTHONIMPORTTIME), nothing written in the output folder (no run folder, no sweep folder, no store)."""
+    overrides, settings, expected = REFUSALS[kind]
+    out, ck = tmp_path / "out", tmp_path / "checkpoint"
+    out.mkdir()
+    (ck / "config.json").mkdir(parents=True)
+    if settings is not None and "model.weights={ck}" in overrides:
+        (ck / "config.json").rmdir()
+        config = {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4}
+        (ck / "config.json").write_text(json.dumps({**config, **settings}))
+    env = settings if "model.weights={ck}" not in overrides else {}
+    argv = ["backend=torch", *(o.format(out=out, ck=ck) for o in overrides)]
+    refused_before_anything(cli, out, argv, env or {}, expected.format(out=out, ck=ck))
+
+
+@pytest.mark.parametrize(
+    ("params", "overrides"),
+    [
+        ({}, ["backend=numpy,torch", "model.n=8,16,32", "model=matmul"]),
+        ({"seed": "0,1"}, ["backend=numpy,torch", "seed=2,3", "+x=range(1,3)", "hydra.launcher.blocks=1"]),
+        ({"model": "mlp,transformer"}, ["threads=1"]),
+    ],
+)
+def test_a_sweeps_jobs_are_those_hydras_basic_sweeper_launches_in_its_order(params, overrides):
+    """preflight checks the jobs Hydra would launch, numbered as their folders are (params first, as Hydra reads
+    them; a key typed again keeps its place)."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from runner.launch.job_checks import jobs
+
+    lines = [f"{k}={v}" for k, v in params.items()] + overrides
+    expected = BasicSweeper.split_arguments(OverridesParser.create().parse_overrides(lines), None)[0]
+    assert jobs(overrides, params) == expected and len(expected) > 1
+
+
+def test_a_sweep_whose_choices_cannot_run_together_is_left_to_run_its_other_jobs(capsys):
+    """numpy cannot run mode=function: that job is refused in its turn and recorded beside the others (docs/sweeps.md),
+    while a job's settings refuse the whole sweep before any job runs."""
+    from runner.launch import preflight
+
+    assert preflight.check_argv(["-m", "backend=numpy,torch", "mode=eager,function", "tracking=none"]) is not None
+    with pytest.raises(preflight.BadInput, match=r"^job 1 \(backend=numpy model.n=-5\): model.n=-5: must be a"):
+        preflight.check_argv(["-m", "backend=numpy,torch", "model=matmul", "task=inference", "model.n=8,-5"])
+
+
+@pytest.fixture
+def mounted(tmp_path):
+    """A tmpfs of 64 KiB mounted at tmp_path/NAME with `options` (root only): skipped where mounting is not allowed."""
+    import subprocess
+
+    made = []
+
+    def mount(name: str, options: str) -> Path:
+        point = tmp_path / name
+        point.mkdir()
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size=64k,{options}", "tmpfs", str(point)],
+                              capture_output=True)  # fmt: skip
+        if done.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+        made.append(point)
+        return point
+
+    yield mount
+    for point in made:
+        subprocess.run(["umount", str(point)], check=False)
+
+
+@pytest.mark.heavy
+@pytest.mark.parametrize("device", ["read-only", "full"])
+def test_an_output_folder_on_a_device_that_cannot_take_it_is_one_line(cli, tmp_path, mounted, device):
+    """A read-only file system (where root's access() says yes) and a full one (where a folder can still be made,
+    and Hydra's first file was a traceback, errno 28): refused in preflight, nothing written."""
+    point = mounted("device", "ro" if device == "read-only" else "rw")
+    if device == "full":
+        _fill(point)
+        expected = f"hydra.run.dir={point}/run: {point} has 0 KiB free, a run's record needs at least 1024 KiB"
+    else:
+        expected = f"hydra.run.dir={point}/run: cannot create folders in {point} (Read-only file system)"
+    before = sorted(point.iterdir())
+    out = tmp_path / "out"
+    out.mkdir()
+    refused_before_anything(cli, out, ["backend=torch", f"hydra.run.dir={point}/run"], {}, expected)
+    assert sorted(point.iterdir()) == before
+
+
+def _fill(point: Path) -> None:
+    """Write into the device until it has no byte left."""
+    import os
+
+    fd = os.open(point / "fill", os.O_WRONLY | os.O_CREAT)
+    try:
+        while os.write(fd, b"\0" * 4096):
+            pass
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

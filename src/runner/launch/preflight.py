@@ -11,8 +11,6 @@ import copy
 import os
 import re
 import sys
-import tempfile
-from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple, cast
 
@@ -21,7 +19,7 @@ from hydra.errors import MissingConfigException
 from hydra.types import RunMode
 
 from runner.config import CONFIG_DIR, ConfigError, check_values, compose, first_line
-from runner.launch import where_it_runs
+from runner.launch import job_checks, where_it_runs
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
@@ -64,6 +62,24 @@ def check(argv: list[str], config_dir: Path = CONFIG_DIR) -> Checked | None:
     base = [o.input_line for o in parsed if not _is_hydra(o.key_or_group) or o.key_or_group in HYDRA_KEYS_CHECKED]
     composed = _singles(base, parsed)
     cfg = _compose(composed, config_dir, return_hydra_config=True)  # the first job's: each sweep's first value
+    multirun = any(arg in MULTIRUN_FLAGS for arg in argv) or cfg.hydra.mode == RunMode.MULTIRUN
+    sweep = _jobs(overrides, cfg) if multirun else None
+    if sweep is None:
+        _check_values(cfg, parsed, base, config_dir)
+    _warn_unread(parsed, cfg)
+    _check_added(parsed, cfg)
+    _prepare_environments(cfg, parsed)
+    if sweep is not None:
+        _check_jobs(cfg, sweep, config_dir)
+    elif not multirun:
+        _check_combination(cfg)
+    key = "sweep" if multirun else "run"
+    check_writable(f"hydra.{key}.dir", str(cfg.hydra[key].dir))
+    return Checked(cfg, as_given=not multirun and composed == overrides)
+
+
+def _check_values(cfg: DictConfig, parsed: list, base: list[str], config_dir: Path) -> None:
+    """Each value of each sweep (a sweep Hydra expands itself, or one typed without -m) composes."""
     for override in parsed:
         if _is_hydra(override.key_or_group) or not override.is_sweep_override():
             continue
@@ -73,49 +89,50 @@ def check(argv: list[str], config_dir: Path = CONFIG_DIR) -> Checked | None:
             variant = list(base)
             variant[base.index(override.input_line)] = f"{_prefix(override)}{override.key_or_group}={value}"
             _compose(_singles(variant, parsed), config_dir)
-    _warn_unread(parsed, cfg)
-    _check_added(parsed, cfg)
-    _prepare_environments(cfg, parsed)
-    multirun = any(arg in MULTIRUN_FLAGS for arg in argv) or cfg.hydra.mode == RunMode.MULTIRUN
-    if not multirun:
-        _check_combination(cfg)
-    key = "sweep" if multirun else "run"
-    check_writable(f"hydra.{key}.dir", str(cfg.hydra[key].dir))
-    return Checked(cfg, as_given=not multirun and composed == overrides)
 
 
 def _check_combination(cfg: DictConfig) -> None:
-    """A single run's choices that cannot run together (runner.config.check_combination), refused here: before a
-    worker starts or a framework is imported, and with nothing recorded. A sweep's job is refused in its own turn
-    instead, recorded FAILED beside the others, so that the sweep's table says which job could not run and why."""
-    from runner.config import check_combination
-    from runner.record.naming import described
-
+    """A single run's choices that cannot run together (runner.config.check_combination) and its settings, refused
+    here: before a worker starts or a framework is imported, and with nothing recorded (runner.launch.job_checks)."""
     try:
-        resolved = described(cfg, strict=True)  # model.weights=FOLDER: its config.json's settings
-        check_combination(resolved)
-        _check_workload(resolved)
+        job_checks.check_single(cfg)
     except ConfigError as error:
         raise BadInput(str(error)) from None
 
 
-def _check_workload(cfg: Mapping) -> None:
-    """The model's own settings (model.heads=3 beside d_model 64, model.n=-5) and its data's fit (data=image with
-    model=mlp), checked by building the workload where that imports no framework (Workload.builds_without_framework):
-    refused in a second, not after the framework loaded and a FAILED run was written."""
-    from runner.config import class_named
-    from runner.measure.data import check_source
-    from runner.models import build_workload
+def _jobs(overrides: list[str], cfg: DictConfig) -> list[list[str]] | None:
+    """A sweep's jobs as Hydra's basic sweeper makes them (the overrides preflight composes: Hydra's own settings
+    left to Hydra); None where another sweeper chooses the jobs (Optuna's, as it goes), or Hydra expands the sweep."""
+    if cfg.hydra.sweeper.get("_target_") != job_checks.BASIC_SWEEPER:
+        return None
+    every = job_checks.jobs(overrides, cfg.hydra.sweeper.get("params"))
+    if every is None:
+        return None
+    return [[line for line in job if _kept(line)] for job in every]
 
-    if not getattr(class_named("model._target_", cfg["model"]["_target_"]), "builds_without_framework", False):
-        return
-    try:
-        workload = build_workload(cfg["model"])
-    except ConfigError:
-        raise
-    except Exception:  # a user's workload that builds only beside its backend: the job builds it and says why
-        return
-    check_source(cfg["data"], workload)
+
+def _kept(line: str) -> bool:
+    key = line.split("=", 1)[0].lstrip("+~")
+    return not _is_hydra(key) or key in HYDRA_KEYS_CHECKED
+
+
+def _check_jobs(cfg: DictConfig, jobs: list[list[str]], config_dir: Path) -> None:
+    """Every job of a sweep: its values compose, and its settings are refused before any job runs (the whole sweep,
+    in one line naming the job); choices that cannot run together are left to the job's turn."""
+    configs = job_checks.JobConfigs(cfg, jobs[0], config_dir, lambda job: _compose(job, config_dir))
+    checked: set[tuple[str, ...]] = set()
+    for index, job in enumerate(jobs):
+        if tuple(job) in checked:  # jobs that differ in Hydra's settings alone
+            continue
+        checked.add(tuple(job))
+        job_cfg = configs.of(job)
+        try:
+            _check(job_cfg)
+        except ConfigError as error:
+            _compose(job, config_dir)  # composed whole: the value's own words
+            raise BadInput(str(error)) from None
+        if line := job_checks.sweep_refusal(job_cfg):
+            raise BadInput(f"{job_checks.named(index, job, jobs)}: {line}")
 
 
 def _checked_as_value(cfg: DictConfig, override, value: str, config_dir: Path) -> bool:
@@ -189,14 +206,8 @@ def _backend_modules(cfg: DictConfig, parsed: list) -> list[str]:
 
 def check_writable(key: str, folder: str) -> None:
     """The folder can be created (or is there) and written: a read-only place is one line, not a traceback."""
-    path = Path(folder).absolute()
-    existing = next(p for p in (path, *path.parents) if p.exists())
-    if not existing.is_dir():
-        raise BadInput(f"{key}={folder}: {existing} is not a folder")
-    try:  # a probe, as access() says yes to root on a read-only file system
-        os.rmdir(tempfile.mkdtemp(prefix=".runner-probe-", dir=existing))
-    except OSError as error:
-        raise BadInput(f"{key}={folder}: cannot create folders in {existing} ({error.strerror})") from None
+    if line := where_it_runs.folder_problem(key, folder):
+        raise BadInput(line)
 
 
 def _parse(overrides: list[str]) -> list:
@@ -335,7 +346,10 @@ def _check(cfg: DictConfig) -> None:
 
     check_values(cfg)
     if cfg.tracking.name != "none":
-        check_store_path(cfg.tracking.uri)
+        try:
+            check_store_path(cfg.tracking.uri)
+        except OSError as error:  # a name longer than the file system takes
+            raise ConfigError(f"tracking.uri={cfg.tracking.uri}: {error.strerror}") from None
 
 
 def _missing_option(error: MissingConfigException, overrides: list[str]) -> str:

@@ -73,7 +73,7 @@ def _read_folder(folder: Path) -> Checkpoint:
         arrays = read_arrays(weights)
         files = dict.fromkeys(arrays, weights)
     config_file = folder / "config.json"
-    config = _read_json(config_file) if config_file.is_file() else None
+    config = _read_json(config_file) if config_file.exists() else None
     return Checkpoint(arrays, files, weights, config, config_file if config is not None else None)
 
 
@@ -249,7 +249,7 @@ def from_checkpoint(model: Mapping[str, Any], typed: Collection[str], strict: bo
     model.* keys of its command line), to take config.json's values. A setting the run names that disagrees is
     refused in one line where `strict`, else left as it is (the run's own check refuses it: `check_config`)."""
     folder = Path(str(model.get("weights") or "")).expanduser()
-    if not model.get("weights") or not (folder / "config.json").is_file():
+    if not model.get("weights") or not (folder / "config.json").exists():  # a folder there: refused as unreadable
         return {}
     from runner.config import class_named
 

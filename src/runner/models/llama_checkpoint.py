@@ -13,6 +13,8 @@ outside runner.models.rope's.
 
 from __future__ import annotations
 
+import json
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -37,9 +39,43 @@ SIZES = {"num_hidden_layers": "layers", "hidden_size": "d_model", "num_attention
          "intermediate_size": "ffn", "vocab_size": "vocab_size", "tie_word_embeddings": "tie_embeddings"}  # fmt: skip
 
 
+# what each key config.json may set must hold, as transformers' config classes take it (TYPED)
+POSITIVE = ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size", "vocab_size",
+            "max_position_embeddings", "num_key_value_heads", "head_dim", "sliding_window")  # fmt: skip
+TYPED: dict[str, tuple[str, Any]] = {
+    **{key: ("a positive integer", lambda v: type(v) is int and v >= 1) for key in POSITIVE},
+    **{key: ("true or false", lambda v: isinstance(v, bool))
+       for key in ("tie_word_embeddings", "attention_bias", "mlp_bias", "use_sliding_window")},
+    **{key: ("a finite number above 0", lambda v: type(v) in (int, float) and math.isfinite(v) and v > 0)
+       for key in ("rms_norm_eps", "rope_theta", "rope_parameters.rope_theta")},
+    "max_window_layers": ("an integer, 0 or more", lambda v: type(v) is int and v >= 0),
+    "model_type": ("a string", lambda v: isinstance(v, str)),
+    "hidden_act": ("a string", lambda v: isinstance(v, str)),
+    "layer_types": ("a list of strings", lambda v: isinstance(v, list) and all(isinstance(t, str) for t in v)),
+    "rope_scaling": ("an object", lambda v: isinstance(v, Mapping)),
+    "rope_parameters": ("an object", lambda v: isinstance(v, Mapping)),
+}  # fmt: skip
+NULLABLE = ("num_key_value_heads", "head_dim", "sliding_window", "layer_types", "rope_scaling")
+
+
+def check_types(config: Mapping[str, Any], source: Path) -> None:
+    """Refuse, in one line naming the key, a value of config.json that is not of its type (hidden_size="64",
+    rms_norm_eps=NaN, num_key_value_heads=0): never read as something else, nor offered back as the fix."""
+    parameters = config.get("rope_parameters")
+    nested = {f"rope_parameters.{k}": v for k, v in parameters.items()} if isinstance(parameters, Mapping) else {}
+    for key, value in {**config, **nested}.items():
+        if key not in TYPED or (value is None and key in NULLABLE):
+            continue
+        what, fits = TYPED[key]
+        if not fits(value):
+            shown = json.dumps(value) if isinstance(value, str | bool) or value is None else value
+            raise ConfigError(f"{source}: {key}={shown} must be {what}{' or null' if key in NULLABLE else ''}")
+
+
 def settings_of(config: Mapping[str, Any], source: Path, model: str = "llama") -> list[Setting]:
     """Every setting config.json sets for model=llama (`run` left None), each with the key it comes from; one line for
-    a model_type or arithmetic model=llama does not compute."""
+    a value of the wrong type, or a model_type or arithmetic model=llama does not compute."""
+    check_types(config, source)
     family = config.get("model_type", "llama")
     if family not in FAMILIES:
         raise ConfigError(

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from runner.backends import AttentionCall
 from runner.config import ConfigError, require_positive
 from runner.tasks import Metric, Setup, Task, TaskRun, errors_vs_reference, with_workload_warnings
 from runner.tasks.token_figures import fidelity, percentile_figures
@@ -84,8 +85,9 @@ class Generation:
         counts = {"prefill": self.backend.compilations(self.prefill), "decode": self.backend.compilations(self.decode)}
         said = {f"{step}_compilations": str(n) for step, n in counts.items() if n is not None}
         batch, heads, length, size = self.cache_shape
-        kernel = partial(self.backend.attention_kernel, self.cache[0][0], keys=length, masked=True)
-        prefill, decode = kernel((batch, heads, int(self.prompt.shape[1]), size)), kernel((batch, heads, 1, size))
+        kernel = partial(self.backend.attention_kernel, self.cache[0][0])
+        prefill = kernel(AttentionCall((batch, heads, int(self.prompt.shape[1]), size), keys=length, masked=True))
+        decode = kernel(AttentionCall((batch, heads, 1, size), keys=length, masked=True))
         said["attention_kernel"] = prefill if prefill == decode else f"prefill: {prefill}; decode: {decode}"
         return said
 
@@ -138,6 +140,19 @@ class TokenLatencies:
 TOKEN_FIGURES = (("ttft_s", "first token"), ("tpot_p50_s", "per token p50"), ("tpot_p99_s", "p99"))
 
 
+def typed_lengths(lengths: object) -> list[int] | None:
+    """task.prompt_lengths as typed: a list of one or more integers (not '123', 5, [1.5, 4] or [true, 4], which ran as
+    something else), or None. Their range is the workload's (Generate.check)."""
+    if lengths is None:
+        return None
+    if isinstance(lengths, list | tuple) and lengths and all(type(n) is int for n in lengths):
+        return list(lengths)
+    raise ConfigError(
+        f"task.prompt_lengths={lengths!r}: a list of one or more prompt lengths, each 1 .. model.prompt_len "
+        "(e.g. [16,3,9]), or null for every prompt model.prompt_len tokens"
+    )
+
+
 class Generate(Task):
     """Greedy generation of `new_tokens` tokens after the model's prompt: outputs/tokens and outputs/logits."""
 
@@ -169,7 +184,7 @@ class Generate(Task):
         require_positive("task", new_tokens=new_tokens)
         self.new_tokens = new_tokens
         self.notes: list[str] = []  # what the percentiles rest on, where too few tokens bound them
-        self.prompt_lengths = [int(n) for n in prompt_lengths] if prompt_lengths else None
+        self.prompt_lengths = typed_lengths(prompt_lengths)
         self.batch_size = 0  # known once built
         self.generation: Generation | WholeGeneration | None = None
         self.decode_bytes: dict[str, int] = {}  # what a decode step reads, where the model says

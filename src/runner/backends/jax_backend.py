@@ -24,6 +24,7 @@ from runner.backends.channels_last import (  # noqa: F401 - re-exported: the bac
     from_native_layout,
     to_native_layout,
 )
+from runner.backends.first_call import jax_parts as first_call_parts  # noqa: F401 - runner.backends.first_call
 from runner.backends.jax_precision import set_precision, with_precision  # noqa: F401 - the backend function set
 from runner.backends.optimizers import Optimizer
 from runner.config import ConfigError

@@ -10,6 +10,8 @@ from runner.backends.channels_last import (  # noqa: F401 - re-exported: the bac
     from_native_layout,
     to_native_layout,
 )
+from runner.backends.first_call import tf_parts as first_call_parts  # noqa: F401 - runner.backends.first_call
+from runner.backends.first_call import watch_tf_function
 from runner.backends.optimizers import Optimizer, keras_optimizer
 from runner.config import ConfigError, nvidia_driver_present
 
@@ -70,9 +72,9 @@ def _no_sync() -> None:
 
 def compile_step(fn: Callable, mode: str, device: str) -> Callable:
     if mode == "xla":
-        fn = tf.function(fn, jit_compile=True)
+        fn = watch_tf_function(tf.function(fn, jit_compile=True))
     elif mode != "eager":  # function, and the per-example maps, which the TF-NumPy guide runs in tf.function
-        fn = tf.function(fn)
+        fn = watch_tf_function(tf.function(fn))
     return _placed(fn, device)
 
 

@@ -25,6 +25,7 @@ from runner.backends.tensorflow_backend import (  # noqa: F401 - re-exported: th
     convert,
     data_pointer,
     environment,
+    first_call_parts,
     flatten,
     from_native_layout,
     from_nchw,

@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from runner.backends import torch_precision
+from runner.backends.first_call import torch_parts as first_call_parts  # noqa: F401 - runner.backends.first_call
 from runner.backends.optimizers import Optimizer
 from runner.backends.torch_precision import set_precision, with_precision  # noqa: F401 - the backend function set
 from runner.config import ConfigError

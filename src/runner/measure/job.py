@@ -174,6 +174,7 @@ def _place_weights(spec: JobSpec, workload, backend, device: str, rng) -> tuple[
 
 def _measure(job: Prepared, before_timing: Callable[[], object], turns: Turns | None, progress: ProgressLine):
     """Time the task; (measurement, first output, results, what the environment records of the meters)."""
+    from runner.backends import first_call
     from runner.measure import energy, idle_poll
     from runner.measure.timing import measure
 
@@ -194,6 +195,7 @@ def _measure(job: Prepared, before_timing: Callable[[], object], turns: Turns | 
                 turns=turns,
                 series=job.series,
                 own_thread=job.spec.records_caller_stack,
+                parts=lambda: first_call.parts_of(job.backend),
             )
     except (MeasurementInterrupted, MeasurementFailed) as stopped:
         stopped.examples_per_call = job.examples_per_call  # the record's throughput counts real examples

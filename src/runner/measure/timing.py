@@ -10,11 +10,13 @@ from __future__ import annotations
 import bisect
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field, fields
 from typing import Protocol
 
 import numpy as np
 
+from runner.backends import first_call
 from runner.config import TimingConfig
 from runner.measure.blocks import Clock, Timer, warm_up, warmed_block
 from runner.measure.progress import SAMPLING, ProgressLine
@@ -55,6 +57,8 @@ class LoopSettings:
 @dataclass
 class Measurement:
     first_call_s: float
+    # the first call's parts the framework reported (runner.backends.first_call), by their metric names; {}: none
+    first_call_parts: dict[str, float] = field(default_factory=dict)
     samples: Samples = field(default_factory=Samples)  # one per block: seconds per call, round, series
     block_size: int = 1
     warmup_calls: int = 0
@@ -70,7 +74,7 @@ class Measurement:
         """Median, IQR, tail percentiles, mean, stdev and min of the samples (seconds per call, one per
         block: the percentiles are of block means, not of single calls)."""
         if not self.samples_s:
-            return {"first_call_s": self.first_call_s}
+            return {"first_call_s": self.first_call_s, **self.first_call_parts}
         samples = np.asarray(self.samples_s)
         q25, median, q75, p90, p95, p99 = np.percentile(samples, [25, 50, 75, 90, 95, 99])
         return {
@@ -85,6 +89,7 @@ class Measurement:
             "time_min_s": float(samples.min()),
             "time_typical_s": typical_s(samples, self.samples.rounds),
             "first_call_s": self.first_call_s,
+            **self.first_call_parts,
         }
 
     def timed_calls(self) -> int:
@@ -164,6 +169,7 @@ def measure(
     series: dict[str, Series] | None = None,
     clock: Clock = time.perf_counter,
     own_thread: bool = False,
+    parts: Callable[[], AbstractContextManager[first_call.Parts]] | None = None,
 ) -> tuple[Measurement, object]:
     """Time `fn` as `settings` say; returns the measurement and keep(output of the first call).
 
@@ -180,9 +186,10 @@ def measure(
     Each of `series` adds a value to every sample (runner.measure.samples); `clock` times and stops everything.
     With `own_thread` the calls after the first run on a thread of their own, as shallow as a script's: some frameworks
     record the caller's stack at every call, at a cost that grows with its depth (a job's worker calls 17 frames deep;
-    that thread 7). Each stretch of blocks (calibration and warm-up, the sampling, a turn) is one thread's work."""
+    that thread 7). Each stretch of blocks (calibration and warm-up, the sampling, a turn) is one thread's work.
+    `parts` hears the first call's tracing and compiling as the framework reports them (runner.backends.first_call)."""
     s = settings
-    measurement, first_output = _first_call(fn, sync, clock, keep, progress)
+    measurement, first_output = _first_call(fn, sync, clock, keep, progress, parts)
     start = clock()
     warm_until, deadline = start + s.max_time_s / 2, start + s.max_time_s
     timer = Timer(fn, sync, clock, own_thread)
@@ -215,14 +222,19 @@ def _first_call(
     clock: Clock,
     keep: Callable[[object], object],
     progress: ProgressLine | None,
+    parts: Callable[[], AbstractContextManager[first_call.Parts]] | None = None,
 ) -> tuple[Measurement, object]:
-    """(Measurement with the first call's seconds, keep(its output)): on the caller's thread, tracing and all."""
+    """(Measurement with the first call's seconds and parts, keep(its output)): on the caller's thread, tracing and
+    all. The framework is listened to from before the clock starts until after it stops."""
     _phase(progress, "first call (tracing, compilation)")
-    sync()
-    start = clock()
-    first_output = fn()
-    sync()
-    return Measurement(first_call_s=clock() - start), keep(first_output)
+    with parts() if parts is not None else nullcontext(first_call.Parts()) as heard:
+        sync()
+        start = clock()
+        first_output = fn()
+        sync()
+        first_call_s = clock() - start
+    measurement = Measurement(first_call_s=first_call_s, first_call_parts=first_call.figures(heard, first_call_s))
+    return measurement, keep(first_output)
 
 
 def rewarm(warmup_s: float, rounds: int, block_s: float) -> float:

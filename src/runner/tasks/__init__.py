@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from runner.backends import first_call
 from runner.config import TASK_META_KEYS, ConfigError, class_named, plain
 
 
@@ -80,6 +81,18 @@ class Metric:
     # by to be a change; None: not watched
     watched: float | None = None
     higher_is_better: bool = False  # its direction, where watched (tokens/s: a step up is an improvement)
+
+
+# Every task's first call taken apart where the framework reports its parts (runner.backends.first_call,
+# docs/record.md), each watched at the gate PyTorch's dashboard puts on compilation latency, 1.15x, lower being
+# better. Not in a sweep's terminal table (a row must fit); runs.csv and runs.md have them.
+FIRST_CALL_PARTS = (
+    Metric(first_call.TRACE_S, "tracing", "seconds", in_terminal=False, watched=1.15),
+    Metric(first_call.LOWER_S, "lowering", "seconds", in_terminal=False, watched=1.15),
+    Metric(first_call.COMPILE_S, "compiling", "seconds", in_terminal=False, watched=1.15),
+    Metric(first_call.EXECUTE_S, "first execution", "seconds", in_terminal=False, watched=1.15),
+    Metric(first_call.GRAPHS, "graphs built", in_terminal=False, watched=1.15),
+)
 
 
 class Task:
@@ -217,12 +230,13 @@ def _builtin_targets() -> dict[str, str]:
 @functools.cache
 def builtin_metrics() -> tuple[Metric, ...]:
     """The metrics the runner's own tasks show, each once: the tables' columns and the MLflow runs view's beside the
-    times, so that no module outside the tasks names a task's metric."""
+    times, so that no module outside the tasks names a task's metric; then the first call's parts, which every task
+    records where the framework reports them."""
     shown: dict[str, Metric] = {}
     for target in _builtin_targets().values():
         for metric in task_class(target).metrics_shown:
             shown.setdefault(metric.key, metric)
-    return tuple(shown.values())
+    return (*shown.values(), *(metric for metric in FIRST_CALL_PARTS if metric.key not in shown))
 
 
 def build_task(task: Mapping[str, Any]) -> Task:

@@ -9,6 +9,10 @@
 #                                 UTS namespace of its own: its jobs see node-k as their host name (and every
 #                                 node-k resolves, to 127.0.0.1). Each node has all the machine's CPUs and
 #                                 1/N of its memory. --nodes 1 is plain `up`.
+#   scripts/local-slurm.sh kill NODE
+#                                 NODE (of up --nodes N) dies as if its power went: its slurmd and every process in
+#                                 its namespace (the jobs it runs) SIGKILLed. slurmctld finds out as on a real cluster:
+#                                 the node stops answering pings and is down after SlurmdTimeout (30 s here)
 #   scripts/local-slurm.sh down   stop what `up` started; nothing is left running
 #   scripts/local-slurm.sh status what runs, and the partition
 #
@@ -93,7 +97,8 @@ AccountingStorageType=accounting_storage/none
 JobAcctGatherType=jobacct_gather/none
 JobCompType=jobcomp/none
 MpiDefault=none
-ReturnToService=2
+ReturnToService=1
+SlurmdTimeout=30
 KillWait=10
 $(node_lines)
 PartitionName=$PARTITION Nodes=$nodes Default=YES MaxTime=INFINITE State=UP
@@ -206,6 +211,20 @@ down() {
     say "down (logs kept in $DIR; the next up moves them to $DIR.previous)"
 }
 
+kill_node() {  # NODE: its slurmd and everything in its UTS namespace, SIGKILLed
+    local name=${1:-} pid ns proc killed=0
+    [ -n "$name" ] || die "usage: $0 kill NODE"
+    alive "$DIR/slurmd-$name.pid" || die "no slurmd of node '$name' runs (up --nodes N starts node-1 .. node-N)"
+    pid=$(cat "$DIR/slurmd-$name.pid")
+    ns=$(readlink "/proc/$pid/ns/uts")
+    [ "$ns" != "$(readlink /proc/$$/ns/uts)" ] || die "$name shares this machine's namespace: only up --nodes N's nodes die alone"
+    for proc in /proc/[0-9]*; do
+        [ "$(readlink "$proc/ns/uts" 2>/dev/null)" = "$ns" ] || continue
+        kill -9 "${proc#/proc/}" 2>/dev/null && killed=$((killed + 1))
+    done
+    say "killed $name: $killed processes (its slurmd and its jobs)"
+}
+
 status() {
     cluster_alive || { say "not running"; exit 1; }
     SLURM_CONF=$CONF sinfo -p "$PARTITION"
@@ -214,6 +233,7 @@ status() {
 case "${1:-}" in
     up) shift; read_nodes "$@"; up ;;
     down) down ;;
+    kill) kill_node "${2:-}" ;;
     status) status ;;
-    *) die "usage: $0 up [--nodes N]|down|status" ;;
+    *) die "usage: $0 up [--nodes N]|kill NODE|down|status" ;;
 esac

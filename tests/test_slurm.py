@@ -133,6 +133,60 @@ def test_a_down_partition_is_refused():
         slurm_fit.fit_request({}, slurm_fit.parse_sinfo(SINFO.replace("|up|vm", "|down|vm"), "debug"))
 
 
+THREE = "debug*|up|node-1|2|8000|(null)|infinite|idle|none\n"
+THREE += "debug*|up|node-2|2|8000|(null)|infinite|down*|Not responding\n"
+THREE += "debug*|up|node-3|2|8000|(null)|infinite|drain|disk full\n"
+
+
+def test_sinfo_states_say_which_nodes_take_jobs():
+    partition = slurm_fit.parse_sinfo(THREE, None)
+    assert [(n.name, n.state, n.reason, n.up) for n in partition.nodes] == [
+        ("node-1", "idle", "", True),
+        ("node-2", "down*", "Not responding", False),
+        ("node-3", "drain", "disk full", False),
+    ]
+    powered_off = slurm_fit.parse_sinfo(THREE.replace("down*", "alloc~").replace("drain|", "mix|"), None)
+    assert len(powered_off.up_nodes) == 3  # a power-saving cluster's node, off (~), starts when a job asks for it
+
+
+def test_blocks_count_the_nodes_that_are_up_and_are_refused_in_one_line_when_fewer_are():
+    partition = slurm_fit.parse_sinfo(THREE, None)
+    assert slurm_fit.blocks_refusal(1, partition) is None
+    assert slurm_fit.blocks_refusal(2, partition) == (
+        "hydra.launcher.blocks=2 asks for 2 nodes, but partition debug has 1 up of 3 (node-2 down* (Not responding), "
+        "node-3 drain (disk full)) (sinfo)"
+    )
+    all_up = slurm_fit.parse_sinfo(THREE.replace("down*|", "idle|").replace("drain|", "mix|"), None)
+    assert slurm_fit.blocks_refusal(4, all_up) == (
+        "hydra.launcher.blocks=4 asks for 4 nodes, but partition debug has 3 (sinfo)"
+    )
+
+
+def test_a_partition_none_of_whose_nodes_takes_jobs_is_refused_before_anything_is_submitted():
+    none_up = slurm_fit.parse_sinfo(THREE.replace("|idle|none", "|down|taken down"), None)
+    with pytest.raises(slurm_fit.LaunchRefused) as refused:
+        slurm_fit.fit_request({}, none_up)
+    assert str(refused.value) == (
+        "no node of SLURM partition debug takes jobs: node-1 down (taken down), node-2 down* (Not responding), "
+        "node-3 drain (disk full) (sinfo): no job can start"
+    )
+    with pytest.raises(slurm_fit.LaunchRefused, match="has 0 such nodes up"):  # node-1 alone takes jobs, and is small
+        slurm_fit.fit_request({"cpus_per_task": 2, "mem_gb": 10}, slurm_fit.parse_sinfo(THREE, None))
+
+
+def test_a_sweep_no_job_of_which_can_run_is_refused_before_a_cluster_is_asked_and_one_that_can_is_not():
+    from helpers import compose_config
+
+    from runner.launch import cluster_jobs
+
+    matmul = [(n, compose_config("model=matmul", f"backend={b}")) for n, b in ((3, "numpy"), (4, "torch"))]
+    assert cluster_jobs.none_can_run(matmul) == (
+        "no job of the sweep can run, so nothing is submitted: job #3 (and the 1 other job of the sweep): "
+        "model=matmul runs only task=inference, not task=gradients"
+    )
+    assert cluster_jobs.none_can_run([*matmul, (5, compose_config("model=matmul", "task=inference"))]) is None
+
+
 @pytest.fixture
 def launcher(tmp_path, monkeypatch):
     """make(*overrides): runner.launch.slurm's launcher as Hydra sets it up from conf/hydra/launcher/slurm.yaml."""
@@ -307,6 +361,35 @@ def test_a_failing_squeue_is_said_once_and_never_taken_for_the_end_of_a_job(tmp_
     states = slurm_queue.Follower([FakeJob("5_0", tmp_path)]).run()
     assert states["5_0"].state == "COMPLETED"
     assert capsys.readouterr().err.count("squeue failed") == 1
+
+
+def test_lost_nodes_are_down_or_not_answering_pings_and_a_drained_node_is_not_lost():
+    lost = slurm_queue.lost_in("node-1|alloc|none\nnode-2|alloc*|none\nnode-3|down|Kill task failed\nnode-4|drng|x\n")
+    assert lost == {"node-2": "node-2 alloc*", "node-3": "node-3 down (Kill task failed)"}
+
+
+def test_a_job_whose_node_is_lost_is_cancelled_and_ended_node_fail_naming_the_node(tmp_path, monkeypatch, capsys):
+    queues = iter(
+        [
+            "5_0|6|RUNNING|None|node-1\n5_1|7|RUNNING|None|node-2\n",
+            "5_0|6|COMPLETED|None|node-1\n5_1|7|RUNNING|None|node-2\n",
+        ]
+    )
+    sinfo = iter([{}, {"node-2": "node-2 alloc* (Not responding)"}])
+    asked, cancelled = [], []
+    monkeypatch.setattr(slurm_queue, "read_queue", lambda ids: slurm_queue.parse_queue(next(queues)))
+    monkeypatch.setattr(slurm_queue, "lost_nodes", lambda nodes: asked.append(nodes) or next(sinfo))
+    monkeypatch.setattr(slurm_queue.subprocess, "run", lambda args, **kw: cancelled.append(args))
+    monkeypatch.setattr(slurm_queue, "POLL_MIN_S", 0.0)
+    states = slurm_queue.Follower([FakeJob("5_0", tmp_path), FakeJob("5_1", tmp_path)], first=1, noun="block ").run()
+    assert asked == [{"node-1", "node-2"}, {"node-2"}] and cancelled == [["scancel", "5_1"]]
+    assert states["5_1"].describe() == (
+        "SLURM job 5_1 NODE_FAIL on node-2 (sinfo: node-2 alloc* (Not responding)): its node is lost; cancelled"
+    )
+    assert capsys.readouterr().out.splitlines()[-1] == f"slurm: block 2 {states['5_1'].describe()}"
+    assert slurm.nodes_line(list(states.values())) == (
+        "the answer rests on 1 of 2 nodes: node-1 (block 2 on node-2: NODE_FAIL)"
+    )
 
 
 def test_scheduler_context_names_the_slurm_job_and_node():

@@ -37,6 +37,29 @@ def job_config(hydra_context, sweep_config: DictConfig, overrides: list[str], in
 Numbered = list[tuple[int, list[str]]]  # (job number, its overrides): a block's jobs
 
 
+def none_can_run(configs: list[tuple[int, DictConfig]]) -> str | None:
+    """Where no job of the sweep can run, each (number, composed config) refused by the combination rules
+    (runner.config.check_combination), the one line that refuses the sweep before a cluster is asked for anything:
+    submitted, each job would only be recorded FAILED on a node. None where one job can run: the others are then
+    recorded FAILED in their turn, beside it, as on one machine."""
+    from runner.config import ConfigError, check_combination
+    from runner.record.naming import described
+
+    refused: list[tuple[int, str]] = []
+    for number, config in configs:
+        try:
+            check_combination(described(config))
+        except ConfigError as error:
+            refused.append((number, str(error)))
+            continue
+        return None
+    if not refused:
+        return None
+    (number, why), more = refused[0], len(refused) - 1
+    others = f" (and the {more} other job{'s' * (more != 1)} of the sweep)" if more else ""
+    return f"no job of the sweep can run, so nothing is submitted: job #{number}{others}: {why}"
+
+
 def blocks_asked(value: object) -> int | None:
     """hydra.launcher.blocks as the launchers take it: None (a node per job) or a number of nodes, 1 or more; anything
     else refused in one line (preflight refuses it first where it is given on the command line)."""
@@ -76,6 +99,13 @@ def run_block(hydra_context, task_function, sweep_config: DictConfig, numbered: 
     rounds = RoundsLauncher(notes_jobs_launched=False)  # the sweep's count is the submitting host's to keep
     rounds.setup(hydra_context=hydra_context, task_function=task_function, config=sweep_config)
     return list(rounds.launch([overrides for _, overrides in numbered], numbered[0][0]))
+
+
+def finished(run_dir: Path) -> bool:
+    """Whether the job recorded itself FINISHED in run_dir (result.json): its measurements are whole."""
+    from runner.record.result import Result
+
+    return Result.exists(run_dir) and Result.load(run_dir).status == Status.FINISHED
 
 
 def record_ended(spec: JobSpec, run_dir: Path, reason: str, context: dict[str, str]) -> None:

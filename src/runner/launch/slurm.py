@@ -46,6 +46,7 @@ from runner.config import first_line
 from runner.launch import cluster_jobs
 from runner.launch.slurm_fit import (
     LaunchRefused,
+    blocks_refusal,
     executor_parameters,
     fit_arrays,
     gpus_set,
@@ -79,6 +80,7 @@ class SlurmLauncher(SubmititSlurmLauncher):
             return self._launch_blocks(job_overrides, initial_job_idx, blocks)
         try:
             partition = read_partition(self.params.get("partition"))
+            self._refuse_if_none_can_run(job_overrides, initial_job_idx)
             devices = self._devices(job_overrides, initial_job_idx)
             arrays = fit_arrays(self.params, devices, partition, initial_job_idx)
             sweep_dir = self._sweep_dir()
@@ -105,11 +107,9 @@ class SlurmLauncher(SubmititSlurmLauncher):
         node's runs record its host; the answer pools the nodes as replicates (runner.report.ratio.node_spread)."""
         try:
             partition = read_partition(self.params.get("partition"))
-            if blocks > len(partition.nodes):  # each block a node of its own: more would wait for ever
-                raise LaunchRefused(
-                    f"hydra.launcher.blocks={blocks} asks for {blocks} nodes, but partition {partition.name} has "
-                    f"{len(partition.nodes)} (sinfo)"
-                )
+            if refusal := blocks_refusal(blocks, partition):  # each block a node of its own that takes jobs
+                raise LaunchRefused(refusal)
+            self._refuse_if_none_can_run(job_overrides, first)
             devices = self._devices(job_overrides, first)
             device = "cuda" if "cuda" in devices else devices[0] if devices else ""
             ((request, _),) = fit_arrays(self.params, [device] * blocks, partition, 0)
@@ -119,6 +119,8 @@ class SlurmLauncher(SubmititSlurmLauncher):
         numbered = cluster_jobs.blocks_of(job_overrides, first, blocks)
         for number, overrides in (job for block in numbered for job in block):
             log.info(f"\t#{number} : {' '.join(filter_overrides(overrides))}")
+        # a block SLURM would requeue after its node failed would run again on a node that ran one already: ended
+        request["additional_parameters"] = {**(request.get("additional_parameters") or {}), "no_requeue": True}
         executor = self._executor(request)
         summary = sbatch_summary(executor._executor.parameters)
         print(
@@ -128,6 +130,7 @@ class SlurmLauncher(SubmititSlurmLauncher):
         jobs = executor.map_array(self.run_block, numbered, [Singleton.get_state()] * blocks)
         follower = Follower(jobs, first=1, noun="block ")
         states = follower.run()
+        print(f"slurm: {nodes_line([states[job.job_id] for job in jobs])}", flush=True)
         return [
             ret for job, block in zip(jobs, numbered, strict=True) for ret in self._block_returns(job, block, states)
         ]
@@ -166,11 +169,20 @@ class SlurmLauncher(SubmititSlurmLauncher):
         return [self._device(list(o), initial_job_idx + i) for i, o in enumerate(job_overrides)]
 
     def _device(self, overrides: list[str], number: int) -> str:
+        return str(OmegaConf.select(self._job_config(overrides, number), "device.name", default=""))
+
+    def _job_config(self, overrides: list[str], number: int) -> Any:
+        """The job's composed config; LaunchRefused where it cannot compose."""
         try:
-            config = self.hydra_context.config_loader.load_sweep_config(self.config, overrides)
-            return str(OmegaConf.select(config, "device.name", default=""))
+            return self.hydra_context.config_loader.load_sweep_config(self.config, overrides)
         except Exception as error:  # what the job itself would fail with on its node
             raise LaunchRefused(f"job #{number} ({' '.join(overrides)}): {first_line(error)}") from error
+
+    def _refuse_if_none_can_run(self, job_overrides: Sequence[Sequence[str]], first: int) -> None:
+        """LaunchRefused where no job of the sweep can run (cluster_jobs.none_can_run): nothing is submitted."""
+        configs = [(first + i, self._job_config(list(o), first + i)) for i, o in enumerate(job_overrides)]
+        if line := cluster_jobs.none_can_run(configs):
+            raise LaunchRefused(line)
 
     def _sweep_dir(self) -> Path:
         """The sweep directory, made, with hydra.sweep.mode's permissions when set."""
@@ -245,6 +257,19 @@ class SlurmLauncher(SubmititSlurmLauncher):
 
 
 def record_slurm_end(spec: JobSpec, run_dir: Path, state: JobState) -> None:
-    """Record a job SLURM ended as FAILED with SLURM's state and reason (runner.launch.cluster_jobs)."""
+    """Record a job SLURM ended as FAILED with SLURM's state and reason (runner.launch.cluster_jobs). A job that
+    recorded itself FINISHED before its node was lost keeps its record: its measurements are whole."""
+    if state.state == "NODE_FAIL" and cluster_jobs.finished(run_dir):
+        return
     context = {"slurm_job_id": state.slurm_job_id} if state.slurm_job_id else {}
     cluster_jobs.record_ended(spec, run_dir, state.describe(), context)
+
+
+def nodes_line(states: list[JobState]) -> str:
+    """Which nodes a sweep blocked by node rests on: 'the answer rests on 2 of 3 nodes: node-1, node-3 (block 2 on
+    node-2 lost: NODE_FAIL)'."""
+    done = sorted({s.node or "?" for s in states if s.state in ("COMPLETED", "UNKNOWN_END")})
+    ended = ("COMPLETED", "UNKNOWN_END")
+    lost = [f"block {i} on {s.node or 'no node'}: {s.state}" for i, s in enumerate(states, 1) if s.state not in ended]
+    line = f"the answer rests on {len(done)} of {len(states)} nodes: {', '.join(done) or 'none'}"
+    return line + (f" ({'; '.join(lost)})" if lost else "")

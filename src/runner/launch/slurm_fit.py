@@ -22,12 +22,27 @@ class LaunchRefused(Exception):
     """One line: why no job of the sweep was submitted."""
 
 
+# sinfo's compact node states (%t) that take new jobs; a `*` after one: the node does not answer slurmctld's pings.
+TAKES_JOBS = ("idle", "mix", "alloc", "comp", "plnd")
+
+
 @dataclass(frozen=True)
 class Node:
     name: str
     cpus: int
     memory_mb: int
     gpus: int
+    state: str = "idle"  # sinfo's %t: idle, mix, alloc, down*, drain, ...
+    reason: str = ""  # sinfo's %E, why an administrator or slurmctld set it down or drained
+
+    @property
+    def up(self) -> bool:
+        """Whether SLURM would start a new job on it: a state that takes jobs, answering pings."""
+        return self.state.rstrip("~#!%$@^-") in TAKES_JOBS
+
+    def said(self) -> str:
+        """'node-2 down* (Not responding)': the node as sinfo lists it."""
+        return f"{self.name} {self.state}" + (f" ({self.reason})" if self.reason else "")
 
     def describe(self) -> str:
         memory = f", {self.memory_mb / 1024:.1f} GB" if self.memory_mb else ""
@@ -42,13 +57,21 @@ class Partition:
     nodes: tuple[Node, ...]
     max_time_min: int | None = None  # None: no limit
 
+    @property
+    def up_nodes(self) -> tuple[Node, ...]:
+        return tuple(node for node in self.nodes if node.up)
+
+    def not_up(self) -> str:
+        """The nodes that take no job, as sinfo lists them: 'node-2 down* (Not responding)'."""
+        return ", ".join(node.said() for node in self.nodes if not node.up)
+
 
 def read_partition(name: str | None) -> Partition:
     """The partition's nodes as `sinfo` lists them (the default partition when name is None)."""
     if shutil.which("sinfo") is None:
         raise LaunchRefused("hydra/launcher=slurm needs SLURM's commands, and sinfo is not on PATH")
     out = subprocess.run(
-        ["sinfo", "-h", "-N", "-o", "%P|%a|%N|%c|%m|%G|%l"], capture_output=True, text=True, timeout=30
+        ["sinfo", "-h", "-N", "-o", "%P|%a|%N|%c|%m|%G|%l|%t|%E"], capture_output=True, text=True, timeout=30
     )
     if out.returncode != 0:
         raise LaunchRefused(f"sinfo failed: {(out.stderr.strip().splitlines() or [str(out.returncode)])[0]}")
@@ -56,7 +79,7 @@ def read_partition(name: str | None) -> Partition:
 
 
 def parse_sinfo(text: str, name: str | None) -> Partition:
-    rows = [line.split("|") for line in text.splitlines() if line.count("|") == 6]
+    rows = [line.split("|", 8) for line in text.splitlines() if line.count("|") >= 6]
     names = sorted({row[0].rstrip("*") for row in rows})
     if name is None:
         defaults = [row[0].rstrip("*") for row in rows if row[0].endswith("*")]
@@ -66,8 +89,35 @@ def parse_sinfo(text: str, name: str | None) -> Partition:
     mine = [row for row in rows if row[0].rstrip("*") == name]
     if not mine:
         raise LaunchRefused(f"SLURM has no partition {name!r} (sinfo lists {', '.join(names) or 'none'})")
-    nodes = {row[2]: Node(row[2], int(row[3].rstrip("+")), int(row[4].rstrip("+")), _gpus(row[5])) for row in mine}
+    nodes = {row[2]: _node(row) for row in mine}
     return Partition(name, mine[0][1], tuple(nodes.values()), _minutes(mine[0][6]))
+
+
+def _node(row: list[str]) -> Node:
+    """A node of sinfo's row: its state and reason where the row has them (%t, %E; 'none' is no reason)."""
+    state, reason = (row[7:] + ["idle", ""])[:2] if len(row) > 7 else ("idle", "")
+    reason = "" if reason.strip() == "none" else reason.strip()
+    return Node(row[2], int(row[3].rstrip("+")), int(row[4].rstrip("+")), _gpus(row[5]), state.strip(), reason)
+
+
+def blocks_refusal(blocks: int, partition: Partition) -> str | None:
+    """Why hydra.launcher.blocks=N cannot run on the partition, in one line: each block takes a node of its own, so
+    N blocks need N nodes that take jobs (a down or drained node would leave a block waiting, or two blocks on one
+    node one after the other). None where it can."""
+    up = partition.up_nodes
+    if blocks <= len(up):
+        return None
+    has = f"{len(up)} up of {len(partition.nodes)} ({partition.not_up()})" if partition.not_up() else str(len(up))
+    return f"hydra.launcher.blocks={blocks} asks for {blocks} nodes, but partition {partition.name} has {has} (sinfo)"
+
+
+def blocks_on_partition(blocks: int, partition: str | None) -> str | None:
+    """blocks_refusal on the partition as sinfo lists it now; None where it fits, or where sinfo cannot answer (the
+    launcher says why when it reads the partition itself)."""
+    try:
+        return blocks_refusal(blocks, read_partition(partition))
+    except (LaunchRefused, OSError, subprocess.SubprocessError):
+        return None
 
 
 def _minutes(limit: str) -> int | None:
@@ -129,6 +179,10 @@ def fit_request(params: dict[str, Any], partition: Partition, who: str = "hydra.
     """params with null cpus_per_task filled from the partition; LaunchRefused if no node can hold it."""
     if partition.available != "up":
         raise LaunchRefused(f"SLURM partition {partition.name} is {partition.available} (sinfo): no job can start")
+    if not partition.up_nodes:
+        raise LaunchRefused(
+            f"no node of SLURM partition {partition.name} takes jobs: {partition.not_up()} (sinfo): no job can start"
+        )
     params = dict(params)
     if params.get("cpus_per_task") is None:
         # --exclusive gives the job the whole node, but its srun step only cpus_per_task CPUs of it
@@ -154,7 +208,7 @@ def check_fits(params: dict[str, Any], partition: Partition, who: str = "hydra.l
         params.get("gpus_per_node") or (params.get("gpus_per_task") or 0) * (params.get("tasks_per_node") or 1),
     )
     fitting = [
-        n for n in partition.nodes if n.cpus >= want.cpus and n.memory_mb >= want.memory_mb and n.gpus >= want.gpus
+        n for n in partition.up_nodes if n.cpus >= want.cpus and n.memory_mb >= want.memory_mb and n.gpus >= want.gpus
     ]
     nodes = params.get("nodes") or 1
     if len(fitting) >= nodes:
@@ -166,9 +220,10 @@ def check_fits(params: dict[str, Any], partition: Partition, who: str = "hydra.l
         )
     largest = max(partition.nodes, key=lambda node: (node.cpus, node.memory_mb, node.gpus))
     count = f"{nodes} nodes with " if nodes > 1 else ""
+    up = " up" if partition.not_up() else ""
     raise LaunchRefused(
         f"{who} for {count}{want.describe()} per node, but partition {partition.name} has "
-        f"{len(fitting)} such nodes (its largest: {largest.describe()}, sinfo): lower cpus_per_task / mem_gb / "
+        f"{len(fitting)} such nodes{up} (its largest: {largest.describe()}, sinfo): lower cpus_per_task / mem_gb / "
         "gpus_per_node, or leave cpus_per_task and mem_gb null to fit the partition"
     )
 
@@ -187,6 +242,8 @@ def executor_parameters(request: dict[str, Any]) -> dict[str, Any]:
 def sbatch_summary(parameters: dict[str, Any]) -> str:
     """The sbatch options that size a job, as sbatch spells them (submitit's SLURM parameters)."""
     flags = [(key.replace("_", "-"), parameters.get(key)) for key in SHOWN]
+    added = parameters.get("additional_parameters") or {}  # flags: --no-requeue for a sweep blocked by node
+    flags += [(key.replace("_", "-"), True) for key, value in added.items() if value is True]
     return " ".join(f"--{key}" if value is True else f"--{key}={value}" for key, value in flags if value is not None)
 
 

@@ -36,16 +36,18 @@ class JobState:
     reason: str = ""
     slurm_job_id: str = ""  # the array task's own job id (SLURM_JOB_ID in the job)
     extra: str = ""  # what we did about it (a cancel), for the record
+    node: str = ""  # the node it runs or ran on (squeue's %N), once it has one
 
     def describe(self) -> str:
         reason = f" ({self.reason})" if self.reason and self.reason != "None" else ""
-        return f"SLURM job {self.job_id} {self.state}{reason}{self.extra}"
+        on = f" on {self.node}" if self.node and self.state != "PENDING" else ""
+        return f"SLURM job {self.job_id} {self.state}{on}{reason}{self.extra}"
 
 
 def read_queue(array_ids: set[str]) -> dict[str, JobState] | None:
     """The jobs' states (ended ones too, while SLURM still lists them); None when squeue fails."""
     out = subprocess.run(
-        ["squeue", "-h", "-r", "--states=all", "-j", ",".join(sorted(array_ids)), "-o", "%i|%A|%T|%r"],
+        ["squeue", "-h", "-r", "--states=all", "-j", ",".join(sorted(array_ids)), "-o", "%i|%A|%T|%r|%N"],
         capture_output=True,
         text=True,
         timeout=60,
@@ -59,9 +61,34 @@ def parse_queue(text: str) -> dict[str, JobState]:
     states = {}
     for line in text.splitlines():
         parts = line.strip().split("|")
-        if len(parts) == 4:
-            states[parts[0]] = JobState(parts[0], parts[2], parts[3], parts[1])
+        if len(parts) in (4, 5):
+            states[parts[0]] = JobState(parts[0], parts[2], parts[3], parts[1], node=(parts[4:] or [""])[0])
     return states
+
+
+def lost_nodes(nodes: set[str]) -> dict[str, str]:
+    """Of these nodes, those SLURM has lost (lost_in), each as sinfo says it; empty where sinfo cannot answer."""
+    if not nodes:
+        return {}
+    out = subprocess.run(
+        ["sinfo", "-h", "-N", "-n", ",".join(sorted(nodes)), "-o", "%N|%t|%E"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    return lost_in(out.stdout) if out.returncode == 0 else {}
+
+
+def lost_in(text: str) -> dict[str, str]:
+    """The nodes of sinfo's lines (%N|%t|%E) that SLURM has lost, each as 'node-2 down* (Not responding)': down, or
+    not answering slurmctld's pings (a `*` after its state, set about SlurmdTimeout/3 after the node went quiet, before
+    SLURM sets it down at SlurmdTimeout). A drained node still runs its jobs."""
+    lost = {}
+    for line in text.splitlines():
+        name, state, reason = (line.strip().split("|", 2) + ["", ""])[:3]
+        if state.startswith("down") or "*" in state:
+            lost[name] = f"{name} {state}" + (f" ({reason})" if reason and reason != "none" else "")
+    return lost
 
 
 def is_permanent(state: JobState) -> bool:
@@ -103,12 +130,28 @@ class Follower:
         for index, job in enumerate(self.jobs):
             if self.states[job.job_id].state not in ENDED:
                 self.update(index, job, _find(queue or {}, job.job_id), listed=queue is not None)
+        self.end_lost()
+
+    def end_lost(self) -> None:
+        """Cancel the jobs whose node SLURM has lost (lost_nodes), each ended NODE_FAIL with what sinfo says of its
+        node: SLURM would end or requeue them only at SlurmdTimeout, and a job whose node died mid-run can sit in
+        COMPLETING for minutes."""
+        running = {i: s for i, s in enumerate(self.states.values()) if s.state not in ENDED and s.state != "PENDING"}
+        lost = lost_nodes({state.node for state in running.values() if state.node})
+        for index, state in running.items():
+            if state.node in lost:
+                subprocess.run(["scancel", state.job_id], capture_output=True, timeout=60)
+                ended = JobState(state.job_id, "NODE_FAIL", f"sinfo: {lost[state.node]}", state.slurm_job_id)
+                ended.node, ended.extra = state.node, ": its node is lost; cancelled"
+                print(f"slurm: {self.noun}{self.first + index} {ended.describe()}", flush=True)
+                self.states[state.job_id] = ended
 
     def update(self, index: int, job: Any, seen: JobState | None, listed: bool = True) -> None:
         old = self.states[job.job_id]
         if seen is None:
             seen = self.vanished(job, old, listed)
         seen.extra = old.extra
+        seen.node = seen.node or old.node
         if not is_permanent(seen):
             self.pending_since.pop(job.job_id, None)
         if is_permanent(seen) and not seen.extra and self.pending_too_long(job.job_id):

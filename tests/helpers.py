@@ -33,11 +33,15 @@ def _env() -> dict[str, str]:
 
 
 def run_cli(
-    *args: str, cwd: Path = PROJECT_ROOT, timeout: int = 300, env: dict[str, str] | None = None
+    *args: str,
+    cwd: Path = PROJECT_ROOT,
+    timeout: int = 300,
+    env: dict[str, str] | None = None,
+    run_py: Path = PROJECT_ROOT / "run.py",
 ) -> subprocess.CompletedProcess:
     """`python run.py ARGS` in a subprocess, as a user runs it (with these environment variables added)."""
     return subprocess.run(
-        [sys.executable, str(PROJECT_ROOT / "run.py"), *args],
+        [sys.executable, str(run_py), *args],
         cwd=cwd,
         env={**_env(), **(env or {})},
         capture_output=True,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -43,20 +44,13 @@ def cache(tmp_path_factory) -> dict[str, str]:
     return {environments.CACHE_VARIABLE: str(folder), "PYTHONPATH": f"{PLUGIN}{os.pathsep}{PROJECT_ROOT / 'src'}"}
 
 
-def _sweep(sweep_dir: Path, cache: dict[str, str], *overrides: str) -> subprocess.CompletedProcess:
-    return run_cli(
-        "-m",
-        "backend=numpy",
-        "model=plant",
-        "task=inference",
-        "tracking=none",
-        "timing.max_time_s=1",
-        f"hydra.searchpath=[file://{PLUGIN / 'conf'}]",
-        f"hydra.sweep.dir={sweep_dir}",
-        *overrides,
-        env=cache,
-        timeout=600,
-    )
+JOB = ["-m", "backend=numpy", "model=plant", "task=inference", "tracking=none", "timing.max_time_s=1",
+       f"hydra.searchpath=[file://{PLUGIN / 'conf'}]"]  # fmt: skip
+
+
+def _sweep(sweep_dir: Path, cache: dict[str, str], *overrides: str, checkout: Path = PROJECT_ROOT):
+    """`python CHECKOUT/run.py -m` of the plant job with `overrides`, as a user runs it, these variables added."""
+    return run_cli(*JOB, f"hydra.sweep.dir={sweep_dir}", *overrides, env=cache, timeout=600, run_py=checkout / "run.py")
 
 
 def test_two_releases_are_timed_in_one_sweep_each_in_its_environment(tmp_path, wheels, cache):
@@ -75,9 +69,25 @@ def test_two_releases_are_timed_in_one_sweep_each_in_its_environment(tmp_path, w
     work, configuration = ({r["identity"][k]["key"] for r in records} for k in ("work", "configuration"))
     assert len(work) == 1 and len(configuration) == 2  # the same work, two configurations: compared paired
 
-    again = _sweep(tmp_path / "again", cache, *asked)
+    assert {r["environment"]["plant_runner_source"] for r in records} == {str(PROJECT_ROOT / "src")}
+
+    other = _checkout_copy(tmp_path / "checkout")  # another checkout of the runner, the same environments' cache
+    again = _sweep(tmp_path / "again", {**cache, "PYTHONPATH": str(PLUGIN)}, *asked, checkout=other)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "building" not in again.stderr and "resolving" not in again.stderr  # built once, then reused
+    for number in ("0", "1"):  # its workers ran its own runner, not the one of the checkout that built them
+        env = json.loads((tmp_path / "again" / number / "result.json").read_text())["environment"]
+        assert env["plant_runner_source"] == str(other / "src")
+
+
+def _checkout_copy(folder: Path) -> Path:
+    """What run.py and the environments read of a checkout, copied: another checkout of the same code."""
+    for name in ("run.py", "pyproject.toml", "requirements.lock"):
+        folder.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(PROJECT_ROOT / name, folder / name)
+    for name in ("conf", "src"):
+        shutil.copytree(PROJECT_ROOT / name, folder / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    return folder
 
 
 @pytest.mark.parametrize(

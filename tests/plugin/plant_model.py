@@ -5,8 +5,11 @@ benchmarks/versions.py write plantpkg's wheels at the versions they need (tests/
 from __future__ import annotations
 
 import importlib
+from pathlib import Path
 
 from chain_model import ChainModel
+
+import runner
 
 
 class PlantModel(ChainModel):
@@ -19,5 +22,7 @@ class PlantModel(ChainModel):
         self.release = planted.VERSION
 
     def describe(self, ops, params: dict, inputs: dict, backward: bool) -> dict[str, str]:
-        """The release the worker imported and the layers it ran: what a test checks the environment by."""
-        return {"plant_release": self.release, "plant_layers": str(self.layers)}
+        """The release the worker imported, the layers it ran and the runner's source it imported: what a test checks
+        the environment by."""
+        source = str(Path(runner.__file__).resolve().parents[1])
+        return {"plant_release": self.release, "plant_layers": str(self.layers), "plant_runner_source": source}

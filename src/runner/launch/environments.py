@@ -35,6 +35,7 @@ CACHE_VARIABLE = "RUNNER_ENVIRONMENTS"
 RECORD = "environment.json"
 LOCK = PROJECT_ROOT / "requirements.lock"
 PTH = "_tensor_runner_base.pth"
+LAYOUT = 2  # what a built environment holds; 1 also held the source of the checkout that built it
 PROBE_TIMEOUT_S = 300.0  # an interpreter's import of the runner and a framework, on a busy machine
 # pip's keys -> uv's options, as scripts/uv_args.py maps them for set-up
 PIP_OPTIONS = {"index-url": "--index-url", "extra-index-url": "--extra-index-url", "find-links": "--find-links",
@@ -81,7 +82,7 @@ def _ready(settings: dict[str, Any], say) -> PythonEnvironment:
     wheels = _listing(
         [*uv_index_options(), *(["--find-links", settings["find_links"]] if settings["find_links"] else [])]
     )
-    key = _hash(json.dumps([base["executable"], base["version"], sorted(resolved.values()), wheels]))
+    key = _hash(json.dumps([LAYOUT, base["executable"], base["version"], sorted(resolved.values()), wheels]))
     folder = cache_dir() / key
     if not (folder / RECORD).is_file():
         _build(folder, base, changed, settings["find_links"], label, say)
@@ -114,7 +115,10 @@ def check_environment(node: Mapping[str, Any] | None, isolation: str) -> None:
 def check_runs(environment: PythonEnvironment, backend_module: str) -> None:
     """ConfigError unless the environment's interpreter imports what a job's worker runs and the backend module (an
     interpreter of the user's own may lack either)."""
-    code = f"import importlib, runner.measure.job; importlib.import_module({backend_module!r})"
+    from runner.launch.interpreter import module_path
+
+    code = (f"import importlib, sys; sys.path[:0] = {module_path(environment)!r}; import runner.measure.job; "
+            f"importlib.import_module({backend_module!r})")  # fmt: skip
     try:
         probe = _run([environment.python, "-c", code], timeout=PROBE_TIMEOUT_S)
     except subprocess.TimeoutExpired:
@@ -334,8 +338,9 @@ def _make(work: Path, base: dict, changed: dict[str, str], find_links: str | Non
             reason = "its output above" if shown else _reason(done.stderr)
             raise ConfigError(f"environment: uv cannot install {' '.join(changed.values())} ({reason})")
     site = _run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], timeout=60)
-    source = Path(__file__).resolve().parents[2]  # the folder holding this runner's package
-    lines = [str(source), *(f"import site; site.addsitedir({folder!r})" for folder in base["site"])]
+    # packages only: the runner's own source is the calling checkout's, put first on a worker's path when it starts
+    # (runner.launch.interpreter), so that one cached environment serves every checkout of the runner
+    lines = [f"import site; site.addsitedir({folder!r})" for folder in base["site"]]
     (Path(site.stdout.strip()) / PTH).write_text("\n".join(lines) + "\n")
 
 

@@ -11,16 +11,22 @@ import os
 import threading
 from collections.abc import Iterator
 
+from runner.locations import FROM_CHECKOUT, PROJECT_ROOT
 from runner.spec import PythonEnvironment
 
 _SPAWNING = threading.Lock()  # the executable is multiprocessing's global: one spawn at a time changes it
 
 
+# the checkout's folder holding the runner that launches the job; an installed runner is in its environment's packages
+SOURCE = [str(PROJECT_ROOT / "src")] if FROM_CHECKOUT else []
+
+
 def module_path(environment: PythonEnvironment) -> list[str]:
-    """The module path of the environment's processes: PYTHONPATH's folders first, as Python puts them, then its
+    """The module path of the environment's processes: PYTHONPATH's folders first, as Python puts them, then a
+    checkout's source (a job runs the code of the checkout that launched it, whoever built the environment), then its
     interpreter's own path."""
     extra = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    return list(dict.fromkeys([*extra, *environment.sys_path]))
+    return list(dict.fromkeys([*extra, *SOURCE, *environment.sys_path]))
 
 
 @contextlib.contextmanager

@@ -87,11 +87,11 @@ class Metric:
 # docs/record.md), each watched at the gate PyTorch's dashboard puts on compilation latency, 1.15x, lower being
 # better. Not in a sweep's terminal table (a row must fit); runs.csv and runs.md have them.
 FIRST_CALL_PARTS = (
-    Metric(first_call.TRACE_S, "tracing", "seconds", in_terminal=False, watched=1.15),
-    Metric(first_call.LOWER_S, "lowering", "seconds", in_terminal=False, watched=1.15),
-    Metric(first_call.COMPILE_S, "compiling", "seconds", in_terminal=False, watched=1.15),
+    Metric(first_call.TRACE_S, "first-call trace", "seconds", in_terminal=False, watched=1.15),
+    Metric(first_call.LOWER_S, "first-call lower", "seconds", in_terminal=False, watched=1.15),
+    Metric(first_call.COMPILE_S, "first-call compile", "seconds", in_terminal=False, watched=1.15),
     Metric(first_call.EXECUTE_S, "first execution", "seconds", in_terminal=False, watched=1.15),
-    Metric(first_call.GRAPHS, "graphs built", in_terminal=False, watched=1.15),
+    Metric(first_call.GRAPHS, "first-call graphs", in_terminal=False, watched=1.15),
 )
 
 

@@ -9,26 +9,28 @@ from pathlib import Path
 import pytest
 from helpers import FAST_TIMING, made_store, run_cli, runner_main
 
-from runner.history import confirm
-from runner.history.series import Entry, History
-from runner.history.steps import Label, Step
+from runner.history import confirm, tags
+from runner.history.build import build
+from runner.history.series import Entry
 
 PLUGIN = Path(__file__).parent / "plugin"
 CASE = ["model=chain", "model.features=64", "task=inference", "backend=numpy", "threads=1", "batch_size=8"]
 
 
-def history_of(values: list[float], step_at: int, ratio: float) -> tuple[History, Step]:
-    entries = [Entry(f"run{i}", float(i), v) for i, v in enumerate(values)]
-    step = Step(step_at, ratio, ratio * 0.95, ratio * 1.05, Label.REGRESSION)
-    return History("c", "chain", "m", "machine", entries, [step]), step
-
-
-def test_the_level_before_a_step_is_the_geometric_mean_since_the_step_before_it():
-    history, step = history_of([1.0, 1.0, 4.0, 4.0, 4.0, 8.0, 8.0], 5, 2.0)
-    earlier = Step(2, 4.0, 3.8, 4.2, Label.REGRESSION)
-    history.steps = [earlier, step]
-    assert confirm.level_before(history, step) == pytest.approx(4.0)
-    assert confirm.level_before(history, earlier) == pytest.approx(1.0)
+def test_a_rerun_is_judged_against_the_level_the_steps_ratio_is_measured_from():
+    """The level before a step is the detector's own, the one its ratio is measured from (a stray run among its runs
+    pulled in), not the plain geometric mean of those runs: a re-run at 1.45 ms, beyond the midpoint from 1.01 ms
+    (1.42 ms) and short of it from the plain mean's 1.06 ms (1.49 ms), confirms the step."""
+    values = [1.0, 1.01, 0.99, 1.6, 1.0, 1.02, 0.98, 1.0] + [2.0, 2.02, 1.98, 2.0, 2.01, 1.99]
+    (history,) = build([("c", "chain", "m", "machine", Entry(f"run{i}", i, v * 1e-3)) for i, v in enumerate(values)])
+    (step,) = history.steps
+    assert step.index == 8 and step.before == pytest.approx(1.0e-3, rel=0.01)
+    at_after = confirm.judged("chain", step, "run13", "rerun", step.before * step.ratio)
+    assert at_after.ratio == pytest.approx(step.ratio) and at_after.confirmed and at_after.stands
+    assert not confirm.judged("chain", step, "run13", "rerun", step.before).confirmed
+    assert confirm.judged("chain", step, "run13", "rerun", 1.45e-3).confirmed
+    unmade = confirm.judged("chain", step, "run13", "", math.nan, "exit 1")
+    assert not unmade.confirmed and unmade.stands
 
 
 def test_the_rerun_is_the_recorded_run_with_its_own_store_and_folder(tmp_path):
@@ -114,15 +116,15 @@ def test_a_regression_stands_only_where_its_rerun_confirms_it(tmp_path, monkeypa
     assert cleared.returncode == 0, cleared.stderr
     assert "flagged: " in cleared.stderr and "not confirmed by a re-run" in cleared.stderr
     client = MlflowClient(uri)
-    assert client.get_run(newest).data.tags[confirm.CONFIRMED_TAG].startswith("no: not confirmed by a re-run")
+    assert client.get_run(newest).data.tags[tags.CONFIRMED_TAG].startswith("no: not confirmed by a re-run")
 
     monkeypatch.setenv("RUNNER_TEST_EXTRA_WORK", "3.0")  # 40 layers, not 10: the work itself four times
     confirmed = runner_main("history", "--tracking-uri", uri, "--fail-on", "regression", "--confirm")
     assert confirmed.returncode == 1, confirmed.stderr
     assert "failing: " in confirmed.stderr and "confirmed by a re-run" in confirmed.stderr
-    reruns = [r for r in client.search_runs([client.get_run(newest).info.experiment_id]) if confirm.CONFIRMS_TAG in
+    reruns = [r for r in client.search_runs([client.get_run(newest).info.experiment_id]) if tags.CONFIRMS_TAG in
               r.data.tags]  # fmt: skip
-    assert len(reruns) == 2 and all(r.data.tags[confirm.CONFIRMS_TAG] for r in reruns)
+    assert len(reruns) == 2 and all(r.data.tags[tags.CONFIRMS_TAG] for r in reruns)
 
 
 def test_a_step_whose_case_cannot_run_again_stands(tmp_path):

@@ -5,9 +5,11 @@ The new run is the flagged case's newest run made again: its own recorded overri
 hydra/overrides.yaml), as a sweep of that one job, so that the control its sweep named (`control=NAME`) is timed
 beside it in the same rounds, into the same store and experiment. It confirms the step where it lies nearer the level
 after the step than the level before it: its time (relative to its control where the history was fitted so) over the
-level before the step is beyond the step's geometric midpoint, sqrt(after / before). The runs before the step are many
-and its after side is what a noisy night moves; one quiet re-run that lands back on the old level clears it. TorchBench
-files only the regressions it reproduces; Otava adds a minimum segment length against single spikes.
+level before the step is beyond the step's geometric midpoint, sqrt(after / before). The level before is the one the
+step's own ratio is measured from: the detector's (runner.history.steps: its runs weighted, a stray one pulled in).
+The runs before the step are many and its after side is what a noisy night moves; one quiet re-run that lands back on
+the old level clears it. TorchBench files only the regressions it reproduces; Otava adds a minimum segment length
+against single spikes.
 
 The re-run is tagged `history.confirms` (the flagged run's id), the flagged run `history.confirmed` (yes or no, with
 the re-run's id and its ratio), so that the record says which alerts were confirmed. A step whose re-run could not be
@@ -24,8 +26,6 @@ import tempfile
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-
-import numpy as np
 
 from runner.history.series import History
 from runner.history.steps import Step
@@ -77,11 +77,7 @@ def confirm(uri: str, flagged: list[tuple[History, list[Step]]], out=sys.stderr)
         newest = history.entries[-1].run_id
         print(f"re-running {history.case_name} (run {newest[:12]}) to confirm its step", file=out, flush=True)
         rerun, value, why = _rerun(uri, newest, history.relative)
-        for step in steps:
-            midpoint = math.sqrt(step.ratio)
-            ratio = value / level_before(history, step)
-            confirmed = bool(rerun) and (ratio >= midpoint if step.ratio > 1 else ratio <= midpoint)
-            found.append(Confirmation(history.case_name, newest, rerun, ratio, midpoint, confirmed, why))
+        found += [judged(history.case_name, step, newest, rerun, value, why) for step in steps]
         if rerun:
             tracking.set_tags(uri, rerun, {CONFIRMS_TAG: newest})
         said = "; ".join(c.line() for c in found[-len(steps) :])
@@ -91,12 +87,13 @@ def confirm(uri: str, flagged: list[tuple[History, list[Step]]], out=sys.stderr)
     return found
 
 
-def level_before(history: History, step: Step) -> float:
-    """The geometric mean of the points between the step before this one (or the first run) and this step, as the
-    history was fitted: times, or times over their control's."""
-    start = max((s.index for s in history.steps if s.index < step.index), default=0)
-    points = [e.point(history.relative).typical_s for e in history.entries[start : step.index]]
-    return float(np.exp(np.mean(np.log(points))))
+def judged(case_name: str, step: Step, flagged: str, rerun: str, value: float, why: str = "") -> Confirmation:
+    """What a re-run (its MLflow run id, '' where it did not finish) whose time, or time over its control's where the
+    history was fitted so, is `value` says of `step`: its ratio to the level before the step, the detector's own level
+    that the step's ratio is measured from (Step.before), beyond the step's geometric midpoint or short of it."""
+    midpoint, ratio = math.sqrt(step.ratio), value / step.before
+    confirmed = bool(rerun) and (ratio >= midpoint if step.ratio > 1 else ratio <= midpoint)
+    return Confirmation(case_name, flagged, rerun, ratio, midpoint, confirmed, why)
 
 
 def _rerun(uri: str, run_id: str, relative: bool) -> tuple[str, float, str]:

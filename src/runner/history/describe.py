@@ -64,7 +64,7 @@ def describe_number(history: History, name: str, step: Step) -> str:
 
 def describe_figure(history: History, name: str, step: Step) -> str:
     """'first call: regression 1.43x [1.31–1.57] from run 3f2a… (2026-11-26 14:02): 702 ms → 1 s'."""
-    before, after = figure_levels(history.entries, name, step)
+    before, after = figure_levels(history.entries, history.figures.get(name, []), name, step)
     levels = f"{format_figure(name, before)} → {format_figure(name, after)}"
     return f"{FIGURES[name].said}: {describe_step(history, step)}: {levels}"
 

@@ -10,9 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-import numpy as np
-
-from runner.history.series import Entry
+from runner.history.series import Entry, medians_either_side
 from runner.history.steps import Label, Point, Step, find_steps
 from runner.record.table import format_seconds
 from runner.tasks import builtin_metrics
@@ -67,11 +65,10 @@ def _directed(step: Step, figure: Figure) -> Step:
     return replace(step, label=Label.IMPROVEMENT if step.label == Label.REGRESSION else Label.REGRESSION)
 
 
-def levels(entries: list[Entry], name: str, step: Step) -> tuple[float, float]:
-    """The figure's median over the runs just before the step and from it on (to the series' end)."""
-    before = [e.figures[name] for e in entries[: step.index] if name in e.figures]
-    after = [e.figures[name] for e in entries[step.index :] if name in e.figures]
-    return float(np.median(before)) if before else math.nan, float(np.median(after)) if after else math.nan
+def levels(entries: list[Entry], steps: list[Step], name: str, step: Step) -> tuple[float, float]:
+    """The figure's median over the runs of the level before `step` and of the level after it, among the figure's
+    `steps` (series.medians_either_side)."""
+    return medians_either_side(entries, steps, step, lambda e: e.figures.get(name, math.nan))
 
 
 def format_figure(name: str, value: float) -> str:

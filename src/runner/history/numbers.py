@@ -4,12 +4,9 @@ as series fitted by the same detector as the times (runner.history.steps); a ste
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
 from dataclasses import replace
 
-import numpy as np
-
-from runner.history.series import NUMBERS, Entry, History, either_side
+from runner.history.series import NUMBERS, Entry, History, medians_either_side
 from runner.history.steps import Label, Step, find_steps
 
 # The least factor by which a metric must move to be a numeric change: the error of another, equally careful order
@@ -51,13 +48,8 @@ def versions_said(before: str, after: str) -> str:
 def number_levels(history: History, name: str, step: Step) -> tuple[float, float]:
     """The median of the metric `name` over the runs of the level before `step` and of the level after it (each
     from the metric's step before, or the first run, to its next step, or the newest run)."""
-    before, after = either_side(history.entries, history.numbers.get(name, []), step)
-    return _median(before, name), _median(after, name)
-
-
-def _median(entries: Iterable[Entry], name: str) -> float:
-    values = [e.numbers[name] for e in entries if name in e.numbers]
-    return float(np.median(values)) if values else math.nan
+    steps = history.numbers.get(name, [])
+    return medians_either_side(history.entries, steps, step, lambda e: e.numbers.get(name, math.nan))
 
 
 def format_number(name: str, value: float) -> str:

@@ -15,6 +15,8 @@ import math
 
 import numpy as np
 
+from runner.report.statistics import weighted_median
+
 MIN_SEGMENT = 2  # the fewest points in the first or the last level, the newest level aside (1: suspicious)
 MIN_LEVEL = 4  # the fewest points in a level between two steps: two or three stray points side by side make none
 LONGEST = 300  # the most points fitted at once: a longer part is fitted in overlapping windows (partition)
@@ -27,13 +29,10 @@ def _l1_costs(logs: np.ndarray, weights: np.ndarray) -> np.ndarray:
     costs = np.full((n, n + 1), np.inf)
     for start in range(n):
         values, mass = logs[start:], weights[start:]
-        order = np.argsort(values, kind="stable")
-        ranked, ranked_mass = values[order], mass[order]
-        inside = order[None, :] < np.arange(1, len(values) + 1)[:, None]  # row k - 1: the first k points
-        held = np.where(inside, ranked_mass[None, :], 0.0)
-        cumulative = np.cumsum(held, axis=1)
-        median = ranked[np.argmax(cumulative >= cumulative[:, -1:] / 2, axis=1)]
-        costs[start, 1 : len(values) + 1] = (held * np.abs(ranked[None, :] - median[:, None])).sum(axis=1)
+        inside = np.arange(len(values))[None, :] < np.arange(1, len(values) + 1)[:, None]  # row k - 1: the first k
+        held = np.where(inside, mass[None, :], 0.0)
+        median = weighted_median(values, held)
+        costs[start, 1 : len(values) + 1] = (held * np.abs(values[None, :] - median[:, None])).sum(axis=1)
     return costs
 
 

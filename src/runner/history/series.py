@@ -4,11 +4,13 @@ its numbers), the History of them with the steps found (runner.history.build bui
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from runner.history.steps import Point, Step
+from runner.report import statistics
 from runner.report.comparison import apart_interval, relative_interval
 
 # The numbers a run records against its float64 reference, fitted as its times are, and how a line names them.
@@ -83,8 +85,20 @@ class History:
 
 def either_side(entries: list[Entry], steps: list[Step], step: Step) -> tuple[list[Entry], list[Entry]]:
     """The runs of the level before `step` and of the level after it, among a series' `steps`: each from the step
-    before (or the first run) to the next one (or the newest run)."""
-    starts = [s.index for s in steps]
-    start = max((i for i in starts if i < step.index), default=0)
-    end = min((i for i in starts if i > step.index), default=len(entries))
-    return entries[start : step.index], entries[step.index : end]
+    before (or the first run) to the next one (or the newest run), as runner.report.statistics.either_side spans."""
+    before, after = statistics.either_side([s.index for s in steps], step.index, len(entries))
+    return entries[before], entries[after]
+
+
+def medians_either_side(
+    entries: list[Entry], steps: list[Step], step: Step, value: Callable[[Entry], float]
+) -> tuple[float, float]:
+    """The median of a run's `value` (NaN where it has none) over the runs of the level before `step` and of the
+    level after it (either_side); NaN where a level has no value."""
+
+    def median(side: list[Entry]) -> float:
+        values = [v for v in map(value, side) if not math.isnan(v)]
+        return float(np.median(values)) if values else math.nan
+
+    before, after = either_side(entries, steps, step)
+    return median(before), median(after)

@@ -58,7 +58,7 @@ interval. The detector works on log times, so a step is a ratio and noise is rel
   small where points are correlated or a few move far (BENCHMARKS.md, "History: many cases at once"). The search
   over the levels' other ends is not counted. runner.history.build adjusts these over a store's series
   (Benjamini-Hochberg).
-- The interval of a step: the ratio after / before, exp(size), with a 95% (ratio.LEVEL) interval, Student's t
+- The interval of a step: the ratio after / before, exp(size), with a 95% (statistics.LEVEL) interval, Student's t
   on the standard error above. Steps found by a search are the larger ones: on simulated series the intervals of
   steps near the resolution held the true ratio less often than 95% (BENCHMARKS.md).
 - The labels: a step with at least 2 points after it is a REGRESSION (slower) or an IMPROVEMENT (faster). A step
@@ -85,10 +85,10 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 import numpy as np
-from scipy.special import chdtr, chdtrc, chdtri, ndtr, ndtri, owens_t, stdtr
+from scipy.special import chdtr, chdtrc, chdtri, ndtr, ndtri, owens_t
 
 from runner.history.partition import MIN_SEGMENT, partition
-from runner.report.ratio import LEVEL, OUTLYING, student_quantile
+from runner.report.statistics import LEVEL, pulled_in, student_p_value, student_quantile, weighted_median
 
 MIN_POINTS = 4  # a part of fewer points is insufficient data: 2 either side of a step
 RHO_MAX = 0.8  # the largest lag-1 autocorrelation of points taken from a series
@@ -132,6 +132,7 @@ class Step:
     p_value: float = math.nan  # the chance of so large a step in its part where it has none (_p_value); NaN: none
     q_value: float = math.nan  # its p-value adjusted over a store's cases (runner.history.build.control_fdr)
     significant: bool = True  # False: its q-value is above the store's false-discovery rate: shown, no alert
+    before: float = math.nan  # the typical value of the level before it (its ratio's denominator); NaN: no level
 
 
 @dataclass(frozen=True)
@@ -298,11 +299,7 @@ def _level(logs: np.ndarray, variances: np.ndarray) -> tuple[float, float]:
     each first pulled in to OUTLYING sds of their weighted median where there are 3 or more."""
     weights = 1 / variances
     if len(logs) >= 3:
-        order = np.argsort(logs)
-        cumulative = np.cumsum(weights[order])
-        median = logs[order][int(np.argmax(cumulative >= cumulative[-1] / 2))]
-        bound = OUTLYING * np.sqrt(variances)
-        logs = np.clip(logs, median - bound, median + bound)
+        logs = pulled_in(logs, float(weighted_median(logs, weights)), np.sqrt(variances))
     return float(np.sum(weights * logs) / np.sum(weights)), float(1 / math.sqrt(np.sum(weights)))
 
 
@@ -319,7 +316,7 @@ def _resolved(
     away first (their indices those of `logs`), each with its p-value over the `places` the search tried (_p_value)."""
     starts = list(starts)
     while starts:
-        sizes, errors, margin = _measured(logs, variances, starts, needed, floor)
+        sizes, errors, margin, levels = _measured(logs, variances, starts, needed, floor)
         if margin.min() >= 1:
             break
         del starts[int(np.argmin(margin))]
@@ -327,21 +324,23 @@ def _resolved(
         return []
     quantile = student_quantile(df, (1 + LEVEL) / 2)
     steps = []
-    for at, size, error in zip(starts, sizes, errors, strict=True):
+    for at, size, error, before in zip(starts, sizes, errors, levels[:-1], strict=True):
         label = Label.REGRESSION if size > 0 else Label.IMPROVEMENT
         if at == len(logs) - 1:
             label = Label.SUSPICIOUS
         low, high = math.exp(size - quantile * error), math.exp(size + quantile * error)
-        steps.append(Step(at, math.exp(size), low, high, label, _p_value(abs(size) / error, df, places)))
+        p_value = _p_value(abs(size) / error, df, places)
+        steps.append(Step(at, math.exp(size), low, high, label, p_value, before=math.exp(before)))
     return steps
 
 
 def _measured(
     logs: np.ndarray, variances: np.ndarray, starts: list[int], needed: float, floor: float
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Each step's size, its standard error (each level's inflated for runs correlated within it: _inflation) and
-    its margin: |size| over what it must reach (needed standard errors, and `floor`), below 1 where it falls short;
-    a single newest run's also its distance from the level before over the farthest earlier run's from its own."""
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[float]]:
+    """Each step's size, its standard error (each level's inflated for runs correlated within it: _inflation), its
+    margin: |size| over what it must reach (needed standard errors, and `floor`), below 1 where it falls short (a
+    single newest run's also its distance from the level before over the farthest earlier run's from its own), and
+    each level's typical log time."""
     edges = [0, *starts, len(logs)]
     spans = list(zip(edges[:-1], edges[1:], strict=True))
     levels = [_level(logs[a:b], variances[a:b]) for a, b in spans]
@@ -355,13 +354,13 @@ def _measured(
         farthest = max(float(np.max(np.abs(r))) for r in scaled[:-1])
         if farthest > 0:  # runs alike before it: any move of the newest is further out, its margin stands
             margin[-1] = min(margin[-1], abs(logs[-1] - levels[-2][0]) / math.sqrt(variances[-1]) / farthest)
-    return sizes, errors, margin
+    return sizes, errors, margin, [level for level, _ in levels]
 
 
 def _autocorrelation(scaled: list[np.ndarray]) -> float:
     """The lag-1 autocorrelation of the points within their levels, from their scaled residuals (each pulled in to
     OUTLYING), shrunk by its own sampling noise, in [0, RHO_MAX] (see the module's docstring)."""
-    pulled = [np.clip(r, -OUTLYING, OUTLYING) for r in scaled]
+    pulled = [pulled_in(r, 0.0, 1.0) for r in scaled]
     products = sum(float(np.sum(r[:-1] * r[1:])) for r in pulled)
     squares = sum(float(np.sum(r**2)) for r in pulled)
     points = sum(len(r) for r in pulled)
@@ -390,7 +389,7 @@ def _p_value(t: float, df: float, places: np.ndarray) -> float:
     """The p-value of a step `t` standard errors in size, from the test that keeps it, over the `places` the search
     tried: two-sided Student t at the noise's degrees of freedom, as the normal deviate of the same tail, bounded
     over the places by Hunter's chain (see the module's docstring); capped at 1."""
-    deviate = -float(ndtri(stdtr(df, -t)))
+    deviate = -float(ndtri(student_p_value(t, df) / 2))
     share = np.clip(places, 1e-12, 1 - 1e-12)
     neighbours = np.sqrt(share[:-1] * (1 - share[1:]) / (share[1:] * (1 - share[:-1])))
     crossings = 2 * owens_t(deviate, np.sqrt((1 - neighbours) / (1 + neighbours)))

@@ -61,8 +61,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from runner.measure.samples import turn_typical, typical_s
+from runner.report.statistics import LEVEL, pulled_in, student_quantile
 
-LEVEL = 0.95
 MIN_BATCHES = 8
 # Between worker processes, identical jobs' medians spread by this much (sd of their logs) however long they
 # sample: each process has its own physical memory placement (BENCHMARKS.md, A/A sweeps: 0.3-1.9%).
@@ -71,7 +71,6 @@ PRIOR_DF = 4  # the weight of PROCESS_SD beside the spread a sweep's replicates 
 # Between two sweeps run apart, the machine itself moves all of a sweep's jobs together: the A/A of runner
 # compare (BENCHMARKS.md) put the sd of that shared log offset at about 3%.
 APART_SD = 0.03
-OUTLYING = 3.0  # robust sds from the median beyond which a round's log ratio is pulled in (tamed)
 POWER = 0.9  # a comparison's resolution: the difference it calls this often
 # Between nodes of one kind of machine, a configuration's ratio to its baseline moves by this much (sd of the log ratio,
 # node x configuration): assumed where a sweep's nodes are too few to measure it (node_spread), as PROCESS_SD is.
@@ -124,7 +123,7 @@ def tamed(logs: np.ndarray) -> np.ndarray:
         return logs
     centre = np.median(logs)
     scale = 1.4826 * np.median(np.abs(logs - centre))
-    return np.clip(logs, centre - OUTLYING * scale, centre + OUTLYING * scale) if scale > 0 else logs
+    return pulled_in(logs, centre, scale) if scale > 0 else logs
 
 
 def batch_means(logs: np.ndarray) -> np.ndarray:
@@ -210,14 +209,6 @@ def interval(
     df = total**2 / terms if terms else math.inf
     se, quantile = math.sqrt(total), student_quantile(df, (1 + level) / 2)
     return quantile * se, math.expm1((quantile + student_quantile(df, POWER)) * se)
-
-
-def student_quantile(df: float, probability: float) -> float:
-    """Student's t quantile at `df` degrees of freedom (the normal's where df is infinite), for every interval and test
-    of the comparisons and the history."""
-    from scipy.special import stdtrit  # importing scipy.stats would slow every sweep's end
-
-    return float(stdtrit(df, probability))
 
 
 @dataclass(frozen=True)

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from statistics import NormalDist
 
 import numpy as np
 
 from runner.report.ratio import PROCESS_SD
+from runner.report.statistics import student_quantile
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,7 @@ def rounds_order(mine: dict[int, float], theirs: dict[int, float], level: float)
     found = median_interval(logs, level)
     if found is None:
         return None
-    margin = NormalDist().inv_cdf((1 + level) / 2) * math.sqrt(2) * PROCESS_SD
+    margin = student_quantile(math.inf, (1 + level) / 2) * math.sqrt(2) * PROCESS_SD
     low, high = math.exp(found[0] - margin), math.exp(found[1] + margin)
     if low <= 1 <= high:
         return None

@@ -314,7 +314,7 @@ def test_cuda_transformer_records_the_attention_kernel_that_ran(transformer_swee
     qualifies and float32 does not."""
     import torch
 
-    from runner.backends import torch_backend
+    from runner.backends import AttentionCall, torch_backend
 
     saved = job_where(transformer_sweep, task=task, precision=precision)
     model = saved["config"]["model"]
@@ -322,7 +322,8 @@ def test_cuda_transformer_records_the_attention_kernel_that_ran(transformer_swee
     batch, seq, heads = saved["config"]["batch_size"], model["seq_len"], model["heads"]
     x = torch.empty((batch, seq, model["d_model"]), dtype=compute, device="cuda")
     shape = (batch, heads, seq, model["d_model"] // heads)
-    ran = torch_backend.attention_kernel(x, shape, seq, causal=model["causal"], differentiated=task != "inference")
+    call = AttentionCall(shape, seq, causal=model["causal"], differentiated=task != "inference")
+    ran = torch_backend.attention_kernel(x, call)
     assert saved["environment"]["attention_kernel"] == ran
     assert saved["metrics"]["within_reference_tolerance"] == 1.0, saved["metrics"]["max_rel_err_vs_reference"]
 

@@ -15,13 +15,14 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from runner.config import nvidia_driver_present
+from runner.config import ConfigError, nvidia_driver_present
 
 if TYPE_CHECKING:
     from runner.backends.optimizers import Optimizer
@@ -156,6 +157,18 @@ class ConvOps(Protocol):
     def linear(self, x: Any, weight: Any, bias: Any = None) -> Any: ...
 
 
+@dataclass(frozen=True)
+class AttentionCall:
+    """An attention call as AttentionOps.attention_kernel is asked about it: queries of `shape` (batch, heads, queries,
+    size) over `keys` keys, with a mask where `masked`, causal where `causal`, differentiated where `differentiated`."""
+
+    shape: tuple[int, int, int, int]
+    keys: int
+    masked: bool = False
+    causal: bool = False
+    differentiated: bool = False
+
+
 class AttentionOps(Protocol):
     """Op family `attention`: the one softmax attention of the transformer, GPT-2 and Llama (runner.models.transformer,
     .decoder, .llama), the packed projection's heads, and the transformer's norm and GELU. Activations are
@@ -182,19 +195,10 @@ class AttentionOps(Protocol):
         booleans, True where a query sees a key: (queries, keys) or (batch, 1, queries, keys), as attention_mask
         makes them. causal: the query at i sees the keys 0 .. i (torch hands it to its fused kernel; others mask)."""
 
-    def attention_kernel(
-        self,
-        like: Any,
-        shape: tuple[int, ...],
-        keys: int,
-        masked: bool = False,
-        causal: bool = False,
-        differentiated: bool = False,
-    ) -> str:
-        """What computes `attention` of queries of `shape` (batch, heads, queries, size) over `keys` keys, in the dtype
-        and on the device of the array `like` (under the run's precision policy), with a mask where `masked`, causal
-        where `causal`, in a call that is differentiated where `differentiated`: the fused kernel the framework's
-        dispatcher picks, or how it is written out. For the record."""
+    def attention_kernel(self, like: Any, call: AttentionCall) -> str:
+        """What computes `attention` as `call` describes it, in the dtype and on the device of the array `like` (under
+        the run's precision policy): the fused kernel the framework's dispatcher picks, or how it is written out. For
+        the record."""
 
 
 class DecoderOps(Protocol):
@@ -296,6 +300,34 @@ class LayoutOps(Protocol):
     def data_pointer(self, array: Any) -> int: ...
 
 
+def table_layout_ops(
+    backend: str,
+    from_host: Mapping[str, Callable],
+    reshapes: Mapping[str, Callable],
+    to_host: Callable | None = None,
+    settle: Callable[[Any], Any] = lambda result: result,
+) -> tuple[Callable[[str, np.ndarray, Any], Any], Callable[[str, Any], Any]]:
+    """LayoutOps.convert and .reshape of a backend whose conversions (numpy -> its arrays) and reshapes are tables of
+    functions by method name: `to_host` is the conversion `numpy` (its array -> numpy) where it has one, `settle` waits
+    for a result the framework computes asynchronously (JAX). A method not in the table is one line naming those there
+    are."""
+
+    def convert(method: str, host: np.ndarray, native: Any) -> Any:
+        if method == "numpy" and to_host is not None:
+            return to_host(native)
+        if method not in from_host:
+            allowed = ", ".join([*(["numpy"] if to_host is not None else []), *from_host])
+            raise ConfigError(f"backend={backend} has no conversion {method!r} (allowed: {allowed})")
+        return settle(from_host[method](host))
+
+    def reshape(method: str, x: Any) -> Any:
+        if method not in reshapes:
+            raise ConfigError(f"backend={backend} has no reshape method {method!r} (allowed: {', '.join(reshapes)})")
+        return settle(reshapes[method](x))
+
+    return convert, reshape
+
+
 class TorchModuleOps(Protocol):
     """Op family `torch_module`: a torch.nn.Module called with the runner's parameters (torchvision models)."""
 
@@ -319,18 +351,11 @@ OP_FAMILIES: dict[str, type] = {
 }
 
 
-def fixed_attention_kernel(description: str) -> Callable[..., str]:
+def fixed_attention_kernel(description: str) -> Callable[[Any, AttentionCall], str]:
     """AttentionOps.attention_kernel for a backend whose attention is written out, the same whatever the shapes: what
     it returns is `description`."""
 
-    def attention_kernel(
-        like: Any,
-        shape: tuple[int, ...],
-        keys: int,
-        masked: bool = False,
-        causal: bool = False,
-        differentiated: bool = False,
-    ) -> str:
+    def attention_kernel(like: Any, call: AttentionCall) -> str:
         return description
 
     return attention_kernel

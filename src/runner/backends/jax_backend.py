@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 
-from runner.backends import fixed_attention_kernel, jax_precision
+from runner.backends import fixed_attention_kernel, jax_precision, table_layout_ops
 from runner.backends.channels_last import (  # noqa: F401 - re-exported: the backend function set
     adaptive_bins,
     from_native_layout,
@@ -26,6 +26,7 @@ from runner.backends.channels_last import (  # noqa: F401 - re-exported: the bac
 )
 from runner.backends.first_call import jax_parts as first_call_parts  # noqa: F401 - runner.backends.first_call
 from runner.backends.jax_precision import set_precision, with_precision  # noqa: F401 - the backend function set
+from runner.backends.numpy_backend import merge_heads, split_heads  # noqa: F401 - array methods: NumPy's serve
 from runner.backends.optimizers import Optimizer
 from runner.config import ConfigError
 
@@ -261,17 +262,6 @@ def gelu(x):
     return jax.nn.gelu(x, approximate=False)  # JAX's default is the tanh approximation: the exact one, as torch
 
 
-def split_heads(qkv: jax.Array, heads: int) -> tuple[jax.Array, ...]:
-    batch, seq, three_d = qkv.shape
-    split = qkv.reshape(batch, seq, 3, heads, three_d // 3 // heads).transpose(2, 0, 3, 1, 4)
-    return split[0], split[1], split[2]
-
-
-def merge_heads(x: jax.Array) -> jax.Array:
-    batch, heads, seq, size = x.shape
-    return x.transpose(0, 2, 1, 3).reshape(batch, seq, heads * size)
-
-
 def attention(
     q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array | None = None, causal: bool = False
 ) -> jax.Array:
@@ -367,18 +357,7 @@ RESHAPES = {
 }
 
 
-def convert(method: str, host: np.ndarray, native: jax.Array):
-    if method == "numpy":  # jax -> numpy
-        return np.asarray(native)
-    if method not in FROM_HOST:
-        raise ConfigError(f"backend=jax has no conversion {method!r} (allowed: numpy, {', '.join(FROM_HOST)})")
-    return jax.block_until_ready(FROM_HOST[method](host))
-
-
-def reshape(method: str, x: jax.Array):
-    if method not in RESHAPES:
-        raise ConfigError(f"backend=jax has no reshape method {method!r} (allowed: {', '.join(RESHAPES)})")
-    return jax.block_until_ready(RESHAPES[method](x))
+convert, reshape = table_layout_ops("jax", FROM_HOST, RESHAPES, to_host=np.asarray, settle=jax.block_until_ready)
 
 
 def data_pointer(array) -> int:

@@ -11,30 +11,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = [  # op family `decoder` (runner.backends.DecoderOps): what its backend module takes in
-    "affine",
-    "attention_mask",
-    "compilations",
-    "decoder_step",
-    "embed",
-    "gelu_tanh",
-    "greedy",
-    "last_position",
-    "new_cache",
-    "position",
-    "positions_embedded",
-    "project",
-    "repeat_heads",
-    "rms_norm",
-    "rotary",
-    "rotary_angles",
-    "silu",
-    "step_index",
-    "to_heads",
-    "token_ids",
-    "unembed",
-    "write_cache",
-]
+from runner.backends import DecoderOps, protocol_functions
+from runner.backends.numpy_decoder import rotary_cos_sin, to_heads  # noqa: F401 - to_heads: NumPy's serve
+
+__all__ = protocol_functions(DecoderOps)  # op family `decoder`: what its backend module takes in by `import *`
 
 
 def affine(x: jax.Array, weight: jax.Array, bias: jax.Array) -> jax.Array:
@@ -148,11 +128,6 @@ def silu(x: jax.Array) -> jax.Array:
     return jax.nn.silu(x)
 
 
-def to_heads(x: jax.Array, heads: int) -> jax.Array:
-    batch, seq, features = x.shape
-    return x.reshape(batch, seq, heads, features // heads).transpose(0, 2, 1, 3)
-
-
 def repeat_heads(x: jax.Array, groups: int) -> jax.Array:
     return jnp.repeat(x, groups, axis=1)
 
@@ -161,12 +136,8 @@ def rotary_angles(
     inv_freq: tuple[float, ...], where, x: jax.Array, pad: jax.Array | None = None
 ) -> tuple[jax.Array, jax.Array]:
     """The inverse frequencies are a constant of the jitted step (in eager, placed at each step)."""
-    dtype = jnp.float64 if x.dtype == jnp.float64 else jnp.float32  # HF: float32 for float32 and below
     at = where + jnp.arange(x.shape[1]) if pad is None else _prompt_positions(where, x.shape[1], pad)
-    angles = at.astype(dtype)[..., None] * jnp.asarray(inv_freq, dtype)
-    angles = jnp.concatenate([angles, angles], axis=-1)
-    angles = angles if pad is None else angles[:, None]  # (batch, 1: every head, seq, head size)
-    return jnp.cos(angles).astype(x.dtype), jnp.sin(angles).astype(x.dtype)
+    return rotary_cos_sin(jnp, inv_freq, at, x, per_prompt=pad is not None)
 
 
 def rotary(x: jax.Array, angles: tuple[jax.Array, jax.Array]) -> jax.Array:

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from runner.backends import fixed_attention_kernel
+from runner.backends import fixed_attention_kernel, table_layout_ops
 from runner.backends.optimizers import Optimizer, written_out_step
 from runner.config import ConfigError
 from runner.precision import only_full
@@ -202,7 +202,10 @@ attention_kernel = fixed_attention_kernel("numpy: matmul + softmax written out")
 
 # -- memory-layout ops (seeds 001 and 002) -------------------------------------------------------
 
-CONVERSIONS = {"asarray": np.asarray, "array": np.array}  # numpy -> numpy: no copy / a copy
+CONVERSIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "asarray": np.asarray,
+    "array": np.array,
+}  # numpy -> numpy: no copy / a copy
 RESHAPES = {
     "reshape": lambda x: x.reshape(-1),
     "view": lambda x: x.view().reshape(-1),
@@ -211,22 +214,11 @@ RESHAPES = {
 }
 
 
-def convert(method: str, host: np.ndarray, native: np.ndarray):
-    return _method(CONVERSIONS, method, "conversion")(host)
-
-
-def reshape(method: str, x: np.ndarray):
-    return _method(RESHAPES, method, "reshape")(x)
+convert, reshape = table_layout_ops("numpy", CONVERSIONS, RESHAPES)
 
 
 def data_pointer(array) -> int:
     return np.asarray(array).__array_interface__["data"][0]
-
-
-def _method(table: dict, method: str, what: str):
-    if method not in table:
-        raise ConfigError(f"backend=numpy has no {what} method {method!r} (allowed: {', '.join(table)})")
-    return table[method]
 
 
 from runner.backends.numpy_decoder import *  # noqa: E402, F403 - op family `decoder` (model=gpt2)

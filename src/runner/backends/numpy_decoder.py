@@ -4,33 +4,13 @@ generation."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
-__all__ = [  # op family `decoder` (runner.backends.DecoderOps): what its backend module takes in
-    "affine",
-    "attention_mask",
-    "compilations",
-    "decoder_step",
-    "embed",
-    "gelu_tanh",
-    "greedy",
-    "last_position",
-    "new_cache",
-    "position",
-    "positions_embedded",
-    "project",
-    "repeat_heads",
-    "rms_norm",
-    "rotary",
-    "rotary_angles",
-    "silu",
-    "step_index",
-    "to_heads",
-    "token_ids",
-    "unembed",
-    "write_cache",
-]
+from runner.backends import DecoderOps, protocol_functions
+
+__all__ = protocol_functions(DecoderOps)  # op family `decoder`: what its backend module takes in by `import *`
 
 
 def affine(x: np.ndarray, weight: np.ndarray, bias: np.ndarray) -> np.ndarray:
@@ -141,12 +121,19 @@ def repeat_heads(x: np.ndarray, groups: int) -> np.ndarray:
 def rotary_angles(
     inv_freq: tuple[float, ...], where: int, x: np.ndarray, pad: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
-    dtype = np.float64 if x.dtype == np.float64 else np.float32  # HF: float32 for float32 and below
     at = np.arange(where, where + x.shape[1]) if pad is None else _prompt_positions(where, x.shape[1], pad)
-    angles = at.astype(dtype)[..., None] * np.asarray(inv_freq, dtype)
-    angles = np.concatenate([angles, angles], axis=-1)
-    angles = angles if pad is None else angles[:, None]  # (batch, 1: every head, seq, head size)
-    return np.cos(angles).astype(x.dtype), np.sin(angles).astype(x.dtype)
+    return rotary_cos_sin(np, inv_freq, at, x, per_prompt=pad is not None)
+
+
+def rotary_cos_sin(xp: Any, inv_freq: tuple[float, ...], at: Any, x: Any, per_prompt: bool) -> tuple[Any, Any]:
+    """(cos, sin) in x's dtype of the angles position x inv_freq at the positions `at`, (seq,) or, per_prompt, (batch,
+    seq); computed in float32 (float64 for float64 x), as HF does. Written in the array namespace `xp`: numpy's, and
+    jax.numpy's (runner.backends.jax_decoder)."""
+    dtype = xp.float64 if x.dtype == xp.float64 else xp.float32  # HF: float32 for float32 and below
+    angles = at.astype(dtype)[..., None] * xp.asarray(inv_freq, dtype)
+    angles = xp.concatenate([angles, angles], axis=-1)
+    angles = angles[:, None] if per_prompt else angles  # (batch, 1: every head, seq, head size)
+    return xp.cos(angles).astype(x.dtype), xp.sin(angles).astype(x.dtype)
 
 
 def rotary(x: np.ndarray, angles: tuple[np.ndarray, np.ndarray]) -> np.ndarray:

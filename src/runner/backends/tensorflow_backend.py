@@ -21,7 +21,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2" if nvidia_driver_present() els
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from runner.backends import fixed_attention_kernel, tf_precision, tnp_precision  # noqa: E402
+from runner.backends import fixed_attention_kernel, table_layout_ops, tf_precision, tnp_precision  # noqa: E402
 from runner.backends.tf_precision import set_precision, with_precision  # noqa: E402, F401 - the backend function set
 
 DTYPES = {"float16": tf.float16, "float32": tf.float32, "float64": tf.float64, "bfloat16": tf.bfloat16}
@@ -350,18 +350,7 @@ RESHAPES = {
 }
 
 
-def convert(method: str, host: np.ndarray, native: tf.Tensor):
-    if method == "numpy":  # tf -> numpy
-        return native.numpy()
-    if method not in FROM_HOST:
-        raise ConfigError(f"backend=tensorflow has no conversion {method!r} (allowed: numpy, {', '.join(FROM_HOST)})")
-    return FROM_HOST[method](host)
-
-
-def reshape(method: str, x: tf.Tensor):
-    if method not in RESHAPES:
-        raise ConfigError(f"backend=tensorflow has no reshape method {method!r} (allowed: {', '.join(RESHAPES)})")
-    return RESHAPES[method](x)
+convert, reshape = table_layout_ops("tensorflow", FROM_HOST, RESHAPES, to_host=lambda native: native.numpy())
 
 
 def data_pointer(array) -> int:

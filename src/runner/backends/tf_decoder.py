@@ -9,30 +9,9 @@ from collections.abc import Callable
 import numpy as np
 import tensorflow as tf
 
-__all__ = [  # op family `decoder` (runner.backends.DecoderOps): what its backend module takes in
-    "affine",
-    "attention_mask",
-    "compilations",
-    "decoder_step",
-    "embed",
-    "gelu_tanh",
-    "greedy",
-    "last_position",
-    "new_cache",
-    "position",
-    "positions_embedded",
-    "project",
-    "repeat_heads",
-    "rms_norm",
-    "rotary",
-    "rotary_angles",
-    "silu",
-    "step_index",
-    "to_heads",
-    "token_ids",
-    "unembed",
-    "write_cache",
-]
+from runner.backends import DecoderOps, protocol_functions
+
+__all__ = protocol_functions(DecoderOps)  # op family `decoder`: what its backend module takes in by `import *`
 
 
 def affine(x: tf.Tensor, weight: tf.Tensor, bias: tf.Tensor) -> tf.Tensor:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
+from runner.backends import DecoderOps, protocol_functions
 from runner.backends.tf_decoder import (  # noqa: F401 - re-exported: the op family's function set
     attention_mask,
     compilations,
@@ -21,30 +22,7 @@ from runner.backends.tnp_precision import sqrt, tanh
 tnp = tf.experimental.numpy
 
 
-__all__ = [  # op family `decoder` (runner.backends.DecoderOps): what its backend module takes in
-    "affine",
-    "attention_mask",
-    "compilations",
-    "decoder_step",
-    "embed",
-    "gelu_tanh",
-    "greedy",
-    "last_position",
-    "new_cache",
-    "position",
-    "positions_embedded",
-    "project",
-    "repeat_heads",
-    "rms_norm",
-    "rotary",
-    "rotary_angles",
-    "silu",
-    "step_index",
-    "to_heads",
-    "token_ids",
-    "unembed",
-    "write_cache",
-]
+__all__ = protocol_functions(DecoderOps)  # op family `decoder`: what its backend module takes in by `import *`
 
 
 def affine(x, weight, bias):

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from runner.backends import torch_precision
+from runner.backends import AttentionCall, table_layout_ops, torch_precision
 from runner.backends.first_call import torch_parts as first_call_parts  # noqa: F401 - runner.backends.first_call
 from runner.backends.optimizers import Optimizer
 from runner.backends.torch_precision import set_precision, with_precision  # noqa: F401 - the backend function set
@@ -254,25 +254,18 @@ def attention(
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)
 
 
-def attention_kernel(
-    like: torch.Tensor,
-    shape: tuple[int, ...],
-    keys: int,
-    masked: bool = False,
-    causal: bool = False,
-    differentiated: bool = False,
-) -> str:
+def attention_kernel(like: torch.Tensor, call: AttentionCall) -> str:
     """The kernel scaled_dot_product_attention's own dispatcher picks for these shapes, mask, dtype and device (flash,
     memory-efficient, cuDNN or the math fallback; flash takes no mask), for the dtype attention gets under the run's
     precision policy (bfloat16 under bf16_mixed, where flash attention qualifies)."""
     from torch.nn.attention import SDPBackend
 
-    batch, heads, queries, size = shape
-    dtype = torch_precision.attention_dtype(like.dtype)
-    q = torch.empty(shape, dtype=dtype, device=like.device, requires_grad=differentiated)
-    k = torch.empty((batch, heads, keys, size), dtype=dtype, device=like.device, requires_grad=differentiated)
-    mask = torch.ones((queries, keys), dtype=torch.bool, device=like.device) if masked else None
-    choice = SDPBackend(torch._fused_sdp_choice(q, k, k, attn_mask=mask, is_causal=causal))
+    batch, heads, queries, size = call.shape
+    dtype, grad = torch_precision.attention_dtype(like.dtype), call.differentiated
+    q = torch.empty(call.shape, dtype=dtype, device=like.device, requires_grad=grad)
+    k = torch.empty((batch, heads, call.keys, size), dtype=dtype, device=like.device, requires_grad=grad)
+    mask = torch.ones((queries, call.keys), dtype=torch.bool, device=like.device) if call.masked else None
+    choice = SDPBackend(torch._fused_sdp_choice(q, k, k, attn_mask=mask, is_causal=call.causal))
     return f"scaled_dot_product_attention: {choice.name.lower()}"
 
 
@@ -355,18 +348,7 @@ RESHAPES = {
 }
 
 
-def convert(method: str, host: np.ndarray, native: torch.Tensor):
-    if method == "numpy":  # torch -> numpy
-        return native.numpy()
-    if method not in FROM_HOST:
-        raise ConfigError(f"backend=torch has no conversion {method!r} (allowed: numpy, {', '.join(FROM_HOST)})")
-    return FROM_HOST[method](host)
-
-
-def reshape(method: str, x: torch.Tensor):
-    if method not in RESHAPES:
-        raise ConfigError(f"backend=torch has no reshape method {method!r} (allowed: {', '.join(RESHAPES)})")
-    return RESHAPES[method](x)
+convert, reshape = table_layout_ops("torch", FROM_HOST, RESHAPES, to_host=lambda native: native.numpy())
 
 
 def data_pointer(array) -> int:

@@ -9,24 +9,28 @@ from runner.config import require_positive
 from runner.models import ForwardSize, Workload
 
 
-class Matmul(Workload):
+class OpWorkload(Workload):
+    """An op timed alone (the seeds' micro-benchmarks): inference only, no derivatives (Workload's None), a call is one
+    example, and no weights unless it says so."""
+
+    def init_params(self, rng: np.random.Generator) -> dict[str, np.ndarray]:
+        return {}
+
+    def examples_per_call(self, batch_size: int) -> int:
+        return 1
+
+
+class Matmul(OpWorkload):
     """x @ x for one n x n matrix (the CPU-vs-GPU post times `tf.matmul(x, x)` on a 1000 x 1000 input)."""
 
     name = "matmul"
-    gradients = per_example_gradients = jacobian = None
 
     def __init__(self, n: int):
         require_positive(n=n)
         self.n = n
 
-    def init_params(self, rng: np.random.Generator) -> dict[str, np.ndarray]:
-        return {}
-
     def make_inputs(self, rng: np.random.Generator, batch_size: int) -> dict[str, np.ndarray]:
         return {"x": rng.uniform(size=(self.n, self.n))}
-
-    def examples_per_call(self, batch_size: int) -> int:
-        return 1
 
     def flops_per_call(self) -> float:
         return 2.0 * self.n**3
@@ -41,11 +45,10 @@ class Matmul(Workload):
         return f"model.n={self.n}"
 
 
-class Sigmoid(Workload):
+class Sigmoid(OpWorkload):
     """1 / (1 + exp(-y)) on a vector of `size` elements, written as the TF-NumPy guide writes it."""
 
     name = "sigmoid"
-    gradients = per_example_gradients = jacobian = None
 
     def __init__(self, size: int):
         require_positive(size=size)
@@ -54,14 +57,8 @@ class Sigmoid(Workload):
     def size_setting(self, batch_size: int) -> str:
         return f"model.size={self.size}"
 
-    def init_params(self, rng: np.random.Generator) -> dict[str, np.ndarray]:
-        return {}
-
     def make_inputs(self, rng: np.random.Generator, batch_size: int) -> dict[str, np.ndarray]:
         return {"x": rng.standard_normal(self.size)}
-
-    def examples_per_call(self, batch_size: int) -> int:
-        return 1
 
     def forward_size(self, batch_size: int) -> ForwardSize:
         return _sized(0, self.size, self.size)
@@ -70,14 +67,13 @@ class Sigmoid(Workload):
         return 1.0 / (1.0 + ops.exp(-x))
 
 
-class Conversion(Workload):
+class Conversion(OpWorkload):
     """Seed 002: move `size` numbers between numpy and a framework by `method`; does memory get shared?
 
     numpy -> framework methods read a host array; `numpy` (framework -> numpy) reads a framework tensor.
     """
 
     name = "conversion"
-    gradients = per_example_gradients = jacobian = None
     numpy_reference = False  # the result is the input, moved: compared by pointer, not by value
     host_params = ("host",)  # kept as a numpy array, not placed on the backend
 
@@ -90,9 +86,6 @@ class Conversion(Workload):
 
     def make_inputs(self, rng: np.random.Generator, batch_size: int) -> dict[str, np.ndarray]:
         return {"x": rng.standard_normal(self.size)}
-
-    def examples_per_call(self, batch_size: int) -> int:
-        return 1
 
     def forward_size(self, batch_size: int) -> ForwardSize:
         return _sized(self.size, self.size, self.size)
@@ -108,25 +101,18 @@ class Conversion(Workload):
         }
 
 
-class Reshape(Workload):
+class Reshape(OpWorkload):
     """Seed 001: view / reshape / transpose + contiguous of an n x n matrix; did a copy happen?"""
 
     name = "reshape"
-    gradients = per_example_gradients = jacobian = None
     numpy_reference = False
 
     def __init__(self, n: int, method: str):
         require_positive(n=n)
         self.n, self.method = n, method
 
-    def init_params(self, rng: np.random.Generator) -> dict[str, np.ndarray]:
-        return {}
-
     def make_inputs(self, rng: np.random.Generator, batch_size: int) -> dict[str, np.ndarray]:
         return {"x": rng.standard_normal((self.n, self.n))}
-
-    def examples_per_call(self, batch_size: int) -> int:
-        return 1
 
     def forward_size(self, batch_size: int) -> ForwardSize:
         return _sized(0, self.n**2, self.n**2)

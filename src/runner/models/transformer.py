@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from runner.backends import AttentionCall
 from runner.config import ConfigError, require_positive
 from runner.models import ForwardSize, Workload
 from runner.models import transformer_backprop as backprop
@@ -133,8 +134,8 @@ class Transformer(Workload):
     def describe(self, ops, params: dict, inputs: dict, backward: bool) -> dict[str, str]:
         batch, seq, d = (int(n) for n in inputs["x"].shape)
         shape = (batch, self.heads, seq, d // self.heads)
-        kernel = ops.attention_kernel(inputs["x"], shape, seq, causal=self.causal, differentiated=backward)
-        return {"attention_kernel": kernel}
+        call = AttentionCall(shape, keys=seq, causal=self.causal, differentiated=backward)
+        return {"attention_kernel": ops.attention_kernel(inputs["x"], call)}
 
     # -- explicit backprop in float64 numpy: numpy's gradients and the reference ----------------
 

@@ -128,8 +128,10 @@ def tf_parts() -> Iterator[Parts]:
     /tensorflow/core/tf_function/graph_building_time_usecs counter its telemetry reads, not counting a function
     traced inside another twice; no public API reads it), and GRAPHS, the traces of the tf.functions compile_step
     made (experimental_get_tracing_count). Graph optimisation and XLA's compile happen in the first execution."""
-    from tensorflow.python.eager.polymorphic_function import tracing_compilation
-
+    try:
+        from tensorflow.python.eager.polymorphic_function import tracing_compilation
+    except ImportError:  # a TensorFlow that moved it: the traces alone
+        tracing_compilation = None
     counter = getattr(tracing_compilation, "_graph_building_time_counter", None)
     cell = counter.get_cell() if counter is not None else None
     before_us = cell.value() if cell is not None else 0

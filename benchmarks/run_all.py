@@ -22,6 +22,7 @@ import platform
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import timeit
 from pathlib import Path
@@ -35,8 +36,10 @@ sys.path.insert(0, str(ROOT / "src"))
 from runner.config import compose  # noqa: E402
 from runner.measure.job import run_job  # noqa: E402
 from runner.record.environment import cpu_name  # noqa: E402
+from runner.spec import JobSpec  # noqa: E402
 
 PYTHON = sys.executable
+SCRATCH = Path(tempfile.gettempdir()) / "tensor-runner-bench"  # the rows' runs and stores ($TMPDIR where it is set)
 SETTLE_S = 0.5
 PARITY_MISS = (
     "not in the harness: the runner's timed call under its timer times the same as the hand-written call under "
@@ -48,7 +51,7 @@ ROWS: list[tuple[str, str, str, str]] = []  # (row, measured, target, verdict + 
 
 
 def runner_metrics(*overrides: str) -> dict:
-    return run_job(compose(["tracking=none", "isolation=inline", *overrides])).metrics
+    return run_job(JobSpec.of(compose(["tracking=none", "isolation=inline", *overrides]))).metrics
 
 
 def timeit_per_call(fn, repeats: int = 7, best: bool = False) -> float:
@@ -220,7 +223,7 @@ def imported_modules(*overrides: str) -> set[str]:
             "run.py",
             "tracking=none",
             "isolation=inline",
-            "hydra.run.dir=/tmp/tensor-runner-bench/imports",
+            f"hydra.run.dir={SCRATCH}/imports",
             "timing.max_time_s=0.1",
             *overrides,
         ],
@@ -237,16 +240,14 @@ def start_up() -> None:
     default 5 s budget is the measurement's, not start-up)."""
     budget = ("timing.max_time_s=0.1", "timing.warmup_s=0.01")
     imports = wall_time("-c", "import numpy, hydra, omegaconf")
-    run = wall_time(
-        "run.py", "backend=numpy", "model=mlp", "tracking=none", "hydra.run.dir=/tmp/tensor-runner-bench/su", *budget
-    )
-    db = "sqlite:////tmp/tensor-runner-bench/mlflow.db"
+    run = wall_time("run.py", "backend=numpy", "model=mlp", "tracking=none", f"hydra.run.dir={SCRATCH}/su", *budget)
+    db = f"sqlite:///{SCRATCH}/mlflow.db"
     with_mlflow = wall_time(
         "run.py",
         "backend=numpy",
         "model=mlp",
         f"tracking.uri={db}",
-        "hydra.run.dir=/tmp/tensor-runner-bench/su-mlflow",
+        f"hydra.run.dir={SCRATCH}/su-mlflow",
         *budget,
     )
     torch_run = imported_modules("backend=torch")
@@ -295,7 +296,7 @@ def noise() -> None:
 
 
 def sweep_cost() -> None:
-    sweep = ["-m", "backend=numpy", "seed=1,2,3,4", "tracking=none", "hydra.sweep.dir=/tmp/tensor-runner-bench/sweep"]
+    sweep = ["-m", "backend=numpy", "seed=1,2,3,4", "tracking=none", f"hydra.sweep.dir={SCRATCH}/sweep"]
     inline = wall_time("run.py", *sweep, "isolation=inline", runs=3)
     process = wall_time("run.py", *sweep, "isolation=process", runs=3)
     numpy_import = wall_time("-c", "import numpy") - wall_time("-c", "pass")
@@ -317,7 +318,7 @@ def store_creation(kills: int = 20) -> None:
     (while MLflow migrates the tables) ever leaves a store that cannot be opened."""
     import random
 
-    folder = Path("/tmp/tensor-runner-bench/stores")
+    folder = SCRATCH / "stores"
     subprocess.run(["rm", "-rf", str(folder)], check=True)
     folder.mkdir(parents=True)
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
@@ -388,7 +389,7 @@ def _sweep_wall_and_peak(backend: str, jobs: int, budget: float, *extra: str) ->
     import psutil
 
     sweep = [f"backend={backend}", f"seed=range({jobs})", "tracking=none", f"timing.max_time_s={budget}"]
-    command = [PYTHON, "run.py", "-m", *sweep, "hydra.sweep.dir=/tmp/tensor-runner-bench/job-cost", *extra]
+    command = [PYTHON, "run.py", "-m", *sweep, f"hydra.sweep.dir={SCRATCH}/job-cost", *extra]
     start = time.perf_counter()
     process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     peak = 0.0
@@ -480,7 +481,7 @@ def kept_sections(text: str) -> str:
 
 def main(names: list[str]) -> None:
     """All rows, written to BENCHMARKS.md; or only the named rows, printed."""
-    os.makedirs("/tmp/tensor-runner-bench", exist_ok=True)
+    SCRATCH.mkdir(parents=True, exist_ok=True)
     rows = {
         f.__name__: f
         for f in (

@@ -2,14 +2,15 @@
 
 Collected when the tests are collected, so a command added to the docs is tested without touching this file:
 - README.md and the pages of the documentation site, docs/*.md: every line of a fenced code block that calls
-  run.py (`$ ` prompts stripped);
+  run.py, or the same app as installed (`tensor-runner`, `runner run`, `python -m runner run`: ENTRIES), `$ `
+  prompts stripped (the other `runner` subcommands and Python scripts: test_doc_commands.py);
 - experiments/README.md: the same, and inline code spans that call run.py;
 - experiments/*.yaml: the comment header's commands; `...` there stands for `python run.py +experiment=NAME`.
 
-Each runs as `sys.executable run.py ARGS` from a scratch folder holding the files the command names
-(`data.path=dog.jpg`, `model.weights=horse2zebra_0.4.0.pth`, torchvision's file for `model.pretrained=true`
-in a scratch $TORCH_HOME), generated small, with these overrides appended: a timing budget of one sample
-(CAPS), a scratch MLflow store and scratch Hydra directories. It must end as documented: every job
+Each runs as `sys.executable run.py ARGS` (or its installed entry) from a scratch folder holding the files the
+command names (`data.path=dog.jpg`, `model.weights=horse2zebra_0.4.0.pth`, torchvision's file for
+`model.pretrained=true` in a scratch $TORCH_HOME), generated small, with these overrides appended: a timing budget
+of one sample (CAPS), a scratch MLflow store and scratch Hydra directories. It must end as documented: every job
 FINISHED, except jobs the combination rules refuse (the docs show such a sweep), and the exit status the
 docs print after `; echo $?`, else 0 when every job finished and 1 when one was refused.
 
@@ -54,6 +55,7 @@ class Command:
     args: tuple[str, ...]  # what follows run.py
     printed_status: int | None = None  # the number the docs print after `; echo $?`
     env: tuple[tuple[str, str], ...] = ()  # `NAME=value` assignments before the python command
+    entry: tuple[str, ...] = ("run.py",)  # how the app is called: a key of ENTRIES
 
 
 def _tokens(line: str) -> list[str]:
@@ -63,18 +65,45 @@ def _tokens(line: str) -> list[str]:
 
 
 def parse(line: str, source: str, printed_status: int | None = None) -> Command | None:
-    """The run.py call in a shell line (`./setup.sh && .venv/bin/python run.py ...; echo $?`), if any."""
+    """The run.py call in a shell line (`./setup.sh && .venv/bin/python run.py ...; echo $?`), or the same app's as
+    installed (`tensor-runner ...`, `runner run ...`, `python -m runner run ...`), if any."""
     try:
         tokens = _tokens(line.strip().removeprefix("$ "))
     except ValueError:
         return None
-    start = next((i for i, token in enumerate(tokens) if token == "run.py" or token.endswith("/run.py")), None)
-    if not start or not re.fullmatch(r"(.*/)?python[0-9.]*", tokens[start - 1]):
-        return None  # run.py named, not run by python (a file listing)
+    found = _entry(tokens)
+    if found is None:
+        return None  # no app called (run.py named in a file listing, `runner report`)
+    first, start, entry = found
     end = next((i for i in range(start, len(tokens)) if tokens[i] in SEPARATORS), len(tokens))
-    begin = max((i + 1 for i in range(start) if tokens[i] in SEPARATORS), default=0)
-    env = tuple(tuple(t.split("=", 1)) for t in tokens[begin : start - 1] if re.fullmatch(r"[A-Z_]+=.*", t))
-    return Command(source, line.strip(), tuple(tokens[start + 1 : end]), printed_status, env)
+    begin = max((i + 1 for i in range(first) if tokens[i] in SEPARATORS), default=0)
+    env = tuple(tuple(t.split("=", 1)) for t in tokens[begin:first] if re.fullmatch(r"[A-Z_]+=.*", t))
+    return Command(source, line.strip(), tuple(tokens[start:end]), printed_status, env, entry)
+
+
+# How the docs call the app (the words, as ENTRIES' keys) -> the command this test runs for it
+ENTRIES = {
+    ("run.py",): (sys.executable, str(PROJECT_ROOT / "run.py")),
+    ("python", "-m", "runner", "run"): (sys.executable, "-m", "runner", "run"),
+    ("runner", "run"): (str(Path(sys.executable).with_name("runner")), "run"),
+    ("tensor-runner",): (str(Path(sys.executable).with_name("tensor-runner")),),
+}
+
+
+def _entry(tokens: list[str]) -> tuple[int, int, tuple[str, ...]] | None:
+    """(the command's first word, its first argument, its key in ENTRIES) of the app's call among a line's words."""
+    for i, token in enumerate(tokens):
+        after, python = tokens[i + 1 : i + 4], re.fullmatch(r"(.*/)?python[0-9.]*", token)
+        in_place = i == 0 or tokens[i - 1] in SEPARATORS or re.fullmatch(r"[A-Z_]+=.*", tokens[i - 1]) is not None
+        if python and after[:1] and re.fullmatch(r"(.*/)?run\.py", after[0]):
+            return i, i + 2, ("run.py",)
+        if python and after == ["-m", "runner", "run"]:
+            return i, i + 4, ("python", "-m", "runner", "run")
+        if in_place and re.fullmatch(r"(.*/)?runner", token) and after[:1] == ["run"]:
+            return i, i + 2, ("runner", "run")
+        if in_place and re.fullmatch(r"(.*/)?tensor-runner", token):
+            return i, i + 1, ("tensor-runner",)
+    return None
 
 
 def markdown_commands(path: Path, inline: bool = False) -> list[Command]:
@@ -136,7 +165,7 @@ def documented_commands() -> list[Command]:
         commands += yaml_header_commands(path)
     unique: dict[tuple, Command] = {}
     for command in commands:
-        unique.setdefault(command.args, command)
+        unique.setdefault((command.entry, command.args), command)
     return list(unique.values())
 
 
@@ -345,7 +374,8 @@ def _param(command: Command):
         marks.append(pytest.mark.slow)
     elif full_size_vision(command) or preset_transformer(command) or " ".join(command.args) in COVERED_IN_PROCESS:
         marks.append(pytest.mark.heavy)
-    return pytest.param(command, marks=marks, id=f"{command.source} {' '.join(command.args)}"[:150])
+    called = "" if command.entry == ("run.py",) else f"{' '.join(command.entry)} "
+    return pytest.param(command, marks=marks, id=f"{command.source} {called}{' '.join(command.args)}"[:150])
 
 
 COMMANDS = documented_commands()
@@ -455,7 +485,7 @@ def run_as_printed(command: Command, scratch: Path, tmp_path: Path) -> tuple[sub
         "TORCH_HOME": str(torch_home),
     }
     result = subprocess.run(
-        [sys.executable, str(PROJECT_ROOT / "run.py"), *command.args, *appended],
+        [*ENTRIES[command.entry], *command.args, *appended],
         cwd=scratch,
         env=env,
         capture_output=True,
@@ -516,6 +546,16 @@ def test_commands_are_expanded_and_classified():
     assert n_jobs(grid) == 6 and models_named(grid) == {"resnet18"}
     assert n_jobs(parse("python run.py +experiment=resnet_inference", "x:5")) == 24
     assert needs_gpu(parse("python run.py backend=torch device=cuda", "x:6"))
+    installed = parse("cd ~/my-project && tensor-runner backend=numpy", "x:7")
+    assert installed.entry == ("tensor-runner",) and installed.args == ("backend=numpy",)
+    assert (
+        parse("python -m runner run +experiment=sigmoid_scaling  # an experiment", "x:8").args[0]
+        == "+experiment=sigmoid_scaling"
+    )
+    assert parse(".venv/bin/runner run -m seed=0,1", "x:9").entry == ("runner", "run")
+    assert (
+        parse("pip install /path/to/tensor-runner", "x:10") is None and parse("runner report --out r/", "x:11") is None
+    )
 
 
 CLI_WORD = re.compile(r"\b(mlflow|runner) ")  # commands that serve or read the user's store: checked, not run

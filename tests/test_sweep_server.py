@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 from helpers import FAST_TIMING, clients, free_port, run_cli, runner_cli
 
+from runner.config import PROJECT_ROOT
+
 pytestmark = pytest.mark.slow  # an mlflow server takes 10-20 s to start
 
 
@@ -67,5 +69,44 @@ def test_runs_reach_a_real_server_and_runs_made_while_it_was_down_arrive_after_s
         assert result.returncode == 0 and "uploaded as run" in result.stdout, result.stderr[-3000:]
         _, _, children = clients(uri, "tensor-runner")
         assert len(children) == 2 and {c.info.status for c in children} == {"FINISHED"}
+    finally:
+        stop_server(server)
+
+
+@pytest.mark.heavy
+def test_a_server_stopped_mid_sweep_and_the_printed_hint_followed_leave_every_run_and_the_parent_finished(tmp_path):
+    """The server stops while a sweep's jobs run: the sweep keeps its runs and prints one hint, `runner sync
+    SWEEP_DIR`; with the server back, that command as printed leaves both children and their parent FINISHED."""
+    port = free_port()
+    uri = f"http://127.0.0.1:{port}"
+    server = start_server(tmp_path, port)
+    command = [sys.executable, str(PROJECT_ROOT / "run.py"), "-m", f"tracking.uri={uri}", *FAST_TIMING]
+    command += [f"hydra.sweep.dir={tmp_path}/sweep", "model=matmul", "task=inference", "backend=numpy,torch"]
+    command += ["timing.max_time_s=5"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(PROJECT_ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
+    sweep = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        while len(list((tmp_path / "sweep").glob("*/job.log"))) < 2 and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert sweep.poll() is None, sweep.communicate()
+        stop_server(server)  # mid-sweep: the parent is in the store, the jobs are timing
+        out, err = sweep.communicate(timeout=600)
+    finally:
+        if sweep.poll() is None:
+            sweep.kill()
+    hints = sorted({line.split("upload them later with: ")[1] for line in err.splitlines() if "later with: " in line})
+    assert hints == [f"runner sync {tmp_path / 'sweep'}"], out[-2000:] + err[-3000:]
+    assert [json.loads(p.read_text())["status"] for p in sorted((tmp_path / "sweep").glob("*/result.json"))] == [
+        "FINISHED"
+    ] * 2
+    server = start_server(tmp_path, port)
+    try:
+        synced = runner_cli(*hints[0].split()[1:])  # the hint, as printed
+        assert synced.returncode == 0, synced.stdout + synced.stderr[-3000:]
+        _, parents, children = clients(uri, "tensor-runner")
+        assert [p.info.status for p in parents] == ["FINISHED"], synced.stdout
+        assert sorted(c.info.status for c in children) == ["FINISHED"] * 2
+        assert {c.data.tags["mlflow.parentRunId"] for c in children} == {parents[0].info.run_id}
     finally:
         stop_server(server)

@@ -188,6 +188,8 @@ REFUSALS = {
     "checkpoint folder": (["model=llama", "task=generate", "model.weights={ck}"], None,
                           "cannot read {ck}/config.json: IsADirectoryError: [Errno 21] Is a directory: "
                           "'{ck}/config.json'"),
+    "output folder empty": (["hydra.run.dir="], {},
+                            "hydra.run.dir is empty: name a folder to write in, or leave it out for the default one"),
     "output under /proc": (["hydra.run.dir=/proc/runner-x"], {},
                            "hydra.run.dir=/proc/runner-x: cannot create folders in /proc (No such file or directory)"),
     "output name too long": ([f"hydra.run.dir={{out}}/{LONG}/run"], {},
@@ -265,15 +267,16 @@ def test_a_sweep_whose_choices_cannot_run_together_is_left_to_run_its_other_jobs
 
 @pytest.fixture
 def mounted(tmp_path):
-    """A tmpfs of 64 KiB mounted at tmp_path/NAME with `options` (root only): skipped where mounting is not allowed."""
+    """A tmpfs (64 KiB unless told) mounted at tmp_path/NAME with `options` (root only): skipped where mounting is not
+    allowed."""
     import subprocess
 
     made = []
 
-    def mount(name: str, options: str) -> Path:
+    def mount(name: str, options: str, size: str = "64k") -> Path:
         point = tmp_path / name
         point.mkdir()
-        done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size=64k,{options}", "tmpfs", str(point)],
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},{options}", "tmpfs", str(point)],
                               capture_output=True)  # fmt: skip
         if done.returncode != 0:
             pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
@@ -315,3 +318,22 @@ def _fill(point: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+@pytest.mark.heavy
+def test_a_device_that_fills_during_the_run_keeps_the_result_and_says_so_in_one_line(cli, tmp_path, mounted):
+    """1.5 MiB free passes preflight; the run's tensors.h5 (a 600 x 600 matmul's inputs and outputs, 8.6 MB) does not
+    fit: result.json keeps the timings and metrics, one warning names the file and errno 28, no traceback."""
+    point = mounted("small", "rw", size="1536k")
+    store = tmp_path / "mlflow.db"
+    result = cli("backend=numpy", "model=matmul", "task=inference", "model.n=600", "timing.max_time_s=0.2",
+                 f"hydra.run.dir={point}/run", f"tracking.uri=sqlite:///{store}")  # fmt: skip
+    said = [line for line in result.stderr.splitlines() if "could not be written" in line]
+    assert said == [f"warning: {point}/run/tensors.h5 could not be written (No space left on device): result.json "
+                    "keeps the rest"], result.stderr[-3000:]  # fmt: skip
+    assert result.returncode == 0 and "Traceback" not in result.stdout + result.stderr
+    assert "Traceback" not in (point / "run" / "job.log").read_text()
+    saved = json.loads((point / "run" / "result.json").read_text())
+    assert saved["status"] == "FINISHED" and saved["metrics"]["time_median_s"] > 0
+    assert said[0].removeprefix("warning: ") in saved["warnings"]
+    assert not (point / "run" / "tensors.h5").exists() and not list((point / "run").glob(".tensors.h5.*"))

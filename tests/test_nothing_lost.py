@@ -589,3 +589,69 @@ def test_a_half_migrated_store_is_one_line_saying_what_to_do(tmp_path, monkeypat
     (tmp_path / "old.db").write_bytes(b"")
     with pytest.raises(ConfigError, match="left half-migrated .* move the file aside"):
         tracking.open_store(f"sqlite:///{tmp_path}/old.db")
+
+
+# Issue 79's inputs, each kind with realistic mistakes and values that work ({tmp}: the test's folder; {ck}: a
+# checkpoint folder whose config.json CHECKPOINTS below writes, by name)
+ISSUE_79 = {
+    "prompt lengths": (["model=llama", "task=generate", "task.new_tokens=2"],
+                       [f"task.prompt_lengths={v}" for v in
+                        ("'123'", "5", "[1.5,4]", "[true,4]", "[]", "[0,4]", "[99]", "[4,3]", "null", "abc")]),
+    "blocks": (["-m", "hydra/launcher=slurm"],
+               [f"hydra.launcher.blocks={v}" for v in ("-1", "0", "2.5", "abc", "1000000000", "true", "[1]")]),
+    "control": (["model=matmul", "task=inference", "model.n=128", "threads=1"],
+                ["control=matmul", "control=", "control=nope", "control.overrides=[]",
+                 "-m backend=numpy control=matmul", "-m backend=numpy,numpy control=matmul"]),
+    "output paths": ([], ["hydra.run.dir=/proc/runner-x", "hydra.run.dir={tmp}/a-file/run", "hydra.run.dir=",
+                          f"hydra.run.dir={{tmp}}/{'y' * 300}", f"tracking.uri=sqlite:///{{tmp}}/{'y' * 300}.db",
+                          "-m hydra.sweep.dir=/proc/runner-x", "hydra.run.dir={tmp}/fine"]),
+    "checkpoint configs": (["model=llama", "task=generate", "task.new_tokens=2"],
+                           ["model.weights={ck}/" + name for name in
+                            ("types", "zero", "nan", "folder", "layers", "family", "rope", "layer_types")]),
+}  # fmt: skip
+CHECKPOINTS = {
+    "types": {"hidden_size": "64"},
+    "zero": {"num_key_value_heads": 0},
+    "nan": {"rms_norm_eps": float("nan")},
+    "layers": {"num_hidden_layers": "2"},
+    "family": {"model_type": 5},
+    "rope": {"rope_scaling": "x"},
+    "layer_types": {"layer_types": 3},
+}
+
+
+@pytest.mark.heavy
+def test_a_fuzz_of_issue_79s_inputs_ends_in_a_run_or_one_line(tmp_path):
+    """Seeded command lines of issue 79's kinds (prompt lengths, launcher blocks, the control, output paths,
+    checkpoint configs), one or two kinds each: each exits 0, or non-zero with one line (exit 2: the only line of the
+    runner's on stderr), never a traceback; a refusal writes no run folder and no store."""
+    import json
+    import random
+
+    (tmp_path / "a-file").write_text("x\n")
+    base = {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4}
+    for name, changed in CHECKPOINTS.items():
+        (tmp_path / "ck" / name).mkdir(parents=True)
+        (tmp_path / "ck" / name / "config.json").write_text(json.dumps({**base, **changed}))
+    (tmp_path / "ck" / "folder" / "config.json").mkdir(parents=True)
+    rng = random.Random(79)
+    wrong = []
+    for trial in range(24):
+        kinds = rng.sample(sorted(ISSUE_79), rng.choice((1, 1, 2)))
+        args = [arg for kind in kinds for arg in ISSUE_79[kind][0]]
+        for kind in kinds:
+            args += rng.choice(ISSUE_79[kind][1]).format(tmp=tmp_path, ck=tmp_path / "ck").split(" ")
+        if "-m" in args:
+            args = ["-m", *(a for a in args if a != "-m")]
+        given = {a.split("=", 1)[0] for a in args}
+        args += [f"{key}={value}" for key, value in (("hydra.run.dir", f"{tmp_path}/run{trial}"),
+                 ("hydra.sweep.dir", f"{tmp_path}/sweep{trial}"), ("tracking.uri", f"sqlite:///{tmp_path}/s{trial}.db"),
+                 ("timing.max_time_s", "0.2"), ("timing.rounds", "2")) if key not in given]  # fmt: skip
+        done = run_cli(*dict.fromkeys(args), timeout=300)
+        output = done.stdout + done.stderr
+        said = [line for line in done.stderr.splitlines() if line.startswith("error")]
+        one_line = len(said) == 1 and done.stderr.strip().endswith(said[0])
+        nothing = not any((tmp_path / f"{name}{trial}").exists() for name in ("run", "sweep", "s"))
+        if "Traceback" in output or (done.returncode and not one_line) or (done.returncode == 2 and not nothing):
+            wrong.append((args, done.returncode, done.stderr[-800:]))
+    assert not wrong, "\n".join(map(str, wrong))

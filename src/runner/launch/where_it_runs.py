@@ -68,6 +68,8 @@ def thread_variable(environ: Mapping[str, str]) -> str | None:
 def folder_problem(key: str, folder: str) -> str | None:
     """Why the folder cannot be created (or is there) and written, in one line: a read-only place, a name longer than
     the file system takes, a file on the way. Probed, as access() says yes to root on a read-only file system."""
+    if not folder.strip():  # Hydra would write the run in the folder the command runs in
+        return f"{key} is empty: name a folder to write in, or leave it out for the default one"
     path = Path(folder).absolute()
     existing, reached = Path(path.anchor), True  # the nearest folder that exists; whether every one above it does
     for part in path.parts[1:]:

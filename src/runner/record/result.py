@@ -155,13 +155,22 @@ class Result:
     # -- the whole run directory ------------------------------------------------------------------
 
     def write(self, run_dir: Path) -> None:
-        """result.json, then tensors.h5 and images/ where there are any."""
+        """result.json, then tensors.h5 and images/ where there are any. Where the device fills (errno 28) or fails on
+        the way, result.json is kept and says, in a warning, which file could not be written and why."""
         self.save(run_dir)
-        if self.images is not None:
-            write_images(Path(run_dir) / IMAGES_DIR, self.images)
-        if self.tensors:
-            attrs = {**self.attrs, "format": FORMAT, "environment": self.environment, "config": self.config}
-            write_tensors(Path(run_dir) / TENSORS_FILE, self.tensors, attrs)
+        name = IMAGES_DIR
+        try:
+            if self.images is not None:
+                write_images(Path(run_dir) / IMAGES_DIR, self.images)
+            name = TENSORS_FILE
+            if self.tensors:
+                attrs = {**self.attrs, "format": FORMAT, "environment": self.environment, "config": self.config}
+                write_tensors(Path(run_dir) / TENSORS_FILE, self.tensors, attrs)
+        except OSError as error:
+            why = os.strerror(error.errno) if error.errno else first_line(error)
+            self.warnings.append(f"{Path(run_dir) / name} could not be written ({why}): result.json keeps the rest")
+            with contextlib.suppress(OSError):  # result.json as it was where even this cannot be written
+                self.save(run_dir)
 
 
 def check_format(found: object, path: Path) -> None:

@@ -57,14 +57,14 @@ class LoopSettings:
 @dataclass
 class Measurement:
     first_call_s: float
-    # the first call's parts the framework reported (runner.backends.first_call), by their metric names; {}: none
-    first_call_parts: dict[str, float] = field(default_factory=dict)
     samples: Samples = field(default_factory=Samples)  # one per block: seconds per call, round, series
     block_size: int = 1
     warmup_calls: int = 0
     stopped_by: str = ""  # "spread", "time cap" or "interrupted"
     warmup_cut_short: bool = False  # max_time_s ended calibration or warm-up before warmup_s/min_warmup_calls
     energy_j: float | None = None  # over the timed phase (the samples), where a meter was given
+    # the first call's parts the framework reported (runner.backends.first_call), by their metric names; {}: none
+    first_call_parts: dict[str, float] = field(default_factory=dict)
 
     @property
     def samples_s(self) -> list[float]:

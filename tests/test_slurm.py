@@ -384,7 +384,7 @@ def test_a_job_whose_node_is_lost_is_cancelled_and_ended_node_fail_naming_the_no
     states = slurm_queue.Follower([FakeJob("5_0", tmp_path), FakeJob("5_1", tmp_path)], first=1, noun="block ").run()
     assert asked == [{"node-1", "node-2"}, {"node-2"}] and cancelled == [["scancel", "5_1"]]
     assert states["5_1"].describe() == (
-        "SLURM job 5_1 NODE_FAIL on node-2 (sinfo: node-2 alloc* (Not responding)): its node is lost; cancelled"
+        "SLURM job 5_1 NODE_FAIL (sinfo: node-2 alloc* (Not responding)) on node-2: its node is lost; cancelled"
     )
     assert capsys.readouterr().out.splitlines()[-1] == f"slurm: block 2 {states['5_1'].describe()}"
     assert slurm.nodes_line(list(states.values())) == (

@@ -41,7 +41,7 @@ class JobState:
     def describe(self) -> str:
         reason = f" ({self.reason})" if self.reason and self.reason != "None" else ""
         on = f" on {self.node}" if self.node and self.state != "PENDING" else ""
-        return f"SLURM job {self.job_id} {self.state}{on}{reason}{self.extra}"
+        return f"SLURM job {self.job_id} {self.state}{reason}{on}{self.extra}"
 
 
 def read_queue(array_ids: set[str]) -> dict[str, JobState] | None:

@@ -16,6 +16,7 @@ from runner.record.table import format_interval, format_ratio, format_seconds, r
 from runner.report import compare, pooled, sweep_answer
 from runner.report.comparison import Comparison, Timings, Verdict, versus_fastest
 from runner.report.comparison import compare as compare_two
+from runner.report.ratio import Job
 
 
 def test_a_configuration_of_one_run_shows_the_same_figure_in_every_table_and_metric():
@@ -73,7 +74,7 @@ def test_the_verdict_reads_the_same_everywhere():
 def _one_run(rng, seconds: float, busy: float = 0.0) -> Timings:
     rounds = np.repeat(np.arange(1, 11), 3)
     samples = seconds * np.exp(rng.normal(0, 0.01, rounds.size))
-    return Timings(((samples, rounds, None),), (float(np.median(samples)),), busy)
+    return Timings((Job(samples, rounds),), (float(np.median(samples)),), busy)
 
 
 def test_runs_measured_apart_on_a_busy_machine_are_not_called_slower():
@@ -109,12 +110,12 @@ def test_a_ratio_outside_the_interval_of_the_typical_times_beside_it_gets_no_ver
     and neither is given as the answer (seen on a busy machine: 6.53x [5.67-7.52] beside typical times 7.54x apart)."""
     rounds = np.arange(1, 25)
     skewed = np.tile([1.0, 1.0, 1.6], 8)  # every third round slow: median 1.0, geometric mean 1.17
-    run, baseline = Timings(((skewed * 1e-3, rounds),)), Timings(((np.full(24, 1e-3), rounds),))
+    run, baseline = Timings((Job(skewed * 1e-3, rounds),)), Timings((Job(np.full(24, 1e-3), rounds),))
     found = compare_two(run, baseline)
     assert run.typical_s() / baseline.typical_s() == pytest.approx(1.0)
     assert found.verdict == Verdict.UNSTABLE and math.isnan(found.low)
     assert found.reason == "1.17x over its rounds, 1.00x by the typical times"
-    steady = Timings(((np.full(24, 1.17e-3), rounds),))  # the same geometric mean, every round alike
+    steady = Timings((Job(np.full(24, 1.17e-3), rounds),))  # the same geometric mean, every round alike
     assert compare_two(steady, baseline).verdict == Verdict.SLOWER
 
 
@@ -125,7 +126,7 @@ def _one_generation(rng: np.random.Generator, per_token_s: float, tokens: int = 
     steps = per_token_s * offset * np.exp(rng.normal(0, 0.05, tokens))
     steps *= np.where(rng.random(tokens) < 1 / 15, rng.uniform(2, 3, tokens), 1.0)
     whole = 4 * per_token_s * np.exp(rng.normal(0, 0.3)) + steps.sum()  # its first token stalls as it likes
-    return Timings(((np.array([whole]), np.array([1]), np.array([0])),), parts=(steps[None, :],))
+    return Timings((Job(np.array([whole]), np.array([1]), np.array([0])),), parts=(steps[None, :],))
 
 
 def test_with_one_generation_each_the_decode_steps_give_the_interval():
@@ -146,7 +147,7 @@ def test_with_one_generation_each_the_decode_steps_give_the_interval():
 def test_calls_whose_parts_were_not_observed_get_no_interval_from_them():
     """keras_hub's generate() returns its tokens at the end: its per-token rows are NaN; one round stays one round."""
     rng = np.random.default_rng(1)
-    unobserved = Timings(((np.array([1.5]), np.array([1]), np.array([0])),), parts=(np.full((1, 15), np.nan),))
+    unobserved = Timings((Job(np.array([1.5]), np.array([1]), np.array([0])),), parts=(np.full((1, 15), np.nan),))
     found = compare_two(unobserved, _one_generation(rng, 0.1))
     assert found.verdict == Verdict.CANNOT_TELL and not found.of_parts and math.isnan(found.low)
 
@@ -187,14 +188,14 @@ def test_runs_made_apart_are_compared_apart_whatever_their_hosts_are_called():
     assert width["apart"] > width["paired"]
 
 
-def busy_job(rng: np.random.Generator, seconds: float, rounds: int = 39, per_turn: int = 5) -> tuple:
+def busy_job(rng: np.random.Generator, seconds: float, rounds: int = 39, per_turn: int = 5) -> Job:
     """A job's samples on a machine another user keeps busy: in 40% of its turns every call runs 2-20x slower (its
     rounds spread far past UNSTABLE_SPREAD), its process a lasting offset of its own."""
     offset = math.exp(rng.normal(0, 0.012))
     slow = np.where(rng.random(rounds) < 0.4, np.exp(rng.uniform(math.log(2), math.log(20), rounds)), 1.0)
     numbers = np.repeat(np.arange(1, rounds + 1), per_turn)
     samples = seconds * offset * np.repeat(slow, per_turn) * np.exp(rng.normal(0, 0.02, len(numbers)))
-    return samples, numbers
+    return Job(samples, numbers)
 
 
 def test_on_a_busy_machine_the_paired_rounds_still_order_a_5x_difference_and_never_identical_jobs():

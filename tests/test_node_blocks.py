@@ -13,7 +13,7 @@ import pytest
 from helpers import identified
 
 from runner.report import pooled, sweep_answer
-from runner.report.ratio import NODE_SD, PROCESS_SD, node_spread
+from runner.report.ratio import NODE_SD, PROCESS_SD, Job, node_spread
 
 ROUNDS, PER_ROUND = 20, 5
 
@@ -87,8 +87,8 @@ def test_the_node_spread_is_measured_from_the_nodes_and_falls_back_to_the_stated
     rng = np.random.default_rng(5)
     rounds = np.repeat(np.arange(1, 41), 3)
 
-    def job(offset: float) -> tuple[np.ndarray, np.ndarray]:
-        return 1e-4 * np.exp(offset + rng.normal(0, 0.01, rounds.size)), rounds
+    def job(offset: float) -> Job:
+        return Job(1e-4 * np.exp(offset + rng.normal(0, 0.01, rounds.size)), rounds)
 
     same = node_spread({"a": [job(0.0)], "b": [job(0.0)]}, {"a": [job(0.0)], "b": [job(0.0)]})
     assert same is not None and same.nodes == 2 and same.sd < NODE_SD  # nothing between nodes: under the prior

@@ -19,7 +19,7 @@ from helpers import identified
 from runner import identity, report
 from runner.measure.samples import turn_typical, typical_s
 from runner.report import comparison
-from runner.report.ratio import ASSUMED, PRIOR_DF, PROCESS_SD, process_spread, time_ratio
+from runner.report.ratio import ASSUMED, PRIOR_DF, PROCESS_SD, Job, process_spread, time_ratio
 
 DEFAULT_ROUNDS, SHORT_ROUNDS = 40, 14  # timing.affordable_rounds for a 2 ms block at 5 s and at 0.5 s
 BLOCKS = 8  # timing.TURN_BLOCKS
@@ -28,7 +28,7 @@ BLOCKS = 8  # timing.TURN_BLOCKS
 def versus_fastest(jobs, configurations=None) -> list:
     """Each job against the fastest, as runner.report.comparison compares single runs (None for the fastest)."""
     names = configurations or [str(i) for i in range(len(jobs))]
-    found = comparison.versus_fastest([comparison.Timings((job,)) for job in jobs], names)
+    found = comparison.versus_fastest([comparison.Timings((Job(*job),)) for job in jobs], names)
     return [None if c.is_baseline else c for c in found]
 
 
@@ -166,12 +166,12 @@ def test_the_spread_between_processes_is_measured_from_replicates():
     for _ in range(30):
         phases, busy = machine(rng, 20)
         jobs = [job(rng, 1.0, phases, busy, process_sd=0.02) for _ in range(8)]
-        spread = process_spread(jobs, ["a"] * 8)
+        spread = process_spread([Job(*j) for j in jobs], ["a"] * 8)
         assert spread.df == 7 + PRIOR_DF and "over 8 processes" in spread.basis
         assert min(spread.measured, PROCESS_SD) <= spread.sd <= max(spread.measured, PROCESS_SD)  # pooled
         estimates.append(spread.measured)
     assert 0.014 < np.sqrt(np.mean(np.square(estimates))) < 0.026
-    one_each = process_spread(jobs[:3], ["a", "b", "c"])
+    one_each = process_spread([Job(*j) for j in jobs[:3]], ["a", "b", "c"])
     assert one_each == ASSUMED and one_each.basis.startswith("assumed")
 
 
@@ -254,7 +254,7 @@ def test_the_spread_between_processes_is_measured_within_each_job():
     for _ in range(30):
         phases, busy = machine(rng, 39)
         jobs = [job_in_processes(rng, 1.0, phases, busy, 3, 0.02) for _ in range(8)]
-        spread = process_spread(jobs, [str(i) for i in range(8)])  # no two jobs alike
+        spread = process_spread([Job(*j) for j in jobs], [str(i) for i in range(8)])  # no two jobs alike
         assert spread.df == 16 + PRIOR_DF and "over 24 processes" in spread.basis
         estimates.append(spread.measured)
     assert 0.016 < np.median(estimates) < 0.026

@@ -224,10 +224,11 @@ def _timings(job: _Waiting) -> Timings:
     """A job's samples as runner.report.comparison takes them, with the repeated parts of its calls where its task
     times them (runner.tasks.Task.repeated_parts)."""
     from runner.report.comparison import Timings
+    from runner.report.ratio import Job
     from runner.tasks import task_class
 
     samples = job.measurement.samples
-    replicate = (np.asarray(samples.seconds), np.asarray(samples.rounds), np.asarray(samples.processes))
+    replicate = Job(np.asarray(samples.seconds), np.asarray(samples.rounds), np.asarray(samples.processes))
     parts = task_class(job.spec.task_settings.get("_target_")).parts_of(samples.columns)
     return Timings((replicate,), parts=() if parts is None else (parts,))
 

@@ -146,14 +146,14 @@ class Timings:
         """The geometric mean of the replicates' typical times (one replicate: its own)."""
         if not self.replicates:
             return float(np.median(self.medians_s)) if self.medians_s else math.nan
-        return float(np.exp(np.mean(np.log([typical_s(job[0], job[1]) for job in self.replicates]))))
+        return float(np.exp(np.mean(np.log([typical_s(job.seconds, job.rounds) for job in self.replicates]))))
 
     def rounds(self, tame: bool = True) -> tuple[np.ndarray, np.ndarray]:
         """The typical time per round (each turn's fastest block), the geometric mean over the replicates, with
         the round numbers. Each replicate's stalled turns are pulled in first (ratio.tamed): replicates that stall
         in different rounds would otherwise lift most rounds' mean."""
         pull = tamed if tame else (lambda logs: logs)
-        turns = [turn_typical(job[0], job[1]) for job in self.replicates]
+        turns = [turn_typical(job.seconds, job.rounds) for job in self.replicates]
         logs_of = [dict(zip(sorted(t), pull(np.log([t[n] for n in sorted(t)])), strict=True)) for t in turns]
         numbers = sorted(set().union(*turns))
         return np.exp([np.mean([t[n] for t in logs_of if n in t]) for n in numbers]), np.array(numbers)
@@ -167,18 +167,18 @@ class Timings:
         jobs = []
         for job, parts in zip(self.replicates, self.parts, strict=True):
             rows, width = np.atleast_2d(np.asarray(parts, dtype=float)), np.shape(parts)[-1]
-            rounds = np.ones(len(rows), dtype=int) if job[1] is None else np.asarray(job[1], dtype=int)
+            rounds = np.ones(len(rows), dtype=int) if job.rounds is None else np.asarray(job.rounds, dtype=int)
             if len(rows) != len(rounds) or not np.isfinite(rows).all():
                 return None  # parts not observed (a workload's own generate(), its tokens at the end)
             keys = rounds[:, None] * (width + 1) + np.arange(width)[None, :] // PART_BLOCK
-            jobs.append((rows.ravel(), keys.ravel()))
+            jobs.append(Job(rows.ravel(), keys.ravel()))
         return Timings(tuple(jobs)).rounds()
 
     def samples(self) -> int:
         """Its timed samples (calls or blocks of calls), all replicates together; where it timed a call's parts (a
         generation's decode steps), the parts observed, which compare where whole calls are too few."""
         observed = sum(int(np.isfinite(np.asarray(p, dtype=float)).sum()) for p in self.parts)
-        return observed or sum(len(job[0]) for job in self.replicates)
+        return observed or sum(len(job.seconds) for job in self.replicates)
 
     def ranked(self) -> bool:
         """Whether it has samples enough to be ranked (MIN_RANK_SAMPLES), or only medians (no samples here)."""
@@ -191,7 +191,7 @@ class Timings:
     def instability(self) -> str | None:
         """Why it gets no verdict: its replicates' typical times spread more than UNSTABLE_SPREAD, or its rounds
         do (ratio.instability); None when they agree."""
-        each = [typical_s(job[0], job[1]) for job in self.replicates] or list(self.medians_s)
+        each = [typical_s(job.seconds, job.rounds) for job in self.replicates] or list(self.medians_s)
         if len(each) > 1 and max(each) / min(each) > UNSTABLE_SPREAD:
             return f"its replicates' typical times spread {max(each) / min(each):.0f}x"
         return instability(*self.rounds(tame=False)) if self.replicates else None

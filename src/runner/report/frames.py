@@ -184,7 +184,7 @@ def timings(runs: pd.DataFrame) -> Timings:
     processes = list(runs["sample_processes"]) if "sample_processes" in runs else [None] * len(runs)
     replicates: tuple[Job, ...] = ()
     if all(s is not None for s in samples):
-        replicates = tuple(zip(cast(list[np.ndarray], samples), rounds, processes, strict=True))
+        replicates = tuple(Job(*job) for job in zip(cast(list[np.ndarray], samples), rounds, processes, strict=True))
     hosts = tuple(runs["host"].fillna("").map(str)) if "host" in runs and replicates else ()
     timed_in = tuple(runs["timed_in"].map(str)) if "timed_in" in runs and replicates else ()
     parts = list(runs["sample_parts"]) if "sample_parts" in runs else []

@@ -268,22 +268,24 @@ def node_spread(run: Mapping[str, Sequence[Job]], baseline: Mapping[str, Sequenc
 
 def _pooled_rounds(jobs: Sequence[Job]) -> dict[int, float]:
     """Each round's typical time, the geometric mean over the replicates that took part in it."""
-    turns = [turn_typical(*_columns(job)[:2]) for job in jobs]
+    turns = [turn_typical(job.seconds, job.rounds) for job in jobs]
     numbers = sorted(set().union(*turns))
     return {n: float(np.exp(np.mean([np.log(t[n]) for t in turns if n in t]))) for n in numbers}
 
 
-# A job's samples: seconds per call, and the round and the worker process of each (None: all round 1, process 0).
-Job = tuple[np.ndarray, np.ndarray | None] | tuple[np.ndarray, np.ndarray | None, np.ndarray | None]
+@dataclass(frozen=True)
+class Job:
+    """A job's samples: seconds per call, and the round and the worker process of each (None: all round 1, process
+    0)."""
 
-
-def _columns(job: Job) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
-    return (job[0], job[1], job[2] if len(job) > 2 else None)
+    seconds: np.ndarray
+    rounds: np.ndarray | None = None
+    processes: np.ndarray | None = None
 
 
 def process_count(job: Job) -> int:
     """The worker processes that took the job's samples (timing.processes): 1 where not recorded."""
-    processes = _columns(job)[2]
+    processes = job.processes
     return 1 if processes is None or not len(processes) else len(np.unique(processes))
 
 
@@ -313,7 +315,7 @@ def _within_jobs(jobs: Sequence[Job]) -> tuple[float, int, int]:
     freedom, and the processes."""
     between, df, units = 0.0, 0, 0
     for job in jobs:
-        seconds, rounds, processes = _columns(job)
+        seconds, rounds, processes = job.seconds, job.rounds, job.processes
         if processes is None or rounds is None or process_count(job) < 2:
             continue
         typical = turn_typical(seconds, rounds)
@@ -333,7 +335,7 @@ def _between_replicates(jobs: Sequence[Job], configurations: list[str]) -> tuple
     one-way random effect once each round's shared phase is taken out. Returns what _within_jobs does."""
     between, df, units = 0.0, 0, 0
     for name in dict.fromkeys(configurations):
-        members = [turn_typical(*_columns(jobs[i])[:2]) for i, c in enumerate(configurations) if c == name]
+        members = [turn_typical(jobs[i].seconds, jobs[i].rounds) for i, c in enumerate(configurations) if c == name]
         shared = sorted(set.intersection(*(set(m) for m in members))) if len(members) > 1 else []
         if len(shared) < MIN_BATCHES:
             continue

@@ -127,6 +127,7 @@ class JobConfigs:
     def __init__(self, first: DictConfig, lines: list[str], config_dir: Path, compose: Callable[[list[str]], Any]):
         self.first, self.lines, self.config_dir, self.compose = first, lines, config_dir, compose
         self.changes: dict[str, dict[str, Any] | None] = {}
+        self.parsed: dict[str, Any] = {}  # each line parsed once: a sweep's jobs share their values
 
     def of(self, job: list[str]) -> DictConfig:
         from omegaconf import OmegaConf, open_dict, read_write
@@ -135,7 +136,9 @@ class JobConfigs:
         changed: set[str] = set()
         values: list = []
         for line in (line for line in job if line not in self.lines):
-            override = OverridesParser.create().parse_overrides([line])[0]
+            if line not in self.parsed:
+                self.parsed[line] = OverridesParser.create().parse_overrides([line])[0]
+            override = self.parsed[line]
             if self._plain(override):
                 values.append(override)
                 continue
@@ -167,13 +170,14 @@ class JobConfigs:
 
     def _group(self, override) -> bool:
         key = override.key_or_group
-        plain_change = override.type.name == "CHANGE" and override.package is None and "/" not in key
-        return plain_change and (self.config_dir / key).is_dir()
+        chosen = override.type.name in ("CHANGE", "ADD") and override.package is None and "/" not in key
+        return chosen and (self.config_dir / key).is_dir()
 
     def _nodes(self, line: str, override) -> dict[str, Any] | None:
         """The top-level nodes a group's value sets that differ from the first job's, composed once per value."""
         if line not in self.changes:
-            old = next((i for i, kept in enumerate(self.lines) if kept.split("=", 1)[0] == override.key_or_group), None)
+            key = line.split("=", 1)[0]
+            old = next((i for i, kept in enumerate(self.lines) if kept.split("=", 1)[0] == key), None)
             variant = list(self.lines) if old is None else [*self.lines[:old], line, *self.lines[old + 1 :]]
             if old is None:
                 variant.append(line)

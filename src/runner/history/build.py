@@ -38,9 +38,9 @@ from runner.history.figures import figure_steps, recorded_figures
 from runner.history.numbers import numeric_steps, recorded_numbers
 from runner.history.series import Entry, History, either_side
 from runner.history.steps import Label, Step, find_steps
-from runner.history.tags import CHANGE_TAG, CONFIRMED_TAG, CONTROL_TAG
+from runner.history.tags import CHANGE_TAG, CONFIRMED_TAG
 from runner.identity import Key
-from runner.record.runs import Run
+from runner.record.runs import CONTROL_TAG, Run
 from runner.report.comparison import load_could_make
 
 

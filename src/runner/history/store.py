@@ -14,9 +14,9 @@ from runner.history.gaps import MISSING_AFTER, Gapped, gaps
 from runner.history.page import page_name
 from runner.history.series import History
 from runner.history.steps import Label
-from runner.history.tags import CHANGE_TAG, CONTROL_TAG, VERDICT_TAG
+from runner.history.tags import CHANGE_TAG, VERDICT_TAG
 from runner.record.result import RESULT_FILE
-from runner.record.runs import from_dirs
+from runner.record.runs import CONTROL_TAG, from_dirs
 
 
 @dataclass(frozen=True)

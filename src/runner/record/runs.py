@@ -18,6 +18,9 @@ from runner.record import naming
 from runner.record.result import RESULT_FILE, Result, ResultUnreadable, Status
 from runner.record.sweep_file import SWEEP_FILE, control_of
 
+IS_CONTROL_TAG = "is_control"  # on the control's own run: "true"
+CONTROL_TAG = "control_case"  # on the others' runs of its sweep: the control's case (runner.history reads it)
+
 
 @dataclass(frozen=True)
 class Run:
@@ -60,7 +63,7 @@ class Run:
     @property
     def is_control(self) -> bool:
         """The control its sweep timed beside its jobs: measured, but no configuration of the sweep's answer."""
-        return self.tags.get("is_control") == "true"
+        return self.tags.get(IS_CONTROL_TAG) == "true"
 
     @property
     def timed(self) -> bool:
@@ -114,7 +117,7 @@ def control_tag(run_dir: Path, result: Result) -> dict[str, str]:
     control, found = control_of(run_dir), result.identity()
     if not (control and found):
         return {}
-    return {"is_control": "true"} if control["case"] == found.case.key else {"control_case": control["case"]}
+    return {IS_CONTROL_TAG: "true"} if control["case"] == found.case.key else {CONTROL_TAG: control["case"]}
 
 
 def from_dirs(run_dirs: Iterable[Path]) -> list[Run]:

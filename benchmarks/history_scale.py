@@ -154,7 +154,7 @@ def measure(uri: str, args: argparse.Namespace) -> dict:
     every = history_runs(uri, None)
     results["all_s"], results["all_rows"] = time.perf_counter() - start, len(every)
     # the store's series are noise alone (no step made): what the detector finds in them is false alarms
-    histories = history.from_rows(every)
+    histories = history.from_runs(every)
     results["series"] = len(histories)
     results["false_steps"] = sum(len(h.steps) for h in histories)
     return results

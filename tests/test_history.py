@@ -368,7 +368,7 @@ def test_a_first_call_that_grows_is_a_regression_of_its_own_series_and_fails_the
     result = runner_main("history", str(tmp_path), "--fail-on", "regression")
     assert result.returncode == 1, result.stdout
     (line,) = [line.strip() for line in result.stdout.splitlines() if line.strip().startswith("first call:")]
-    assert line.startswith("first call: regression: 1.4") and f"from run {tmp_path.name}/night-04 " in line
+    assert line.startswith("first call: regression 1.4") and f"from run {tmp_path.name}/night-04 " in line
     before, after = (float(v.removesuffix(" ms")) for v in line.rsplit(": ", 1)[1].split(" → "))
     assert 650 < before < 750 and 950 < after < 1050  # the levels either side, as the line says them
     assert "no step" in result.stdout  # the typical time's own series

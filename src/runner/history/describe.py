@@ -63,10 +63,12 @@ def describe_number(history: History, name: str, step: Step) -> str:
 
 
 def describe_figure(history: History, name: str, step: Step) -> str:
-    """'first call: regression 1.43x [1.31–1.57] from run 3f2a… (2026-11-26 14:02): 702 ms → 1 s'."""
+    """'first call: regression 1.43x [1.31–1.57] from run 3f2a… (2026-11-26 14:02): 702 ms → 1 s': the series named
+    first, its label then its step."""
     before, after = figure_levels(history.entries, history.figures.get(name, []), name, step)
     levels = f"{format_figure(name, before)} → {format_figure(name, after)}"
-    return f"{FIGURES[name].said}: {describe_step(history, step)}: {levels}"
+    said = describe_step(history, step).replace(f"{_label(step)}: ", f"{_label(step)} ", 1)
+    return f"{FIGURES[name].said}: {said}: {levels}"
 
 
 def lines(histories: list[History], fdr: float | None = None) -> list[str]:

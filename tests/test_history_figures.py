@@ -1,0 +1,122 @@
+"""The figures a CI job gates on beside the typical time, each a series of `runner history` of its own (issue 75): the
+first call and its parts (trace, lower, compile, first execution, graphs built), load, memory; a first call that grows
+by 0.3 s from the 5th sweep, the typical time unchanged, is a first-call regression from the 5th, and nothing else."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers import FAST_TIMING, made_store, run_cli, runner_main
+from test_history import CONFIG, MACHINE
+
+from runner.record.result import Result, Status
+from runner.tracking.upload import log_to_mlflow
+
+PLUGIN = Path(__file__).parent / "plugin"
+NIGHTS, FROM = 10, 4  # the first call grows from the 5th night (index 4)
+
+
+def _night_metrics(i: int, rng: np.random.Generator) -> dict[str, float]:
+    """A night's record as a compiled job makes it: its steady time unchanged, its first call taken apart (trace,
+    compile, first execution; one graph), the compile 0.3 s longer from night FROM, its load and memory unchanged."""
+
+    def noise(sd: float) -> float:
+        return math.exp(rng.normal(0, sd))
+
+    typical = 2e-3 * noise(0.01)
+    parts = {
+        "first_call_trace_s": 0.05 * noise(0.02),
+        "first_call_compile_s": (0.4 + (0.3 if i >= FROM else 0.0)) * noise(0.02),
+        "first_call_execute_s": 0.25 * noise(0.02),
+    }
+    return {
+        "time_typical_s": typical,
+        "time_median_s": typical,
+        "time_iqr_s": 0.0,
+        "n_processes": 1,
+        "first_call_s": sum(parts.values()),
+        **parts,
+        "first_call_graphs": 1,
+        "load_s": 0.02 * noise(0.05),
+        "peak_host_mb": 310 * noise(0.005),
+    }
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory) -> tuple[str, list[str]]:
+    """A store of NIGHTS runs of one case a day apart (tracking.upload, as a run that logs later records itself)."""
+    root = tmp_path_factory.mktemp("figures")
+    uri, ids, rng = made_store(root), [], np.random.default_rng(11)
+    for i in range(NIGHTS):
+        run_dir = root / f"night-{i:02d}"
+        run_dir.mkdir()
+        started = 1.79e9 + 86400 * i
+        Result(Status.FINISHED, CONFIG, _night_metrics(i, rng), MACHINE, started=started, ended=started + 5).save(
+            run_dir
+        )
+        ids.append(log_to_mlflow(run_dir, uri, "nightly"))
+    return uri, ids
+
+
+def _said(stdout: str, series: str) -> list[str]:
+    return [line.strip() for line in stdout.splitlines() if line.strip().startswith(f"{series}: ")]
+
+
+def test_a_compile_that_grows_is_a_regression_of_the_first_call_and_its_compile_alone(compiled):
+    uri, ids = compiled
+    done = runner_main("history", "--tracking-uri", uri, "--fail-on", "regression")
+    assert done.returncode == 1, done.stdout + done.stderr
+    (first,) = _said(done.stdout, "first call")
+    assert first.startswith("first call: regression 1.4") and f" from run {ids[FROM][:12]} (" in first
+    low, high = (float(v) for v in first.split("[", 1)[1].split("]", 1)[0].split("–"))
+    assert 1.3 < low < 1.43 < high < 1.55  # 0.7 s to 1.0 s: 1.43x, its interval around it
+    (compile_,) = _said(done.stdout, "first-call compile")
+    assert compile_.startswith("first-call compile: regression 1.7") and f" from run {ids[FROM][:12]} (" in compile_
+    before, after = (float(v.removesuffix(" ms")) for v in compile_.rsplit(": ", 1)[1].split(" → "))
+    assert 380 < before < 420 and 670 < after < 730  # the compile's levels either side, as the line says them
+    for unmoved in ("first-call trace", "first execution", "first-call graphs", "load", "peak host memory"):
+        assert not _said(done.stdout, unmoved), done.stdout
+    assert "  no step" in done.stdout  # the typical time's own series
+    assert {line.split(": ", 3)[2] for line in done.stderr.splitlines()} == {"first call", "first-call compile"}
+
+
+def test_json_holds_the_figure_steps_and_every_series_fitted(compiled):
+    uri, ids = compiled
+    done = runner_main("history", "--tracking-uri", uri, "--json")
+    assert done.returncode == 0, done.stderr
+    (case,) = json.loads(done.stdout, parse_constant=lambda c: pytest.fail(f"{c} is not strict JSON"))
+    steps = [(s["metric"], s["index"], s["label"], s["run_id"]) for s in case["figure_steps"]]
+    assert steps == [(name, FROM, "regression", ids[FROM]) for name in ("first_call_s", "first_call_compile_s")]
+    assert case["steps"] == []
+
+
+@pytest.mark.heavy  # ten fresh run.py sweeps, about 10 s each on a quiet machine; the store test above checks the same
+def test_ten_real_sweeps_whose_first_call_grows_from_the_fifth(tmp_path):
+    """tests/plugin/pause_model.py's first call 0.7 s longer than its others, and 1.0 s from the 5th sweep
+    (RUNNER_TEST_FIRST_CALL_S): each sweep a real `run.py -m` into one store."""
+    uri = made_store(tmp_path)
+    for i in range(NIGHTS):
+        done = run_cli(
+            "-m",
+            "model=pause",
+            "task=inference",
+            "backend=numpy",
+            f"hydra.searchpath=[file://{PLUGIN / 'conf'}]",
+            f"tracking.uri={uri}",
+            "tracking.experiment=nightly",
+            f"hydra.sweep.dir={tmp_path}/sweep-{i:02d}",
+            *FAST_TIMING,
+            env={"PYTHONPATH": str(PLUGIN), "RUNNER_TEST_FIRST_CALL_S": "1.0" if i >= FROM else "0.7"},
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+    done = runner_main("history", "--tracking-uri", uri, "--fail-on", "regression")
+    (case,) = json.loads(runner_main("history", "--tracking-uri", uri, "--json").stdout)
+    found = [(s["metric"], s["index"], s["label"]) for s in case["figure_steps"]]
+    assert found == [("first_call_s", FROM, "regression")]
+    (first,) = _said(done.stdout, "first call")
+    assert first.startswith("first call: regression 1.4") and case["runs"][FROM]["run_id"][:12] in first, first
+    assert case["steps"] == [] and "  no step" in done.stdout and done.returncode == 1

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from runner.config import ConfigError, TimingConfig
@@ -16,20 +14,19 @@ from runner.tasks.train_step import TrainStep
 
 def test_huge_matmul_refused_before_allocating_with_the_estimate(cli, tmp_path):
     """Refused from the estimate, before any array is made (a 2.88 TB allocation would fail otherwise, not with
-    this line); no bound on the wall time, which a busy 2-core machine can miss."""
-    result = cli(
-        "backend=torch",
-        "model=matmul",
-        "task=inference",
-        "model.n=300000",
-        "tracking=none",
-        f"hydra.run.dir={tmp_path}",
-    )
-    assert result.returncode == 1
-    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    this line), and before the framework loads (issue 79: it came after, with a FAILED run): exit 2, one line, no
+    framework imported, nothing written. No bound on the wall time, which a busy 2-core machine can miss."""
+    run_dir = tmp_path / "run"
+    result = cli("backend=torch", "model=matmul", "task=inference", "model.n=300000", "tracking=none",
+                 f"hydra.run.dir={run_dir}", env={"PYTHONIMPORTTIME": "1"})  # fmt: skip
+    assert result.returncode == 2
+    lines = result.stderr.splitlines()
+    errors = [line for line in lines if line.startswith("error:")]
     assert len(errors) == 1 and "needs about 2.88 TB of host memory" in errors[0] and "is free" in errors[0]
-    saved = json.loads((tmp_path / "result.json").read_text())
-    assert saved["status"] == "FAILED" and "model.n=300000" in saved["error"]
+    assert errors[0].startswith("error: model=matmul model.n=300000 dtype=float32 needs about")
+    imported = {line.rsplit("|", 1)[-1].strip() for line in lines if line.startswith("import time")}
+    assert not imported & {"torch", "tensorflow", "jax"}
+    assert not run_dir.exists()
 
 
 def test_memory_estimate_counts_draws_copies_and_reference():

@@ -35,7 +35,9 @@ def check_single(cfg: DictConfig) -> None:
     resolved = described(cfg, strict=True)  # model.weights=FOLDER: its config.json's settings
     check_combination(resolved)
     check_known_wrong(resolved["model"], _choices(resolved))
-    check_settings(resolved)
+    built = check_settings(resolved)
+    if built is not None:
+        check_fits(resolved, *built)
 
 
 def sweep_refusal(cfg: DictConfig) -> str | None:
@@ -63,11 +65,11 @@ def sweep_refusal(cfg: DictConfig) -> str | None:
     return None
 
 
-def check_settings(cfg: Mapping) -> None:
+def check_settings(cfg: Mapping) -> tuple[Any, Any] | None:
     """The model's own settings (model.heads=3 beside d_model 64, model.n=-5), a built-in task's against it
     (task.new_tokens=0, task.prompt_lengths beyond model.prompt_len) and its data's fit (data=image with model=mlp),
     checked by building the workload where that imports no framework: refused in a second, not after the framework
-    loaded and a FAILED run was written."""
+    loaded and a FAILED run was written. Returns the workload and the task, where both were built."""
     from runner.config import class_named
     from runner.measure.data import check_source
     from runner.models import build_workload
@@ -76,16 +78,39 @@ def check_settings(cfg: Mapping) -> None:
     built_in = str(cfg["task"].get("_target_", "")).startswith("runner.tasks.")  # a user's own: built in its job
     task = build_task(cfg["task"]) if built_in else None
     if not getattr(class_named("model._target_", cfg["model"]["_target_"]), "builds_without_framework", False):
-        return
+        return None
     try:
         workload = build_workload(cfg["model"])
     except ConfigError:
         raise
     except Exception:  # a user's workload that builds only beside its backend: the job builds it and says why
-        return
+        return None
     check_source(cfg["data"], workload)
-    if task is not None:
-        task.check(workload)
+    if task is None:
+        return None
+    task.check(workload)
+    return workload, task
+
+
+def check_fits(cfg: Mapping, workload: Any, task: Any) -> None:
+    """A single run's arrays against the memory free now (runner.measure.limits' estimate, which the job checks again
+    on the device its backend resolves): model=matmul model.n=300000 refused in a second, not after the framework
+    loaded with a FAILED run. A sweep's jobs are checked in their turn, against the memory free then."""
+    from runner.config import nvidia_driver_present
+    from runner.measure import limits
+
+    c, batch = _choices(cfg), cfg["batch_size"]
+    elements = task.array_elements(workload, batch, bool(cfg["mode"]["per_example"]))
+    if elements is None:  # a workload that states no sizes
+        return
+    device = c["device"]
+    if device == "auto":
+        device = "cuda" if "cuda" in cfg["backend"]["devices"] and nvidia_driver_present() else "cpu"
+    reference = bool(cfg["check_reference"]) and workload.numpy_reference
+    needed = limits.memory_needed(elements, limits.ITEMSIZE[c["dtype"]], device, reference)
+    what = "inputs, weights, results" + (", activations" if elements.get("activations") else "")
+    label = f"model={c['model']} {task.size_setting(workload, batch)} dtype={c['dtype']}"
+    limits.check_memory(label, *needed, device, what)
 
 
 def _choices(cfg: Mapping) -> dict[str, str]:

@@ -103,7 +103,9 @@ def test_four_jobs_on_ray_are_one_parent_and_four_finished_children(ray_head, tm
 
 
 @pytest.mark.slow
-def test_a_job_whose_ray_task_dies_is_failed_and_the_others_land(ray_head, tmp_path):
+def test_a_job_whose_ray_task_dies_is_failed_and_the_others_land(ray_head, tmp_path, monkeypatch):
+    # the crash model is imported where the sweep is launched too: preflight checks every job's model there
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(PLUGIN), os.environ.get("PYTHONPATH", "")]))
     result = sweep_cli(
         tmp_path,
         "hydra/launcher=ray_cluster",
@@ -225,3 +227,116 @@ def test_a_sweep_blocked_by_node_on_three_ray_nodes_ranks_its_configurations(ray
     )
     assert refused.returncode == 1
     assert "error: hydra.launcher.blocks=4 asks for 4 nodes, but the Ray cluster has 3" in refused.stderr
+
+
+def test_a_task_asking_for_more_than_any_node_has_is_refused_in_one_line_naming_both():
+    from runner.launch.ray_launch import asked_of, resources_refusal
+
+    nodes = [{"Alive": True, "Resources": {"CPU": 2.0, "memory": 1e9}}] * 3
+    assert resources_refusal(asked_of({"num_cpus": 2}), nodes, "job") is None
+    assert resources_refusal(asked_of({"num_cpus": 4}), nodes, "job") == (
+        "hydra.launcher asks Ray for 4 CPUs per job, which a node must hold, but 0 of the Ray cluster's 3 nodes can "
+        "(each has 2 CPUs, ray.nodes()): lower hydra.launcher.ray.remote.num_cpus (num_gpus, gpus_per_cuda_job)"
+    )
+    mixed = [{"Resources": {"CPU": 8.0}}, {"Resources": {"CPU": 2.0}}]
+    assert resources_refusal({"CPU": 4, "GPU": 0}, mixed, "block", 1) is None
+    refused = resources_refusal({"CPU": 4, "GPU": 0}, mixed, "block", 2)
+    assert refused is not None and "which 2 nodes must hold, but 1 of the Ray cluster's 2 nodes can" in refused
+    assert "(each has 2 CPUs or 8 CPUs, ray.nodes())" in refused
+
+
+def test_a_placement_group_not_placed_in_its_time_is_removed_and_the_sweep_refused_saying_what_is_free(monkeypatch):
+    import ray
+
+    from runner.launch import launchers, ray_launch
+
+    groups = importlib.import_module("ray.util.placement_group")  # the module: ray.util's name is its function
+
+    waited, removed = [], []
+
+    class Unplaced:
+        def wait(self, timeout_seconds: float) -> bool:
+            waited.append(timeout_seconds)
+            return False
+
+    monkeypatch.setattr(groups, "placement_group", lambda bundles, strategy: Unplaced())
+    monkeypatch.setattr(groups, "remove_placement_group", removed.append)
+    monkeypatch.setattr(ray, "available_resources", lambda: {"CPU": 1.0, "memory": 1e9})
+    with pytest.raises(launchers.SweepRefused) as refused:
+        ray_launch.placed_group({"CPU": 2.0, "GPU": 0.0}, 3)
+    assert waited == [ray_launch.PLACEMENT_WAIT_S] and len(removed) == 1
+    assert refused.value.line == (
+        "Ray did not place 3 blocks of 2 CPUs each on 3 nodes (a STRICT_SPREAD placement group) within 60 s: the "
+        "cluster has 1 CPU free in all (ray.available_resources())"
+    )
+
+
+def test_a_ray_task_runs_with_the_thread_variables_the_sweep_was_launched_with(monkeypatch):
+    from runner.launch.ray_launch import run_job_as_launched, thread_variables
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setenv("MKL_NUM_THREADS", "3")
+    launched = thread_variables()
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")  # as Ray sets it in a task of num_cpus=2
+    monkeypatch.delenv("MKL_NUM_THREADS")
+    seen = run_job_as_launched(
+        launched, lambda a: (a, os.environ.get("OMP_NUM_THREADS"), os.environ["MKL_NUM_THREADS"]), 7
+    )
+    assert seen == (7, None, "3")
+
+
+@pytest.mark.slow
+def test_num_cpus_above_the_nodes_cpus_is_refused_at_once_and_a_ray_run_is_the_machine_a_local_run_is(
+    ray_head, tmp_path
+):
+    """The shipped num_cpus: 4 on a 2-CPU node waited for ever: refused in one line before anything is submitted, its
+    parent run FAILED. A job run on Ray (num_cpus=2: Ray would set OMP_NUM_THREADS=2) and the same job run here
+    without Ray have one machine key."""
+    from helpers import run_cli
+
+    from runner.record import runs
+
+    on_ray = ["hydra/launcher=ray_cluster", f"hydra.launcher.ray.init.address={ray_head}"]
+    job = ["model=matmul", "task=inference", "model.n=64", "backend=numpy"]
+    started = time.monotonic()
+    refused = sweep_cli(tmp_path / "four", *on_ray, "hydra.launcher.ray.remote.num_cpus=4", *job, "seed=1,2")
+    assert time.monotonic() - started < 120 and refused.returncode == 1, refused.stderr[-3000:]
+    assert [line for line in refused.stderr.splitlines() if line.startswith("error:")] == [
+        "error: hydra.launcher asks Ray for 4 CPUs per job, which a node must hold, but 0 of the Ray cluster's 1 nodes "
+        "can (each has 2 CPUs, ray.nodes()): lower hydra.launcher.ray.remote.num_cpus (num_gpus, gpus_per_cuda_job)"
+    ]
+    (parent,) = mlflow_runs(tmp_path / "four")[0]
+    assert parent.info.status == "FAILED" and not list((tmp_path / "four" / "sweep").glob("*/result.json"))
+    ray_run = sweep_cli(tmp_path / "ray", *on_ray, "hydra.launcher.ray.remote.num_cpus=2", *job, timeout=600)
+    assert ray_run.returncode == 0, ray_run.stdout[-2000:] + ray_run.stderr[-3000:]
+    local = run_cli(*job, "tracking=none", f"hydra.run.dir={tmp_path / 'local'}", "timing.max_time_s=0.2")
+    assert local.returncode == 0, local.stderr[-3000:]
+    (on_ray_run,) = runs.from_dirs(runs.runs_in(tmp_path / "ray" / "sweep"))
+    (here,) = runs.from_dirs([tmp_path / "local"])
+    assert on_ray_run.identity.host == here.identity.host
+    assert on_ray_run.identity.machine.key == here.identity.machine.key, (on_ray_run.identity, here.identity)
+
+
+@pytest.mark.slow
+def test_sigterm_to_a_ray_sweep_closes_its_parent_killed_not_running(ray_head, tmp_path):
+    from helpers import made_store
+
+    command = [sys.executable, str(PROJECT_ROOT / "run.py"), "-m", f"tracking.uri={made_store(tmp_path)}"]
+    command += ["tracking.experiment=sweeps", f"hydra.sweep.dir={tmp_path}/sweep", "hydra/launcher=ray_cluster"]
+    command += [f"hydra.launcher.ray.init.address={ray_head}", "hydra.launcher.ray.remote.num_cpus=1"]
+    command += ["model=matmul", "task=inference", "backend=numpy,torch", "timing.max_time_s=60"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(PROJECT_ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
+    sweep = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        while not list((tmp_path / "sweep").glob("*/job.log")) and time.monotonic() < deadline:
+            time.sleep(1)
+        assert sweep.poll() is None, sweep.stdout.read() if sweep.stdout else ""
+        sweep.send_signal(signal.SIGTERM)
+        out, _ = sweep.communicate(timeout=180)
+    finally:
+        if sweep.poll() is None:
+            sweep.kill()
+    assert sweep.returncode != 0, out[-3000:]
+    parents, _ = mlflow_runs(tmp_path)
+    assert [p.info.status for p in parents] == ["KILLED"], out[-3000:]

@@ -10,12 +10,23 @@
 - `blocks: N`, the node as a block: N Ray tasks, one on each of N nodes (a placement group of N bundles, Ray's
   STRICT_SPREAD), each running every job of the sweep in interleaved rounds (runner.launch.cluster_jobs.run_block);
   the answer pools the nodes as replicates, as for SLURM.
+- It fits the cluster or says why: a job (or block) asking for more than any node has (`num_cpus: 4` on 2-CPU
+  nodes) is refused in one line before anything is submitted (ray.nodes()), and a placement group of blocks not
+  placed within PLACEMENT_WAIT_S is refused naming what it asked and what the cluster has free. Upstream, such a
+  sweep waited for ever, saying nothing.
+- SIGTERM and Ctrl-C stop the sweep as on one machine (its parent run KILLED): ray.init replaces the process's
+  SIGTERM handler with one that exits at once, so the runner's is put back.
+- A job runs with the thread variables (runner.identity.SPEED_VARIABLES) of the environment that launched the sweep,
+  as sbatch exports it: Ray sets OMP_NUM_THREADS to a task's num_cpus where it is unset, which would make a Ray run
+  another machine than a run of the same job outside Ray.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import os
+import signal
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, cast
@@ -25,9 +36,11 @@ from hydra_plugins.hydra_ray_launcher.ray_launcher import RayLauncher as Upstrea
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from runner.config import first_line
+from runner.identity import SPEED_VARIABLES
 from runner.launch import cluster_jobs
 
 log = logging.getLogger(__name__)
+PLACEMENT_WAIT_S = 60.0  # how long the blocks' placement group may wait for its nodes before the sweep is refused
 
 
 class RayLauncher(UpstreamRayLauncher):
@@ -42,61 +55,90 @@ class RayLauncher(UpstreamRayLauncher):
         import ray
         from hydra.core.singleton import Singleton
         from hydra.core.utils import configure_log, setup_globals
-        from hydra_plugins.hydra_ray_launcher._launcher_util import launch_job_on_ray, start_ray
+        from hydra_plugins.hydra_ray_launcher._launcher_util import start_ray
 
         blocks = cluster_jobs.blocks_asked(self.blocks)  # before a Ray cluster is started for it
         setup_globals()
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
         Path(str(self.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
+        stop = signal.getsignal(signal.SIGTERM)
         start_ray(self.ray_cfg.init)
+        signal.signal(signal.SIGTERM, stop)  # the runner's: the sweep stops as on one machine, its parent KILLED
         cluster_gpus = ray.cluster_resources().get("GPU", 0)
         indices = range(initial_job_idx, initial_job_idx + len(job_overrides))
         configs = [self._job_sweep_config(list(o), i) for o, i in zip(job_overrides, indices, strict=True)]
         # every job's options before any is submitted: a refused job leaves nothing running
         options = [self._remote(str(c.device.name), cluster_gpus) for c in configs]
+        if line := cluster_jobs.none_can_run(list(zip(indices, configs, strict=True))):
+            cluster_jobs.refuse(line)
+        nodes = [node for node in ray.nodes() if node.get("Alive")]
         if blocks:
-            return self._launch_blocks(job_overrides, initial_job_idx, options)
+            return self._launch_blocks(job_overrides, initial_job_idx, options, nodes)
+        for remote in options:
+            if line := resources_refusal(asked_of(remote), nodes, "job"):
+                cluster_jobs.refuse(line)
         refs = []
         for index, overrides, config, remote in zip(indices, job_overrides, configs, options, strict=True):
             log.info(f"\t#{index} : {' '.join(filter_overrides(overrides))}")
-            state = Singleton.get_state()
-            ray_options = OmegaConf.create(remote)
-            refs.append(launch_job_on_ray(self.hydra_context, ray_options, config, self.task_function, state))
-        return [self._collect(*job) for job in zip(refs, map(list, job_overrides), indices, strict=True)]
+            refs.append(self._submit(remote, config, Singleton.get_state()))
+        return cancelled_when_stopped(
+            refs, lambda: [self._collect(*job) for job in zip(refs, map(list, job_overrides), indices, strict=True)]
+        )
+
+    def _submit(self, remote: dict, config: DictConfig, state: Any) -> Any:
+        """One job as a Ray task (hydra-ray-launcher's), run with the launching environment's thread variables."""
+        import ray
+        from hydra_plugins.hydra_ray_launcher._launcher_util import _run_job
+
+        task = ray.remote(**remote)(run_job_as_launched) if remote else ray.remote(run_job_as_launched)
+        return task.remote(thread_variables(), _run_job, self.hydra_context, config, self.task_function, state)
 
     def _launch_blocks(
-        self, job_overrides: Sequence[Sequence[str]], first: int, options: list[dict]
+        self, job_overrides: Sequence[Sequence[str]], first: int, options: list[dict], nodes: list[dict]
     ) -> list[JobReturn]:
         """Each block a Ray task in a bundle of its own, the bundles on different nodes (STRICT_SPREAD), asking for
-        what the most demanding job asks; a cluster with fewer nodes is refused before anything runs."""
+        what the most demanding job asks; a cluster with fewer nodes that can hold a block is refused before anything
+        runs, and a placement group not placed within PLACEMENT_WAIT_S after."""
         import ray
         from hydra.core.singleton import Singleton
-        from ray.util.placement_group import placement_group, remove_placement_group
+        from ray.util.placement_group import remove_placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         blocks = int(self.blocks or 1)
-        nodes = sum(1 for node in ray.nodes() if node.get("Alive"))
-        if blocks > nodes:
+        if blocks > len(nodes):
             cluster_jobs.refuse(
-                f"hydra.launcher.blocks={blocks} asks for {blocks} nodes, but the Ray cluster has {nodes}"
+                f"hydra.launcher.blocks={blocks} asks for {blocks} nodes, but the Ray cluster has {len(nodes)}"
             )
         asked = {"CPU": max(o.get("num_cpus", 1) for o in options), "GPU": max(o.get("num_gpus", 0) for o in options)}
-        group = placement_group([{k: v for k, v in asked.items() if v}] * blocks, strategy="STRICT_SPREAD")
+        if line := resources_refusal(asked, nodes, "block", blocks):
+            cluster_jobs.refuse(line)
+        group = placed_group(asked, blocks)
         numbered = cluster_jobs.blocks_of(job_overrides, first, blocks)
         for number, overrides in (job for block in numbered for job in block):
             log.info(f"\t#{number} : {' '.join(filter_overrides(overrides))}")
-        task = ray.remote(cluster_jobs.run_block)
+        task = ray.remote(run_job_as_launched)
         refs = [
             task.options(
                 num_cpus=asked["CPU"],
                 num_gpus=asked["GPU"],
                 max_retries=0,
                 scheduling_strategy=PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=b),
-            ).remote(self.hydra_context, self.task_function, self.config, block, Singleton.get_state())
+            ).remote(
+                thread_variables(),
+                cluster_jobs.run_block,
+                self.hydra_context,
+                self.task_function,
+                self.config,
+                block,
+                Singleton.get_state(),
+            )
             for b, block in enumerate(numbered)
         ]
         try:
-            return [ret for ref, block in zip(refs, numbered, strict=True) for ret in self._collect_block(ref, block)]
+            return cancelled_when_stopped(
+                refs,
+                lambda: [r for ref, block in zip(refs, numbered, strict=True) for r in self._collect_block(ref, block)],
+            )
         finally:
             remove_placement_group(group)
 
@@ -148,3 +190,77 @@ def remote_options(remote: DictConfig, device: str, gpus_per_cuda_job: float, cl
     if device == "cuda":
         options.setdefault("num_gpus", gpus_per_cuda_job)
     return options
+
+
+def asked_of(remote: dict) -> dict[str, float]:
+    """A task's options as the resources it asks Ray for (a task asks for 1 CPU unless it says otherwise)."""
+    return {"CPU": float(remote.get("num_cpus", 1)), "GPU": float(remote.get("num_gpus") or 0)}
+
+
+def resources_refusal(asked: dict[str, float], nodes: list[dict], each: str, count: int = 1) -> str | None:
+    """Why `count` tasks asking for `asked` each, on nodes of their own where count > 1, can never run on these nodes
+    (ray.nodes(), alive), in one line; None where enough nodes can hold one. Ray would keep such a task waiting."""
+    wanted = {k: v for k, v in asked.items() if v}
+    holding = [n for n in nodes if all(n.get("Resources", {}).get(k, 0) >= v for k, v in wanted.items())]
+    if len(holding) >= count:
+        return None
+    has = sorted({_resources(n.get("Resources", {}), wanted) for n in nodes}) or ["none"]
+    where = f"{count} nodes" if count > 1 else "a node"
+    return (
+        f"hydra.launcher asks Ray for {_resources(asked, wanted)} per {each}, which {where} must hold, but "
+        f"{len(holding)} of the Ray cluster's {len(nodes)} nodes can (each has {' or '.join(has)}, ray.nodes()): lower "
+        "hydra.launcher.ray.remote.num_cpus (num_gpus, gpus_per_cuda_job)"
+    )
+
+
+def _resources(resources: dict, keys: dict) -> str:
+    return ", ".join(f"{resources.get(k, 0):g} {k}{'s' * (resources.get(k, 0) != 1)}" for k in keys)
+
+
+def placed_group(asked: dict[str, float], blocks: int) -> Any:
+    """A placement group of `blocks` bundles of `asked`, on as many nodes (STRICT_SPREAD), placed; one not placed
+    within PLACEMENT_WAIT_S (the nodes busy with other work) is removed and the sweep refused, saying what it asked and
+    what the cluster has free."""
+    import ray
+    from ray.util.placement_group import placement_group, remove_placement_group
+
+    bundle = {k: v for k, v in asked.items() if v}
+    group = placement_group([bundle] * blocks, strategy="STRICT_SPREAD")
+    if group.wait(timeout_seconds=PLACEMENT_WAIT_S):
+        return group
+    remove_placement_group(group)
+    free = ray.available_resources()
+    cluster_jobs.refuse(
+        f"Ray did not place {blocks} blocks of {_resources(asked, bundle)} each on {blocks} nodes (a STRICT_SPREAD "
+        f"placement group) within {PLACEMENT_WAIT_S:.0f} s: the cluster has {_resources(free, bundle)} free in all "
+        "(ray.available_resources())"
+    )
+
+
+def thread_variables() -> dict[str, str | None]:
+    """The launching environment's thread variables (SPEED_VARIABLES), each value or None where unset."""
+    return {name: os.environ.get(name) for name in SPEED_VARIABLES}
+
+
+def run_job_as_launched(variables: dict[str, str | None], run: Any, *args: Any) -> Any:
+    """In the Ray task: run(*args) with the thread variables the sweep was launched with, not Ray's (it sets
+    OMP_NUM_THREADS to the task's num_cpus where unset): the run is the machine it runs on, as outside Ray."""
+    for name, value in variables.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+    return run(*args)
+
+
+def cancelled_when_stopped(refs: list[Any], collect: Any) -> Any:
+    """collect(); where the launching process is stopped meanwhile (SIGTERM, Ctrl-C), the tasks are cancelled first,
+    so that nothing of the sweep keeps running on the cluster."""
+    import ray
+
+    try:
+        return collect()
+    except BaseException:
+        for ref in refs:
+            ray.cancel(ref, force=True)
+        raise

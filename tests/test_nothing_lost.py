@@ -550,8 +550,9 @@ def test_fuzz_no_traceback_no_hang(tmp_path):
             f"hydra.run.dir={tmp_path}/run{trial}",
             "tracking=none" if "tracking" not in str(overrides) else f"hydra.sweep.dir={tmp_path}/s{trial}",
             "timing.max_time_s=0.5" if "max_time_s" not in str(overrides) else "seed=0",
+            *([] if "tracking.uri" in str(overrides) else [f"tracking.uri=sqlite:///{tmp_path}/t{trial}.db"]),
         ]
-        done = run_cli(*args, timeout=240)
+        done = run_cli(*args, cwd=tmp_path, timeout=240)  # a relative path the fuzz gives lands in tmp_path too
         output = done.stdout + done.stderr
         assert done.returncode in (0, 1, 2), (args, output)
         assert "Traceback" not in output, (args, output)

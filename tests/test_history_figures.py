@@ -13,6 +13,10 @@ import pytest
 from helpers import FAST_TIMING, made_store, run_cli, runner_main
 from test_history import CONFIG, MACHINE
 
+from runner.history import gate
+from runner.history.build import build
+from runner.history.figures import recorded_figures as _figures
+from runner.history.series import Entry
 from runner.record.result import Result, Status
 from runner.tracking.upload import log_to_mlflow
 
@@ -120,3 +124,72 @@ def test_ten_real_sweeps_whose_first_call_grows_from_the_fifth(tmp_path):
     (first,) = _said(done.stdout, "first call")
     assert first.startswith("first call: regression 1.4") and case["runs"][FROM]["run_id"][:12] in first, first
     assert case["steps"] == [] and "  no step" in done.stdout and done.returncode == 1
+
+
+def test_series_narrows_what_prints_and_what_the_gate_fails_on(compiled):
+    uri, ids = compiled
+    first = runner_main("history", "--tracking-uri", uri, "--series", "first_call_s", "--fail-on", "regression")
+    assert first.returncode == 1 and len(_said(first.stdout, "first call")) == 1, first.stdout
+    assert not _said(first.stdout, "first-call compile") and "  no step" not in first.stdout  # nor the times'
+    assert [line.split(": ", 3)[2] for line in first.stderr.splitlines()] == ["first call"]
+    said = runner_main("history", "--tracking-uri", uri, "--series", "first call,load_s", "--fail-on", "regression")
+    assert said.returncode == 1 and "  load: no step" in said.stdout and _said(said.stdout, "first call")
+    times = runner_main("history", "--tracking-uri", uri, "--series", "time_typical_s", "--fail-on", "regression")
+    assert times.returncode == 0 and "  no step" in times.stdout and "first call" not in times.stdout, times.stdout
+    absent = runner_main("history", "--tracking-uri", uri, "--series", "ttft_s,first_call_lower_s")
+    assert "  first token: not recorded by its runs" in absent.stdout
+    assert "  first-call lower: not recorded by its runs" in absent.stdout
+
+
+def test_an_unknown_series_is_refused_in_one_line_naming_those_there_are(compiled):
+    uri, _ = compiled
+    for given in ("first_call", "first_call_s,tpot", ","):
+        done = runner_main("history", "--tracking-uri", uri, "--series", given, "--fail-on", "regression")
+        assert done.returncode == 2 and done.stdout == "" and done.stderr.count("\n") == 1, done.stderr
+        assert done.stderr.startswith(f"error: --series {given}: ") and "first_call_s, load_s" in done.stderr
+
+
+def test_markdown_and_the_pages_show_each_series(compiled, tmp_path):
+    uri, ids = compiled
+    done = runner_main("history", "--tracking-uri", uri, "--markdown", "--fail-on", "regression")
+    assert done.returncode == 1 and "❌ fails" in done.stdout.splitlines()[0]
+    rows = [line for line in done.stdout.splitlines() if line.startswith("| numpy")]
+    assert [row.split(" | ")[3].split(" \\[")[0] for row in rows] == ["first call 1.43x", "first-call compile 1.74x"]
+    assert all(" | regression | " in row for row in rows)
+    runner_main("history", "--tracking-uri", uri, "--html", str(tmp_path), "--series", "first_call_s,load_s")
+    (page,) = [p.read_text() for p in tmp_path.glob("*.html") if p.name != "index.html"]
+    assert "<th>first call</th><th>load</th><th>machine</th>" in page and "<li>first call: regression 1.4" in page
+    assert "<li>load: no step</li>" in page and "first-call compile" not in page
+    assert "first call: regression 1.4" in (tmp_path / "index.html").read_text()
+
+
+def test_json_holds_every_series_or_those_named(compiled):
+    uri, _ = compiled
+    (case,) = json.loads(runner_main("history", "--tracking-uri", uri, "--json").stdout)
+    fitted = {s["name"]: s["steps"] for s in case["series"]}
+    assert fitted == {
+        "time_typical_s": 0,
+        "first_call_s": 1,
+        "load_s": 0,
+        "peak_host_mb": 0,
+        "first_call_trace_s": 0,
+        "first_call_compile_s": 1,
+        "first_call_execute_s": 0,
+        "first_call_graphs": 0,
+    }, fitted
+    narrowed = runner_main("history", "--tracking-uri", uri, "--json", "--series", "first_call_compile_s")
+    (case,) = json.loads(narrowed.stdout)
+    assert [s["name"] for s in case["series"]] == ["first_call_compile_s"] and case["figure_steps"][0]["index"] == FROM
+
+
+def test_with_confirm_a_figures_step_fails_as_it_stands():
+    """--confirm re-runs a case for its times; a step of a figure is not re-run, and fails the gate as a change of
+    numbers does, rather than passing unseen."""
+    rng = np.random.default_rng(2)
+    entries = [
+        ("c", "case", "m", "machine", Entry(f"run{i}", i, 1e-3, figures=_figures(_night_metrics(i, rng))))
+        for i in range(NIGHTS)
+    ]
+    histories = build(entries)
+    judged = gate.judged("", histories, [], {"regression"}, confirm=True, confirmed=gate.Judged(0, []))
+    assert judged.status == 1 and [line.split(": ")[2] for line in judged.lines] == ["first call", "first-call compile"]

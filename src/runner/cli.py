@@ -6,7 +6,7 @@ runner report --sweep-dir DIR --out DIR
 runner compare BEFORE AFTER [--tracking-uri URI] [--factor 1.1]
 runner sync RUN_DIR... [--tracking-uri URI]
 runner history [DIR...] [--tracking-uri URI] [--experiment NAME] [--case KEY] [--by-host] [--json | --markdown]
-               [--html DIR] [--fdr 0.05] [--fail-on LABELS [--new-within N] [--confirm]]
+               [--html DIR] [--fdr 0.05] [--series NAMES] [--fail-on LABELS [--new-within N] [--confirm]]
 runner history --mark RUN_ID --why TEXT
 runner bisect GOOD BAD [--find-links DIR] [--threshold 0.02] [--out DIR] -- OVERRIDES...
 runner --version
@@ -121,6 +121,12 @@ def _history_parser(commands, uri_help: str) -> None:
         help="exit 1 on a step so labelled (regression,...), or on a case "
         "whose newest runs failed (failure) or that stopped appearing (missing)",
     )
+    history.add_argument(
+        "--series",
+        metavar="NAMES",
+        help="only these series (e.g. first_call_s,time_typical_s; default: every one): what prints and what "
+        "--fail-on gates",
+    )
     history.add_argument("--missing-after", type=int, default=3, metavar="N", help="a case absent from its machine's "
                          "newest N sweeps is missing (default 3)")  # fmt: skip
     history.add_argument(
@@ -154,13 +160,18 @@ def _history_parser(commands, uri_help: str) -> None:
 
 def _history(args: argparse.Namespace) -> int:
     from runner import tracking
-    from runner.history import as_json, describe, gate, markdown, page, store
+    from runner.history import as_json, describe, gate, markdown, narrow, page, store
 
     uri = args.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
     if args.mark:
         print(store.mark(uri, args.mark, args.why))
         return 0
     labels = _history_checked(args)
+    try:
+        series = narrow.chosen(args.series)
+    except LookupError as error:  # a name the user mistyped: the names there are, exit 2 as argparse's refusals
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     if args.html:
         writable_folder(args.html, "--html")
     uri = "" if args.dirs else uri or _project_store()
@@ -168,6 +179,7 @@ def _history(args: argparse.Namespace) -> int:
     found, gapped = store.histories(uri, args.dirs, query)
     if args.record and uri:
         store.record(uri, found)
+    found = narrow.narrowed(found, series)
     gated, confirmed = gate.recent(found, args.new_within), None
     if args.confirm and args.markdown:  # the re-runs first, so that the comment says what they found
         confirmed = gate.confirmed_steps(uri, gated, labels)

@@ -1,6 +1,6 @@
 """`runner history --json`: per case and machine its names, its runs, the steps found in its times, its numbers and
-its figures, and its gaps (a case whose newest runs failed, or that stopped appearing); strict JSON, a number that is
-not one (an interval a run lacks) as null."""
+its figures, every series fitted (by name), and its gaps (a case whose newest runs failed, or that stopped
+appearing); strict JSON, a number that is not one (an interval a run lacks) as null."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from datetime import UTC, datetime
 
+from runner.history.figures import FIGURES
 from runner.history.gaps import Gapped
+from runner.history.narrow import TIMES, series_names, times_read
 from runner.history.series import History
 from runner.history.steps import Step
 
@@ -42,8 +44,25 @@ def _case(h: History) -> dict:
         "raw_steps": [step_record(h, s) for s in h.raw_steps],
         "numeric_steps": [{"metric": name, **step_record(h, s)} for name, steps in h.numbers.items() for s in steps],
         "figure_steps": [{"metric": name, **step_record(h, s)} for name, steps in h.figures.items() for s in steps],
+        "series": _series(h),
         "gaps": [],
     }
+
+
+def _series(h: History) -> list[dict]:
+    """Every series fitted (those --series named, where it narrowed them): its metric's name, what a line calls it,
+    its direction and how many steps it has."""
+    names, steps = series_names(), {TIMES: h.steps, **h.numbers, **h.figures}
+    fitted = [*([TIMES] if times_read(h) else []), *h.numbers, *h.figures]
+    return [
+        {
+            "name": name,
+            "said": names[name],
+            "higher_is_better": name in FIGURES and FIGURES[name].higher_is_better,
+            "steps": len(steps[name]),
+        }
+        for name in fitted
+    ]
 
 
 def step_record(history: History, step: Step) -> dict:

@@ -9,6 +9,7 @@ from pathlib import Path
 from runner.history.fdr import fdr_summary
 from runner.history.figures import FIGURES, format_figure
 from runner.history.figures import levels as figure_levels
+from runner.history.narrow import TIMES, series_names, times_read
 from runner.history.numbers import format_number, number_levels, versions_said
 from runner.history.series import NUMBERS, Entry, History
 from runner.history.steps import MIN_POINTS, Label, Step
@@ -85,12 +86,30 @@ def lines(histories: list[History], fdr: float | None = None) -> list[str]:
         if h.relative:
             now = newest.typical_s / newest.control_s
             out.append(f"  fitted relative to its control, {h.control_name}, timed in the same rounds: now {now:.3g}x")
-        out += [f"  {describe_step(h, s)}" for s in h.steps] or ["  no step"]
-        if h.relative:
+        if times_read(h):
+            out += [f"  {describe_step(h, s)}" for s in h.steps] or ["  no step"]
+        if h.relative and times_read(h):
             out.append(f"  the times themselves: {'; '.join(describe_step(h, s) for s in h.raw_steps) or 'no step'}")
         out += [f"  {describe_number(h, name, s)}" for name, steps in h.numbers.items() for s in steps]
         out += [f"  {describe_figure(h, name, s)}" for name, steps in h.figures.items() for s in steps]
+        out += [f"  {line}" for line in quiet_series(h)]
     return out + ([fdr_summary(histories, fdr)] if fdr is not None else [])
+
+
+def quiet_series(history: History) -> list[str]:
+    """Where the history was narrowed to some series (--series), each of them but the times with no step: 'first
+    call: no step', or 'first-call compile: not recorded by its runs'."""
+    if history.series is None:
+        return []
+    names = series_names()
+    said = []
+    for name in (n for n in names if n in history.series and n != TIMES):
+        steps = history.figures.get(name, history.numbers.get(name))
+        if steps is None:
+            said.append(f"{names[name]}: not recorded by its runs")
+        elif not steps:
+            said.append(f"{names[name]}: no step")
+    return said
 
 
 def verdict(history: History) -> str:

@@ -33,13 +33,14 @@ def judged(
     confirmed: Judged | None = None,
 ) -> Judged:
     """--fail-on's verdict on the `gated` histories (as recent gives them) and the `gapped` cases; with `confirm`,
-    the steps in times judged by their re-runs (`confirmed`, where they were made already: its lines are said)."""
+    the steps in times judged by their re-runs (`confirmed`, where they were made already: its lines are said), those
+    of the numbers and figures as they stand."""
     gaps = [f"failing: {g.line()}" for g in gapped if str(g.gap) in labels]
     if not confirm:
         failing_lines = [f"failing: {line}" for line in failing(gated, labels)]
         return Judged(int(bool(gaps or failing_lines)), gaps + failing_lines)
     rerun = confirmed or confirmed_steps(uri, gated, labels)
-    numeric = [f"failing: {line}" for line in failing_numbers(gated, labels)]
+    numeric = [f"failing: {line}" for line in failing_numbers(gated, labels) + failing_figures(gated, labels)]
     lines = gaps + ([] if confirmed else rerun.lines) + numeric
     return Judged(max(rerun.status, int(bool(gaps or numeric))), lines)
 
@@ -63,15 +64,21 @@ def failing(histories: list[History], labels: set[str]) -> list[str]:
     """The steps whose label is one of `labels` (runner history --fail-on), as printed: the times' (failing_steps),
     then the numbers' (failing_numbers)."""
     times = [f"{h.case_name}: {describe_step(h, s)}" for h, steps in failing_steps(histories, labels) for s in steps]
-    figures = [
+    return times + failing_numbers(histories, labels) + failing_figures(histories, labels)
+
+
+def failing_figures(histories: list[History], labels: set[str]) -> list[str]:
+    """The steps of the figures (the first call and its parts, load, memory, a generation's: runner.history.figures)
+    whose label is one of `labels`, as printed; a control's aside. No re-run judges them (--confirm re-runs for the
+    times): a figure's step fails the gate as it stands."""
+    return [
         f"{h.case_name}: {describe_figure(h, name, s)}"
         for h in histories
         if not h.is_control
         for name, steps in h.figures.items()
         for s in steps
-        if str(s.label) in labels
+        if str(s.label) in labels and s.significant
     ]
-    return times + failing_numbers(histories, labels) + figures
 
 
 def failing_steps(histories: list[History], labels: set[str]) -> list[tuple[History, list[Step]]]:

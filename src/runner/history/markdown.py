@@ -2,9 +2,10 @@
 
 A headline with the verdict (the gate's, where --fail-on names labels), what the false-discovery rate says of the
 steps kept (history.fdr_summary), a table of the cases with a step, those that alert first (case, machine, its
-typical time now, the step: a ratio with its interval or the numbers either side, its label, and the re-run's word and
-its q-value), then the quiet cases (no step, or too few runs to tell) in a collapsed <details>. Every name is escaped:
-a pipe in a case's name cannot split a cell, nor a `<` open a tag.
+typical time now, the step: a ratio with its interval, the numbers either side, or a figure's name, ratio and levels
+either side; its label, and the re-run's word and its q-value), then the quiet cases (no step, or too few runs to
+tell) in a collapsed <details>. Every name is escaped: a pipe in a case's name cannot split a cell, nor a `<` open a
+tag.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import re
 from dataclasses import dataclass
 
 from runner.history.fdr import fdr_summary
+from runner.history.figures import FIGURES, format_figure
+from runner.history.figures import levels as figure_levels
 from runner.history.gate import recent
 from runner.history.numbers import format_number, number_levels
 from runner.history.series import NUMBERS, History
@@ -29,7 +32,7 @@ SPECIAL = re.compile(r"([\\`*_{}\[\]<>|~&#!])")  # markdown's own punctuation, e
 class Row:
     history: History
     step: Step
-    metric: str = ""  # one of NUMBERS where the step is in the numbers; '' : in the times
+    metric: str = ""  # one of NUMBERS or figures.FIGURES where the step is in those; '' : in the times
     alert: bool = False
 
 
@@ -55,8 +58,9 @@ def cell(text: str) -> str:
 
 
 def _steps(h: History) -> list[tuple[str, Step]]:
-    """Its steps in time ('') and in each of its numbers (the metric's name)."""
-    return [("", s) for s in h.steps] + [(name, s) for name, steps in h.numbers.items() for s in steps]
+    """Its steps in time (''), in each of its numbers and in each of its figures (the metric's name)."""
+    others = [(name, s) for series in (h.numbers, h.figures) for name, steps in series.items() for s in steps]
+    return [("", s) for s in h.steps] + others
 
 
 def _rows(histories: list[History], labels: set[str], new: set[tuple[str, str, str, int]]) -> list[Row]:
@@ -112,12 +116,18 @@ def _cells(row: Row) -> list[str]:
 
 
 def _step(row: Row) -> str:
-    """'1.10x [1.06–1.14]', or 'max rel err vs float64 2.1e-07 → 8.4e-07'."""
-    if row.metric:
+    """'1.10x [1.06–1.14]', 'max rel err vs float64 2.1e-07 → 8.4e-07', or a figure's 'first call 1.43x [1.37–1.50]:
+    702 ms → 1 s'."""
+    if row.metric in NUMBERS:
         before, after = number_levels(row.history, row.metric, row.step)
         return f"{NUMBERS[row.metric]} {format_number(row.metric, before)} → {format_number(row.metric, after)}"
     interval = format_interval((row.step.low, row.step.high))
-    return f"{format_ratio(row.step.ratio)}{f' [{interval[:-1]}]' if interval else ''}"
+    ratio = f"{format_ratio(row.step.ratio)}{f' [{interval[:-1]}]' if interval else ''}"
+    if not row.metric:
+        return ratio
+    h, name = row.history, row.metric
+    before, after = figure_levels(h.entries, h.figures.get(name, []), name, row.step)
+    return f"{FIGURES[name].said} {ratio}: {format_figure(name, before)} → {format_figure(name, after)}"
 
 
 def _word(row: Row) -> str:

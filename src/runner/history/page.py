@@ -9,7 +9,8 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
-from runner.history.describe import describe_number, describe_step
+from runner.history.describe import describe_figure, describe_number, describe_step, quiet_series
+from runner.history.figures import FIGURES, format_figure
 from runner.history.gaps import Gapped
 from runner.history.numbers import format_number
 from runner.history.series import NUMBERS, Entry, History
@@ -84,22 +85,27 @@ def _run_cell(entry: Entry, ui: str | None) -> str:
 
 
 def _number_changes(h: History) -> list[str]:
-    """Each change of the case's numbers (its error against float64, its tokens), as `runner history` prints it."""
-    return [describe_number(h, name, step) for name, steps in h.numbers.items() for step in steps]
+    """Each change of the case's numbers (its error against float64, its tokens) and each step of its figures (the
+    first call and its parts, load, memory, a generation's), as `runner history` prints it."""
+    numbers = [describe_number(h, name, step) for name, steps in h.numbers.items() for step in steps]
+    return numbers + [describe_figure(h, name, step) for name, steps in h.figures.items() for step in steps]
 
 
 def _case_page(h: History, image: str, ui: str | None = None) -> str:
-    said = [*(describe_step(h, s) for s in h.steps), *_number_changes(h)]
+    said = [*(describe_step(h, s) for s in h.steps), *_number_changes(h), *quiet_series(h)]
     steps = "".join(f"<li>{html.escape(line)}</li>" for line in said) or "<li>no step</li>"
-    numbers = [name for name in NUMBERS if any(name in e.numbers for e in h.entries)]
+    numbers = [name for name in NUMBERS if name in h.numbers]
+    figures = list(h.figures)  # each figure some run recorded (of those --series named), a column
     rows = "".join(
         f"<tr><td>{i}</td><td>{_when(e.started)}</td><td>{format_seconds(e.typical_s)}</td>"
         + "".join(f"<td>{format_number(n, e.numbers[n]) if n in e.numbers else ''}</td>" for n in numbers)
+        + "".join(f"<td>{format_figure(n, e.figures[n]) if n in e.figures else ''}</td>" for n in figures)
         + f"<td>{'busy' if _busy(e) else ''}</td>"
         + f"<td>{html.escape(e.version)}</td><td>{html.escape(e.change)}</td><td>{_run_cell(e, ui)}</td></tr>"
         for i, e in enumerate(h.entries)
     )
-    columns = ("#", "started", "typical", *(NUMBERS[n] for n in numbers), "machine", "version", "known change", "run")
+    named = (*(NUMBERS[n] for n in numbers), *(FIGURES[n].said for n in figures))
+    columns = ("#", "started", "typical", *named, "machine", "version", "known change", "run")
     headers = "".join(f"<th>{html.escape(name)}</th>" for name in columns)
     table = f"<table><tr>{headers}</tr>{rows}</table>"
     body = f"<p><a href='index.html'>all cases</a></p><h1>{html.escape(h.case_name)}</h1>"

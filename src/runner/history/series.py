@@ -74,6 +74,7 @@ class History:
     raw_steps: list[Step] = field(default_factory=list)  # where relative: the steps of the times themselves
     numbers: dict[str, list[Step]] = field(default_factory=dict)  # per metric of NUMBERS it has: its NUMERIC steps
     figures: dict[str, list[Step]] = field(default_factory=dict)  # per figure of figures.FIGURES: its steps
+    series: frozenset[str] | None = None  # the series read (runner history --series, history.narrow); None: every one
 
     @property
     def relative(self) -> bool:

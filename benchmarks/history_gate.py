@@ -7,6 +7,9 @@ job runs, `runner history --fail-on regression`, with and without `--confirm`.
     .venv/bin/python benchmarks/history_gate.py --nights 12 --step-at 8 --busy 4,5,6 --keep /tmp/gate
     .venv/bin/python benchmarks/history_gate.py --nights 56 --first-night 52 --step-at 50 --keep /tmp/gate  # resume
     .venv/bin/python benchmarks/history_gate.py --reread /tmp/gate --step-at 50 --new-within 3  # the gate as it is now
+    .venv/bin/python benchmarks/history_gate.py --nights 24 --step-at 99 --busy "" --budget 0.3 --processes 1 \
+        --min-nights 99 --keep /tmp/aa   # 24 A/A nights, about 25 minutes on 2 busy cores (load 10); then per series:
+    .venv/bin/python benchmarks/history_gate.py --reread /tmp/aa --step-at 99 --min-nights 5 --in-process
 
 Each night is one `run.py -m` process (its own interpreter, as a nightly job is) of 6 cases, model=chain,mlp,matmul
 on numpy and torch, task=inference, threads=1, with the shipped control (`control=matmul`) timed in the same rounds,
@@ -148,9 +151,11 @@ def main() -> None:
     parser.add_argument("--first-night", type=int, default=0, help="resume a --keep folder's nights from this one")
     parser.add_argument("--reread", type=Path, help="only read a kept folder's nights again, night by night")
     parser.add_argument("--new-within", type=int, default=0, help="the gate's --new-within (0: not given)")
+    parser.add_argument("--in-process", action="store_true", help="with --reread: each night's gate read in this "
+                        "process, not a fresh one (the same command, one import)")  # fmt: skip
     args = parser.parse_args()
     if args.reread:
-        return reread(args.reread, args.step_at, args.min_nights, args.new_within)
+        return reread(args.reread, args.step_at, args.min_nights, args.new_within, args.in_process)
     busy = {int(n) for n in args.busy.split(",") if n.strip()}
     folder = args.keep or Path(tempfile.mkdtemp(prefix="history-gate-"))
     folder.mkdir(parents=True, exist_ok=True)
@@ -180,22 +185,80 @@ def main() -> None:
     print(f"store: {uri}")
 
 
-def reread(folder: Path, step_at: int, min_nights: int, within: int) -> None:
+def reread(folder: Path, step_at: int, min_nights: int, within: int, in_process: bool = False) -> None:
     """The gate as it is now over a kept folder's nights, night by night (each night's history the runs up to it,
     read from their sweep folders: a --confirm's re-runs of that time are not among them): which nights would fail
-    falsely, and after how many nights the step was flagged."""
+    falsely, over every series together and per series (the typical time, and each figure: the first call and its
+    parts, load, memory), and after how many nights the step was flagged. `in_process`: each night's gate read by
+    runner.cli.main in this process (one import of MLflow and the frameworks' names, not one a night), the same
+    command otherwise."""
     nights = sorted(folder.glob("night-[0-9][0-9]"))
-    false, flagged_after = [], None
+    false, flagged_after, by_series = [], None, {}
     for night in range(min_nights - 1, len(nights)):
-        failing = gate("", 0.0, confirm=False, nights=nights[: night + 1], within=within)
+        read = gate_in_process if in_process else gate
+        failing = read("", 0.0, confirm=False, nights=nights[: night + 1], within=within)
         wrong = [c for c in failing if night < step_at or SLOWED not in c]
         false += [night] if wrong else []
+        for series in {series_of(c) for c in wrong}:
+            by_series.setdefault(series, []).append(night)
         if flagged_after is None and night >= step_at and any(SLOWED in c for c in failing):
             flagged_after = night - step_at + 1
         print(f"night {night:2d}: {len(failing)} failing" + "".join(f"\n    {c}" for c in failing), flush=True)
     gated = len(nights) - min_nights + 1
     print(f"\nnights gated: {gated}; with a false alarm: {len(false)} {false}")
+    for series in fitted_series(nights):
+        print(f"  {series}: {len(by_series.get(series, []))} of {gated} nights {by_series.get(series, [])}")
     print(f"the step from night {step_at}: flagged after {flagged_after} night(s)")
+
+
+def series_of(line: str) -> str:
+    """The series a gate's failing line is about: a figure's name where it leads its step ('CASE: first call:
+    regression 1.4x ...'), the numbers' ('CASE: numeric change: ...'), else the typical time ('CASE: regression:
+    ...')."""
+    from runner.history.narrow import series_names
+
+    said = line.split(": ")[1] if ": " in line else ""
+    if said == "numeric change":
+        return "numbers against float64"
+    return said if said in series_names().values() else "typical time"
+
+
+def fitted_series(nights: list[Path]) -> list[str]:
+    """Every series the history of all `nights` fits (--json's `series`), as a line says each, in the order there."""
+    import json
+
+    out = _in_process("history", *map(str, nights), "--json")[0]
+    return list(dict.fromkeys(s["said"] for case in json.loads(out) for s in case["series"]))
+
+
+def gate_in_process(
+    uri: str, extra: float, confirm: bool, nights: list[Path] | None = None, within: int = 0
+) -> list[str]:
+    """gate's reading of `nights` (no store, no re-run), by runner.cli.main in this process."""
+    command = [
+        "history",
+        *map(str, nights or []),
+        "--fail-on",
+        "regression",
+        *(["--new-within", str(within)] if within else []),
+    ]
+    _, err, status = _in_process(*command)
+    failing = [line.removeprefix("failing: ") for line in err.splitlines() if line.startswith("failing: ")]
+    if status not in (0, 1) or (status == 1) != bool(failing):
+        raise SystemExit(f"runner history exited {status}:\n{err[-3000:]}")
+    return failing
+
+
+def _in_process(*args: str) -> tuple[str, str, int]:
+    import contextlib
+    import io
+
+    from runner import cli
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        status = cli.main(list(args))
+    return out.getvalue(), err.getvalue(), status
 
 
 if __name__ == "__main__":

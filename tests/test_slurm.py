@@ -162,6 +162,25 @@ def test_blocks_count_the_nodes_that_are_up_and_are_refused_in_one_line_when_few
     )
 
 
+def test_preflight_refuses_blocks_beyond_the_nodes_up_where_the_command_line_asks_slurm_for_them(monkeypatch):
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from runner.launch import where_it_runs
+
+    asked = []
+    monkeypatch.setattr(
+        slurm_fit, "read_partition", lambda name: asked.append(name) or slurm_fit.parse_sinfo(THREE, name)
+    )
+    parse = OverridesParser.create().parse_overrides
+    slurm_blocks = ["hydra/launcher=slurm", "hydra.launcher.partition=debug", "hydra.launcher.blocks=2"]
+    assert where_it_runs.problem(parse(slurm_blocks), {}) == slurm_fit.blocks_refusal(
+        2, slurm_fit.parse_sinfo(THREE, None)
+    )
+    assert where_it_runs.problem(parse(["hydra/launcher=slurm", "hydra.launcher.blocks=1"]), {}) is None
+    assert asked == ["debug", None]
+    assert where_it_runs.problem(parse(["hydra.launcher.blocks=2"]), {}) is None and len(asked) == 2  # not SLURM
+
+
 def test_a_partition_none_of_whose_nodes_takes_jobs_is_refused_before_anything_is_submitted():
     none_up = slurm_fit.parse_sinfo(THREE.replace("|idle|none", "|down|taken down"), None)
     with pytest.raises(slurm_fit.LaunchRefused) as refused:

@@ -344,7 +344,9 @@ def test_the_parent_says_how_to_read_it_draws_the_comparison_and_warns_as_the_te
     chart = f"(get-artifact?path=report%2Fspeedup.png&run_uuid={run_id})"
     assert description.index(chart) > description.index(table) > 0
     printed = [line for line in done.stderr.splitlines() if line.startswith("warning: ")]
-    assert any(line.startswith("warning: out of budget: a comparison resolves only") for line in printed)
+    # a quiet machine cannot resolve 0.1% in the budget; a loaded one warns that it was busy (its rounds may disagree)
+    warned = ("warning: out of budget: a comparison resolves only", "warning: busy machine")
+    assert any(line.startswith(warned) for line in printed), done.stderr[-2000:]
     for line in printed:  # each once, after the chart, before the command
         assert description.count(line) == 1, line
         assert description.index(chart) < description.index(line) < description.index("`python run.py -m")
@@ -383,3 +385,16 @@ def test_a_resolution_beyond_100_percent_is_said_as_the_factor_it_is():
     assert format_resolution(0.225) == "22.5%"
     assert format_resolution(8.987) == "a 9.99x difference"  # 'resolves only 898.7%' read as no resolution at all
     assert format_resolution(math.inf) == ""
+
+
+def test_the_tables_name_the_host_where_the_runs_ran_on_several():
+    """Issue 78: no table said where a run ran; a cluster's blocks ran on several nodes."""
+    from runner import report
+
+    one_host = sweep({"numpy": 18e-6, "torch": 30e-6}).assign(host="node-1")
+    assert "host" not in report.human_table(one_host)[0] and "host" not in report.table(one_host)
+    nodes = one_host.assign(host=["node-1", "node-2", "node-1", "node-2"])
+    headers, cells = report.human_table(nodes)
+    assert headers[:3] == ["run", "status", "host"]
+    assert [row[2] for row in cells] == ["node-1", "node-2", "node-1", "node-2"]
+    assert list(report.table(nodes)["host"]) == ["node-1", "node-2", "node-1", "node-2"]

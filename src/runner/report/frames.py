@@ -199,7 +199,7 @@ def table(frame: pd.DataFrame) -> pd.DataFrame:
     records = _records(frame)
     columns = present(COLUMNS, records)
     out = pd.DataFrame({"run": frame["run"].to_numpy(), "status": frame["status"].to_numpy()})
-    for key in varied_params(frame):
+    for key in _where(frame) + varied_params(frame):
         out[short_name(key)] = frame[key].to_numpy()
     keys = [c.key for c in columns if c.key not in PROSE]
     keys += [k for k in COMPARED if k not in keys]
@@ -215,13 +215,19 @@ def human_table(frame: pd.DataFrame, columns: tuple[Column, ...] = COLUMNS) -> t
     frame = compare(frame)
     records = _records(frame)
     shown = present(columns, records)
-    varied = (["setup"] if frame.get("setup", pd.Series(dtype=int)).nunique() > 1 else []) + varied_params(frame)
+    varied = (["setup"] if frame.get("setup", pd.Series(dtype=int)).nunique() > 1 else []) + _where(frame)
+    varied += varied_params(frame)
     headers = ["run", "status", *(short_name(k) for k in varied), *(c.label for c in shown)]
     cells = [
         [str(row["run"]), str(row["status"]), *(_param_cell(row[k]) for k in varied), *cells]
         for (_, row), cells in zip(frame.iterrows(), rows(shown, records), strict=True)
     ]
     return headers, cells
+
+
+def _where(frame: pd.DataFrame) -> list[str]:
+    """The host column, where the runs ran on more than one host (a cluster's nodes, a team's machines)."""
+    return ["host"] if "host" in frame and frame["host"].dropna().nunique() > 1 else []
 
 
 def _param_cell(value: object) -> str:

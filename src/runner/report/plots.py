@@ -97,13 +97,31 @@ def plot_times(frame: pd.DataFrame, path: Path) -> Path | None:
     plt = _pyplot()
     fig, axes = _panels(plt, groups, [len(g) for _, g in groups])
     for ax, (title, group) in zip(axes, groups, strict=True):
-        _time_panel(ax, group.sort_values("metrics.time_median_s"), title)
-    axes[-1].set_xlabel("time per call (box: median and IQR of the run's raw samples; log scale)")
-    fig.suptitle("Time per call of each run, faster at the top of each panel")
+        _time_panel(ax, group, title)
+    axes[-1].set_xlabel(
+        "time per call (box: median and IQR of all the run's samples; diamond: its typical time, each turn's fastest "
+        "block, the median over rounds; log scale)"
+    )
+    fig.suptitle("Time per call of each run, the lowest typical time at the top of each panel")
     return _save(fig, path)
 
 
+TYPICAL_MARK = "typical (what time / fastest compares)"
+
+
+def _typical_times(group: pd.DataFrame) -> pd.Series:
+    """Each run's typical time, as its comparison takes it (runner.report.comparison.Timings; the median where its
+    samples are not on this machine): what the tables' ratios and speedup.png compare, which a busy machine can set
+    far from the median of all its samples (a box's middle line)."""
+    from runner.report.frames import timings
+
+    return pd.Series([timings(group.loc[[i]]).typical_s() for i in group.index], index=group.index, dtype=float)
+
+
 def _time_panel(ax, group: pd.DataFrame, title: str) -> None:
+    """A box of each run's samples, its typical time marked on it, in the order of the typical times (the answer's)."""
+    typical = _typical_times(group).sort_values(kind="stable")
+    group = group.loc[typical.index]
     for pos, (_, row) in enumerate(group.iterrows()):
         samples = row["samples_s"]
         if samples is not None and len(samples):
@@ -111,6 +129,8 @@ def _time_panel(ax, group: pd.DataFrame, title: str) -> None:
         else:
             half = row.get("metrics.time_iqr_s", 0) / 2
             ax.errorbar(row["metrics.time_median_s"], pos, xerr=half, fmt="o", capsize=4)
+    ax.plot(typical.to_numpy(), range(len(group)), "D", color="tab:red", markersize=6, zorder=3, label=TYPICAL_MARK)
+    ax.legend(loc="best", fontsize=8)
     ax.set_yticks(range(len(group)), _panel_labels(group))
     ax.set_ylim(len(group) - 0.5, -0.5)
     _seconds_axis(ax.xaxis)

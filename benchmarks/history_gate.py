@@ -10,6 +10,8 @@ job runs, `runner history --fail-on regression`, with and without `--confirm`.
     .venv/bin/python benchmarks/history_gate.py --nights 24 --step-at 99 --busy "" --budget 0.3 --processes 1 \
         --min-nights 99 --keep /tmp/aa   # 24 A/A nights, about 25 minutes on 2 busy cores (load 10); then per series:
     .venv/bin/python benchmarks/history_gate.py --reread /tmp/aa --step-at 99 --min-nights 5 --in-process
+    .venv/bin/python benchmarks/history_gate.py --cases "model=mlp backend=jax,tensorflow mode=function" \
+        --nights 24 --step-at 99 --busy "" --budget 0.3 --processes 1 --min-nights 99 --keep /tmp/aa-compiled
 
 Each night is one `run.py -m` process (its own interpreter, as a nightly job is) of 6 cases, model=chain,mlp,matmul
 on numpy and torch, task=inference, threads=1, with the shipped control (`control=matmul`) timed in the same rounds,
@@ -75,15 +77,18 @@ EXPERIMENT = "history-gate"
 SLOWED = "chain"
 
 
-def night_command(uri: str, out: Path, budget: float, processes: int, slowed: str = SLOWED) -> list[str]:
+def night_command(
+    uri: str, out: Path, budget: float, processes: int, slowed: str = SLOWED, cases: str = ""
+) -> list[str]:
+    """A night's sweep: the suite of 6 cases, or `cases` (overrides, e.g. 'model=mlp backend=jax,tensorflow
+    mode=function': the compiled first call and its parts)."""
     return [
         PYTHON,
         str(ROOT / "run.py"),
         "-m",
         f"hydra.searchpath=[file://{PLUGIN / 'conf'}]",
-        f"model={slowed},mlp,matmul",
+        *(cases.split() or [f"model={slowed},mlp,matmul", "backend=numpy,torch"]),
         "task=inference",
-        "backend=numpy,torch",
         "threads=1",
         "control=matmul",
         f"timing.max_time_s={budget:g}",
@@ -100,13 +105,20 @@ def environment(extra: float) -> dict[str, str]:
 
 
 def run_night(
-    uri: str, out: Path, budget: float, processes: int, extra: float, burner_code: str | None, slowed: str
+    uri: str,
+    out: Path,
+    budget: float,
+    processes: int,
+    extra: float,
+    burner_code: str | None,
+    slowed: str,
+    cases: str = "",
 ) -> float:
     """One night's sweep, with `burner_code` running beside it (if any); its wall time."""
     burner = subprocess.Popen([PYTHON, "-c", burner_code, "600"]) if burner_code else None
     start = time.perf_counter()
     try:
-        command = night_command(uri, out, budget, processes, slowed)
+        command = night_command(uri, out, budget, processes, slowed, cases)
         done = subprocess.run(command, cwd=ROOT, env=environment(extra), capture_output=True, text=True, timeout=900)
     finally:
         if burner is not None:
@@ -138,6 +150,8 @@ def main() -> None:
     parser.add_argument("--step-at", type=int, default=40, help="the first night (0-based) with the extra work")
     parser.add_argument("--slowed", default=SLOWED, help="the model given --extra work: chain (10 layers: steps of "
                         "10%%) or chain20 (20 layers: 5%%)")  # fmt: skip
+    parser.add_argument("--cases", default="", help="a night's cases as overrides instead of the suite's, e.g. "
+                        "'model=mlp backend=jax,tensorflow mode=function'")  # fmt: skip
     parser.add_argument("--extra", type=float, default=0.1, help="the extra work of model=chain (0.1: 10%% more)")
     parser.add_argument("--busy", default="20,21,22", help="nights (0-based) with the burner beside them")
     parser.add_argument("--burner", choices=BURNERS, default="cpu", help="cpu: half a core in bursts; memory: a "
@@ -164,7 +178,8 @@ def main() -> None:
     for night in range(args.first_night, args.nights):
         extra = args.extra if night >= args.step_at else 0.0
         burner = BURNERS[args.burner] if night in busy else None
-        wall = run_night(uri, folder / f"night-{night:02d}", args.budget, args.processes, extra, burner, args.slowed)
+        out = folder / f"night-{night:02d}"
+        wall = run_night(uri, out, args.budget, args.processes, extra, burner, args.slowed, args.cases)
         said = f"night {night:2d}: extra {extra:g}, burner {args.burner if night in busy else 'off'}, {wall:.0f} s"
         if night + 1 >= args.min_nights:
             plain = gate(uri, extra, confirm=False, within=args.new_within)

@@ -173,9 +173,39 @@ def test_max_time_cuts_block_calibration_short():
     m, _ = measure(
         clock.step(0.001), lambda: None, LoopSettings(min_block_s=60.0, max_time_s=0.1, min_repeats=10**6), clock=clock
     )
-    # blocks of 1, 2, 5, 10 and 20 calls end at 38 ms, one of 50 calls past half of max_time_s: that one is kept
-    assert m.warmup_cut_short and m.block_size == 50 and m.warmup_calls == 0
+    # blocks of 1, 2, 5, 10 and 20 calls end at 38 ms, one of 50 calls past half of max_time_s: that one is kept;
+    # warm-up makes one block of it all the same (MIN_WARMUP_BLOCKS), and the one sample follows it
+    assert m.warmup_cut_short and m.block_size == 50 and m.warmup_calls == 50
     assert m.samples_s == pytest.approx([0.001]) and m.stopped_by == "time cap"
+
+
+def test_a_call_that_spends_the_warm_ups_budget_is_still_warmed_before_the_first_sample():
+    """Issue 77: under load one generation took 1.6 s; its calibration block alone spent the half of max_time_s that
+    calibration and warm-up may take, warm-up stopped after 0 calls, and the one sample timed was a cold call (the
+    third here: 3 s, the calls after it 1.6 s). Warm-up now makes one block whatever the budget; the sample is warm."""
+    clock = FakeClock()
+    durations = [5.0, 1.6, 3.0] + [1.6] * 10  # first call (compiling), calibration's one call, then a cold call
+    calls = iter(durations)
+    m, _ = measure(
+        lambda: clock.advance(next(calls)),
+        lambda: None,
+        LoopSettings(warmup_s=0.2, min_warmup_calls=3, min_block_s=0.002, max_time_s=2.0),
+        clock=clock,
+    )
+    assert m.first_call_s == 5.0 and m.block_size == 1
+    assert m.warmup_calls == 1 and m.warmup_cut_short  # one block, however late: min_warmup_calls=3 not met, said so
+    assert m.samples_s == pytest.approx([1.6]) and m.stopped_by == "time cap"  # not the cold 3 s call
+
+
+def test_no_warm_up_asked_makes_none_whatever_the_budget():
+    clock = FakeClock()
+    m, _ = measure(
+        clock.step(1.6),
+        lambda: None,
+        LoopSettings(warmup_s=0.0, min_warmup_calls=0, min_block_s=0.002, max_time_s=2.0),
+        clock=clock,
+    )
+    assert m.warmup_calls == 0 and m.samples_s == pytest.approx([1.6])
 
 
 def test_interrupt_keeps_samples():

@@ -76,9 +76,11 @@ class Timer:
 def warmed_block(
     timer: Timer, min_block_s: float, warmup_s: float, min_calls: int, until: float
 ) -> tuple[tuple[int, bool, float], tuple[int, bool, list[float]]]:
-    """calibrate_block's answer, then warm_up's with that block: one stretch of blocks."""
+    """calibrate_block's answer, then warm_up's with that block: one stretch of blocks. Where any warm-up is asked,
+    it makes at least one block whatever the budget (MIN_WARMUP_BLOCKS)."""
     found = calibrate_block(timer, min_block_s, until)
-    return found, warm_up(timer, found[0], warmup_s, min_calls, until)
+    asked = warmup_s > 0 or min_calls > 0
+    return found, warm_up(timer, found[0], warmup_s, min_calls, until, MIN_WARMUP_BLOCKS if asked else 0)
 
 
 def calibrate_block(timer: Timer, min_block_s: float, until: float) -> tuple[int, bool, float]:
@@ -96,12 +98,21 @@ def calibrate_block(timer: Timer, min_block_s: float, until: float) -> tuple[int
         calls *= 10
 
 
-def warm_up(timer: Timer, block: int, warmup_s: float, min_calls: int, until: float) -> tuple[int, bool, list[float]]:
-    """Calls made warming up, whether warm-up was complete before `until`, and each block's seconds."""
+# Warm-up blocks made before `until` may cut warm-up short: under load one generation took 1.6 s, its calibration block
+# alone spent the warm-up's half of the budget, and the one sample timed next was a cold call (its first tokens 216-486
+# ms each, issue 77). A call that calibration timed is no warm call; one block more costs at most one block's time.
+MIN_WARMUP_BLOCKS = 1
+
+
+def warm_up(
+    timer: Timer, block: int, warmup_s: float, min_calls: int, until: float, min_blocks: int = 0
+) -> tuple[int, bool, list[float]]:
+    """Calls made warming up, whether warm-up was complete before `until`, and each block's seconds; at least
+    `min_blocks` blocks, however late (a turn's re-warm asks none: it may be 0 for long blocks)."""
     calls, start = 0, timer.clock()
     blocks_s: list[float] = []
     while calls < min_calls or timer.clock() - start < warmup_s:
-        if timer.clock() >= until:
+        if timer.clock() >= until and len(blocks_s) >= min_blocks:
             return calls, False, blocks_s
         blocks_s.append(timer.block(block))
         calls += block

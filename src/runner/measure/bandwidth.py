@@ -12,7 +12,8 @@ as a JSON file in $XDG_CACHE_HOME/tensor-runner/machines/ (~/.cache/...): a mach
 figure its first run measured, where the machine was quiet then (a load average at most QUIET_LOAD a core); one
 measured busy is measured again by the first run RETRY_BUSY_S or more after it, the best kept, until one is quiet: the
 jobs of one sweep read one figure. The probe runs in a process of its own, so that its arrays (three of 128 MiB or
-more) never count in a run's peak memory.
+more) never count in a run's peak memory; one run measures at a time (a lock beside the file), and those that waited
+read its figure.
 
 A GPU's own memory is not measured: its figure is the peak its memory bus gives, as NVML reads it off the device (bus
 width x the memory's highest clock x 2 for double data rate; an H100 SXM's 5120 bits at 2619 MHz give 3.35 TB/s, the
@@ -21,12 +22,15 @@ figure NVIDIA states), the ceiling decoding on that GPU is read against.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import math
 import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -62,13 +66,41 @@ def machine_bandwidth(folder: Path | None = None) -> dict[str, Any]:
     failed and nothing was kept."""
     kind = this_machine()
     path = (folder or machines_dir()) / f"{kind.key}.json"
-    kept: dict[str, Any] = {}
-    try:
-        kept = json.loads(path.read_text())
-    except (OSError, ValueError):  # not measured yet (or a file no run could have left whole: measured again)
-        pass
-    if kept and (_quiet(kept) or time.time() - kept.get("tried_s", 0.0) < RETRY_BUSY_S):
+    kept = _kept(path)
+    if _stands(kept):
         return kept
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with _one_at_a_time(path.with_name(f".{path.name}.lock")):
+        again = _kept(path)  # changed: another run measured while this one waited, and its figure stands for both
+        return again if again and again != kept else _measure_and_keep(path, kind, kept)
+
+
+def _kept(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):  # not measured yet (or a file no run could have left whole: measured again)
+        return {}
+
+
+def _stands(kept: dict[str, Any]) -> bool:
+    return bool(kept) and (_quiet(kept) or time.time() - kept.get("tried_s", 0.0) < RETRY_BUSY_S)
+
+
+@contextlib.contextmanager
+def _one_at_a_time(lock: Path) -> Iterator[None]:
+    """Held while a run measures: a sweep's jobs that find no figure at once (recording side by side, a joblib
+    launcher's) measured three at a time, each on a memory bus the others shared, and recorded 7.9, 9.3 and 20.0 GB/s
+    (issue 77); the others wait, then read the one figure measured."""
+    with open(lock, "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(held, fcntl.LOCK_UN)
+
+
+def _measure_and_keep(path: Path, kind: Any, kept: dict[str, Any]) -> dict[str, Any]:
+    """Measure now (measure_apart) and write the machine's file: the better figure where one is kept."""
     measured = measure_apart()
     if not measured:
         return kept
@@ -77,10 +109,9 @@ def machine_bandwidth(folder: Path | None = None) -> dict[str, Any]:
     if kept.get("GBps", 0.0) > figures["GBps"]:  # a ceiling: the better of a busy machine's measurements stands
         figures = {**kept, "load_1m": min(kept.get("load_1m", math.inf), figures["load_1m"])}
     figures["tried_s"] = time.time()
-    path.parent.mkdir(parents=True, exist_ok=True)
     written = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     written.write_text(json.dumps(figures, indent=1) + "\n")
-    os.replace(written, path)  # whole: two jobs measuring at once each leave a whole file, the last one wins
+    os.replace(written, path)  # whole: a run reading it without the lock reads the old file or the new
     return figures
 
 

@@ -193,3 +193,20 @@ def test_with_confirm_a_figures_step_fails_as_it_stands():
     histories = build(entries)
     judged = gate.judged("", histories, [], {"regression"}, confirm=True, confirmed=gate.Judged(0, []))
     assert judged.status == 1 and [line.split(": ")[2] for line in judged.lines] == ["first call", "first-call compile"]
+
+
+def test_a_one_shot_time_preempted_on_two_nights_is_no_regression():
+    """numpy chain's first call on 15 A/A nights of benchmarks/history_gate.py (2 cores at load 13): 0.45 ms, then
+    3.9 and 2.9 ms on two nights in a row, a scheduler's slice in one sample. Its 7x is no step of a first call, which
+    must move by ONE_SHOT_LEAST_S too; a 100 ms first call with the same scatter, 30 ms longer from the 12th night on,
+    has one there."""
+    first_ms = [0.472, 0.446, 0.431, 0.446, 0.399, 0.535, 0.434, 0.574, 0.466, 0.445, 0.503, 0.433, 0.456, 3.92, 2.93]
+
+    def fitted(seconds: list[float]) -> dict:
+        nights = [Entry(f"night-{i}", i, 2e-4, figures={"first_call_s": s}) for i, s in enumerate(seconds)]
+        (history,) = build([("c", "case", "m", "machine", e) for e in nights])
+        return history.figures
+
+    assert fitted([ms / 1e3 for ms in first_ms]) == {"first_call_s": []}
+    (step,) = fitted([0.1 + ms / 1e3 + (0.03 if i >= 11 else 0.0) for i, ms in enumerate(first_ms)])["first_call_s"]
+    assert (step.index, str(step.label)) == (11, "regression")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.config import ConfigError, check_combination
+from runner.config import CONFIG_DIR, ConfigError, check_combination
 
 
 def _error_lines(stderr: str) -> list[str]:
@@ -141,6 +141,7 @@ def test_a_thread_variable_that_is_no_count_is_refused_not_recorded_as_another_m
 
 
 LONG = "y" * 300
+MODELS = ", ".join(sorted(p.stem for p in (CONFIG_DIR / "model").glob("*.yaml")))
 PROMPT_LENGTHS = (
     "a list of one or more prompt lengths, each 1 .. model.prompt_len (e.g. [16,3,9]), or null for every prompt "
     "model.prompt_len tokens"
@@ -188,6 +189,8 @@ REFUSALS = {
     "checkpoint folder": (["model=llama", "task=generate", "model.weights={ck}"], None,
                           "cannot read {ck}/config.json: IsADirectoryError: [Errno 21] Is a directory: "
                           "'{ck}/config.json'"),
+    "choice as a path": (["model=mlp/../mlp"], {},
+                         f"model=mlp/../mlp: name a model, not a path (allowed model: {MODELS})"),
     "output folder empty": (["hydra.run.dir="], {},
                             "hydra.run.dir is empty: name a folder to write in, or leave it out for the default one"),
     "output under /proc": (["hydra.run.dir=/proc/runner-x"], {},

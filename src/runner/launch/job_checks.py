@@ -119,6 +119,24 @@ def _choices(cfg: Mapping) -> dict[str, str]:
     return choices(cfg)
 
 
+def path_in_choice(parsed: list, config_dir: Path) -> str | None:
+    """A config group's value that walks the config folder (backend=../backend/numpy, model=mlp/../mlp): Hydra takes
+    the option it lands on, and the record keeps what was typed. One line naming the group's options."""
+    for override in parsed:
+        group = override.key_or_group
+        if "/" in group or not (config_dir / group).is_dir():
+            continue
+        try:
+            values = list(override.sweep_string_iterator()) if override.is_sweep_override() else [override.value()]
+        except Exception:  # noqa: BLE001 - a sweep only Hydra expands (glob): its values are options already
+            continue
+        for value in values:
+            if any(part in (".", "..") for part in str(value).split("/")):
+                options = ", ".join(sorted(p.stem for p in (config_dir / group).glob("*.yaml")))
+                return f"{group}={value}: name a {group}, not a path (allowed {group}: {options})"
+    return None
+
+
 def jobs(overrides: list[str], params: Mapping[str, Any] | None) -> list[list[str]] | None:
     """Each job's overrides, in the order Hydra's basic sweeper launches them; None where a sweep is of a kind only
     Hydra expands (glob, an interval)."""

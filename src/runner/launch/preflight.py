@@ -59,6 +59,8 @@ def check(argv: list[str], config_dir: Path = CONFIG_DIR) -> Checked | None:
     if line := where_it_runs.problem(parsed, os.environ):
         raise BadInput(line)
     _refuse_choice_names(parsed)
+    if line := job_checks.path_in_choice(parsed, config_dir):
+        raise BadInput(line)
     base = [o.input_line for o in parsed if not _is_hydra(o.key_or_group) or o.key_or_group in HYDRA_KEYS_CHECKED]
     composed = _singles(base, parsed)
     cfg = _compose(composed, config_dir, return_hydra_config=True)  # the first job's: each sweep's first value

@@ -19,6 +19,7 @@ import pytest
 from helpers import identified, made_store
 
 from runner.measure.samples import typical_s
+from runner.record.table import format_seconds
 from runner.report import plots, pooled, sweep_answer, write_report
 from runner.report.comparison import Verdict
 
@@ -200,3 +201,58 @@ def test_the_time_plot_marks_the_typical_times_in_the_answers_order_and_names_it
     assert [value / x[0] for value in x] == pytest.approx([ratios[b] for b in ORDER], rel=0.01)
     said = ax.get_xlabel() + " " + " ".join(t.get_text() for t in ax.get_legend().get_texts())
     assert "typical" in said and "what time / fastest compares" in said and "median" in said
+
+
+def _generation(backend: str, token_s: float, stalled: bool, rng: np.random.Generator, i: int) -> dict:
+    """A job of a generation sweep too long for rounds (2 rounds of 3 generations, 15 decode steps each): where
+    `stalled`, 2 of each 3 consecutive tokens lost their core 20x (the median token moves, a block's fastest not)."""
+    rounds = np.repeat([1, 2], 3)
+    parts = token_s * np.exp(rng.normal(0, 0.01, (rounds.size, 15)))
+    if stalled:
+        parts[:, np.arange(15) % 3 != 2] *= 20
+    samples = 5 * token_s + parts.sum(axis=1)  # a prefill, then the tokens
+    return {
+        "run": f"{backend} · seed=0",
+        "run_dir": f"/sweep/{i}",
+        "status": "FINISHED",
+        "params.model.name": "gpt2",
+        "params.task.name": "generate",
+        "params.batch_size": 32,
+        "params.backend.name": backend,
+        "params.seed": 0,
+        "metrics.time_median_s": float(np.median(samples)),
+        "metrics.time_typical_s": typical_s(samples, rounds),
+        "metrics.tpot_p50_s": float(np.median(parts)),  # as the job's record has it: the median of every token
+        "metrics.machine_other_runnable": 0.2,
+        "samples_s": samples,
+        "sample_rounds": rounds,
+        "sample_parts": parts,
+        "size": np.nan,
+        "size_name": None,
+    }
+
+
+def test_a_ratio_a_token_stands_beside_the_typical_token_and_the_median_is_said_so():
+    """Seen on a busy machine (issue 77's generation sweep): 'jax fastest (175 ms a generation, 10.6 ms a token);
+    numpy 0.17x a token [0.15-0.20]' above a table giving numpy 32 ms per token: the ratio compares the tokens' typical
+    time (each block's fastest), the table gave the median of every token. The sentence and the configurations' table
+    now give the typical token; the jobs' table heads its median as the median."""
+    rng = np.random.default_rng(3)
+    frame = identified(
+        pd.DataFrame([_generation("numpy", 1.5e-3, True, rng, 0), _generation("jax", 1e-2, False, rng, 1)])
+    )
+    jax, numpy = found = pooled.pool(frame)
+    assert jax.is_fastest and numpy.comparison.of_parts and numpy.verdict == Verdict.FASTER
+    assert numpy.ratio == pytest.approx(0.15, rel=0.05)
+    medians = frame.set_index("params.backend.name")["metrics.tpot_p50_s"]
+    assert medians["numpy"] / medians["jax"] > 10 * numpy.ratio  # the median token tells another story
+    assert numpy.part_s / jax.part_s == pytest.approx(numpy.ratio, rel=0.05)
+    said = sweep_answer.sentence(found)
+    assert f"jax fastest ({format_seconds(jax.time_s)} a generation, " in said
+    assert f"{format_seconds(jax.part_s)} a token); numpy 0.15" in said
+    headers, cells = sweep_answer.table_cells(found)
+    column = headers.index("per token (typical)")
+    tokens = {row[0]: _seconds(row[column]) for row in cells}
+    assert tokens["numpy"] / tokens["jax"] == pytest.approx(numpy.ratio, rel=0.05)
+    headers, _ = sweep_answer.job_table(frame)
+    assert "per token (median)" in headers and "per token" not in headers

@@ -217,7 +217,7 @@ def human_table(frame: pd.DataFrame, columns: tuple[Column, ...] = COLUMNS) -> t
     shown = present(columns, records)
     varied = (["setup"] if frame.get("setup", pd.Series(dtype=int)).nunique() > 1 else []) + _where(frame)
     varied += varied_params(frame)
-    headers = ["run", "status", *(short_name(k) for k in varied), *(c.label for c in shown)]
+    headers = ["run", "status", *(short_name(k) for k in varied), *column_labels(shown, frame)]
     cells = [
         [str(row["run"]), str(row["status"]), *(_param_cell(row[k]) for k in varied), *cells]
         for (_, row), cells in zip(frame.iterrows(), rows(shown, records), strict=True)
@@ -228,6 +228,15 @@ def human_table(frame: pd.DataFrame, columns: tuple[Column, ...] = COLUMNS) -> t
 def _where(frame: pd.DataFrame) -> list[str]:
     """The host column, where the runs ran on more than one host (a cluster's nodes, a team's machines)."""
     return ["host"] if "host" in frame and frame["host"].dropna().nunique() > 1 else []
+
+
+def column_labels(columns: list[Column], frame: pd.DataFrame) -> list[str]:
+    """The columns' headings, a task's part (Task.part: a token's time) said as the median it is: 'per token
+    (median)'. A comparison of parts compares their typical time (runner.report.pooled.part_typical_s), which a busy
+    machine can set far from the median of every part."""
+    pairs = {(row.get("params.task._target_"), row.get("params.task.name")) for _, row in frame.iterrows()}
+    parts = {task.part[0] for task in (task_class(*pair) for pair in pairs) if task.part is not None}
+    return [f"{c.label} (median)" if c.key in parts else c.label for c in columns]
 
 
 def _param_cell(value: object) -> str:

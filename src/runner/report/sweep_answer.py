@@ -17,7 +17,7 @@ import pandas as pd
 from runner.measure.machine_load import BUSY_OTHER_RUNNABLE
 from runner.record.table import format_interval, format_ratio, format_seconds, ratio_figure
 from runner.report.comparison import Verdict
-from runner.report.frames import _param_cell, _records, compare, setup_notes, varied_params
+from runner.report.frames import _param_cell, _records, column_labels, compare, setup_notes, varied_params
 from runner.report.pooled import Pooled, pool, setting_text
 from runner.tasks import Task, builtin_metrics
 
@@ -325,4 +325,4 @@ def job_table(frame: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     ]
     status = compared["status"].map(str).tolist()
     cells = [[name, s, *cells] for name, s, cells in zip(names, status, rows(shown, records), strict=True)]
-    return ["job", "status", *(c.label for c in shown)], cells
+    return ["job", "status", *column_labels(shown, compared)], cells

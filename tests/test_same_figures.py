@@ -19,7 +19,7 @@ import pytest
 from helpers import identified, made_store
 
 from runner.measure.samples import typical_s
-from runner.record.table import format_seconds
+from runner.record.table import format_ratio, format_seconds
 from runner.report import plots, pooled, sweep_answer, write_report
 from runner.report.comparison import Verdict
 
@@ -256,3 +256,10 @@ def test_a_ratio_a_token_stands_beside_the_typical_token_and_the_median_is_said_
     assert tokens["numpy"] / tokens["jax"] == pytest.approx(numpy.ratio, rel=0.05)
     headers, _ = sweep_answer.job_table(frame)
     assert "per token (median)" in headers and "per token" not in headers
+    plt = plots._pyplot()
+    fig, ax = plt.subplots()
+    plots._ratio_panel(ax, found, "gpt2 generate")
+    assert [t.get_text() for t in ax.texts][
+        1
+    ] == f"{format_ratio(numpy.ratio)} a token {sweep_answer.interval_text(numpy)}"
+    plt.close(fig)

@@ -226,8 +226,7 @@ def _ratio_panel(ax, found: list, title: str) -> None:
     import numpy as np
     from matplotlib.ticker import FuncFormatter
 
-    from runner.record.table import format_ratio
-    from runner.report.sweep_answer import interval_text
+    from runner.report.sweep_answer import _ratio_said, interval_text
 
     ratios = np.array([p.ratio if p.comparison.ranked else np.nan for p in found])  # too few samples: no bar
     lows = np.array([p.ratio - p.low for p in found])  # NaN where there is no interval: no line drawn
@@ -239,7 +238,7 @@ def _ratio_panel(ax, found: list, title: str) -> None:
         elif pos == 0:
             text = f"fastest, {format_seconds(p.time_s)}"
         else:
-            text = f"{format_ratio(p.ratio)} {interval_text(p)}".strip()
+            text = f"{_ratio_said(p)} {interval_text(p)}".strip()  # '0.17x a token' where it is of a token's time
         text += f" ({p.verdict})" if p.verdict in ("unstable", "cannot tell") and p.comparison.ranked else ""
         ax.annotate(
             text,

@@ -15,6 +15,7 @@ import time
 import numpy as np
 
 from runner.config import ConfigError, TimingConfig
+from runner.measure.blocks import MIN_WARMUP_BLOCKS
 from runner.spec import JobSpec
 
 FLOAT64_BYTES = 8
@@ -81,8 +82,8 @@ def cost_note(flops: float | None, dtype: str, device: str, reference: bool, tim
     if max(call_s, reference_s) <= budget:
         return ""
     parts = []
-    if call_s > budget:  # first call, block calibration, warm-up, and at least one sample
-        calls = 3 + timing.min_warmup_calls
+    if call_s > budget:  # the first call, calibration's, warm-up's one block past the budget, and one sample
+        calls = 3 + (MIN_WARMUP_BLOCKS if timing.warmup_s > 0 or timing.min_warmup_calls > 0 else 0)
         total = format_duration(calls * call_s)
         parts.append(f"one call ≈ {format_duration(call_s)}, at least {calls} calls ≈ {total}")
     if reference_s > budget:

@@ -85,6 +85,8 @@ def test_a_compile_that_grows_is_a_regression_of_the_first_call_and_its_compile_
     for unmoved in ("first-call trace", "first execution", "first-call graphs", "load", "peak host memory"):
         assert not _said(done.stdout, unmoved), done.stdout
     assert "  no step" in done.stdout  # the typical time's own series
+    assert done.stdout.splitlines()[-1].endswith("; 2 steps of a figure (first call, load, memory, ...), each held to "
+                                                 "its figure's factor, not to this rate")  # fmt: skip
     assert {line.split(": ", 3)[2] for line in done.stderr.splitlines()} == {"first call", "first-call compile"}
 
 

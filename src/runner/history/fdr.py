@@ -50,7 +50,8 @@ def _held(step: Step, q_value: float, rate: float) -> Step:
 
 def fdr_summary(histories: list[History], fdr: float) -> str:
     """'42 series (a case on a machine): 3 steps significant at a false-discovery rate of 5% ...': what
-    Benjamini-Hochberg says of the steps kept, the expected number of false ones among them."""
+    Benjamini-Hochberg says of the steps kept, the expected number of false ones among them; then the steps of the
+    figures (runner.history.figures), which the rate does not hold, counted apart."""
     series = [h for h in histories if not h.is_control]
     tested = [s for h in series for s in [*h.steps, *_numeric(h)] if math.isfinite(s.q_value)]
     kept = sum(s.significant for s in tested)
@@ -65,7 +66,12 @@ def fdr_summary(histories: list[History], fdr: float) -> str:
             f"about {fdr * kept:.2g} of these {kept}"
         )
     tail = f"; {dropped} more found by a series alone, not significant across the store" if dropped else ""
-    return head + tail
+    figures = sum(len(steps) for h in series for steps in h.figures.values())
+    aside = (
+        f"; {figures} step{'s' if figures != 1 else ''} of a figure (first call, load, memory, ...), each held to its "
+        "figure's factor, not to this rate"
+    )
+    return head + tail + (aside if figures else "")
 
 
 def _numeric(history: History) -> list[Step]:

@@ -340,3 +340,14 @@ def test_a_device_that_fills_during_the_run_keeps_the_result_and_says_so_in_one_
     assert saved["status"] == "FINISHED" and saved["metrics"]["time_median_s"] > 0
     assert said[0].removeprefix("warning: ") in saved["warnings"]
     assert not (point / "run" / "tensors.h5").exists() and not list((point / "run").glob(".tensors.h5.*"))
+
+
+def test_a_control_on_a_single_run_is_said_to_time_nothing(capsys):
+    """control=NAME adds a job to a sweep; on a single run it timed nothing without a word (issue 79)."""
+    from runner.launch import preflight
+
+    preflight.check_argv(["model=matmul", "task=inference", "model.n=8", "control=matmul", "tracking=none"])
+    said = [line for line in capsys.readouterr().err.splitlines() if "control" in line]
+    assert said == ["warning: control=matmul is timed beside a sweep's jobs (-m): this single run times none"]
+    preflight.check_argv(["-m", "model=matmul", "task=inference", "model.n=8", "control=matmul", "tracking=none"])
+    assert "control" not in capsys.readouterr().err

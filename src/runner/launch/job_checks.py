@@ -11,6 +11,7 @@ sweep of backends and modes) is left to its turn, recorded FAILED beside the oth
 from __future__ import annotations
 
 import copy
+import sys
 from collections.abc import Callable, Mapping
 from itertools import product
 from pathlib import Path
@@ -35,6 +36,11 @@ def check_single(cfg: DictConfig) -> None:
     resolved = described(cfg, strict=True)  # model.weights=FOLDER: its config.json's settings
     check_combination(resolved)
     check_known_wrong(resolved["model"], _choices(resolved))
+    if resolved.get("control"):  # one more job of a sweep (runner.launch.control): a single run has none
+        name = resolved["control"].get("name")
+        print(
+            f"warning: control={name} is timed beside a sweep's jobs (-m): this single run times none", file=sys.stderr
+        )
     built = check_settings(resolved)
     if built is not None:
         check_fits(resolved, *built)

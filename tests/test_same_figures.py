@@ -19,7 +19,7 @@ import pytest
 from helpers import identified, made_store
 
 from runner.measure.samples import typical_s
-from runner.record.table import format_ratio, format_seconds
+from runner.record.table import format_ratio, format_seconds, ratio_figure
 from runner.report import plots, pooled, sweep_answer, write_report
 from runner.report.comparison import Verdict
 
@@ -256,6 +256,10 @@ def test_a_ratio_a_token_stands_beside_the_typical_token_and_the_median_is_said_
     assert tokens["numpy"] / tokens["jax"] == pytest.approx(numpy.ratio, rel=0.05)
     headers, _ = sweep_answer.job_table(frame)
     assert "per token (median)" in headers and "per token" not in headers
+    metrics = sweep_answer.metrics(found)  # the parent's: the token's typical time beside the ratio a token
+    assert metrics["numpy.time_ratio"] == ratio_figure(numpy.ratio)  # as the tables print it
+    over = metrics["numpy.part_typical_us"] / metrics["jax.part_typical_us"]
+    assert over == pytest.approx(metrics["numpy.time_ratio"], rel=0.05)
     plt = plots._pyplot()
     fig, ax = plt.subplots()
     plots._ratio_panel(ax, found, "gpt2 generate")

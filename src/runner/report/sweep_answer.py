@@ -226,11 +226,13 @@ def _verdict(p: Pooled) -> str:
 
 def metrics(pooled: list[Pooled]) -> dict[str, float]:
     """The pooled figures as a parent run's metrics: per configuration its typical time (µs, as the jobs' metrics),
-    time / fastest and its interval, and how many replicates; NaN ones left out."""
+    a part's where the task times parts (`part_typical_us`: a token's, what a ratio 'a token' compares and the
+    sentence says), time / fastest and its interval, and how many replicates; NaN ones left out."""
     out: dict[str, float] = {}
     for p in pooled:
         values = {
             "time_typical_us": float(f"{p.time_s * 1e6:.3g}"),  # as format_seconds prints it
+            "part_typical_us": float(f"{p.part_s * 1e6:.3g}"),
             "time_ratio": ratio_figure(p.ratio),  # as the tables print them
             "time_ratio_ci_low": ratio_figure(p.low),
             "time_ratio_ci_high": ratio_figure(p.high),

@@ -71,6 +71,8 @@ def test_a_store_that_cannot_be_read_is_one_line_and_none_is_created(junk, what,
         (["history", "{tmp}/folder", "--html", "{tmp}/a-file"], "is a file, not a folder"),
         (["history", "{tmp}/folder", "--html", "{tmp}/a-file/pages"], "is a file, not a folder"),
         (["report", "--sweep-dir", "{tmp}/folder", "--out", "{tmp}/a-file/report"], "is a file, not a folder"),
+        (["history", "{tmp}/folder", "--html", "{tmp}/" + "y" * 300], "is 300 bytes long, and"),
+        (["report", "--sweep-dir", "{tmp}/folder", "--out", "/proc/report"], "cannot create folders in /proc"),
     ],
 )
 def test_options_that_make_no_sense_are_refused_in_one_line(junk, args, said):

@@ -54,7 +54,7 @@ REFUSED = {
     "tracking.uri=postgresql://u@localhost/db": "the postgresql store needs the Python module psycopg2",
     "tracking.uri=mysql+pymysql://u@localhost/db": "the mysql+pymysql store needs the Python module pymysql",
     "hydra.run.dir=/proc/runner-x": "hydra.run.dir=/proc/runner-x: cannot create folders in /proc",
-    "hydra.run.dir=/etc/hostname/x": "hydra.run.dir=/etc/hostname/x: /etc/hostname is not a folder",
+    "hydra.run.dir=/etc/hostname/x": "hydra.run.dir=/etc/hostname/x: /etc/hostname is a file, not a folder",
     "tracking.name=x": "tracking.name=x: tracking.name says which tracking was chosen, it is not a setting",
     "model.name=resnet18": "model.name=resnet18: model.name says which model was chosen",
 }

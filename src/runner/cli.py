@@ -220,12 +220,13 @@ def _history_checked(args: argparse.Namespace) -> set[str]:
 
 
 def writable_folder(path: Path, option: str) -> None:
-    """Where a command writes its files: a folder, or a place one can be made (checked before anything prints)."""
-    existing = next(p for p in (path, *path.parents) if p.exists())
-    if not existing.is_dir():
-        raise LookupError(f"{option} {path}: {existing} is a file, not a folder; give a folder to write into")
-    if not os.access(existing, os.W_OK):
-        raise LookupError(f"{option} {path}: {existing} is not writable by this user")
+    """Where a command writes its files: a folder, or a place one can be made (checked before anything prints), by
+    run.py's own check of an output folder (a read-only place, a name too long, a file on the way, a full disk)."""
+    from runner.launch.where_it_runs import folder_problem
+
+    problem = folder_problem(option, str(path))
+    if problem:
+        raise LookupError(problem)
 
 
 def _project_store() -> str:

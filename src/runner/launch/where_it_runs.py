@@ -82,7 +82,7 @@ def folder_problem(key: str, folder: str) -> str | None:
         reached = reached and (existing / part).exists()
         existing = existing / part if reached else existing
     if not existing.is_dir():
-        return f"{key}={folder}: {existing} is not a folder"
+        return f"{key}={folder}: {existing} is a file, not a folder"
     try:
         os.rmdir(tempfile.mkdtemp(prefix=".runner-probe-", dir=existing))
         free = os.statvfs(existing).f_bavail * os.statvfs(existing).f_frsize

@@ -137,3 +137,55 @@ def test_a_step_whose_case_cannot_run_again_stands(tmp_path):
     assert done.returncode == 1, done.stderr
     assert "failing: " in done.stderr and "the re-run did not finish (run " in done.stderr
     assert "has no hydra/overrides.yaml artifact to run it again): the step stands" in done.stderr
+
+
+CLOSES_SLOWLY = """
+import signal, sys, time
+def close(*_):
+    time.sleep(1.0)  # a run.py closing its MLflow runs after Ctrl-C
+    open(sys.argv[1], "w").write("closed")
+    sys.exit(130)
+signal.signal(signal.SIGINT, close)
+print("started", flush=True)
+time.sleep(60)
+"""
+
+
+def test_ctrl_c_during_a_rerun_lets_the_rerun_close_its_runs(tmp_path):
+    """Ctrl-C reaches the terminal's whole process group: `runner history --confirm` and its re-run. The re-run is
+    waited for while it closes its runs (subprocess.run killed it a quarter of a second later, its runs RUNNING)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    closed, started = tmp_path / "closed", tmp_path / "started"
+    parent = (
+        "import sys\nfrom pathlib import Path\nfrom runner.history import confirm\n"
+        f"confirm.output_root = lambda: Path({str(tmp_path)!r})\n"
+        f"Path({str(started)!r}).write_text('x')\n"
+        "try:\n"
+        f"    confirm._run_to_the_end([sys.executable, '-c', {CLOSES_SLOWLY!r}, {str(closed)!r}])\n"
+        "except KeyboardInterrupt:\n    print('interrupted', flush=True)\n"
+    )
+    process = subprocess.Popen([sys.executable, "-c", parent], stdout=subprocess.PIPE, text=True,
+                               start_new_session=True)  # fmt: skip
+    deadline = time.monotonic() + 60
+    while not started.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(1.0)  # the re-run has started and set its handler
+    os.killpg(process.pid, signal.SIGINT)  # as the terminal sends Ctrl-C: to the whole group
+    out, _ = process.communicate(timeout=60)
+    assert out.strip() == "interrupted" and closed.read_text() == "closed"
+
+
+def test_ctrl_c_in_a_runner_command_is_one_line(monkeypatch):
+    from runner import cli
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "_history", interrupted)
+    done = runner_main("history", "--tracking-uri", "sqlite:///nowhere.db")
+    assert done.returncode == 130 and done.stderr == "interrupted\n"

@@ -46,6 +46,9 @@ def main(argv: list[str] | None = None) -> int:
     except (LookupError, FileNotFoundError, ConnectionError, ConfigError, ResultUnreadable) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # Ctrl-C: what was written stays (a re-run closes its own runs), and no traceback
+        print("interrupted", file=sys.stderr)
+        return 130
 
 
 def _path(text: str) -> Path:

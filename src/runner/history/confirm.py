@@ -33,6 +33,7 @@ from runner.history.tags import CONFIRMED_TAG, CONFIRMS_TAG
 from runner.locations import PROJECT_ROOT, output_root
 
 OWN_KEYS = ("tracking.uri", "tracking.experiment", "hydra.sweep.", "hydra.run.")  # the re-run's own, not the record's
+INTERRUPTED_WAIT_S = 30.0  # how long an interrupted re-run may take to close its runs before it is killed
 SEARCHPATH = "hydra.searchpath="  # configs of one's own (a model of one's own): the re-run finds them as the run did
 
 
@@ -106,7 +107,7 @@ def _rerun(uri: str, run_id: str, relative: bool) -> tuple[str, float, str]:
         command = rerun_command(recorded_overrides(uri, run_id), uri, _experiment(uri, run_id), sweep_dir)
     except LookupError as error:
         return "", math.nan, str(error)
-    done = subprocess.run(command, capture_output=True, text=True, cwd=output_root())
+    done = _run_to_the_end(command)
     runs = from_path(sweep_dir) if sweep_dir.is_dir() else []
     case = [r for r in runs if not r.is_control and r.timed]
     control = [r for r in runs if r.is_control and r.timed]
@@ -116,6 +117,21 @@ def _rerun(uri: str, run_id: str, relative: bool) -> tuple[str, float, str]:
     rerun = tracking.read_link(Path(str(case[0].run_dir))).get("run_id", "")
     value = case[0].typical_s / control[0].typical_s if relative else case[0].typical_s
     return rerun, value, ""
+
+
+def _run_to_the_end(command: list[str]) -> subprocess.CompletedProcess:
+    """The re-run, waited for: on Ctrl-C the terminal interrupts it too, and it is given the time to close its runs
+    (subprocess.run would kill it a quarter of a second later, its runs left RUNNING)."""
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=output_root()) as run:
+        try:
+            stdout, stderr = run.communicate()
+        except KeyboardInterrupt:
+            try:
+                run.wait(timeout=INTERRUPTED_WAIT_S)
+            except subprocess.TimeoutExpired:
+                run.kill()
+            raise
+    return subprocess.CompletedProcess(command, run.returncode, stdout, stderr)
 
 
 def rerun_command(overrides: list[str], uri: str, experiment: str, sweep_dir: Path) -> list[str]:

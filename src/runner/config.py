@@ -96,6 +96,7 @@ class TimingConfig:
     processes: int = 3  # ... each job in up to this many worker processes, taking its turns in rotation
     resolve: float = 0.1  # a sweep's rounds stop once every comparison resolves this difference (0: use the budget)
     poll_idle: bool = False  # idle CPUs poll, not halt, while a job is timed (/dev/cpu_dma_latency, root)
+    profile: bool = False  # after timing, the call profiled for a moment: profile.pstats (runner.measure.profile)
     series: dict[str, str] = field(default_factory=dict)  # a value beside every sample (conf/config.yaml)
 
     @classmethod

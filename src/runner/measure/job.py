@@ -37,14 +37,20 @@ if TYPE_CHECKING:
 WEIGHTS_RECORD_LIMIT = 2_000_000  # weights are written to tensors.h5 when they have fewer elements
 
 
-def run_job(spec: JobSpec, before_timing: Callable[[], object] = lambda: None, turns: Turns | None = None) -> Result:
+def run_job(
+    spec: JobSpec,
+    before_timing: Callable[[], object] = lambda: None,
+    turns: Turns | None = None,
+    profile_to: Path | None = None,
+) -> Result:
     """Run the job's measurement (its combination checked already: runner.config.check_combination).
 
     `before_timing` is called once everything is set up, just before the first timed call; `turns`,
-    where given, hands out the sampling in interleaved rounds (runner.launch.rounds)."""
+    where given, hands out the sampling in interleaved rounds (runner.launch.rounds); `profile_to`: the run
+    directory its call's profile goes to after the timing (timing.profile, runner.measure.profile)."""
     label = f"{spec.backend} {spec.model} {spec.task} {spec.mode}"
     with ProgressLine(label, max_time_s=float(spec.timing.max_time_s)) as progress:
-        return _run_job(spec, before_timing, turns, progress)
+        return _run_job(spec, before_timing, turns, progress, profile_to)
 
 
 @dataclass
@@ -72,9 +78,20 @@ class Prepared:
     precision_env: dict  # what Backend.set_precision configured: the policy, the matmul precision reported
 
 
-def _run_job(spec: JobSpec, before_timing: Callable[[], object], turns: Turns | None, progress: ProgressLine) -> Result:
+def _run_job(
+    spec: JobSpec,
+    before_timing: Callable[[], object],
+    turns: Turns | None,
+    progress: ProgressLine,
+    profile_to: Path | None = None,
+) -> Result:
     job = _prepare(spec, progress)
     measurement, first_output, results, meter_note = _measure(job, before_timing, turns, progress)
+    if profile_to is not None:
+        from runner.measure import profile
+
+        progress.phase("profiling the call (timing.profile)")
+        profile.record(job.task_run.step, job.backend.synchronizer(job.device), Path(profile_to))
     progress.phase("checking against the float64 reference")
     return _assemble(job, measurement, first_output, results, meter_note)
 
@@ -337,7 +354,7 @@ def run_and_record(
     run_dir.mkdir(parents=True, exist_ok=True)
     try:
         check_combination(spec.config)  # before any framework import
-        result = run_job(spec, before_timing, turns)
+        result = run_job(spec, before_timing, turns, run_dir if spec.timing.profile else None)
     except ConfigError as error:
         result = Result(status=Status.FAILED, error=str(error))
     except MeasurementInterrupted as interrupt:

@@ -17,6 +17,8 @@ from runner.record.naming import job_context, run_name, run_params
 from runner.record.result import (
     ERROR_LOG,
     LOG_FILE,
+    PROFILE_FILE,
+    PROFILE_SUMMARY,
     RESULT_FILE,
     TENSORS_FILE,
     Result,
@@ -208,7 +210,7 @@ def log_comparison(uri: str, run_id: str, metrics: dict[str, float], line: str) 
 
 
 def _log_run_files(mlflow, run_id: str, run_dir: Path) -> None:
-    for name in (RESULT_FILE, TENSORS_FILE, LOG_FILE, ERROR_LOG):
+    for name in (RESULT_FILE, TENSORS_FILE, LOG_FILE, ERROR_LOG, PROFILE_FILE, PROFILE_SUMMARY):
         if (run_dir / name).exists() and (run_dir / name).stat().st_size:  # an empty job.log is no artifact
             retry_on_lock(mlflow.log_artifact, run_id, str(run_dir / name))
     for folder, artifact_path in ((".hydra", "hydra"), ("images", "images")):

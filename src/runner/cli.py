@@ -163,7 +163,7 @@ def _history_parser(commands, uri_help: str) -> None:
 
 def _history(args: argparse.Namespace) -> int:
     from runner import tracking
-    from runner.history import as_json, describe, gate, markdown, narrow, page, store
+    from runner.history import as_json, describe, gate, markdown, narrow, page, profiles, store
 
     uri = args.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
     if args.mark:
@@ -197,7 +197,8 @@ def _history(args: argparse.Namespace) -> int:
         print("\n".join([*describe.lines(found, args.fdr), *(g.line() for g in gapped)]))
     aside = sys.stderr if args.json or args.markdown else sys.stdout
     if args.html:
-        print(f"wrote {page.write(found, args.html, tracking.ui_base(uri) if uri else None, gapped)}", file=aside)
+        ui = tracking.ui_base(uri) if uri else None
+        print(f"wrote {page.write(found, args.html, ui, gapped, profiles.reader(uri))}", file=aside)
         if args.record and uri:
             print(store.log_pages(uri, found, args.html), file=aside)
     judged = gate.judged(uri, gated, gapped, labels, args.confirm, confirmed)

@@ -9,10 +9,11 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
-from runner.history.describe import describe_figure, describe_number, describe_step, quiet_series
+from runner.history.describe import describe_figure, describe_number, describe_step, quiet_series, run_said
 from runner.history.figures import FIGURES, format_figure
 from runner.history.gaps import Gapped
 from runner.history.numbers import format_number
+from runner.history.profiles import Reader, step_diff
 from runner.history.series import NUMBERS, Entry, History
 from runner.history.steps import Label
 from runner.measure.machine_load import BUSY_OTHER_RUNNABLE
@@ -28,16 +29,23 @@ SHADES = {
 STYLE = "body{font-family:sans-serif;max-width:60em;margin:2em auto}td,th{padding:.2em .6em;text-align:left}"
 
 
-def write(histories: list[History], out_dir: Path, ui: str | None = None, gapped: Sequence[Gapped] = ()) -> Path:
+def write(
+    histories: list[History],
+    out_dir: Path,
+    ui: str | None = None,
+    gapped: Sequence[Gapped] = (),
+    profiles: Reader | None = None,
+) -> Path:
     """index.html and one page (with its PNG) per case and machine under `out_dir`; returns the index. `ui`: the
     MLflow UI's address where the runs came from a store, which each run's id links to; `gapped`: the cases whose
-    newest runs failed or that stopped appearing, listed first."""
+    newest runs failed or that stopped appearing, listed first; `profiles`: each run's profile (history.profiles),
+    where a step's page says where its time went."""
     out_dir.mkdir(parents=True, exist_ok=True)
     items = []
     for h in sorted(histories, key=_index_order):
         name = page_name(h)
         _plot(h, out_dir / f"{name}.png")
-        (out_dir / f"{name}.html").write_text(_case_page(h, f"{name}.png", ui))
+        (out_dir / f"{name}.html").write_text(_case_page(h, f"{name}.png", ui, profiles))
         steps = "; ".join([*(describe_step(h, s) for s in h.steps), *_number_changes(h)]) or "no step"
         items.append(f'<li><a href="{name}.html">{html.escape(h.case_name)}</a> on {html.escape(h.machine_name)}: ')
         newest = h.entries[-1]
@@ -91,7 +99,7 @@ def _number_changes(h: History) -> list[str]:
     return numbers + [describe_figure(h, name, step) for name, steps in h.figures.items() for step in steps]
 
 
-def _case_page(h: History, image: str, ui: str | None = None) -> str:
+def _case_page(h: History, image: str, ui: str | None = None, profiles: Reader | None = None) -> str:
     said = [*(describe_step(h, s) for s in h.steps), *_number_changes(h), *quiet_series(h)]
     steps = "".join(f"<li>{html.escape(line)}</li>" for line in said) or "<li>no step</li>"
     numbers = [name for name in NUMBERS if name in h.numbers]
@@ -111,7 +119,30 @@ def _case_page(h: History, image: str, ui: str | None = None) -> str:
     body = f"<p><a href='index.html'>all cases</a></p><h1>{html.escape(h.case_name)}</h1>"
     body += f"<p>on {html.escape(h.machine_name)}</p><p>{html.escape(decided_by(h))}</p><ul>{steps}</ul>"
     body += f"<img src='{image}' alt='the series'>{table}"
-    return _page(h.case_name, body)
+    return _page(h.case_name, body + (_profile_diffs(h, profiles) if profiles else ""))
+
+
+def _profile_diffs(h: History, read: Reader) -> str:
+    """Per step in time whose either side has a profiled run: the functions whose self time per call moved most
+    between them, largest move first."""
+    out = ""
+    for step in h.steps:
+        diff = step_diff(h, step, read)
+        if diff is None:
+            continue
+        rows = "".join(
+            f"<tr><td>{html.escape(m.function)}</td><td>{format_seconds(m.before_s)}</td>"
+            f"<td>{format_seconds(m.after_s)}</td><td>{'+' if m.moved_s > 0 else '−'}{format_seconds(abs(m.moved_s))}"
+            "</td></tr>"
+            for m in diff.moves
+        )
+        out += f"<h2>Where the time went: {html.escape(describe_step(h, step))}</h2>"
+        out += (
+            f"<p>cProfile of run {html.escape(run_said(diff.before.run_id))} (before) and run "
+            f"{html.escape(run_said(diff.after.run_id))} (after), self time per call, the largest move first</p>"
+        )
+        out += f"<table><tr><th>function</th><th>before</th><th>after</th><th>moved</th></tr>{rows}</table>"
+    return out
 
 
 def decided_by(h: History) -> str:

@@ -35,8 +35,8 @@ def test_a_rerun_is_judged_against_the_level_the_steps_ratio_is_measured_from():
 
 def test_the_rerun_is_the_recorded_run_with_its_own_store_and_folder(tmp_path):
     recorded = ["model=chain", "tracking.uri=sqlite\\:///old.db", "control=matmul", "hydra.searchpath=[file:///p]"]
-    command = confirm.rerun_command(recorded, "sqlite:///new.db", "nightly", tmp_path)
-    assert command[-7:] == [
+    command = confirm.rerun_command([*recorded, "timing.profile=false"], "sqlite:///new.db", "nightly", tmp_path)
+    assert command[-8:] == [
         "-m",
         "model=chain",
         "control=matmul",
@@ -44,6 +44,7 @@ def test_the_rerun_is_the_recorded_run_with_its_own_store_and_folder(tmp_path):
         "tracking.uri=sqlite:///new.db",
         "tracking.experiment=nightly",
         f"hydra.sweep.dir={tmp_path}",
+        "timing.profile=true",  # the re-run's call profiled: the history page's diff across the step reads it
     ]
 
 
@@ -125,6 +126,8 @@ def test_a_regression_stands_only_where_its_rerun_confirms_it(tmp_path, monkeypa
     reruns = [r for r in client.search_runs([client.get_run(newest).info.experiment_id]) if tags.CONFIRMS_TAG in
               r.data.tags]  # fmt: skip
     assert len(reruns) == 2 and all(r.data.tags[tags.CONFIRMS_TAG] for r in reruns)
+    for rerun in reruns:  # each re-run's call profiled after its timing (timing.profile), attached to its run
+        assert {"profile.json", "profile.pstats"} <= {a.path for a in client.list_artifacts(rerun.info.run_id)}
 
 
 def test_a_step_whose_case_cannot_run_again_stands(tmp_path):

@@ -32,7 +32,9 @@ from runner.history.steps import Step
 from runner.history.tags import CONFIRMED_TAG, CONFIRMS_TAG
 from runner.locations import PROJECT_ROOT, output_root
 
-OWN_KEYS = ("tracking.uri", "tracking.experiment", "hydra.sweep.", "hydra.run.")  # the re-run's own, not the record's
+# the re-run's own, not the record's: its store, its folder, and a profile of its call (timing.profile: what the
+# history page's diff across the step reads, against a profiled run before the step)
+OWN_KEYS = ("tracking.uri", "tracking.experiment", "hydra.sweep.", "hydra.run.", "timing.profile")
 INTERRUPTED_WAIT_S = 30.0  # how long an interrupted re-run may take to close its runs before it is killed
 SEARCHPATH = "hydra.searchpath="  # configs of one's own (a model of one's own): the re-run finds them as the run did
 
@@ -136,10 +138,12 @@ def _run_to_the_end(command: list[str]) -> subprocess.CompletedProcess:
 
 def rerun_command(overrides: list[str], uri: str, experiment: str, sweep_dir: Path) -> list[str]:
     """The flagged run made again: `run.py -m` (a sweep of one job, and its control where it names one) with its
-    recorded overrides, into the same store and experiment, its folder `sweep_dir`."""
+    recorded overrides, into the same store and experiment, its folder `sweep_dir`, its call profiled after its
+    timing (timing.profile: no timing includes the profiler)."""
     kept = [o for o in overrides if not o.lstrip("+~").startswith(OWN_KEYS)]
     entry = [sys.executable, str(PROJECT_ROOT / "run.py")] if (PROJECT_ROOT / "run.py").is_file() else ["tensor-runner"]
     own = [f"tracking.uri={uri}", f"tracking.experiment={experiment}", f"hydra.sweep.dir={sweep_dir}"]
+    own.append("timing.profile=true")
     return [*entry, "-m", *kept, *own]
 
 

@@ -50,3 +50,13 @@ def test_a_profiled_run_records_its_functions_per_call_and_attaches_them(tmp_pat
     assert not (plain / "profile.json").exists() and not (plain / "profile.pstats").exists()
     cases = {json.loads((d / "result.json").read_text())["identity"]["case"]["key"] for d in (run_dir, more, plain)}
     assert len(cases) == 1  # one case: a profile is how it was measured
+
+
+def test_a_torch_job_is_profiled_by_torch_profiler_its_operators_by_self_time(tmp_path):
+    run_dir, _ = _profiled(tmp_path, "torch", "", "timing.profile=true", "backend=torch")
+    summary = json.loads((run_dir / "profile.json").read_text())
+    assert summary["profiler"] == "torch.profiler" and summary["calls"] >= 3
+    by_name = {f["function"]: f for f in summary["functions"]}
+    assert by_name["aten::linear"]["calls"] == 10 and by_name["aten::relu"]["calls"] == 10  # ten layers a call
+    assert summary["functions"][0]["function"] in ("aten::mm", "aten::addmm", "aten::clamp_min", "aten::relu")
+    assert json.loads((run_dir / "profile.trace.json").read_text())["traceEvents"]  # a Chrome trace

@@ -138,7 +138,7 @@ def _profile_diffs(h: History, read: Reader) -> str:
         )
         out += f"<h2>Where the time went: {html.escape(describe_step(h, step))}</h2>"
         out += (
-            f"<p>cProfile of run {html.escape(run_said(diff.before.run_id))} (before) and run "
+            f"<p>{html.escape(diff.profiler)} of run {html.escape(run_said(diff.before.run_id))} (before) and run "
             f"{html.escape(run_said(diff.after.run_id))} (after), self time per call, the largest move first</p>"
         )
         out += f"<table><tr><th>function</th><th>before</th><th>after</th><th>moved</th></tr>{rows}</table>"

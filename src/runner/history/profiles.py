@@ -37,6 +37,7 @@ class Diff:
     before: Entry  # the profiled run before the step
     after: Entry  # ... and from it on
     moves: list[Move]
+    profiler: str = "cProfile"  # what made the profiles (torch.profiler for torch jobs)
 
 
 def moves(before: dict, after: dict, top: int = TOP) -> list[Move]:
@@ -53,7 +54,7 @@ def step_diff(history: History, step: Step, read: Reader) -> Diff | None:
     after = next(((e, p) for e in history.entries[step.index :] if (p := read(e))), None)
     if before is None or after is None:
         return None
-    return Diff(before[0], after[0], moves(before[1], after[1]))
+    return Diff(before[0], after[0], moves(before[1], after[1]), str(after[1].get("profiler", "cProfile")))
 
 
 def reader(uri: str) -> Reader:

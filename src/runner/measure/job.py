@@ -91,7 +91,8 @@ def _run_job(
         from runner.measure import profile
 
         progress.phase("profiling the call (timing.profile)")
-        profile.record(job.task_run.step, job.backend.synchronizer(job.device), Path(profile_to))
+        sync = job.backend.synchronizer(job.device)
+        profile.record(job.task_run.step, sync, Path(profile_to), spec.backend, job.device)
     progress.phase("checking against the float64 reference")
     return _assemble(job, measurement, first_output, results, meter_note)
 

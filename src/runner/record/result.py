@@ -38,6 +38,7 @@ LOG_FILE = "job.log"  # the worker's stdout and stderr
 ERROR_LOG = "error.log"  # the traceback of a job that failed
 PROFILE_FILE = "profile.pstats"  # timing.profile: cProfile's file of calls made after the timed ones
 PROFILE_SUMMARY = "profile.json"  # ... and its functions by self time per call (runner.measure.profile)
+PROFILE_TRACE = "profile.trace.json"  # ... torch.profiler's Chrome trace where the job ran on torch
 
 
 class Status(StrEnum):

@@ -19,6 +19,7 @@ from runner.record.result import (
     LOG_FILE,
     PROFILE_FILE,
     PROFILE_SUMMARY,
+    PROFILE_TRACE,
     RESULT_FILE,
     TENSORS_FILE,
     Result,
@@ -210,7 +211,7 @@ def log_comparison(uri: str, run_id: str, metrics: dict[str, float], line: str) 
 
 
 def _log_run_files(mlflow, run_id: str, run_dir: Path) -> None:
-    for name in (RESULT_FILE, TENSORS_FILE, LOG_FILE, ERROR_LOG, PROFILE_FILE, PROFILE_SUMMARY):
+    for name in (RESULT_FILE, TENSORS_FILE, LOG_FILE, ERROR_LOG, PROFILE_FILE, PROFILE_SUMMARY, PROFILE_TRACE):
         if (run_dir / name).exists() and (run_dir / name).stat().st_size:  # an empty job.log is no artifact
             retry_on_lock(mlflow.log_artifact, run_id, str(run_dir / name))
     for folder, artifact_path in ((".hydra", "hydra"), ("images", "images")):

@@ -90,3 +90,36 @@ def test_no_diff_where_a_side_has_no_profile(profiled, tmp_path):
     runner_main("history", str(folder), "--html", str(tmp_path / "page"))
     (page,) = [p.read_text() for p in (tmp_path / "page").glob("*.html") if p.name != "index.html"]
     assert "regression" in page and "Where the time went" not in page
+
+
+@pytest.mark.heavy  # a real run, a profiled run and a profiled re-run: about 30 s on a quiet machine
+def test_a_confirmed_step_shows_the_extra_layers_as_the_largest_move(tmp_path, monkeypatch):
+    """The chain case four times as slow from its 7th night (test_history_confirm's store), its nights before the step
+    profiled (a real 10-layer run's profile.json attached to each): `--confirm` re-runs it with the work four times
+    (40 layers), profiled, and the step's page diffs the 6th night against that re-run."""
+    from mlflow.tracking import MlflowClient
+    from test_history_confirm import _store_with_a_regression
+
+    from runner.history import confirm, tags
+
+    uri, _ = _store_with_a_regression(tmp_path / "store")
+    _profile(tmp_path / "ten", "")
+    client = MlflowClient(uri)
+    nights = {r.info.run_name: r.info.run_id for r in client.search_runs([client.get_experiment_by_name("nightly")
+              .experiment_id])}  # fmt: skip
+    for night in range(6):
+        client.log_artifact(nights[f"n{night}"], str(tmp_path / "ten" / "profile.json"))
+    monkeypatch.setattr(confirm, "output_root", lambda: tmp_path)
+    monkeypatch.setenv("PYTHONPATH", str(PLUGIN))
+    monkeypatch.syspath_prepend(str(PLUGIN))
+    monkeypatch.setenv("RUNNER_TEST_EXTRA_WORK", "3.0")  # 40 layers, not 10
+    confirmed = runner_main("history", "--tracking-uri", uri, "--fail-on", "regression", "--confirm")
+    assert confirmed.returncode == 1 and "confirmed by a re-run" in confirmed.stderr, confirmed.stderr
+    done = runner_main("history", "--tracking-uri", uri, "--html", str(tmp_path / "page"))
+    assert done.returncode == 0, done.stderr
+    (page,) = [p.read_text() for p in (tmp_path / "page").glob("*.html") if p.name != "index.html"]
+    (rerun,) = [r for r in client.search_runs([client.get_run(nights["n0"]).info.experiment_id]) if
+                tags.CONFIRMS_TAG in r.data.tags]  # fmt: skip
+    said = page.split("<h2>Where the time went: regression: ", 1)[1]
+    assert f"cProfile of run {nights['n5'][:12]} (before) and run {rerun.info.run_id[:12]} (after)" in said
+    assert re.search(r"\((linear|relu)\)$", _diff_rows(page)[0]), _diff_rows(page)

@@ -7,6 +7,7 @@ import json
 import math
 
 import numpy as np
+import pytest
 from helpers import FAST_TIMING, mlflow_runs, runner_main, sweep_cli
 
 from runner import identity
@@ -72,7 +73,7 @@ def _sweeps(tmp_path, case_s: list[float], control_s: list[float]) -> tuple[str,
         sweep_dir.mkdir()
         write_sweep_file(sweep_dir, {"overrides": []})
         found = _case(CONTROL)
-        note_control(sweep_dir, 1, found.key, found.name)
+        note_control(sweep_dir, 1, "1", found.key, found.name)
         for job, (config, seconds) in enumerate(((CASE, value), (CONTROL, reference))):
             run_dir = sweep_dir / str(job)
             run_dir.mkdir()
@@ -160,3 +161,18 @@ def test_a_load_the_control_cannot_cancel_fails_no_gate_where_its_runs_were_meas
     said = describe.describe_step(loaded_now, loaded_now.steps[0])
     assert said.startswith("busy machine: 1.9") and said.endswith("beside runs measured busy: load alone makes as much")
     assert any(gate(nights, recorded=False) for nights in range(9, 15))
+
+
+@pytest.mark.heavy  # a second real sweep with a control; the default set times one
+def test_a_sweeps_own_job_that_does_the_controls_work_is_not_the_control(tmp_path):
+    """Issue 79: `-m backend=numpy,torch model=matmul ... control=matmul` tagged the sweep's own numpy job
+    is_control=true too (the control was recognised by its case). Only the job the control group adds is."""
+    result = sweep_cli(tmp_path, "backend=numpy,torch", "model=matmul", "model.n=128", "task=inference", "threads=1",
+                       "control=matmul", *FAST_TIMING)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    said = [line for line in result.stderr.splitlines() if "does the control's own work" in line]
+    assert len(said) == 1 and "job #0" in said[0] and "job #2" in said[0], result.stderr[-2000:]
+    _, children = mlflow_runs(tmp_path)
+    marked = {c.data.tags["mlflow.runName"]: c.data.tags.get("is_control", "") for c in children}
+    assert sorted(marked.values()) == ["", "", "true"], marked
+    assert [name for name, flag in marked.items() if flag] == [n for n in marked if n.endswith("#2")], marked

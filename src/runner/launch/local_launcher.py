@@ -48,6 +48,16 @@ class _Job:
     run_dir: Path
 
 
+def _say_if_it_is_the_controls_work(spec: JobSpec, number: int, control_case: tuple[int, str]) -> None:
+    """One line where a sweep's own job does the work of the control the control group adds (issue 79): the control
+    is that added job alone, and this one is compared as any other."""
+    from runner.identity import case
+
+    if case(spec.params(), run_name(spec.config)).key == control_case[1]:
+        log.warning(f"job #{number} does the control's own work: the control is job #{control_case[0]}, the one "
+                    "control= adds; this job is timed and compared as the sweep's other jobs")  # fmt: skip
+
+
 class RoundsLauncher(Launcher):
     def __init__(self, notes_jobs_launched: bool = True) -> None:
         self.notes_jobs_launched = notes_jobs_launched  # False in a cluster's block: the sweep's count is not its own
@@ -75,9 +85,10 @@ class RoundsLauncher(Launcher):
         waiting: list[_Job] = []
         jobs = list(job_overrides)
         control_job = control.job_overrides(self.config, jobs[0]) if jobs else None
+        control_case = None
         if control_job is not None:  # noted before any job runs: each records which case its control is
             jobs.append(control_job)
-            self._note_control(sweep_dir, control_job, initial_job_idx + len(job_overrides))
+            control_case = self._note_control(sweep_dir, control_job, initial_job_idx + len(job_overrides))
         if self.notes_jobs_launched:
             lifecycle.note_jobs_launched(sweep_dir, initial_job_idx + len(jobs))
         progress = Every(log)
@@ -86,6 +97,8 @@ class RoundsLauncher(Launcher):
                 log.debug(f"\t#{number} : {' '.join(filter_overrides(overrides))}")  # Hydra's line, per job
                 job = self._job(list(overrides), number)
                 spec = job_spec(job.task_cfg)
+                if control_case and number < initial_job_idx + len(job_overrides):
+                    _say_if_it_is_the_controls_work(spec, number, control_case)
                 if not rounds.wanted(spec):
                     returns[number] = self._run(job, self.task_function)
                     continue
@@ -101,13 +114,15 @@ class RoundsLauncher(Launcher):
         # the sweeper gets its own jobs' returns: the control is the launcher's addition
         return [returns[number] for number in sorted(returns)][: len(job_overrides)]
 
-    def _note_control(self, sweep_dir: Path, overrides: list[str], number: int) -> None:
-        """The control job's case in sweep.json (runner.record.sweep_file.note_control)."""
+    def _note_control(self, sweep_dir: Path, overrides: list[str], number: int) -> tuple[int, str]:
+        """The control job's case in sweep.json (runner.record.sweep_file.note_control); its number and case."""
         from runner.identity import case
 
-        spec = job_spec(self._job(overrides, number).task_cfg)
+        job = self._job(overrides, number)
+        spec = job_spec(job.task_cfg)
         found = case(spec.params(), run_name(spec.config))
-        note_control(sweep_dir, number, found.key, found.name)
+        note_control(sweep_dir, number, job.run_dir.name, found.key, found.name)
+        return number, found.key
 
     def _set_up(self, job: _Job, spec: JobSpec, coordinator: rounds.Coordinator, parent: str | None) -> None:
         """Set the job up in its worker, to wait for its turns; a job that ended meanwhile keeps its record."""

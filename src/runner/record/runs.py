@@ -112,12 +112,14 @@ def from_dir(run_dir: Path) -> Run | None:
 
 
 def control_tag(run_dir: Path, result: Result) -> dict[str, str]:
-    """Where its sweep timed a control (runner.launch.control): `is_control` on the control's own run, `control_case`
-    (the control's case) on the others'. Its MLflow tags (tracking.upload) and its Run's."""
+    """Where its sweep timed a control (runner.launch.control): `is_control` on the run of the job the control added
+    (its folder, not its case: a sweep's own job may do the same work), `control_case` (the control's case) on the
+    others'. Its MLflow tags (tracking.upload) and its Run's."""
     control, found = control_of(run_dir), result.identity()
     if not (control and found):
         return {}
-    return {IS_CONTROL_TAG: "true"} if control["case"] == found.case.key else {CONTROL_TAG: control["case"]}
+    own = Path(run_dir).name == control.get("folder", str(control.get("job")))
+    return {IS_CONTROL_TAG: "true"} if own else {CONTROL_TAG: control["case"]}
 
 
 def from_dirs(run_dirs: Iterable[Path]) -> list[Run]:

@@ -18,12 +18,14 @@ def read_sweep_file(sweep_dir: Path) -> dict:
     return json.loads(path.read_text()) if path.exists() else {}
 
 
-def note_control(sweep_dir: Path, number: int, case: str, case_name: str) -> None:
-    """A sweep's control case (runner.launch.control), in its sweep.json: its job's number and its case."""
+def note_control(sweep_dir: Path, number: int, folder: str, case: str, case_name: str) -> None:
+    """A sweep's control case (runner.launch.control), in its sweep.json: its job's number and folder, its case."""
     info = read_sweep_file(sweep_dir)
-    write_sweep_file(sweep_dir, {**info, "control": {"job": number, "case": case, "case_name": case_name}})
+    noted = {"job": number, "folder": folder, "case": case, "case_name": case_name}
+    write_sweep_file(sweep_dir, {**info, "control": noted})
 
 
 def control_of(run_dir: Path) -> dict:
-    """The control case of the sweep a run belongs to, {"job", "case", "case_name"}; {} where it has none."""
+    """The control case of the sweep a run belongs to, {"job", "folder", "case", "case_name"}; {} where it has
+    none."""
     return read_sweep_file(Path(run_dir).parent).get("control") or {}

@@ -192,3 +192,14 @@ def test_ctrl_c_in_a_runner_command_is_one_line(monkeypatch):
     monkeypatch.setattr(cli, "_history", interrupted)
     done = runner_main("history", "--tracking-uri", "sqlite:///nowhere.db")
     assert done.returncode == 130 and done.stderr == "interrupted\n"
+
+
+@pytest.mark.parametrize(("content", "said"), [(b"\xff\xfe\x00\x81 not text", "cannot be read"),
+                                               (b"backend: numpy\n", "is not the list of overrides")])  # fmt: skip
+def test_a_corrupt_overrides_artifact_is_one_line_not_a_traceback(tmp_path, monkeypatch, content, said):
+    """Issue 79: --confirm on a run whose hydra/overrides.yaml was corrupt raised UnicodeDecodeError."""
+    bad = tmp_path / "overrides.yaml"
+    bad.write_bytes(content)
+    monkeypatch.setattr(confirm, "_artifact", lambda uri, run_id, path, folder: bad)
+    with pytest.raises(LookupError, match=f"run abc: its hydra/overrides.yaml {said}"):
+        confirm.recorded_overrides("sqlite:///unused.db", "abc")

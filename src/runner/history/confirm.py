@@ -26,7 +26,9 @@ import tempfile
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
+from runner.config import first_line
 from runner.history.series import History
 from runner.history.steps import Step
 from runner.history.tags import CONFIRMED_TAG, CONFIRMS_TAG
@@ -159,13 +161,26 @@ def recorded_overrides(uri: str, run_id: str) -> list[str]:
         found = _artifact(uri, run_id, "hydra/overrides.yaml", folder)
         if found is None:
             raise LookupError(f"run {run_id} has no hydra/overrides.yaml artifact to run it again")
-        own = [str(o) for o in OmegaConf.load(found)]
+        own = [str(o) for o in _yaml(found, run_id)]
         hydra = _artifact(uri, run_id, "hydra/hydra.yaml", folder)
         parent = existing_run(uri, run_id).get_run(run_id).data.tags.get("mlflow.parentRunId")
         if hydra is None and parent:
             hydra = _artifact(uri, parent, "multirun.yaml", folder)
-        searched = (OmegaConf.select(OmegaConf.load(hydra), "hydra.overrides.hydra") or []) if hydra else []
+        searched = (OmegaConf.select(_yaml(hydra, run_id), "hydra.overrides.hydra") or []) if hydra else []
         return own + [str(o) for o in searched if str(o).startswith(SEARCHPATH)]
+
+
+def _yaml(path: Path, run_id: str) -> Any:
+    """An artifact of Hydra's read back; LookupError (one line) where it is not the YAML Hydra wrote."""
+    from omegaconf import OmegaConf
+
+    try:
+        loaded = OmegaConf.load(path)
+    except Exception as error:  # not text, not YAML (yaml's own errors), not what OmegaConf takes: one line each
+        raise LookupError(f"run {run_id}: its hydra/{path.name} cannot be read ({first_line(error)})") from None
+    if path.name == "overrides.yaml" and not OmegaConf.is_list(loaded):
+        raise LookupError(f"run {run_id}: its hydra/overrides.yaml is not the list of overrides Hydra writes")
+    return loaded
 
 
 def _artifact(uri: str, run_id: str, path: str, folder: str) -> Path | None:

@@ -176,13 +176,16 @@ def test_a_real_ci_runner_pool_history_finds_the_step_at_the_seventh_run(tmp_pat
     result = runner_main("history", "--tracking-uri", uri, "--json", "--fail-on", "regression")
     (series,) = json.loads(result.stdout)
     assert len(series["runs"]) == 12, result.stdout
-    assert [(s["index"], s["label"]) for s in series["steps"]] == [(6, "regression")], result.stdout
+    # a regression; or, where these runs were timed beside other work (a loaded test machine), the busy rule's label,
+    # which fails no gate (runner.history.build.unless_busy)
+    (label,) = {s["label"] for s in series["steps"]}
+    assert [s["index"] for s in series["steps"]] == [6] and label in ("regression", "busy machine"), result.stdout
     # the truth: the wait grows by 0.2 ms (10% of the 2 ms asked) beside the call's fixed cost and sleep's overshoot,
     # 1 + 0.2 ms / the typical time before the step: a little under 1.1 (the interval, from the series' own scatter,
     # is tight for a wait)
     before = np.median([run["typical_s"] for run in series["runs"][:6]])
     truth = 1 + 0.1 * 2e-3 / before
     assert series["steps"][0]["low"] < truth < series["steps"][0]["high"], (truth, series["steps"][0])
-    assert result.returncode == 1 and result.stderr.count("failing:") == 1
+    assert (result.returncode, result.stderr.count("failing:")) == ((1, 1) if label == "regression" else (0, 0))
     hosts = {json.loads((tmp_path / f"run{i:02d}" / "result.json").read_text())["identity"]["host"] for i in range(12)}
     assert hosts == {f"ci-runner-{i}" for i in range(12)}

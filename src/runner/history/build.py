@@ -43,6 +43,10 @@ from runner.identity import Key
 from runner.record.runs import CONTROL_TAG, Run
 from runner.report.comparison import load_could_make
 
+# the smallest step in a time that a history reports: a series quiet enough resolved 0.4% (p 0.005) in identical
+# sweeps on this VM (BENCHMARKS.md, *History: real sweeps of two seeds*), a move no gate should fail on
+MIN_STEP = 0.01
+
 
 def build(
     entries: list[tuple[str, str, str, str, Entry]],
@@ -61,11 +65,12 @@ def build(
         found.setdefault((case, machine), History(case, case_name, machine, machine_name)).entries.append(entry)
     for history in found.values():
         history.entries = in_time(history.entries)
-        history.steps = unless_busy(history.entries, find_steps([e.point() for e in history.entries]))
+        history.steps = unless_busy(history.entries, find_steps([e.point() for e in history.entries], MIN_STEP))
         history.is_control = history.case in control_cases
         if controls.get(history.case) and all(not math.isnan(e.control_s) for e in history.entries):
             history.control_name, history.raw_steps = controls[history.case], history.steps
-            history.steps = unless_busy(history.entries, find_steps([e.point(relative=True) for e in history.entries]))
+            relative = [e.point(relative=True) for e in history.entries]
+            history.steps = unless_busy(history.entries, find_steps(relative, MIN_STEP))
         history.numbers = numeric_steps(history.entries)
         history.figures = figure_steps(history.entries)
     histories = list(found.values())

@@ -6,6 +6,7 @@ first (runner.history.confirm), the gate failing only where its step stands. The
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TextIO
 
@@ -71,14 +72,7 @@ def failing_figures(histories: list[History], labels: set[str]) -> list[str]:
     """The steps of the figures (the first call and its parts, load, memory, a generation's: runner.history.figures)
     whose label is one of `labels`, as printed; a control's aside. No re-run judges them (--confirm re-runs for the
     times): a figure's step fails the gate as it stands."""
-    return [
-        f"{h.case_name}: {describe_figure(h, name, s)}"
-        for h in histories
-        if not h.is_control
-        for name, steps in h.figures.items()
-        for s in steps
-        if str(s.label) in labels and s.significant
-    ]
+    return _failing_in(histories, lambda h: h.figures, describe_figure, lambda step: str(step.label) in labels)
 
 
 def failing_steps(histories: list[History], labels: set[str]) -> list[tuple[History, list[Step]]]:
@@ -114,13 +108,24 @@ def failing_numbers(histories: list[History], labels: set[str]) -> list[str]:
     """The changes of numbers (NUMERIC), as printed, where `labels` holds theirs: a control's aside, as its times."""
     if str(Label.NUMERIC) not in labels:
         return []
+    return _failing_in(histories, lambda h: h.numbers, describe_number, lambda step: True)
+
+
+def _failing_in(
+    histories: list[History],
+    series: Callable[[History], dict[str, list[Step]]],
+    described: Callable[[History, str, Step], str],
+    wanted: Callable[[Step], bool],
+) -> list[str]:
+    """The significant steps of each history's `series` (its numbers or its figures) that `wanted` keeps, as printed;
+    a control's aside."""
     return [
-        f"{h.case_name}: {describe_number(h, name, s)}"
+        f"{h.case_name}: {described(h, name, s)}"
         for h in histories
         if not h.is_control
-        for name, steps in h.numbers.items()
+        for name, steps in series(h).items()
         for s in steps
-        if s.significant
+        if s.significant and wanted(s)
     ]
 
 

@@ -180,12 +180,14 @@ def test_a_real_ci_runner_pool_history_finds_the_step_at_the_seventh_run(tmp_pat
     # which fails no gate (runner.history.build.unless_busy)
     (label,) = {s["label"] for s in series["steps"]}
     assert [s["index"] for s in series["steps"]] == [6] and label in ("regression", "busy machine"), result.stdout
-    # the truth: the wait grows by 0.2 ms (10% of the 2 ms asked) beside the call's fixed cost and sleep's overshoot,
-    # 1 + 0.2 ms / the typical time before the step: a little under 1.1 (the interval, from the series' own scatter,
-    # is tight for a wait)
+    # the size: the wait grows by 0.2 ms (10% of the 2 ms asked) beside the call's fixed cost and sleep's overshoot,
+    # 1 + 0.2 ms / the typical time before the step, a little under 1.1. One real interval misses the truth now and
+    # then by design (a 95% interval, 1 in 20), and sleep's overshoot moves with the load between runs, so this run
+    # asks for the size within 3 points; how often an interval holds the truth is simulated in tests/test_steps.py
     before = np.median([run["typical_s"] for run in series["runs"][:6]])
     truth = 1 + 0.1 * 2e-3 / before
-    assert series["steps"][0]["low"] < truth < series["steps"][0]["high"], (truth, series["steps"][0])
+    step = series["steps"][0]
+    assert abs(step["ratio"] - truth) < 0.03 and step["low"] < step["ratio"] < step["high"], (truth, step)
     assert (result.returncode, result.stderr.count("failing:")) == ((1, 1) if label == "regression" else (0, 0))
     hosts = {json.loads((tmp_path / f"run{i:02d}" / "result.json").read_text())["identity"]["host"] for i in range(12)}
     assert hosts == {f"ci-runner-{i}" for i in range(12)}

@@ -14,7 +14,7 @@ from runner.config import PROJECT_ROOT
 from runner.identity import work
 from runner.record.table import format_interval, format_ratio, format_seconds, ratio_figure
 from runner.report import compare, pooled, sweep_answer
-from runner.report.comparison import Comparison, Timings, Verdict, versus_fastest
+from runner.report.comparison import MIN_RANK_SAMPLES, Comparison, Timings, Verdict, versus_fastest
 from runner.report.comparison import compare as compare_two
 from runner.report.ratio import Job
 
@@ -152,16 +152,40 @@ def test_calls_whose_parts_were_not_observed_get_no_interval_from_them():
     assert found.verdict == Verdict.CANNOT_TELL and not found.of_parts and math.isnan(found.low)
 
 
-def test_one_generation_each_on_a_busy_machine_is_cannot_tell():
-    """Each job's tokens came from its own turn: what else ran in the other's turn is beyond them (identical jobs
+def _generations(rng: np.random.Generator, per_token_s: float, busy: float = 0.0) -> Timings:
+    """A job of MIN_RANK_SAMPLES rounds, one generation a round (_one_generation's), in one worker process."""
+    each = [_one_generation(rng, per_token_s) for _ in range(MIN_RANK_SAMPLES)]
+    rounds = np.arange(1, MIN_RANK_SAMPLES + 1)
+    whole = np.array([t.replicates[0].seconds[0] for t in each])
+    steps = np.vstack([t.parts[0] for t in each])
+    return Timings((Job(whole, rounds, np.zeros(len(rounds), dtype=int)),), busy=busy, parts=(steps,))
+
+
+def test_a_few_generations_each_on_a_busy_machine_are_cannot_tell():
+    """Each job's tokens came from its own turns: what else ran in the other's turns is beyond them (identical jobs
     read 0.70x [0.61-0.81] beside other work), so on a busy machine a difference they show is not called."""
     rng = np.random.default_rng(3)
-    slower, fast = _one_generation(rng, 0.13), _one_generation(rng, 0.1)
+    slower, fast = _generations(rng, 0.13), _generations(rng, 0.1)
     busy = compare_two(Timings(slower.replicates, busy=1.5, parts=slower.parts), fast)
     assert busy.verdict == Verdict.CANNOT_TELL and busy.reason.startswith("looks slower, but the machine was busy")
     assert compare_two(slower, fast).verdict == Verdict.SLOWER
-    far = _one_generation(rng, 0.3)  # 3x: beyond what load alone made of a call here (BUSY_FACTOR)
-    assert compare_two(Timings(far.replicates, busy=1.5, parts=far.parts), fast).verdict == Verdict.SLOWER
+    far = _generations(rng, 0.3, busy=1.5)  # 3x: beyond what load alone made of a call here (BUSY_FACTOR)
+    assert compare_two(far, fast).verdict == Verdict.SLOWER
+
+
+def test_one_generation_on_a_busy_machine_is_not_ranked():
+    """Issue 77: a busy gpt2 sweep gave torch's one generation 0.17x a token [0.00-7.52] and ranked it, beside its
+    1.64 s a generation against jax's 164 ms. The parts of one call share its turn: on a busy machine they do not
+    count as samples, and a job of fewer whole calls than MIN_RANK_SAMPLES is listed, not ranked; quiet, it is."""
+    rng = np.random.default_rng(5)
+    one, others = _one_generation(rng, 0.1), _one_generation(rng, 0.1)
+    busy = Timings(one.replicates, busy=1.5, parts=one.parts)
+    assert busy.too_few() == (
+        "not enough samples (1 call; on a busy machine a call's parts do not count: 1.5 other runnable)"
+    )
+    found = compare_two(busy, others)
+    assert (found.verdict, found.ranked, math.isnan(found.low)) == (Verdict.CANNOT_TELL, False, True)
+    assert one.ranked() and compare_two(one, others).ranked
 
 
 def test_runs_made_apart_are_compared_apart_whatever_their_hosts_are_called():
@@ -222,7 +246,6 @@ def test_a_job_with_too_few_samples_is_listed_never_ranked_or_drawn(tmp_path):
     """Issue 77: a generation timed once (its warm-up cut short) came out 0.36x a token [0.01-21.5] and was drawn
     left of the fastest. A job with fewer samples than MIN_RANK_SAMPLES says so, is never the fastest, and has no
     bar on the chart."""
-    from runner.report.comparison import MIN_RANK_SAMPLES
     from runner.report.plots import plot_speedups
 
     frame = sweep({"numpy": 18e-6, "torch": 9e-6, "jax": 18e-6 * 3}, seeds=1)

@@ -379,6 +379,18 @@ def test_an_unstable_configuration_gets_no_ratio_and_the_answer_opens_with_no_re
     assert said.startswith("no reliable order (jax: 1 round): numpy ") and "(cannot tell)" in said
 
 
+def test_where_under_two_have_samples_enough_the_answer_opens_with_not_enough_samples():
+    """Issue 77: a busy train-step sweep opened on 'no reliable order (jax unstable ...; torch not enough samples (2))':
+    with one configuration left to rank, what is missing is time, and the opening says so."""
+    jax, torch = pool(sweep({"jax": 1e-5, "torch": 3e-5}))
+    few = {"low": math.nan, "high": math.nan, "verdict": Verdict.CANNOT_TELL, "reason": "not enough samples (2)"}
+    torch = replace(torch, comparison=replace(torch.comparison, ranked=False, **few))
+    jax = replace(jax, comparison=replace(jax.comparison, verdict=Verdict.UNSTABLE, reason="rounds 1-9 at 1 ms"))
+    said = sweep_answer.sentence([jax, torch])
+    assert said.startswith("not enough samples for an order (jax's measurements disagree: rounds 1-9 at 1 ms; ")
+    assert said.endswith(f"torch {format_seconds(torch.time_s)}, not enough samples (2)")
+
+
 def test_a_resolution_beyond_100_percent_is_said_as_the_factor_it_is():
     from runner.record.table import format_resolution
 

@@ -31,7 +31,8 @@ compare` asks this module; the statistics beneath it are runner.report.ratio's.
   token"), its interval over the blocks with the processes' spread added, as for rounds. It says so ('1 round x 15
   parts of a call'), and it is not centred on the whole calls' typical times, which a single stalled first token
   moves. One turn each cannot see what else ran in the other's turn: where the machine was busy, a difference stays
-  "cannot tell".
+  "cannot tell", and a job of fewer than MIN_RANK_SAMPLES whole calls has not enough samples to be ranked (a busy
+  gpt2 sweep ranked torch's one generation at 0.17x a token [0.00-7.52] beside its 1.64 s against jax's 164 ms).
 - The verdict (Verdict) and its reason, in one vocabulary: fastest (the baseline), within noise, slower, faster,
   no change (real, but under `factor`: asv compare's rule), cannot tell (why), unstable (why).
 """
@@ -178,11 +179,28 @@ class Timings:
         """Its timed samples (calls or blocks of calls), all replicates together; where it timed a call's parts (a
         generation's decode steps), the parts observed, which compare where whole calls are too few."""
         observed = sum(int(np.isfinite(np.asarray(p, dtype=float)).sum()) for p in self.parts)
-        return observed or sum(len(job.seconds) for job in self.replicates)
+        return observed or self.calls()
+
+    def calls(self) -> int:
+        """Its timed samples of whole calls (or blocks of calls), all replicates together."""
+        return sum(len(job.seconds) for job in self.replicates)
+
+    def too_few(self) -> str | None:
+        """Why it has too few samples to be ranked (MIN_RANK_SAMPLES), or None (also where only medians are here).
+        A call's parts count as samples on a quiet machine only: they all share the call's one turn, and on a busy
+        machine what ran in another job's turn is beyond them (_unless_busy), so whole calls must be enough."""
+        if not self.replicates or (self.samples() >= MIN_RANK_SAMPLES and self.calls() >= MIN_RANK_SAMPLES):
+            return None
+        if self.samples() < MIN_RANK_SAMPLES:
+            return f"not enough samples ({self.samples()})"
+        if self.busy > BUSY_OTHER_RUNNABLE:
+            calls, busy = f"{self.calls()} call{'s' if self.calls() > 1 else ''}", f"{self.busy:.1f} other runnable"
+            return f"not enough samples ({calls}; on a busy machine a call's parts do not count: {busy})"
+        return None
 
     def ranked(self) -> bool:
-        """Whether it has samples enough to be ranked (MIN_RANK_SAMPLES), or only medians (no samples here)."""
-        return not self.replicates or self.samples() >= MIN_RANK_SAMPLES
+        """Whether it has samples enough to be ranked (too_few)."""
+        return self.too_few() is None
 
     def processes(self) -> int:
         """The worker processes its samples came from, all replicates together."""
@@ -210,7 +228,7 @@ def compare(
     under `factor` is called NO_CHANGE."""
     by_typical = run.typical_s() / baseline.typical_s()
     if not (run.ranked() and baseline.ranked()):
-        few = f"not enough samples ({run.samples()})" if not run.ranked() else "the fastest has not enough samples"
+        few = run.too_few() or "the fastest has not enough samples"
         return Comparison(by_typical, math.nan, math.nan, Verdict.CANNOT_TELL, few, ranked=run.ranked())
     apart = apart or measured_apart(run, baseline)
     if not run.replicates or not baseline.replicates:  # the replicates' medians may still disagree
@@ -387,7 +405,7 @@ def versus_fastest(candidates: Sequence[Timings], configurations: Sequence[str])
         why = None  # its rounds disagree, yet every other was slower in the rounds they shared: it is the fastest
     if not candidates[fastest].ranked():  # none has samples enough
         out[fastest] = Comparison(1.0, math.nan, math.nan, Verdict.CANNOT_TELL,
-                                  f"not enough samples ({candidates[fastest].samples()})", is_baseline=True,
+                                  candidates[fastest].too_few(), is_baseline=True,
                                   ranked=False)  # fmt: skip
     else:
         out[fastest] = Comparison(1.0, math.nan, math.nan, Verdict.UNSTABLE if why else Verdict.FASTEST, why,

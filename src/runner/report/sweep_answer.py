@@ -135,7 +135,9 @@ def _no_reliable_order(group: list[Pooled]) -> str:
             said.append(f"{p.label} {_time_said(p)}{', unstable' if p.verdict == Verdict.UNSTABLE else ''}")
         else:
             said.append(f"{p.label} {_ratio_said(p)} {interval_text(p) or _no_interval(p)}".rstrip())
-    return f"no reliable order ({'; '.join(dict.fromkeys(why))}): {'; '.join(said)}"
+    # under two with samples enough (MIN_RANK_SAMPLES): what is missing is time, not a quieter machine
+    opening = "no reliable order" if sum(p.comparison.ranked for p in group) > 1 else "not enough samples for an order"
+    return f"{opening} ({'; '.join(dict.fromkeys(why))}): {'; '.join(said)}"
 
 
 def _no_interval(p: Pooled) -> str:

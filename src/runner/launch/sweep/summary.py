@@ -61,7 +61,8 @@ numpy fastest (109 µs); torch 5.74x [4.11–8.02]; jax 180x [159–204]; the or
   disagree too much for a verdict). Where a job's rounds spread (a busy machine) but every paired round, or enough
   of them for the sign test, puts it on one side: `slower (in 39 of 39 paired rounds, at least 1.68x; though ...)`,
   the bound from the rounds' order statistics, which no stall can bias. `cannot tell (not enough samples (2))`: fewer
-  than 3 samples (or timed parts of a call), listed after the order with its time, never ranked or drawn.
+  than 3 samples (or timed parts of a call; on a busy machine, 3 whole calls), listed after the order with its time,
+  never ranked or drawn; where fewer than two have enough, the answer opens `not enough samples for an order`.
 - **`resolves 20.0%`** (a job's resolution): the smallest difference its comparison would call 9 times in 10 at the
   spread it saw (from 100% on, the factor: `a 9.99x difference`). A sweep measures in rounds until every
   comparison resolves `timing.resolve` (default 0.1, 10%); `out of budget: a comparison resolves only 22.5% after

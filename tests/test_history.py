@@ -375,3 +375,28 @@ def test_a_first_call_that_grows_is_a_regression_of_its_own_series_and_fails_the
     (case,) = _strict_json(runner_main("history", str(tmp_path), "--json").stdout)
     assert [(s["metric"], s["index"], s["label"]) for s in case["figure_steps"]] == [("first_call_s", 4, "regression")]
     assert case["steps"] == [] and case["gaps"] == []
+
+
+def test_a_case_run_on_several_hosts_names_each_runs_host_and_a_case_on_one_host_none(tmp_path):
+    """Issue 78: no history said where a run ran. A pool's runs of one kind of machine are one series: its page, --json
+    and --markdown name each run's host, by the rule a sweep's tables use; a case run on one host shows no host."""
+    from runner.history import as_json, markdown, page
+    from runner.record.runs import from_dirs
+
+    metrics = {"time_typical_s": 1e-4, "time_median_s": 1e-4, "time_iqr_s": 0.0, "first_call_s": 1e-4}
+    for i in range(4):
+        for batch, host in ((32, f"ci-{i % 2 + 1}"), (64, "box")):
+            config, machine = {**CONFIG, "batch_size": batch}, {**MACHINE, "hostname": host}
+            (run_dir := tmp_path / "runs" / f"{batch}-{i}").mkdir(parents=True)
+            Result(Status.FINISHED, config, metrics, machine, started=1.79e9 + 3600 * i).save(run_dir)
+    found = history.from_runs(from_dirs(sorted((tmp_path / "runs").iterdir())))
+    pool, one = sorted(found, key=lambda h: h.case_name)  # batch_size=32, then 64
+    page.write(found, tmp_path / "pages")
+    pool_page, one_page = ((tmp_path / "pages" / f"{page.page_name(h)}.html").read_text() for h in (pool, one))
+    assert "<th>started</th><th>host</th><th>typical</th>" in pool_page and pool_page.count("<td>ci-2</td>") == 2
+    assert "<th>host</th>" not in one_page and "<td>box</td>" not in one_page
+    cases = {c["case_name"]: c for c in json.loads(as_json.to_json(found))}
+    assert [r["host"] for r in cases[pool.case_name]["runs"]] == ["ci-1", "ci-2", "ci-1", "ci-2"]
+    assert not any("host" in r for r in cases[one.case_name]["runs"])
+    comment = markdown.comment(found, None, set())
+    assert "| 100 µs on ci-2 |" in comment and " on box" not in comment, comment

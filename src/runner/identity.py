@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import asdict, dataclass
 
 from runner.config import is_capability
@@ -90,6 +90,12 @@ class Identity:
             return None
         keys = {n: Key(str(tags[n]), str(tags.get(f"{n}_name", ""))) for n in names}
         return cls(**keys, host=str(tags.get("env.hostname", "")))
+
+
+def several_hosts(hosts: Iterable[object]) -> bool:
+    """Whether runs ran on more than one host (a cluster's nodes, a CI runner pool, a team's machines of one kind):
+    where a table of them shows each run's host. A host not known ('', None, NaN) is no host of its own."""
+    return len({h for h in hosts if isinstance(h, str) and h}) > 1
 
 
 def of_config(config: dict, copied: Collection[str], environment: Mapping[str, object], run_name: str = "") -> Identity:

@@ -1,6 +1,7 @@
-"""`runner history --json`: per case and machine its names, its runs, the steps found in its times, its numbers and
-its figures, every series fitted (by name), and its gaps (a case whose newest runs failed, or that stopped
-appearing); strict JSON, a number that is not one (an interval a run lacks) as null."""
+"""`runner history --json`: per case and machine its names, its runs (each with its host where they ran on several),
+the steps found in its times, its numbers and its figures, every series fitted (by name), and its gaps (a case whose
+newest runs failed, or that stopped appearing); strict JSON, a number that is not one (an interval a run lacks) as
+null."""
 
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ def _case(h: History) -> dict:
         "case_name": h.case_name,
         "machine": h.machine,
         "machine_name": h.machine_name,
-        "runs": [asdict(e) for e in h.entries],
+        "runs": _runs(h),
         "fitted": f"relative to {h.control_name}" if h.relative else "times",
         "steps": [step_record(h, s) for s in h.steps],
         "raw_steps": [step_record(h, s) for s in h.raw_steps],
@@ -47,6 +48,12 @@ def _case(h: History) -> dict:
         "series": _series(h),
         "gaps": [],
     }
+
+
+def _runs(h: History) -> list[dict]:
+    """Its runs, each with its `host` where the case's runs ran on several (History.several_hosts)."""
+    shown = h.several_hosts()
+    return [{k: v for k, v in asdict(e).items() if k != "host" or shown} for e in h.entries]
 
 
 def _series(h: History) -> list[dict]:

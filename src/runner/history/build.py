@@ -147,6 +147,7 @@ def from_runs(
             busy=float(run.metrics.get("machine_other_runnable") or 0.0),
             sweep=run.sweep,
             experiment_id=run.experiment_id,
+            host=found.host,
         )
         entries.append((found.case.key, found.case.name, machine.key, machine.name, entry))
     return build(entries, controls, {r.tags[CONTROL_TAG] for r in runs if r.tags.get(CONTROL_TAG)}, fdr)

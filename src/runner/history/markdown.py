@@ -2,10 +2,10 @@
 
 A headline with the verdict (the gate's, where --fail-on names labels), what the false-discovery rate says of the
 steps kept (history.fdr_summary), a table of the cases with a step, those that alert first (case, machine, its
-typical time now, the step: a ratio with its interval, the numbers either side, or a figure's name, ratio and levels
-either side; its label, and the re-run's word and its q-value), then the quiet cases (no step, or too few runs to
-tell) in a collapsed <details>. Every name is escaped: a pipe in a case's name cannot split a cell, nor a `<` open a
-tag.
+typical time now, with the newest run's host where the case's runs ran on several; the step: a ratio with its
+interval, the numbers either side, or a figure's name, ratio and levels either side; its label, and the re-run's word
+and its q-value), then the quiet cases (no step, or too few runs to tell) in a collapsed <details>. Every name is
+escaped: a pipe in a case's name cannot split a cell, nor a `<` open a tag.
 """
 
 from __future__ import annotations
@@ -112,7 +112,13 @@ def _cells(row: Row) -> list[str]:
     h, step = row.history, row.step
     name = f"{h.case_name} (control)" if h.is_control else h.case_name
     label = str(step.label) if step.significant else f"{step.label}, not significant across the store"
-    return [name, h.machine_name, format_seconds(h.entries[-1].typical_s), _step(row), label, _word(row)]
+    return [name, h.machine_name, _now(h), _step(row), label, _word(row)]
+
+
+def _now(h: History) -> str:
+    """Its newest run's typical time, with that run's host where the case's runs ran on several: '110 µs on ci-2'."""
+    newest = h.entries[-1]
+    return format_seconds(newest.typical_s) + (f" on {newest.host}" if h.several_hosts() and newest.host else "")
 
 
 def _step(row: Row) -> str:
@@ -144,6 +150,5 @@ def _quiet(histories: list[History]) -> list[str]:
     out = ["", f"<details><summary>{len(histories)} quiet series (no step found)</summary>", ""]
     out += ["| case | machine | now | runs |", "|---|---|---|---|"]
     for h in histories:
-        now = format_seconds(h.entries[-1].typical_s)
-        out.append(f"| {cell(h.case_name)} | {cell(h.machine_name)} | {cell(now)} | {len(h.entries)} |")
+        out.append(f"| {cell(h.case_name)} | {cell(h.machine_name)} | {cell(_now(h))} | {len(h.entries)} |")
     return out + ["", "</details>"]

@@ -104,8 +104,11 @@ def _case_page(h: History, image: str, ui: str | None = None, profiles: Reader |
     steps = "".join(f"<li>{html.escape(line)}</li>" for line in said) or "<li>no step</li>"
     numbers = [name for name in NUMBERS if name in h.numbers]
     figures = list(h.figures)  # each figure some run recorded (of those --series named), a column
+    hosts = h.several_hosts()
     rows = "".join(
-        f"<tr><td>{i}</td><td>{_when(e.started)}</td><td>{format_seconds(e.typical_s)}</td>"
+        f"<tr><td>{i}</td><td>{_when(e.started)}</td>"
+        + (f"<td>{html.escape(e.host)}</td>" if hosts else "")
+        + f"<td>{format_seconds(e.typical_s)}</td>"
         + "".join(f"<td>{format_number(n, e.numbers[n]) if n in e.numbers else ''}</td>" for n in numbers)
         + "".join(f"<td>{format_figure(n, e.figures[n]) if n in e.figures else ''}</td>" for n in figures)
         + f"<td>{'busy' if _busy(e) else ''}</td>"
@@ -113,7 +116,8 @@ def _case_page(h: History, image: str, ui: str | None = None, profiles: Reader |
         for i, e in enumerate(h.entries)
     )
     named = (*(NUMBERS[n] for n in numbers), *(FIGURES[n].said for n in figures))
-    columns = ("#", "started", "typical", *named, "machine", "version", "known change", "run")
+    where = ("host",) if hosts else ()
+    columns = ("#", "started", *where, "typical", *named, "machine", "version", "known change", "run")
     headers = "".join(f"<th>{html.escape(name)}</th>" for name in columns)
     table = f"<table><tr>{headers}</tr>{rows}</table>"
     body = f"<p><a href='index.html'>all cases</a></p><h1>{html.escape(h.case_name)}</h1>"

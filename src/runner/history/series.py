@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from runner.history.steps import Point, Step
+from runner.identity import several_hosts
 from runner.report import statistics
 from runner.report.comparison import apart_interval, relative_interval
 
@@ -38,6 +39,7 @@ class Entry:
     sweep: str = ""  # the sweep it was measured in (its MLflow parent run or folder): its replicates there, one point
     experiment_id: str = ""  # its MLflow experiment ('' read from a folder): its page's link names it
     figures: dict[str, float] = field(default_factory=dict)  # its other figures (figures.FIGURES) recorded
+    host: str = ""  # where it ran ('' not known): a pool's runs of one kind of machine are one series
 
     def point(self, relative: bool = False) -> Point:
         """Its typical time as a run of the series, or its ratio to its control (`relative`): measured in the same
@@ -82,6 +84,10 @@ class History:
 
     def newest_step(self) -> Step | None:
         return max(self.steps, key=lambda s: s.index, default=None)
+
+    def several_hosts(self) -> bool:
+        """Whether its runs ran on more than one host (runner.identity.several_hosts): then each run's is shown."""
+        return several_hosts(e.host for e in self.entries)
 
 
 def either_side(entries: list[Entry], steps: list[Step], step: Step) -> tuple[list[Entry], list[Entry]]:

@@ -10,7 +10,7 @@ from typing import Any, cast
 import numpy as np
 import pandas as pd
 
-from runner.identity import MEASUREMENT, SETTING_PREFIXES, WORK_KEYS, under
+from runner.identity import MEASUREMENT, SETTING_PREFIXES, WORK_KEYS, several_hosts, under
 from runner.measure.samples import PROCESS, ROUND
 from runner.record import setups
 from runner.record.result import Status, read_samples, read_timings
@@ -227,7 +227,7 @@ def human_table(frame: pd.DataFrame, columns: tuple[Column, ...] = COLUMNS) -> t
 
 def _where(frame: pd.DataFrame) -> list[str]:
     """The host column, where the runs ran on more than one host (a cluster's nodes, a team's machines)."""
-    return ["host"] if "host" in frame and frame["host"].dropna().nunique() > 1 else []
+    return ["host"] if "host" in frame and several_hosts(frame["host"]) else []
 
 
 def column_labels(columns: list[Column], frame: pd.DataFrame) -> list[str]:

@@ -209,3 +209,32 @@ def test_a_job_refused_before_it_ran_has_no_setup_and_splits_nothing():
     numbers = setups.setups(frame)
     assert list(numbers[:2]) == [1, 1] and numbers.isna()[2]
     assert setups.describe(frame, numbers) == []
+
+
+def test_a_block_slurm_ended_before_it_recorded_its_machine_is_in_no_setup_and_its_row_names_its_node(tmp_path):
+    """Issue 78: a lost node's block, recorded FAILED with SLURM's reason alone, was 'setup 2: CPU unknown' beside the
+    sweep's finished runs. Its CPU was never read: it is in no setup, its row says FAILED on its node."""
+    from test_history import MACHINE
+
+    from runner.config import compose
+    from runner.launch.slurm import record_slurm_end
+    from runner.launch.slurm_queue import JobState
+    from runner.record import job_record
+    from runner.record.result import Result, Status
+    from runner.spec import JobSpec
+
+    spec = JobSpec.of(compose(["backend=numpy", "tracking=none"]))
+    metrics = {"time_typical_s": 1e-4, "time_median_s": 1e-4, "time_iqr_s": 0.0, "first_call_s": 1e-4}
+    for job, host in enumerate(("node-1", "node-3")):
+        result = Result(Status.FINISHED, metrics=metrics, environment={**MACHINE, "hostname": host})
+        (tmp_path / str(job)).mkdir()
+        job_record.write(spec, tmp_path / str(job), result)
+    lost = JobState("7_2", "NODE_FAIL", "sinfo: node-2 down* (Not responding)", "9", ": its node is lost", "node-2")
+    record_slurm_end(spec, tmp_path / "2", lost)
+    frame = report.frame(runs.from_path(tmp_path))
+    assert list(frame["setup"][:2]) == [1, 1] and frame["setup"].isna()[2]
+    assert report.setup_notes(frame) == []  # was: setup 2: CPU unknown (setup 1: AMD EPYC 7B13); ...
+    headers, cells = report.human_table(frame)
+    assert "setup" not in headers and headers[:3] == ["run", "status", "host"]
+    assert [row[1:3] for row in cells] == [["FINISHED", "node-1"], ["FINISHED", "node-3"], ["FAILED", "node-2"]]
+    assert "CPU unknown" not in report.markdown(frame) and "NODE_FAIL" in report.markdown(frame)

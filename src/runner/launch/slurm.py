@@ -261,7 +261,9 @@ def record_slurm_end(spec: JobSpec, run_dir: Path, state: JobState) -> None:
     recorded itself FINISHED before its node was lost keeps its record: its measurements are whole."""
     if state.state == "NODE_FAIL" and cluster_jobs.finished(run_dir):
         return
-    context = {"slurm_job_id": state.slurm_job_id} if state.slurm_job_id else {}
+    # named as a job records them (runner.record.environment): the node names a run that never recorded its host
+    found = {"slurm_job_id": state.slurm_job_id, "slurm_node": state.placed_on}
+    context = {k: v for k, v in found.items() if v}
     cluster_jobs.record_ended(spec, run_dir, state.describe(), context)
 
 

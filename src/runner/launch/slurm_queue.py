@@ -38,9 +38,14 @@ class JobState:
     extra: str = ""  # what we did about it (a cancel), for the record
     node: str = ""  # the node it runs or ran on (squeue's %N), once it has one
 
+    @property
+    def placed_on(self) -> str:
+        """The node it runs or ran on; '' while it is pending."""
+        return self.node if self.state != "PENDING" else ""
+
     def describe(self) -> str:
         reason = f" ({self.reason})" if self.reason and self.reason != "None" else ""
-        on = f" on {self.node}" if self.node and self.state != "PENDING" else ""
+        on = f" on {self.placed_on}" if self.placed_on else ""
         return f"SLURM job {self.job_id} {self.state}{reason}{on}{self.extra}"
 
 

@@ -52,13 +52,19 @@ class Run:
         return str(parent) if parent and (parent / SWEEP_FILE).exists() else ""
 
     @property
+    def host(self) -> str:
+        """Where it ran: its recorded host, else the node SLURM placed it on (a block whose node was lost before the
+        job recorded anything: runner.launch.slurm.record_slurm_end); '' where neither is known."""
+        host = self.identity.host if self.identity is not None else self.environment.get("hostname", "")
+        return str(host or self.environment.get("slurm_node", ""))
+
+    @property
     def timed_in(self) -> str:
         """The rounds it was timed in: its sweep's, on its host, in its cluster job (a SLURM or Ray block); a single
         run's are its own. Runs are paired round by round only where this is the same: round k of runs made apart
         names no common moment, whatever their hosts are called."""
-        host = self.identity.host if self.identity is not None else self.environment.get("hostname", "")
         block = self.environment.get("slurm_job_id") or self.environment.get("ray_job_id") or ""
-        return "|".join((self.sweep or self.where, str(host), str(block)))
+        return "|".join((self.sweep or self.where, self.host, str(block)))
 
     @property
     def is_control(self) -> bool:

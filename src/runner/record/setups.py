@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from runner.identity import MACHINE, machine_facts
+from runner.record.result import Status
 
 if TYPE_CHECKING:  # pandas only where frames are built: a job records and uploads its setup without it
     import pandas as pd
@@ -40,18 +41,18 @@ def environment_columns(environment: dict) -> dict[str, str]:
 
 def setups(frame: pd.DataFrame) -> pd.Series:
     """Per run, the number of its setup (1, 2, ...: in order of first appearance; NaN for a run that recorded
-    no environment, refused before it ran). Runs share a setup when their kind of machine (the `machine` column,
-    runner.identity) and versions agree
+    no environment, refused before it ran, or that ended before it recorded its machine: _never_read). Runs share a
+    setup when their kind of machine (the `machine` column, runner.identity) and versions agree
     and, where a framework appears in several versions, they used the same one: the runs of its second version
     form a setup of their own, with the other frameworks' runs of the first."""
     import pandas as pd
 
     if frame.empty or not {"machine", *COLUMNS} <= set(frame):
         return pd.Series(1, index=frame.index)
-    recorded = frame["machine"].notna()  # a job refused before it ran recorded no environment: no setup
+    recorded = frame["machine"].notna() & ~_never_read(frame)  # a job refused before it ran recorded no environment
     versions = frame[[f"env.{k}" for k in VERSIONS]].astype(str)
     own = _in_own_environment(frame)
-    ours = versions.loc[own, "env.python"]  # another environment's Python is its configuration's: taken as ours
+    ours = versions.loc[own & recorded, "env.python"]  # another environment's Python is its configuration's: ours
     versions.loc[~own, "env.python"] = ours.mode().iloc[0] if len(ours) else ""
     base = frame["machine"].astype(str) + "|" + versions.agg("|".join, axis=1)
     nth_version = pd.Series(0, index=frame.index)
@@ -61,6 +62,19 @@ def setups(frame: pd.DataFrame) -> pd.Series:
     key = base + "#" + nth_version.astype(str)
     order = list(dict.fromkeys(key[recorded]))
     return key.map(lambda k: order.index(k) + 1 if k in order else None).where(recorded).astype(float)
+
+
+def _never_read(frame: pd.DataFrame) -> pd.Series:
+    """Per run, whether it did not finish and recorded no fact of its machine: a job SLURM ended before it recorded
+    anything (a block whose node was lost), its record the cluster's reason, its job id and node alone. Its CPU was
+    never read, not unknown: it is in no setup, and its row says where it was (its host, else its node) and that it
+    failed, as any run's does."""
+    import pandas as pd
+
+    if "status" not in frame:
+        return pd.Series(False, index=frame.index)
+    facts = frame[[f"env.{k}" for k in MACHINE]].fillna("").astype(str)
+    return (frame["status"] != Status.FINISHED) & (facts == "").all(axis=1)
 
 
 def _in_own_environment(frame: pd.DataFrame) -> pd.Series:

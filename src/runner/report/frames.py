@@ -37,7 +37,7 @@ def frame(runs: Iterable[Run]) -> pd.DataFrame:
         row.update(timed_in=run.timed_in)
         if run.identity is not None:
             row.update({k: v.key for k, v in vars(run.identity).items() if k != "host"})
-            row.update(case_name=run.identity.case.name, machine_name=run.identity.machine.name, host=run.identity.host)
+            row.update(case_name=run.identity.case.name, machine_name=run.identity.machine.name, host=run.host)
         row.update(setups.environment_columns(run.environment))
         row.update({f"params.{k}": v for k, v in run.params.items()})
         row.update({f"metrics.{k}": v for k, v in run.metrics.items()})

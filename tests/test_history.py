@@ -15,10 +15,10 @@ from helpers import made_store, runner_cli, runner_main
 from runner import identity, tracking
 from runner.history import build as history
 from runner.history import describe, gate
+from runner.history.series import apart_interval
 from runner.identity import Key
 from runner.record import naming
 from runner.record.result import Result, Status
-from runner.report.comparison import apart_interval
 from runner.tracking.upload import log_to_mlflow
 
 CONFIG = {

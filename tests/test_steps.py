@@ -11,8 +11,8 @@ import pytest
 
 from runner.history import partition
 from runner.history import steps as steps_module
+from runner.history.series import apart_interval
 from runner.history.steps import Label, Point, Step, find_steps
-from runner.report.comparison import apart_interval
 
 
 def series(

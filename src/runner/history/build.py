@@ -5,7 +5,7 @@ A case is the same work on the same configuration, seed and timing budget aside,
 not a host (runner.identity): a CI runner pool's runs, each on another host of one kind, are one series (`--by-host`
 splits it per host). Every run carries both as MLflow tags (`case`, `machine`), so a case's history is one filtered
 search, not a scan of the store. Each run is its typical time, with the interval that runs made apart get
-(runner.report.comparison.apart_interval: the machine's drift between runs and each process's own offset, calibrated
+(runner.history.series.apart_interval: the machine's drift between runs and each process's own offset, calibrated
 by A/A runs); the runs of one sweep (its MLflow parent run, or its sweep folder: seeds of one configuration, hosts of
 one kind) are replicates, one point of the series together (in_time keeps them side by side). runner.history.steps
 finds the steps, the noise between points from the scatter the series shows; a run tagged `history.change` (runner

@@ -12,7 +12,8 @@ import numpy as np
 from runner.history.steps import Point, Step
 from runner.identity import several_hosts
 from runner.report import statistics
-from runner.report.comparison import apart_interval, relative_interval
+from runner.report.ratio import APART_SD, PROCESS_SD
+from runner.report.statistics import LEVEL, student_quantile
 
 # The numbers a run records against its float64 reference, fitted as its times are, and how a line names them.
 NUMBERS = {
@@ -20,6 +21,23 @@ NUMBERS = {
     "tokens_differ": "tokens differing from float64's",
 }
 EXACT = float(np.finfo(np.float64).eps)  # an error below float64's own rounding is not told apart from none
+
+
+def apart_interval(typical_s: float, processes: int = 1, level: float = LEVEL) -> tuple[float, float]:
+    """A run's typical time as one point of a history (runner.history.build): the interval runs made apart get
+    around it. Two such runs compare as `compare(..., apart=True)` has them, the machine's drift between them
+    (APART_SD, half its variance to each) and each one's processes' own offsets (PROCESS_SD, averaged over them)."""
+    sd = math.sqrt(APART_SD**2 / 2 + PROCESS_SD**2 / processes)
+    half = student_quantile(math.inf, (1 + level) / 2) * sd
+    return typical_s * math.exp(-half), typical_s * math.exp(half)
+
+
+def relative_interval(ratio: float, processes: int = 1, level: float = LEVEL) -> tuple[float, float]:
+    """A run's time over its control's, measured in the same rounds, as one point of a history: the machine's drift
+    between sweeps cancels in it; the offsets of their processes stay (PROCESS_SD; the run's averaged over its own)."""
+    sd = PROCESS_SD * math.sqrt(1 / processes + 1)
+    half = student_quantile(math.inf, (1 + level) / 2) * sd
+    return ratio * math.exp(-half), ratio * math.exp(half)
 
 
 @dataclass(frozen=True)

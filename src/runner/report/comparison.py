@@ -68,7 +68,7 @@ from runner.report.ratio import (
     time_ratio,
 )
 from runner.report.rounds_order import rounds_order
-from runner.report.statistics import LEVEL, student_quantile
+from runner.report.statistics import LEVEL
 
 # fewer samples than this rank nothing: a generation timed once at a real model's size (its warm-up cut short by the
 # budget) gave 0.36x a token [0.01-21.5] beside 1.64 s a generation against 172 ms
@@ -355,23 +355,6 @@ def on_other_nodes(run: Timings, baseline: Timings) -> bool:
     different machines, not the same moments of one, so they compare as runs measured apart."""
     hosts = set(run.by_host()), set(baseline.by_host())
     return bool(hosts[0] and hosts[1] and not hosts[0] & hosts[1])
-
-
-def apart_interval(typical_s: float, processes: int = 1, level: float = LEVEL) -> tuple[float, float]:
-    """A run's typical time as one point of a history (runner.history.build): the interval runs made apart get
-    around it. Two such runs compare as `compare(..., apart=True)` has them, the machine's drift between them
-    (APART_SD, half its variance to each) and each one's processes' own offsets (PROCESS_SD, averaged over them)."""
-    sd = math.sqrt(APART_SD**2 / 2 + PROCESS_SD**2 / processes)
-    half = student_quantile(math.inf, (1 + level) / 2) * sd
-    return typical_s * math.exp(-half), typical_s * math.exp(half)
-
-
-def relative_interval(ratio: float, processes: int = 1, level: float = LEVEL) -> tuple[float, float]:
-    """A run's time over its control's, measured in the same rounds, as one point of a history: the machine's drift
-    between sweeps cancels in it; the offsets of their processes stay (PROCESS_SD; the run's averaged over its own)."""
-    sd = PROCESS_SD * math.sqrt(1 / processes + 1)
-    half = student_quantile(math.inf, (1 + level) / 2) * sd
-    return ratio * math.exp(-half), ratio * math.exp(half)
 
 
 def _verdict(ratio: float, low: float, high: float, factor: float, basis: str) -> tuple[Verdict, str | None]:

@@ -10,7 +10,8 @@ import pytest
 from helpers import identified
 
 from runner import report
-from runner.report.ratio import PROCESS_SD, batch_count, instability, round_medians, time_ratio
+from runner.report.ratio import PROCESS_SD, batch_count, round_medians, time_ratio
+from runner.report.rounds_order import instability
 
 
 def rounds_of(rng: np.random.Generator, true_ratio: float, n_rounds: int, n_samples: int = 15):
@@ -201,6 +202,19 @@ def test_a_job_that_changed_character_is_ordered_by_its_paired_rounds_and_says_w
     frame = two_jobs(numpy_like, torch_like, rounds, medians=[64e-6, float(np.median(torch_like))])
     verdict = report.compare(frame)["within_noise"][1]
     assert verdict.startswith("slower (in 40 of 40 paired rounds, at least") and "rounds 1-11" in verdict
+
+
+def test_a_spread_made_by_scattered_stalled_rounds_names_them_not_two_levels():
+    """Issue 77: 'spread 12x (p90/p10); rounds 1-20 at 155 µs, 21-39 at 132 µs' named two levels 1.17x apart; the
+    12x came from nine scattered slow rounds. Where no one change explains most of the spread, the stalled rounds
+    are named, with their times, against the median."""
+    rounds = np.arange(1, 40)
+    times = np.where(rounds <= 20, 155e-6, 132e-6)
+    stalled = [3, 7, 11, 15, 19, 24, 28, 33, 37]
+    times[np.isin(rounds, stalled)] = np.linspace(0.8e-3, 2e-3, len(stalled))
+    said = instability(times, rounds)
+    assert said.startswith("its per-round times spread ") and "rounds 1-20" not in said
+    assert said.endswith("9 slow rounds of 800 µs-2 ms (3, 7, 11, 15, 19, 24, 28, 33, 37) against 155 µs"), said
 
 
 def test_rounds_that_split_in_two_give_a_wide_interval_not_a_verdict_on_either_half():

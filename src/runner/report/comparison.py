@@ -60,14 +60,13 @@ from runner.report.ratio import (
     Job,
     ProcessSpread,
     Ratio,
-    instability,
     node_spread,
     process_count,
     process_spread,
     tamed,
     time_ratio,
 )
-from runner.report.rounds_order import rounds_order
+from runner.report.rounds_order import instability, rounds_order
 from runner.report.statistics import LEVEL
 
 # fewer samples than this rank nothing: a generation timed once at a real model's size (its warm-up cut short by the
@@ -208,7 +207,7 @@ class Timings:
 
     def instability(self) -> str | None:
         """Why it gets no verdict: its replicates' typical times spread more than UNSTABLE_SPREAD, or its rounds
-        do (ratio.instability); None when they agree."""
+        do (rounds_order.instability); None when they agree."""
         each = [typical_s(job.seconds, job.rounds) for job in self.replicates] or list(self.medians_s)
         if len(each) > 1 and max(each) / min(each) > UNSTABLE_SPREAD:
             return f"its replicates' typical times spread {max(each) / min(each):.0f}x"

@@ -348,35 +348,3 @@ def _between_replicates(jobs: Sequence[Job], configurations: list[str]) -> tuple
         between += (jobs_n - 1) * max(ms_jobs - ms_noise, 0.0) / rounds_n
         df, units = df + jobs_n - 1, units + jobs_n
     return between, df, units
-
-
-def instability(samples_s: np.ndarray, rounds: np.ndarray | None) -> str | None:
-    """Why a job's rounds disagree too much for a verdict (each turn's fastest sample, turn_typical, spread more
-    than UNSTABLE_SPREAD, p90/p10), saying where they changed; None when they agree. Not the per-round medians: on
-    a busy machine they spread 3-4x while the fastest samples held within 1% (BENCHMARKS.md)."""
-    typical = turn_typical(samples_s, rounds)
-    if len(typical) < 3:
-        return None
-    values = np.array([typical[r] for r in sorted(typical)])
-    p10, p90 = np.percentile(values, [10, 90])
-    if p90 / p10 <= UNSTABLE_SPREAD:
-        return None
-    return f"its per-round times spread {p90 / p10:.0f}x (p90/p10); {change_point(typical)}"
-
-
-def change_point(medians: dict[int, float]) -> str:
-    """Where a job's per-round medians changed most: the one split of the rounds into before and after
-    that leaves the least squared spread of the log medians, e.g. 'rounds 1-11 at 55 ms, 12-40 at 450 µs'."""
-    from runner.record.table import format_seconds
-
-    numbers = sorted(medians)
-    logs = np.log([medians[r] for r in numbers])
-    costs = [logs[:i].var() * i + logs[i:].var() * (len(logs) - i) for i in range(1, len(logs))]
-    split = int(np.argmin(costs)) + 1
-    before, after = numbers[:split], numbers[split:]
-
-    def span(part: list[int]) -> str:
-        typical = format_seconds(float(np.median([medians[r] for r in part])))
-        return f"{part[0]}-{part[-1]} at {typical}" if len(part) > 1 else f"{part[0]} at {typical}"
-
-    return f"rounds {span(before)}, {span(after)}"

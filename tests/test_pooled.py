@@ -410,3 +410,15 @@ def test_the_tables_name_the_host_where_the_runs_ran_on_several():
     assert headers[:3] == ["run", "status", "host"]
     assert [row[2] for row in cells] == ["node-1", "node-2", "node-1", "node-2"]
     assert list(report.table(nodes)["host"]) == ["node-1", "node-2", "node-1", "node-2"]
+
+
+def test_the_job_table_of_summary_md_and_the_description_names_the_host_where_the_runs_ran_on_several():
+    """Issue 78: a sweep on 3 SLURM nodes showed each job's node on the terminal and in runs.md, but summary.md's job
+    table (the parent run's description's too) did not; on one host it shows none, as the other tables."""
+    one_host = sweep({"numpy": 18e-6, "torch": 30e-6}).assign(host="node-1")
+    assert "host" not in sweep_answer.job_table(one_host)[0]
+    nodes = one_host.assign(host=["node-1", "node-2", "node-1", "node-2"])
+    headers, cells = sweep_answer.job_table(nodes)
+    assert headers[:3] == ["job", "status", "host"]
+    assert [row[2] for row in cells] == ["node-1", "node-2", "node-1", "node-2"]
+    assert "| numpy · seed=1 #1 | FINISHED | node-2 |" in sweep_answer.answer(nodes).details

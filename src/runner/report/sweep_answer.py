@@ -17,7 +17,7 @@ import pandas as pd
 from runner.measure.machine_load import BUSY_OTHER_RUNNABLE
 from runner.record.table import format_interval, format_ratio, format_seconds, ratio_figure
 from runner.report.comparison import Verdict
-from runner.report.frames import _param_cell, _records, column_labels, compare, setup_notes, varied_params
+from runner.report.frames import _param_cell, _records, _where, column_labels, compare, setup_notes, varied_params
 from runner.report.pooled import Pooled, pool, setting_text
 from runner.tasks import Task, builtin_metrics
 
@@ -313,9 +313,9 @@ def answer(frame: pd.DataFrame) -> Answer:
 
 
 def job_table(frame: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
-    """A row per job (at most 8 columns), named by what varied (seed included) and its number ('torch · seed=1
-    #3'): status, median, IQR, typical time, time / fastest job, interval and verdict; narrow enough for MLflow's
-    description."""
+    """A row per job (at most 8 columns, and the host where the runs ran on several: frames._where), named by what
+    varied (seed included) and its number ('torch · seed=1 #3'): status, median, IQR, typical time, time / fastest
+    job, interval and verdict; narrow enough for MLflow's description."""
     from runner.record.table import COLUMNS, present, rows
 
     compared = compare(frame)
@@ -327,6 +327,7 @@ def job_table(frame: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
         + f" #{Path(str(row['run_dir'])).name}"
         for _, row in compared.iterrows()
     ]
-    status = compared["status"].map(str).tolist()
-    cells = [[name, s, *cells] for name, s, cells in zip(names, status, rows(shown, records), strict=True)]
-    return ["job", "status", *column_labels(shown, compared)], cells
+    where = _where(compared)  # the host, as in the terminal's table and runs.md
+    status = [[str(row["status"]), *(_param_cell(row[k]) for k in where)] for _, row in compared.iterrows()]
+    cells = [[name, *s, *cells] for name, s, cells in zip(names, status, rows(shown, records), strict=True)]
+    return ["job", "status", *where, *column_labels(shown, compared)], cells

@@ -88,6 +88,17 @@ def test_the_keys_set_aside_what_they_say():
     assert identity.case(other_backend) != identity.case(params)
 
 
+def test_cases_that_differ_by_a_named_alternative_are_named_apart():
+    """Two reshape methods on one history's index read alike ('numpy-reshape-... n=256 threads=1'): the case name
+    says the alternative a run's name does not."""
+    one, other = ({**CONFIG, "model": {"name": "reshape", "n": 256, "method": m}} for m in ("reshape", "transpose"))
+    names = [identity.case(identity.config_params(c, ()), "numpy-reshape").name for c in (one, other)]
+    assert names == [
+        "numpy-reshape batch_size=32 method=reshape n=256",
+        "numpy-reshape batch_size=32 method=transpose n=256",
+    ]
+
+
 def test_a_record_of_the_first_format_loads_with_its_identity_computed(tmp_path):
     """result.json of format 1 (before identities were recorded) still loads; its case key is the one it was tagged
     with then, so its history goes on."""

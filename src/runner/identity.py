@@ -140,7 +140,8 @@ def case(params: Mapping[str, object], run_name: str = "") -> Key:
     return Key(_hash(" ".join(f"{k}={kept[k]}" for k in sorted(kept))), " ".join([run_name, *said]).strip())
 
 
-BEYOND_NAME = ("batch_size", "threads", "model.n", "model.size", "model.arch")  # what a run's name does not say
+# what a run's name does not say: model.method (the reshape and conversion workloads' alternatives) as model.arch
+BEYOND_NAME = ("batch_size", "threads", "model.n", "model.size", "model.arch", "model.method")
 
 
 def _kept(params: Mapping[str, object], aside: tuple[str, ...]) -> dict[str, str]:

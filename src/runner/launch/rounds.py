@@ -206,18 +206,21 @@ def _rounds(jobs: list[_Waiting], first_round: int) -> None:
             f"out of budget: a comparison {resolves} after {total} rounds (timing.resolve={resolve:g});"
             " a longer timing.max_time_s narrows it (the table's resolution column has each)"
         )
-        log.warning(line)
-        keep_warning(jobs[0].run_dir.parent, line)
+        if not keep_warning(jobs[0].run_dir.parent, line):
+            log.warning(line)
 
 
-def keep_warning(sweep_dir: Path, line: str) -> None:
-    """A warning of the whole sweep, kept in its sweep.json (`warnings`) for its parent run's description, which
-    repeats what the terminal said; nothing where the jobs are no sweep's (a single run)."""
+def keep_warning(sweep_dir: Path, line: str) -> bool:
+    """A warning of the whole sweep, kept in its sweep.json (`warnings`): the sweep's end prints it with the jobs'
+    warnings under the table (summary.print_table), wherever the rounds ran (a cluster node's log is no terminal),
+    and the parent run's description and summary.md repeat them. False where the jobs are no sweep's (a single
+    run): the caller says it then."""
     from runner.record.sweep_file import read_sweep_file, write_sweep_file
 
     info = read_sweep_file(sweep_dir)
     if info and line not in info.get("warnings", []):
         write_sweep_file(sweep_dir, {**info, "warnings": [*info.get("warnings", []), line]})
+    return bool(info)
 
 
 def _timings(job: _Waiting) -> Timings:

@@ -2,9 +2,10 @@
 
 On a machine another user keeps busy, a job's rounds spread far (one call 7x slower in some rounds), and the mean of
 the per-round log ratios has no useful interval (instability, which names the rounds that made the spread). The sign
-test needs no such shape: the median per-round ratio's interval comes from order statistics whose ranks binomial(n,
-1/2) gives, which no stall can bias (runner.report.comparison.order_over_rounds turns it into a verdict). Simulated busy sweeps
-(tests/test_comparison.py): a 5x difference ordered in 99% of 300, identical jobs in none.
+test needs no such shape: the median per-round ratio's interval comes from order statistics whose ranks
+binomial(n, 1/2) gives, which no stall can bias (runner.report.comparison.order_over_rounds turns it into a
+verdict). Simulated busy sweeps (tests/test_comparison.py): a 5x difference ordered in 99% of 300, identical jobs in
+none.
 """
 
 from __future__ import annotations

@@ -96,8 +96,9 @@ def write_files(frame: pd.DataFrame, sweep_dir: Path) -> list[Path]:
 
 
 def sweep_warnings(frame: pd.DataFrame, sweep_dir: Path) -> list[str]:
-    """What the terminal warned of the sweep, each once: the rounds' (out of budget, kept in sweep.json), then the
-    jobs' (a busy machine, a noisy measurement), each with the jobs it concerns; without the 'warning: '."""
+    """What the terminal warns of the sweep under its table, each once: the rounds' (out of budget, kept in
+    sweep.json), then the jobs' (a busy machine, a noisy measurement), each with the jobs it concerns; without the
+    'warning: '."""
     return list(dict.fromkeys([*read_sweep_file(sweep_dir).get("warnings", []), *job_warnings(frame)]))
 
 
@@ -132,15 +133,10 @@ def print_table(frame: pd.DataFrame, sweep_dir: Path) -> None:
     print_answer(console, report.answer(frame))
     for _, row in frame[frame["status"] != Status.FINISHED].iterrows():
         console.print(f"[bold red]{row['status']}[/] job {_job(row)}: {row['error']}", highlight=False)
-    _log_warnings(frame)
+    for line in sweep_warnings(frame, sweep_dir):  # the lines summary.md and the parent's description repeat
+        log.warning(line)
     _print_history(frame, sweep_dir)
     _print_link(console, sweep_dir)
-
-
-def _log_warnings(frame) -> None:
-    """The jobs' warnings, each once with the jobs it concerns (runner.launch.sweep_lines.grouped_warnings)."""
-    for line in job_warnings(frame):
-        log.warning(line)
 
 
 def _print_history(frame, sweep_dir: Path) -> None:

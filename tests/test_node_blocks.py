@@ -59,6 +59,9 @@ def test_nodes_of_one_kind_are_ranked_together_as_replicates():
     assert found.low < 1.2 < found.high and str(found.verdict) == "slower"
     headers, cells = sweep_answer.table_cells(answer)
     assert [row[headers.index("runs")] for row in cells] == ["3 on 3 nodes"] * 2
+    assert [row[headers.index("ratio from")] for row in cells] == ["", "20 rounds on 3 nodes"]  # the fastest: none
+    headers, _ = sweep_answer.table_cells(pooled.pool(node_sweep(np.random.default_rng(0), 1, 1.2)))
+    assert "ratio from" not in headers  # one node: the per-job table says it
 
 
 def test_more_nodes_give_a_narrower_interval():

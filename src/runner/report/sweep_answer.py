@@ -186,7 +186,8 @@ def table_cells(pooled: list[Pooled]) -> tuple[list[str], list[list[str]]]:
     several = len({p.workload for p in pooled}) > 1
     own = list(dict.fromkeys(heading for p in pooled for heading, _ in p.figures))
     headers = (["workload"] if several else []) + ["configuration", "runs", f"time / {_unit_word(pooled)}"]
-    headers += ["time / fastest configuration", "95% interval", "verdict", *own]
+    nodes = any(p.nodes > 1 for p in pooled)  # what the interval rests on: '20 rounds on 3 nodes'
+    headers += ["time / fastest configuration", "95% interval", *(["ratio from"] if nodes else []), "verdict", *own]
     nbsp = "\u00a0"  # keeps '58.5 µs' and '25–34x' whole in a narrow column
     cells = [
         ([p.workload] if several else [])
@@ -197,6 +198,7 @@ def table_cells(pooled: list[Pooled]) -> tuple[list[str], list[list[str]]]:
             _ratio_said(p).replace(" ", nbsp),
             _interval(p),
         ]
+        + ([p.comparison.basis or ""] if nodes else [])
         + [_verdict(p)]
         + [dict(p.figures).get(heading, "").replace(" ", nbsp) for heading in own]
         for p in pooled

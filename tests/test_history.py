@@ -344,6 +344,21 @@ def test_a_case_absent_from_its_machines_newest_sweeps_has_no_data_since_its_las
     assert quieter.returncode == 0 and "no data since" not in quieter.stdout
 
 
+def test_another_experiments_runs_on_the_machine_leave_a_case_present(tmp_path):
+    """A user's single runs in an experiment of their own, made after the nightly sweeps on the same machine, made
+    every nightly case 'no data since ...: 7 sweeps of its machine since ran without it' (found taking issue 78's
+    screens); a case is missing from its own experiment's sweeps only."""
+    uri = made_store(tmp_path)
+    for i in range(3):
+        _folder_run(tmp_path / "runs", f"night-{i}", 1.79e9 + 86400 * i)
+        log_to_mlflow(tmp_path / "runs" / f"night-{i}", uri, "nightly")
+    for i in range(4):
+        _folder_run(tmp_path / "runs", f"mine-{i}", 1.79e9 + 86400 * 3 + 60 * i, batch_size=8)
+        log_to_mlflow(tmp_path / "runs" / f"mine-{i}", uri, "mine")
+    result = runner_main("history", "--tracking-uri", uri, "--fail-on", "missing")
+    assert result.returncode == 0 and "no data since" not in result.stdout, result.stdout
+
+
 def test_a_store_names_a_failing_case_from_its_failed_runs(tmp_path):
     """The store's FAILED runs, found by their tags as the finished ones are, make the same line."""
     uri = made_store(tmp_path)

@@ -19,7 +19,7 @@ MISSING_AFTER = 3  # sweeps of its machine without a case before it is `no data 
 
 class Gap(StrEnum):
     FAILURE = "failure"  # its newest runs failed
-    MISSING = "missing"  # its machine ran sweeps since its last run, without it
+    MISSING = "missing"  # its machine ran sweeps of its experiment since its last run, without it
 
 
 @dataclass(frozen=True)
@@ -72,10 +72,11 @@ def _failing(ran: list[Run]) -> list[Gapped]:
 
 
 def _missing(ran: list[Run], after: int) -> list[Gapped]:
-    """Per kind of machine, its sweeps in time order (a single run its own); a case whose last run came `after` or
-    more sweeps before the machine's newest."""
+    """Per kind of machine and MLflow experiment, its sweeps in time order (a single run its own); a case whose last
+    run came `after` or more sweeps before the newest. Another experiment's runs on the machine (a user's runs beside
+    the nightly sweeps) say nothing of what the nightly sweeps left out."""
     found = []
-    machine_of = lambda r: r.identity.machine.key  # noqa: E731
+    machine_of = lambda r: (r.identity.machine.key, r.experiment_id)  # noqa: E731
     for _, on_machine in groupby(sorted(ran, key=machine_of), key=machine_of):
         runs = sorted(on_machine, key=lambda r: r.started)
         sweeps = list(dict.fromkeys(r.sweep or r.where for r in runs))  # in the order they began

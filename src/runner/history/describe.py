@@ -27,7 +27,8 @@ def describe_step(history: History, step: Step) -> str:
         since = history.entries[step.index :]
         runs, points = len(since), len({e.sweep or e.run_id for e in since})
         if points < runs:  # the runs of a sweep are one point
-            return f"{step.label}: {runs} runs in {points} sweeps since {when}, {MIN_POINTS} sweeps tell a step"
+            sweeps = f"{points} sweep{'s' if points != 1 else ''}"
+            return f"{step.label}: {runs} runs in {sweeps} since {when}, {MIN_POINTS} sweeps tell a step"
         return f"{step.label}: {runs} run{'s' if runs != 1 else ''} since {when}, {MIN_POINTS} tell a step"
     interval = format_interval((step.low, step.high))
     where = f"run {run_said(first.run_id)} ({when}{', ' + first.version if first.version else ''})"

@@ -123,6 +123,8 @@ def test_history_finds_the_slowdown_at_the_run_it_started(slowed, tmp_path):
     assert mlflow.get_run(ids[-1]).data.tags["history.verdict"].startswith("regression: 1.1")
     logged = {a.path for a in mlflow.list_artifacts(ids[-1], "history")}
     assert logged == {f"history/{page.name}", f"history/{page.with_suffix('.png').name}"}  # found from the runs
+    shown = Path(mlflow.download_artifacts(ids[-1], f"history/{page.name}", str(tmp_path))).read_text()
+    assert "<img src='data:image/png;base64," in shown and "<a " not in shown  # whole in MLflow's artifact viewer
 
 
 def test_a_sweep_that_measured_the_slowdown_says_so_in_its_closing_lines(slowed):
@@ -304,6 +306,61 @@ def test_a_history_page_says_what_decided_it_and_the_index_is_in_the_order_it_sa
         and "3 of 6 runs were measured on a busy" in pages["r-m"]
     )
     assert "<td>busy</td>" in pages["r-m"] and "Fitted on the typical times themselves" in pages["n-m"]
+    said = {line.split(".html")[0]: line for line in index.read_text().split('<li><a href="')[1:]}
+    assert "; the control of the others;" in said["c-m"] and "; fitted on its times;" in said["n-m"]
+    assert "; fitted relative to its control matmul, 3 of 6 runs on a busy machine;" in said["r-m"]
+
+
+def test_a_history_page_opens_whole_in_mlflows_artifact_viewer(tmp_path):
+    """Issue 77: MLflow's artifact viewer shows an HTML artifact in a sandboxed frame of its own, where the page's
+    plot (a file beside it) was a broken image and a click on 'all cases' or on a run blanked the page. The page
+    carries its plot, and the copy --record logs links nothing, saying where a run opens instead."""
+    import base64
+
+    from runner.history import page
+    from runner.history.series import Entry, History
+
+    runs = [Entry(f"run{i}", 1.79e9 + 60 * i, 1e-4, experiment_id="7") for i in range(4)]
+    ui = "http://127.0.0.1:5077"  # a tracking server on a port of its own
+    page.write([History("c", "a-case", "m", "box", runs)], tmp_path / "pages", ui, viewer=tmp_path / "logged")
+    local = (tmp_path / "pages" / "c-m.html").read_text()
+    png = (tmp_path / "pages" / "c-m.png").read_bytes()
+    inline = f"<img src='data:image/png;base64,{base64.b64encode(png).decode()}'"
+    assert inline in local and "<a href='index.html'>all cases</a>" in local  # the folder's copy: links that open
+    assert f"<a href='{ui}/#/experiments/7/runs/run3?workflowType=machine_learning'>run3</a>" in local
+    logged = (tmp_path / "logged" / "c-m.html").read_text()
+    assert inline in logged and "<a " not in logged and "<td>run3</td>" in logged
+    assert f"{ui}/#/experiments/7/runs/RUN_ID?workflowType=machine_learning" in logged  # where a run opens, said
+    assert (tmp_path / "logged" / "c-m.png").read_bytes() == png
+
+
+def test_a_plot_relative_to_its_control_says_so_in_full(tmp_path, monkeypatch):
+    """Issue 77: a case fitted relative to its control named the control in its y label, which the shipped
+    control's name made longer than the plot: only 'numpy-matmul-...-float32 batch_size=' showed, not 'control'."""
+    import matplotlib.figure
+    import matplotlib.text
+
+    from runner.history import page
+    from runner.history.series import Entry, History
+
+    drawn: list[tuple[str, object, object]] = []  # each text of the saved picture, its box and the picture's
+    savefig = matplotlib.figure.Figure.savefig
+
+    def saved(figure, *args, **kwargs):
+        savefig(figure, *args, **kwargs)
+        renderer, (axes,) = figure.canvas.get_renderer(), figure.axes
+        ticks = {*axes.get_xticklabels(), *axes.get_yticklabels()}  # those outside the axes' limits are not drawn
+        said = [t for t in figure.findobj(matplotlib.text.Text) if t.get_text() and t not in ticks]
+        drawn.extend((text.get_text(), text.get_window_extent(renderer), figure.bbox) for text in said)
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", saved)
+    control = "numpy-matmul-inference-eager-cpu-float32 batch_size=32 n=128 threads=1"  # the shipped control's name
+    runs = [Entry(f"run{i}", 1.79e9 + 60 * i, 1e-4, control_s=2.5e-4, busy=3.0 * (i == 1)) for i in range(6)]
+    case = History("r", "numpy-mlp-gradients-eager-cpu-float32 batch_size=32", "m", "box", runs, control_name=control)
+    page.write([case], tmp_path)
+    assert f"relative to the control {control}" in " ".join(text for text, _, _ in drawn)
+    for text, box, frame in drawn:  # each whole on the picture
+        assert frame.x0 <= box.x0 and box.x1 <= frame.x1 and frame.y0 <= box.y0 and box.y1 <= frame.y1, text
 
 
 def _folder_run(root: Path, name: str, started: float, status: str = Status.FINISHED, **config) -> None:

@@ -162,6 +162,8 @@ def _history_parser(commands, uri_help: str) -> None:
 
 
 def _history(args: argparse.Namespace) -> int:
+    import tempfile
+
     from runner import tracking
     from runner.history import as_json, describe, gate, markdown, narrow, page, profiles, store
 
@@ -198,9 +200,11 @@ def _history(args: argparse.Namespace) -> int:
     aside = sys.stderr if args.json or args.markdown else sys.stdout
     if args.html:
         ui = tracking.ui_base(uri) if uri else None
-        print(f"wrote {page.write(found, args.html, ui, gapped, profiles.reader(uri))}", file=aside)
-        if args.record and uri:
-            print(store.log_pages(uri, found, args.html), file=aside)
+        with tempfile.TemporaryDirectory() as logged:  # the pages as --record logs them, for MLflow's viewer
+            viewer = Path(logged) if args.record and uri else None
+            print(f"wrote {page.write(found, args.html, ui, gapped, profiles.reader(uri), viewer)}", file=aside)
+            if viewer is not None:
+                print(store.log_pages(uri, found, viewer), file=aside)
     judged = gate.judged(uri, gated, gapped, labels, args.confirm, confirmed)
     for line in judged.lines:
         print(line, file=sys.stderr)

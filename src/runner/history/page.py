@@ -1,10 +1,13 @@
 """`runner history --html DIR`: a static page per case and machine (its series with the intervals, the steps
 shaded, a legend; what decided them: the control it was fitted against, the runs measured on a busy machine) and
-an index that lists the cases with a regression first, then the others, each group newest first."""
+an index that lists the cases with a regression first, then the others, each group newest first. A page carries its
+plot; the copy --record logs to MLflow, which shows it in a sandboxed frame that opens no link, links nothing."""
 
 from __future__ import annotations
 
+import base64
 import html
+import shutil
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -35,23 +38,31 @@ def write(
     ui: str | None = None,
     gapped: Sequence[Gapped] = (),
     profiles: Reader | None = None,
+    viewer: Path | None = None,
 ) -> Path:
     """index.html and one page (with its PNG) per case and machine under `out_dir`; returns the index. `ui`: the
     MLflow UI's address where the runs came from a store, which each run's id links to; `gapped`: the cases whose
     newest runs failed or that stopped appearing, listed first; `profiles`: each run's profile (history.profiles),
-    where a step's page says where its time went."""
+    where a step's page says where its time went; `viewer`: a folder where each page (and its PNG) is also written
+    as --record logs it for MLflow's artifact viewer (no link: the viewer opens none, a click blanks the page)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     items = []
     for h in sorted(histories, key=_index_order):
         name = page_name(h)
         _plot(h, out_dir / f"{name}.png")
-        (out_dir / f"{name}.html").write_text(_case_page(h, f"{name}.png", ui, profiles))
+        image = "data:image/png;base64," + base64.b64encode((out_dir / f"{name}.png").read_bytes()).decode()
+        diffs = _profile_diffs(h, profiles) if profiles else ""
+        (out_dir / f"{name}.html").write_text(_case_page(h, image, diffs, ui))
+        if viewer is not None:
+            viewer.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(out_dir / f"{name}.png", viewer / f"{name}.png")
+            (viewer / f"{name}.html").write_text(_case_page(h, image, diffs, ui, in_viewer=True))
         steps = "; ".join([*(describe_step(h, s) for s in h.steps), *_number_changes(h)]) or "no step"
         items.append(f'<li><a href="{name}.html">{html.escape(h.case_name)}</a> on {html.escape(h.machine_name)}: ')
         newest = h.entries[-1]
         runs = f"{len(h.entries)} run{'s' if len(h.entries) != 1 else ''}"
         now = f"now {format_seconds(newest.typical_s)} ({_when(newest.started)})"
-        items[-1] += f"{runs}, {now}; {html.escape(steps)}</li>"
+        items[-1] += f"{runs}, {now}; {html.escape(_fit_said(h))}; {html.escape(steps)}</li>"
     index = out_dir / "index.html"
     body = "<h1>History</h1>"
     if gapped:
@@ -61,6 +72,15 @@ def write(
     body += f"<ul>{''.join(items)}</ul>"
     index.write_text(_page("History", body))
     return index
+
+
+def _fit_said(h: History) -> str:
+    """What decided a case's steps, as its line on the index says it: 'the control of the others', 'fitted relative
+    to its control NAME' or 'fitted on its times', and how many of its runs were measured on a busy machine."""
+    said = "the control of the others" if h.is_control else "fitted on its times"
+    said = f"fitted relative to its control {h.control_name}" if h.relative else said
+    busy = sum(_busy(e) for e in h.entries)
+    return said + (f", {busy} of {len(h.entries)} runs on a busy machine" if busy else "")
 
 
 def _index_order(h: History) -> tuple[bool, float]:
@@ -99,7 +119,10 @@ def _number_changes(h: History) -> list[str]:
     return numbers + [describe_figure(h, name, step) for name, steps in h.figures.items() for step in steps]
 
 
-def _case_page(h: History, image: str, ui: str | None = None, profiles: Reader | None = None) -> str:
+def _case_page(h: History, image: str, diffs: str, ui: str | None, in_viewer: bool = False) -> str:
+    """A case's page: `image` its plot's address (a data: URL, so that it shows wherever the page is opened),
+    `diffs` where its steps' time went; `in_viewer`: the copy for MLflow's artifact viewer, which opens no link: each
+    run's id in words, and where a run opens and where the other cases' pages are said instead."""
     said = [*(describe_step(h, s) for s in h.steps), *_number_changes(h), *quiet_series(h)]
     steps = "".join(f"<li>{html.escape(line)}</li>" for line in said) or "<li>no step</li>"
     numbers = [name for name in NUMBERS if name in h.numbers]
@@ -112,7 +135,8 @@ def _case_page(h: History, image: str, ui: str | None = None, profiles: Reader |
         + "".join(f"<td>{format_number(n, e.numbers[n]) if n in e.numbers else ''}</td>" for n in numbers)
         + "".join(f"<td>{format_figure(n, e.figures[n]) if n in e.figures else ''}</td>" for n in figures)
         + f"<td>{'busy' if _busy(e) else ''}</td>"
-        + f"<td>{html.escape(e.version)}</td><td>{html.escape(e.change)}</td><td>{_run_cell(e, ui)}</td></tr>"
+        + f"<td>{html.escape(e.version)}</td><td>{html.escape(e.change)}</td>"
+        + f"<td>{_run_cell(e, None if in_viewer else ui)}</td></tr>"
         for i, e in enumerate(h.entries)
     )
     named = (*(NUMBERS[n] for n in numbers), *(FIGURES[n].said for n in figures))
@@ -120,10 +144,23 @@ def _case_page(h: History, image: str, ui: str | None = None, profiles: Reader |
     columns = ("#", "started", *where, "typical", *named, "machine", "version", "known change", "run")
     headers = "".join(f"<th>{html.escape(name)}</th>" for name in columns)
     table = f"<table><tr>{headers}</tr>{rows}</table>"
-    body = f"<p><a href='index.html'>all cases</a></p><h1>{html.escape(h.case_name)}</h1>"
+    top = f"<p>{html.escape(_viewer_note(h, ui))}</p>" if in_viewer else "<p><a href='index.html'>all cases</a></p>"
+    body = f"{top}<h1>{html.escape(h.case_name)}</h1>"
     body += f"<p>on {html.escape(h.machine_name)}</p><p>{html.escape(decided_by(h))}</p><ul>{steps}</ul>"
     body += f"<img src='{image}' alt='the series'>{table}"
-    return _page(h.case_name, body + (_profile_diffs(h, profiles) if profiles else ""))
+    return _page(h.case_name, body + diffs)
+
+
+def _viewer_note(h: History, ui: str | None) -> str:
+    """Where the copy in MLflow's artifact viewer says a run opens, and the other cases' pages are."""
+    experiment = h.entries[-1].experiment_id
+    where = f"#/experiments/{experiment}/runs/RUN_ID?{MODEL_TRAINING}" if experiment else "#/runs/RUN_ID"
+    runs = f"; a run opens at {ui}/{where}" if ui else ""
+    return (
+        f"Logged by runner history --record for MLflow's artifact viewer, which opens no link{runs}; each case's "
+        "page is among its own newest run's artifacts (history/), and runner history --html DIR writes them all, "
+        "with their index."
+    )
 
 
 def _profile_diffs(h: History, read: Reader) -> str:
@@ -210,9 +247,11 @@ def _plot(h: History, path: Path) -> None:
             ax.annotate(e.change, (i, typical[i] * scale), rotation=90, fontsize=8, va="bottom")
     bars = "a ratio measured in the same rounds" if h.relative else "runs made apart"
     ax.set_xlabel(f"run, in time order (bars: the 95% interval of {bars})")
-    ax.set_ylabel(f"time / the control's ({h.control_name})" if h.relative else "typical time per call (µs)")
+    ax.set_ylabel("time / the control's time" if h.relative else "typical time per call (µs)")
     ax.legend(*zip(*handles, strict=True), fontsize=8, loc="best")
-    ax.set_title(f"{h.case_name}\non {h.machine_name}", loc="left", fontsize=9)
+    fit = f"\nrelative to the control {h.control_name}" if h.relative else ""
+    fit = "\nthe control of other cases: the machine's own series" if h.is_control else fit
+    ax.set_title(f"{h.case_name}\non {h.machine_name}{fit}", loc="left", fontsize=9)
     ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=100)

@@ -80,8 +80,9 @@ def record(uri: str, found: list[History]) -> None:
 
 
 def log_pages(uri: str, found: list[History], folder: Path) -> str:
-    """--record with --html: each case's page (and its plot), written into `folder`, as artifacts of the case's newest
-    run under `history/`, where a person looking at the runs finds them beside its verdict; said in a line."""
+    """--record with --html: each case's page as MLflow's artifact viewer shows it, and its plot, written into
+    `folder` (page.write's `viewer`), as artifacts of the case's newest run under `history/`, where a person looking
+    at the runs finds them beside its verdict; said in a line."""
     from runner import tracking
 
     for h in found:

@@ -127,6 +127,27 @@ def test_history_finds_the_slowdown_at_the_run_it_started(slowed, tmp_path):
     assert "<img src='data:image/png;base64," in shown and "<a " not in shown  # whole in MLflow's artifact viewer
 
 
+def test_a_recorded_page_is_two_clicks_from_its_sweeps_parent_run(tmp_path):
+    """Issue 77: the page was logged to each case's newest run only, three clicks from the sweep's page (a child
+    run, its Artifacts, history/). It is also at the top of the newest run's parent: Artifacts, then the file."""
+    uri = made_store(tmp_path)
+    mlflow = tracking.search.client(uri)
+    experiment = mlflow.get_experiment(mlflow.create_experiment("history", str(tmp_path / "artifacts")))
+    parents = []
+    for i in range(4):
+        parent = mlflow.create_run(experiment.experiment_id).info.run_id
+        parents.append(parent)
+        _folder_run(tmp_path / "runs", f"{i}", 1.79e9 + 3600 * i)
+        log_to_mlflow(tmp_path / "runs" / f"{i}", uri, "history", parent_run_id=parent)
+    recorded = runner_main("history", "--tracking-uri", uri, "--record", "--html", str(tmp_path / "page"))
+    assert recorded.returncode == 0, recorded.stderr[-3000:]
+    (page,) = [p for p in (tmp_path / "page").glob("*.html") if p.name != "index.html"]
+    assert [a.path for a in mlflow.list_artifacts(parents[-1])] == [f"history-{page.name}"]
+    assert not mlflow.list_artifacts(parents[0])  # an older sweep's parent keeps what it had
+    shown = Path(mlflow.download_artifacts(parents[-1], f"history-{page.name}", str(tmp_path))).read_text()
+    assert "<img src='data:image/png;base64," in shown and "<a " not in shown
+
+
 def test_a_sweep_that_measured_the_slowdown_says_so_in_its_closing_lines(slowed):
     from runner.history.store import regressed_here
 

@@ -4,6 +4,7 @@ pages recorded (--record); and a sweep's closing lines on the steps its runs sta
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -82,13 +83,19 @@ def record(uri: str, found: list[History]) -> None:
 def log_pages(uri: str, found: list[History], folder: Path) -> str:
     """--record with --html: each case's page as MLflow's artifact viewer shows it, and its plot, written into
     `folder` (page.write's `viewer`), as artifacts of the case's newest run under `history/`, where a person looking
-    at the runs finds them beside its verdict; said in a line."""
+    at the runs finds them beside its verdict; and the page (its plot inside it) at the top of that run's sweep's
+    parent run as `history-CASE.html`, two clicks from the sweep's page (Artifacts, the file); said in a line."""
     from runner import tracking
 
     for h in found:
+        newest = h.entries[-1]
         files = [folder / f"{page_name(h)}.html", folder / f"{page_name(h)}.png"]
-        tracking.log_files(uri, h.entries[-1].run_id, files, "history")
-    return "logged each case's page to its newest run in MLflow (artifacts: history/)"
+        tracking.log_files(uri, newest.run_id, files, "history")
+        if newest.sweep and newest.sweep.isalnum():  # its MLflow parent run (a folder's sweep is a path)
+            beside = folder / f"history-{page_name(h)}.html"
+            shutil.copyfile(files[0], beside)
+            tracking.log_files(uri, newest.sweep, [beside])
+    return "logged each case's page to its newest run in MLflow (artifacts: history/) and to its sweep's parent run"
 
 
 def regressed_here(uri: str, run_dirs: list[Path]) -> list[str]:

@@ -86,8 +86,10 @@ def section(rows: list[tuple], summary: str, args: argparse.Namespace) -> str:
         f"`benchmarks/aa_apart.py`: the MLP gradients sweep of {args.jobs} identical jobs "
         f"(`seed=range(0,{args.jobs})`, "
         f"`timing.max_time_s={args.budget}`) run twice, one sweep after the other, and `runner compare` of the two "
-        "(before/after, unpaired). Nothing changed, so no pair may be called slower or faster; *drift* is the "
-        "geometric mean of a comparison's ratios, the machine's own move between its two sweeps.",
+        "(before/after, unpaired: runs made apart never pair their rounds, whatever their hosts are called). Its "
+        "seeds are replicates of one configuration, pooled: a pair of sweeps is one comparison. Nothing changed, so "
+        "no pair may be called slower or faster; *drift* is the geometric mean of a comparison's ratios, the "
+        "machine's own move between its two sweeps.",
         "",
         "| backend | repeat | pairs | interval excludes 1 | called slower or faster | ratios | drift |",
         "|---|---|---|---|---|---|---|",

@@ -334,7 +334,7 @@ def test_the_terminal_says_the_warnings_a_sweep_kept_wherever_its_rounds_ran(tmp
 
     from runner.record.sweep_file import write_sweep_file
 
-    kept = "out of budget: a comparison has no interval after 28 rounds (timing.resolve=0.1)"
+    kept = "out of budget: a comparison resolves nothing (rounds disagree) after 28 rounds (timing.resolve=0.1)"
     write_sweep_file(tmp_path, {"overrides": [], "warnings": [kept]})
     frame = sweep({"numpy": 18e-6, "torch": 29e-6})
     with caplog.at_level(logging.WARNING):

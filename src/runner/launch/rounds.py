@@ -200,10 +200,10 @@ def _rounds(jobs: list[_Waiting], first_round: int) -> None:
         )
     widest = widest_resolution(jobs)
     if resolve and widest > resolve:
-        unstable = math.isinf(widest)  # an unstable job has no interval
-        resolves = "has no interval" if unstable else f"resolves only {format_resolution(widest)}"
+        # an unstable job has no resolution (the sign test of its rounds may still order it)
+        said = "nothing (rounds disagree)" if math.isinf(widest) else f"only {format_resolution(widest)}"
         line = (
-            f"out of budget: a comparison {resolves} after {total} rounds (timing.resolve={resolve:g});"
+            f"out of budget: a comparison resolves {said} after {total} rounds (timing.resolve={resolve:g});"
             " a longer timing.max_time_s narrows it (the table's resolution column has each)"
         )
         if not keep_warning(jobs[0].run_dir.parent, line):

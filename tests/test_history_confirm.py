@@ -149,7 +149,7 @@ def close(*_):
     open(sys.argv[1], "w").write("closed")
     sys.exit(130)
 signal.signal(signal.SIGINT, close)
-print("started", flush=True)
+open(sys.argv[2], "w").write("ready")  # its handler is set: Ctrl-C now reaches close()
 time.sleep(60)
 """
 
@@ -163,21 +163,19 @@ def test_ctrl_c_during_a_rerun_lets_the_rerun_close_its_runs(tmp_path):
     import sys
     import time
 
-    closed, started = tmp_path / "closed", tmp_path / "started"
+    closed, ready = tmp_path / "closed", tmp_path / "ready"
     parent = (
         "import sys\nfrom pathlib import Path\nfrom runner.history import confirm\n"
         f"confirm.output_root = lambda: Path({str(tmp_path)!r})\n"
-        f"Path({str(started)!r}).write_text('x')\n"
         "try:\n"
-        f"    confirm._run_to_the_end([sys.executable, '-c', {CLOSES_SLOWLY!r}, {str(closed)!r}])\n"
+        f"    confirm._run_to_the_end([sys.executable, '-c', {CLOSES_SLOWLY!r}, {str(closed)!r}, {str(ready)!r}])\n"
         "except KeyboardInterrupt:\n    print('interrupted', flush=True)\n"
     )
     process = subprocess.Popen([sys.executable, "-c", parent], stdout=subprocess.PIPE, text=True,
                                start_new_session=True)  # fmt: skip
-    deadline = time.monotonic() + 60
-    while not started.exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    time.sleep(1.0)  # the re-run has started and set its handler
+    deadline = time.monotonic() + 120
+    while not ready.exists() and time.monotonic() < deadline:  # the re-run started and set its handler, whatever
+        time.sleep(0.05)  # the load (a fixed wait of 1 s was too short on a busy CI machine)
     os.killpg(process.pid, signal.SIGINT)  # as the terminal sends Ctrl-C: to the whole group
     out, _ = process.communicate(timeout=60)
     assert out.strip() == "interrupted" and closed.read_text() == "closed"

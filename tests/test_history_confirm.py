@@ -164,8 +164,9 @@ def test_ctrl_c_during_a_rerun_lets_the_rerun_close_its_runs(tmp_path):
     import time
 
     closed, ready = tmp_path / "closed", tmp_path / "ready"
-    parent = (
-        "import sys\nfrom pathlib import Path\nfrom runner.history import confirm\n"
+    parent = (  # Ctrl-C raises KeyboardInterrupt in it, as in a terminal, though a background job ignores SIGINT
+        "import signal, sys\nfrom pathlib import Path\nfrom runner.history import confirm\n"
+        "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
         f"confirm.output_root = lambda: Path({str(tmp_path)!r})\n"
         "try:\n"
         f"    confirm._run_to_the_end([sys.executable, '-c', {CLOSES_SLOWLY!r}, {str(closed)!r}, {str(ready)!r}])\n"

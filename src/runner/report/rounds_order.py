@@ -83,8 +83,9 @@ def instability(samples_s: np.ndarray, rounds: np.ndarray | None) -> str | None:
 def where_spread(typical: dict[int, float], spread: float) -> str:
     """The rounds that made a job's spread: two levels where one change of the rounds' times (change_point) explains
     most of their variance (in logs), e.g. 'rounds 1-11 at 55 ms, 12-40 at 450 µs'; else the scattered rounds beyond
-    the square root of the spread from the median, e.g. '6 slow rounds of 712 ms-1.20 s (4, 26, 27, 34, 35, 39)
-    against 120 ms' (two levels 1.17x apart once named a spread of 12x that nine stalled rounds made)."""
+    the square root of the spread from the median, e.g. '5 slow rounds of 840 ms-1.2 s (4, 26, 27, 34, 39) and 1
+    fast round of 15.7 ms (29) against 123 ms' (two levels 1.17x apart once named a spread of 12x that nine stalled
+    rounds made)."""
     from runner.record.table import format_seconds
 
     before, after, explained = change_point(typical)

@@ -200,8 +200,8 @@ def against_control(cases: list[dict], args: argparse.Namespace) -> list[str]:
     """A diagnostic, not what `runner history` does: each slowed case's typical time over the MLP's on the same
     backend in the same sweep, a series in which what moved a whole sweep cancels, given to the same detector
     (runner.history.steps, each point with the interval of runs made apart, as `runner history` gives it)."""
+    from runner.history.series import apart_interval
     from runner.history.steps import Point, find_steps
-    from runner.report.comparison import apart_interval
 
     lines = [
         "| slowed case over the MLP of its sweep and backend | series (over its median before the step) | steps |",

@@ -219,3 +219,20 @@ def test_no_module_outside_the_tasks_names_a_task_or_its_metrics():
             for word in re.split(r"\W+", node.value)
         }  # fmt: skip
         assert not said & names, f"{path.relative_to(PROJECT_ROOT)} names {sorted(said & names)}"
+
+
+def test_benchmarks_and_scripts_name_only_what_the_package_has():
+    """A benchmark runs rarely and no test imports it whole: when a function moved (apart_interval, from the
+    comparison to the history), benchmarks/history_real.py kept importing it from where it was and failed at its
+    first run. Every `from runner... import name` in benchmarks/ and scripts/ names a module or an attribute that
+    exists (the modules import no heavy framework at their top)."""
+    import importlib.util
+
+    missing = []
+    for path in sorted([*(PROJECT_ROOT / "benchmarks").glob("*.py"), *(PROJECT_ROOT / "scripts").glob("*.py")]):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "runner":
+                module = importlib.import_module(node.module)
+                names = [f"{node.module}.{alias.name}" for alias in node.names if not hasattr(module, alias.name)]
+                missing += [f"{path.name}:{node.lineno} {n}" for n in names if importlib.util.find_spec(n) is None]
+    assert not missing, f"benchmarks and scripts import what the package no longer has: {missing}"

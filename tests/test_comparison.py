@@ -4,6 +4,7 @@ names its baseline, and comes from one place."""
 from __future__ import annotations
 
 import ast
+import dataclasses
 import math
 
 import numpy as np
@@ -14,9 +15,10 @@ from runner.config import PROJECT_ROOT
 from runner.identity import work
 from runner.record.table import format_interval, format_ratio, format_seconds, ratio_figure
 from runner.report import compare, pooled, sweep_answer
-from runner.report.comparison import MIN_RANK_SAMPLES, Comparison, Timings, Verdict, versus_fastest
+from runner.report.comparison import Comparison, Verdict, versus_fastest
 from runner.report.comparison import compare as compare_two
 from runner.report.ratio import Job
+from runner.report.timings import MIN_RANK_SAMPLES, Timings
 
 
 def test_a_configuration_of_one_run_shows_the_same_figure_in_every_table_and_metric():
@@ -69,6 +71,21 @@ def test_the_verdict_reads_the_same_everywhere():
     assert Comparison(1.2, 1.1, 1.3, Verdict.SLOWER).words() == "slower"
     assert Comparison(1.2, math.nan, math.nan, Verdict.CANNOT_TELL, "1 round").words() == "cannot tell (1 round)"
     assert Comparison(3.0, math.nan, math.nan, Verdict.UNSTABLE, "rounds 1-4 at 1 ms").words().startswith("unstable: ")
+
+
+def test_a_job_that_took_one_turn_is_the_one_named_short_of_rounds():
+    """A sweep's fastest took one turn (its budget spent in round 1) while jax took 33: 'jax: 1 round' read as if
+    jax had one round. The reason names the side whose rounds were too few."""
+    rng = np.random.default_rng(0)
+    many = np.repeat(np.arange(1, 34), 3)
+    jax = Timings((Job(2e-3 * np.exp(rng.normal(0, 0.01, many.size)), many),))
+    torch = Timings((Job(1e-3 * np.exp(rng.normal(0, 0.01, 12)), np.ones(12, dtype=int)),))
+    assert compare_two(torch, jax).reason == "1 round"  # torch's own
+    _, found = versus_fastest([torch, jax], ["torch", "jax"])
+    assert found.verdict == Verdict.CANNOT_TELL and found.words() == "cannot tell (the fastest took 1 round)"
+    fastest, slower = pooled.pool(sweep({"torch": 1e-3, "jax": 2e-3}))
+    slower = dataclasses.replace(slower, label="jax", comparison=found)
+    assert sweep_answer.sentence([fastest, slower]).startswith("no reliable order (jax: the fastest took 1 round): ")
 
 
 def _one_run(rng, seconds: float, busy: float = 0.0) -> Timings:

@@ -20,6 +20,7 @@ from runner import identity, report
 from runner.measure.samples import turn_typical, typical_s
 from runner.report import comparison
 from runner.report.ratio import ASSUMED, PRIOR_DF, PROCESS_SD, Job, process_spread, time_ratio
+from runner.report.timings import Timings
 
 DEFAULT_ROUNDS, SHORT_ROUNDS = 40, 14  # timing.affordable_rounds for a 2 ms block at 5 s and at 0.5 s
 BLOCKS = 8  # timing.TURN_BLOCKS
@@ -28,7 +29,7 @@ BLOCKS = 8  # timing.TURN_BLOCKS
 def versus_fastest(jobs, configurations=None) -> list:
     """Each job against the fastest, as runner.report.comparison compares single runs (None for the fastest)."""
     names = configurations or [str(i) for i in range(len(jobs))]
-    found = comparison.versus_fastest([comparison.Timings((Job(*job),)) for job in jobs], names)
+    found = comparison.versus_fastest([Timings((Job(*job),)) for job in jobs], names)
     return [None if c.is_baseline else c for c in found]
 
 

@@ -43,7 +43,7 @@ from runner.record.table import format_resolution
 from runner.spec import JobSpec
 
 if TYPE_CHECKING:
-    from runner.report.comparison import Timings
+    from runner.report.timings import Timings
 
 MIN_ROUNDS_TO_STOP = 8  # runner.report.ratio.MIN_BATCHES: an interval from fewer may look narrow by chance
 QUIET_WAIT_S = 0.05  # after its turn, a worker's threads (a spinning thread pool) may run this long at most
@@ -226,8 +226,8 @@ def keep_warning(sweep_dir: Path, line: str) -> bool:
 def _timings(job: _Waiting) -> Timings:
     """A job's samples as runner.report.comparison takes them, with the repeated parts of its calls where its task
     times them (runner.tasks.Task.repeated_parts)."""
-    from runner.report.comparison import Timings
     from runner.report.ratio import Job
+    from runner.report.timings import Timings
     from runner.tasks import task_class
 
     samples = job.measurement.samples

@@ -17,8 +17,9 @@ from runner.record.result import Status, read_samples, read_timings
 from runner.record.runs import Run
 from runner.record.table import COLUMNS, PROSE, Column, present, rows
 from runner.record.table import markdown as table_markdown
-from runner.report.comparison import Timings, versus_fastest
+from runner.report.comparison import versus_fastest
 from runner.report.ratio import Job
+from runner.report.timings import Timings
 from runner.tasks import task_class
 
 IDENTITY_COLUMNS = ("work", "configuration", "case", "case_name", "machine", "machine_name", "host")

@@ -110,7 +110,7 @@ TYPICAL_MARK = "typical (what time / fastest compares)"
 
 
 def _typical_times(group: pd.DataFrame) -> pd.Series:
-    """Each run's typical time, as its comparison takes it (runner.report.comparison.Timings; the median where its
+    """Each run's typical time, as its comparison takes it (runner.report.timings.Timings; the median where its
     samples are not on this machine): what the tables' ratios and speedup.png compare, which a busy machine can set
     far from the median of all its samples (a box's middle line)."""
     from runner.report.frames import timings

@@ -19,7 +19,7 @@ import pandas as pd
 from runner.identity import REPLICATE, under
 from runner.record import naming
 from runner.record.naming import TIMED_GROUPS
-from runner.report.comparison import Comparison, Timings, Verdict, versus_fastest
+from runner.report.comparison import Comparison, Verdict, versus_fastest
 from runner.report.frames import (
     _param_cell,
     same_work,
@@ -29,6 +29,7 @@ from runner.report.frames import (
     varied_params,
     work_keys,
 )
+from runner.report.timings import Timings
 from runner.tasks import Task, task_class
 
 BARE = ("params.dtype",)  # keys shown as their value alone, as group choices (`backend.name`) are

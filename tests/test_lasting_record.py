@@ -137,7 +137,7 @@ def test_experiment_opens_on_runs_and_terminal_says_where(experiment):
     view = f"{runs}?workflowType=machine_learning&viewStateShareKey=tensor-runner"  # the runs list, its columns set
     assert f"runs list       {view}" in outputs[1]
     shared = json.loads(client.get_experiment(experiment_id).tags["mlflow.sharedViewState.tensor-runner"])
-    columns = {"tags.`verdict`", "metrics.`next_fastest.time_ratio`", "metrics.`time_ratio`"}
+    columns = {"tags.`verdict`", "tags.`env.hostname`", "metrics.`next_fastest.time_ratio`", "metrics.`time_ratio`"}
     columns |= {"metrics.`time_typical_us`", "metrics.`tpot_p50_us`", "metrics.`tokens_per_s`"}  # ratios; tasks
     assert columns <= set(shared["selectedColumns"]) and "metrics.`time_median_us`" not in shared["selectedColumns"]
 

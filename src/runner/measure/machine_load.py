@@ -129,11 +129,17 @@ def runnable_threads(pid: int | str, proc: Path = PROC) -> int:
     return count
 
 
+def was_busy(other_runnable: float) -> bool:
+    """Whether a job timed beside this many other runnable threads on average shared its cores: the one rule of
+    every table, answer and history page that says 'busy'."""
+    return other_runnable > BUSY_OTHER_RUNNABLE
+
+
 def busy_warning(metrics: dict[str, float]) -> str | None:
     """A warning when the machine was busy while the job was timed, or None."""
     others = metrics.get("machine_other_runnable", 0.0)
     steal = metrics.get("machine_steal_pct", 0.0)
-    if others <= BUSY_OTHER_RUNNABLE and steal <= BUSY_STEAL_PCT:
+    if not was_busy(others) and steal <= BUSY_STEAL_PCT:
         return None
     return (
         f"busy machine while timing: {others:.1f} other runnable threads on average, "

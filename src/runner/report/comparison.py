@@ -48,7 +48,7 @@ from typing import cast
 
 import numpy as np
 
-from runner.measure.machine_load import BUSY_OTHER_RUNNABLE
+from runner.measure.machine_load import was_busy
 from runner.report.ratio import (
     APART_SD,
     ASSUMED,
@@ -187,10 +187,10 @@ def _unless_busy(
 
 def load_could_make(interval: tuple[float, float], busy: float) -> bool:
     """Whether a ratio with this interval is one that load alone could make: the machine was busy (`busy`, other
-    runnable threads on average, above BUSY_OTHER_RUNNABLE) and the interval reaches within BUSY_FACTOR of 1. The
+    runnable threads on average: machine_load.was_busy) and the interval reaches within BUSY_FACTOR of 1. The
     comparisons' rule, and the history's for a step beside a level measured busy (runner.history.build)."""
     low, high = interval
-    return busy > BUSY_OTHER_RUNNABLE and low < BUSY_FACTOR and high > 1 / BUSY_FACTOR
+    return was_busy(busy) and low < BUSY_FACTOR and high > 1 / BUSY_FACTOR
 
 
 def _ratio(

@@ -197,10 +197,10 @@ def timings(runs: pd.DataFrame) -> Timings:
 def table(frame: pd.DataFrame) -> pd.DataFrame:
     """Raw numbers for runs.csv: run, status, what varied, the table's columns, error."""
     frame = compare(frame)
-    records = _records(frame)
+    records = table_records(frame)
     columns = present(COLUMNS, records)
     out = pd.DataFrame({"run": frame["run"].to_numpy(), "status": frame["status"].to_numpy()})
-    for key in _where(frame) + varied_params(frame):
+    for key in host_column(frame) + varied_params(frame):
         out[short_name(key)] = frame[key].to_numpy()
     keys = [c.key for c in columns if c.key not in PROSE]
     keys += [k for k in COMPARED if k not in keys]
@@ -214,19 +214,19 @@ def human_table(frame: pd.DataFrame, columns: tuple[Column, ...] = COLUMNS) -> t
     """Headers and formatted cells (human units): run, status, its setup where runs come from several (see
     setup_notes), what varied, then the table's columns."""
     frame = compare(frame)
-    records = _records(frame)
+    records = table_records(frame)
     shown = present(columns, records)
-    varied = (["setup"] if frame.get("setup", pd.Series(dtype=int)).nunique() > 1 else []) + _where(frame)
+    varied = (["setup"] if frame.get("setup", pd.Series(dtype=int)).nunique() > 1 else []) + host_column(frame)
     varied += varied_params(frame)
     headers = ["run", "status", *(short_name(k) for k in varied), *column_labels(shown, frame)]
     cells = [
-        [str(row["run"]), str(row["status"]), *(_param_cell(row[k]) for k in varied), *cells]
+        [str(row["run"]), str(row["status"]), *(param_cell(row[k]) for k in varied), *cells]
         for (_, row), cells in zip(frame.iterrows(), rows(shown, records), strict=True)
     ]
     return headers, cells
 
 
-def _where(frame: pd.DataFrame) -> list[str]:
+def host_column(frame: pd.DataFrame) -> list[str]:
     """The host column, where the runs ran on more than one host (a cluster's nodes, a team's machines)."""
     return ["host"] if "host" in frame and several_hosts(frame["host"]) else []
 
@@ -240,7 +240,7 @@ def column_labels(columns: list[Column], frame: pd.DataFrame) -> list[str]:
     return [f"{c.label} (median)" if c.key in parts else c.label for c in columns]
 
 
-def _param_cell(value: object) -> str:
+def param_cell(value: object) -> str:
     """A parameter as typed: blank where the run has no such key, 1000 rather than 1000.0."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return ""
@@ -265,7 +265,7 @@ def setup_notes(frame: pd.DataFrame) -> list[str]:
     return setups.describe(frame, frame["setup"]) if "setup" in frame else []
 
 
-def _records(frame: pd.DataFrame) -> list[dict]:
+def table_records(frame: pd.DataFrame) -> list[dict]:
     """Per run, the values the table's columns read: metrics by their own names, and the comparison."""
     records = []
     for _, row in frame.iterrows():

@@ -14,8 +14,8 @@ from runner.record.table import format_seconds
 from runner.report.frames import (
     PANEL_KEYS,
     SETTINGS,
-    _param_cell,
     numeric_settings,
+    param_cell,
     short_name,
     timed_runs,
     varied_params,
@@ -59,7 +59,7 @@ def _workload_title(row: pd.Series, settings: list[str]) -> str:
         title += f", batch {int(row['params.batch_size'])}"
     for key in settings:
         if pd.notna(row.get(key)):
-            title += f", {short_name(key)} {_param_cell(row[key])}"
+            title += f", {short_name(key)} {param_cell(row[key])}"
     return title
 
 
@@ -72,7 +72,7 @@ def _panel_labels(rows: pd.DataFrame) -> pd.Series:
         return rows["run"].map(lambda name: textwrap.fill(str(name), 34))
 
     def label(row: pd.Series) -> str:
-        return textwrap.fill(" ".join(f"{short_name(c)}={_param_cell(v)}" for c, v in row.items()), 34)
+        return textwrap.fill(" ".join(f"{short_name(c)}={param_cell(v)}" for c, v in row.items()), 34)
 
     labelled = rows[columns].apply(label, axis=1)
     same = labelled.duplicated(keep=False)  # e.g. a single run and a sweep's job with the same settings

@@ -21,7 +21,7 @@ from runner.record import naming
 from runner.record.naming import TIMED_GROUPS
 from runner.report.comparison import Comparison, Verdict, versus_fastest
 from runner.report.frames import (
-    _param_cell,
+    param_cell,
     same_work,
     short_name,
     timed_runs,
@@ -199,7 +199,7 @@ def _settings(row: pd.Series) -> dict:
         level = nested
         for group in groups:
             level = level.setdefault(group, {}) if isinstance(level.get(group, {}), dict) else {}
-        level[name] = _param_cell(value)
+        level[name] = param_cell(value)
     return nested
 
 
@@ -216,8 +216,8 @@ def setting_text(key: str, value: object) -> str:
     if key == "setup":
         return f"setup {value}"
     if key.endswith(".name") or key in BARE:
-        return _param_cell(value)
-    return f"{short_name(key).rsplit('.', 1)[-1]}={_param_cell(value)}"
+        return param_cell(value)
+    return f"{short_name(key).rsplit('.', 1)[-1]}={param_cell(value)}"
 
 
 def _key(row: pd.Series, keys: list[str]) -> str:

@@ -14,10 +14,18 @@ from pathlib import Path
 
 import pandas as pd
 
-from runner.measure.machine_load import BUSY_OTHER_RUNNABLE
+from runner.measure.machine_load import was_busy
 from runner.record.table import format_interval, format_ratio, format_seconds, ratio_figure
 from runner.report.comparison import Verdict
-from runner.report.frames import _param_cell, _records, _where, column_labels, compare, setup_notes, varied_params
+from runner.report.frames import (
+    column_labels,
+    compare,
+    host_column,
+    param_cell,
+    setup_notes,
+    table_records,
+    varied_params,
+)
 from runner.report.pooled import Pooled, pool, setting_text
 from runner.tasks import Task, builtin_metrics
 
@@ -163,7 +171,7 @@ def _certainty(group: list[Pooled]) -> str:
     if bounded:  # in the intervals' own terms: a busy machine is in them already (its rounds widen them)
         return f"{order}, {sizes_known(bounded)}"
     busy = max(p.busy for p in group)
-    if busy > BUSY_OTHER_RUNNABLE:  # no interval to hold it: measured apart, or unstable
+    if was_busy(busy):  # no interval to hold it: measured apart, or unstable
         return f"{order}, the sizes uncertain: no interval, and a busy machine ({busy:.1f} other runnable threads)"
     return order
 
@@ -315,21 +323,21 @@ def answer(frame: pd.DataFrame) -> Answer:
 
 
 def job_table(frame: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
-    """A row per job (at most 8 columns, and the host where the runs ran on several: frames._where), named by what
+    """A row per job (at most 8 columns, and the host where the runs ran on several: frames.host_column), named by what
     varied (seed included) and its number ('torch · seed=1 #3'): status, median, IQR, typical time, time / fastest
     job, interval and verdict; narrow enough for MLflow's description."""
     from runner.record.table import COLUMNS, present, rows
 
     compared = compare(frame)
-    records = _records(compared)
+    records = table_records(compared)
     shown = present(tuple(c for c in COLUMNS if c.key in NOTE_COLUMNS), records)
     varied = varied_params(compared)
     names = [
-        " · ".join(setting_text(k, row[k]) for k in varied if _param_cell(row[k]))
+        " · ".join(setting_text(k, row[k]) for k in varied if param_cell(row[k]))
         + f" #{Path(str(row['run_dir'])).name}"
         for _, row in compared.iterrows()
     ]
-    where = _where(compared)  # the host, as in the terminal's table and runs.md
-    status = [[str(row["status"]), *(_param_cell(row[k]) for k in where)] for _, row in compared.iterrows()]
+    where = host_column(compared)  # the host, as in the terminal's table and runs.md
+    status = [[str(row["status"]), *(param_cell(row[k]) for k in where)] for _, row in compared.iterrows()]
     cells = [[name, *s, *cells] for name, s, cells in zip(names, status, rows(shown, records), strict=True)]
     return ["job", "status", *where, *column_labels(shown, compared)], cells

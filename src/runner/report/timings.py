@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from runner.measure.machine_load import BUSY_OTHER_RUNNABLE
+from runner.measure.machine_load import was_busy
 from runner.measure.samples import turn_typical, typical_s
 from runner.report.ratio import UNSTABLE_SPREAD, Job, process_count, tamed
 from runner.report.rounds_order import instability
@@ -98,7 +98,7 @@ class Timings:
             return None
         if self.samples() < MIN_RANK_SAMPLES:
             return f"not enough samples ({self.samples()})"
-        if self.busy > BUSY_OTHER_RUNNABLE:
+        if was_busy(self.busy):
             calls, busy = f"{self.calls()} call{'s' if self.calls() > 1 else ''}", f"{self.busy:.1f} other runnable"
             return f"not enough samples ({calls}; on a busy machine a call's parts do not count: {busy})"
         return None

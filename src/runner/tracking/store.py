@@ -139,13 +139,14 @@ def client(uri: str):
 
 
 # The runs list's columns without setup: MLflow's shared view state (an experiment tag the UI reads for
-# `?viewStateShareKey=RUNS_VIEW`): a sweep's verdict and one ratio column across sweeps (pooled.ranked_metrics),
+# `?viewStateShareKey=RUNS_VIEW`): a sweep's verdict, the host, one ratio column across sweeps (pooled.ranked_metrics),
 # each job's typical time (what its ratio compares: one statistic on the page) and ratio, then the tasks' own
 # metrics (runner.tasks.builtin_metrics: a generation's first token, per token, tokens/s). A column key is the UI's:
 # `metrics.`NAME``.
 RUNS_VIEW = "tensor-runner"
 RUNS_VIEW_COLUMNS = (
     "tags.`verdict`",
+    "tags.`env.hostname`",  # where each ran: a team's machines and a cluster's nodes pool in one experiment
     "metrics.`next_fastest.time_ratio`",
     "metrics.`fastest.time_typical_us`",
     "metrics.`time_typical_us`",

@@ -1,7 +1,7 @@
 """`runner history --json`: per case and machine its names, its runs (each with its host where they ran on several),
-the steps found in its times, its numbers and its figures, every series fitted (by name), and its gaps (a case whose
-newest runs failed, or that stopped appearing); strict JSON, a number that is not one (an interval a run lacks) as
-null."""
+what its times were fitted on and each sweep whose control gave no time (control_notes), the steps found in its
+times, its numbers and its figures, every series fitted (by name), and its gaps (a case whose newest runs failed, or
+that stopped appearing); strict JSON, a number that is not one (an interval a run lacks) as null."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from datetime import UTC, datetime
 
+from runner.history.describe import control_notes
 from runner.history.figures import FIGURES
 from runner.history.gaps import Gapped
 from runner.history.narrow import TIMES, series_names, times_read
@@ -41,6 +42,7 @@ def _case(h: History) -> dict:
         "machine_name": h.machine_name,
         "runs": _runs(h),
         "fitted": f"relative to {h.control_name}" if h.relative else "times",
+        "control_notes": control_notes(h),  # each sweep whose control gave no time, and what was fitted instead
         "steps": [step_record(h, s) for s in h.steps],
         "raw_steps": [step_record(h, s) for s in h.raw_steps],
         "numeric_steps": [{"metric": name, **step_record(h, s)} for name, steps in h.numbers.items() for s in steps],

@@ -33,6 +33,7 @@ import math
 import statistics
 from dataclasses import replace
 
+from runner.history.describe import run_said
 from runner.history.fdr import DEFAULT_FDR, control_fdr
 from runner.history.figures import figure_steps, recorded_figures
 from runner.history.numbers import numeric_steps, recorded_numbers
@@ -40,6 +41,7 @@ from runner.history.series import Entry, History, either_side
 from runner.history.steps import Label, Step, find_steps
 from runner.history.tags import CHANGE_TAG, CONFIRMED_TAG
 from runner.identity import Key
+from runner.record.result import Status
 from runner.record.runs import CONTROL_TAG, Run
 from runner.report.comparison import load_could_make
 
@@ -56,9 +58,9 @@ def build(
 ) -> list[History]:
     """Histories from (case, case name, machine, machine name, entry) tuples, each series in time order with its
     steps and those of its numbers; the ones with a regression first, the newest regression first. A case named in
-    `controls` (case -> its control's name) whose every run has its control's time is fitted relative to it, its raw
-    steps kept beside; a case among `control_cases` is marked as the control it is. `fdr`: the false-discovery rate
-    the steps are held to across the series (control_fdr; None: each series alone)."""
+    `controls` (case -> its control's name) is fitted relative to it where fits_relative says, its raw steps kept
+    beside; a case among `control_cases` is marked as the control it is. `fdr`: the false-discovery rate the steps
+    are held to across the series (control_fdr; None: each series alone)."""
     controls, control_cases = controls or {}, control_cases or set()
     found: dict[tuple[str, str], History] = {}
     for case, case_name, machine, machine_name, entry in entries:
@@ -67,9 +69,9 @@ def build(
         history.entries = in_time(history.entries)
         history.steps = unless_busy(history.entries, find_steps([e.point() for e in history.entries], MIN_STEP))
         history.is_control = history.case in control_cases
-        if controls.get(history.case) and all(not math.isnan(e.control_s) for e in history.entries):
+        if controls.get(history.case) and fits_relative(history.entries):
             history.control_name, history.raw_steps = controls[history.case], history.steps
-            relative = [e.point(relative=True) for e in history.entries]
+            relative = [e.point(relative=True) for e in history.entries]  # NaN where its control gave no time: out
             history.steps = unless_busy(history.entries, find_steps(relative, MIN_STEP))
         history.numbers = numeric_steps(history.entries)
         history.figures = figure_steps(history.entries)
@@ -77,6 +79,17 @@ def build(
     if fdr is not None:
         control_fdr(histories, fdr)
     return sorted(histories, key=_urgency)
+
+
+def fits_relative(entries: list[Entry]) -> bool:
+    """Whether a series is fitted relative to its control: every run's sweep named one (a run whose sweep named none
+    has no control_s and no control_lost), and it gave a time in most of its sweeps. A sweep whose control gave none
+    (killed, failed: Entry.control_lost) costs that fit its own point only: its ratio is NaN, which the detector
+    leaves out, and the times' own series keeps it."""
+    if any(math.isnan(e.control_s) and not e.control_lost for e in entries):
+        return False
+    timed = {e.sweep or e.run_id: not math.isnan(e.control_s) for e in entries}
+    return 2 * sum(timed.values()) > len(timed)
 
 
 def in_time(entries: list[Entry]) -> list[Entry]:
@@ -114,11 +127,11 @@ def from_runs(
 ) -> list[History]:
     """Histories of the timed runs among `runs` (runner.record.runs: from MLflow or run directories), one series per
     case and machine, or per case, machine and host (`by_host`). A run whose sweep timed a control (its control's
-    run among `runs` or `control_runs`) carries the control's time, and a series all of whose runs do is fitted
-    relative to it. `fdr`: as build's."""
-    timed = [r for r in [*runs, *(control_runs or [])] if r.timed and r.identity and r.sweep]
-    control_times = {(r.sweep, r.identity.case.key): r.typical_s for r in timed if r.identity}
-    control_names = {r.identity.case.key: r.identity.case.name for r in timed if r.identity}
+    run among `runs` or `control_runs`) carries the control's time, or why it has none (control_lost: a control
+    killed or failed, read from those runs too), and a series whose runs do is fitted relative to it
+    (fits_relative). `fdr`: as build's."""
+    in_sweeps = _controls_by_sweep([*runs, *(control_runs or [])])
+    control_names = {case: run.identity.case.name for (_, case), run in in_sweeps.items() if run.identity}
     controls: dict[str, str] = {}
     entries = []
     for run in runs:
@@ -133,6 +146,7 @@ def from_runs(
         control = run.tags.get(CONTROL_TAG, "")
         if control in control_names:
             controls[found.case.key] = control_names[control]
+        beside = in_sweeps.get((run.sweep, control)) if control and run.sweep else None
         entry = Entry(
             run_id=run.where,
             started=run.started,
@@ -140,7 +154,7 @@ def from_runs(
             processes=int(run.metrics.get("n_processes") or 1),
             change=run.tags.get(CHANGE_TAG, ""),
             version=run.version,
-            control_s=control_times.get((run.sweep, control), math.nan),
+            control_s=beside.typical_s if beside is not None and _usable(beside) else math.nan,
             numbers=recorded_numbers(run.metrics),
             figures=recorded_figures(run.metrics),
             confirmed=run.tags.get(CONFIRMED_TAG, ""),
@@ -148,6 +162,39 @@ def from_runs(
             sweep=run.sweep,
             experiment_id=run.experiment_id,
             host=found.host,
+            control_lost=control_lost(beside, run.sweep) if control and run.sweep else "",
         )
         entries.append((found.case.key, found.case.name, machine.key, machine.name, entry))
     return build(entries, controls, {r.tags[CONTROL_TAG] for r in runs if r.tags.get(CONTROL_TAG)}, fdr)
+
+
+def _usable(run: Run) -> bool:
+    return run.timed and not math.isnan(run.typical_s)
+
+
+def _controls_by_sweep(runs: list[Run]) -> dict[tuple[str, str], Run]:
+    """Each sweep's run of each case, by (sweep, case key), a finished one with a time before any other (a killed or
+    failed one says why its sweep's control gave no time)."""
+    found: dict[tuple[str, str], Run] = {}
+    for run in runs:
+        if run.identity and run.sweep:
+            key = (run.sweep, run.identity.case.key)
+            if key not in found or (_usable(run) and not _usable(found[key])):
+                found[key] = run
+    return found
+
+
+def control_lost(control: Run | None, sweep: str) -> str:
+    """Why a sweep's control gave no time ('' where it gave one), in the words a history says it: 'control killed in
+    sweep 3f2a9c81d0e4 (terminated (SIGTERM) while timing)', 'control failed in sweep ... (ValueError: ...)', 'control
+    not found in sweep ...' (not among the runs read). A killed control's time over the rounds before it was stopped
+    is not used: the case's time spans rounds it did not run, so their drift would not cancel (docs/history.md)."""
+    where = f"in sweep {run_said(sweep)}"
+    if control is None:
+        return f"control not found {where}"
+    if _usable(control):
+        return ""
+    if control.status != Status.FINISHED:
+        why = (control.error or "no error recorded").splitlines()[0]
+        return f"control {str(control.status).lower()} {where} ({why})"
+    return f"control without a typical time {where}"

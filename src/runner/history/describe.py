@@ -3,6 +3,7 @@ terminal's lines; the verdict on its newest run."""
 
 from __future__ import annotations
 
+import math
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -85,8 +86,10 @@ def lines(histories: list[History], fdr: float | None = None) -> list[str]:
         if h.is_control:
             out.append("  the control of the cases timed beside it: its steps are the machine's; no gate fails on them")
         if h.relative:
-            now = newest.typical_s / newest.control_s
+            ratio = next((e for e in reversed(h.entries) if not math.isnan(e.control_s)), newest)  # its newest ratio
+            now = ratio.typical_s / ratio.control_s
             out.append(f"  fitted relative to its control, {h.control_name}, timed in the same rounds: now {now:.3g}x")
+        out += [f"  {note}" for note in control_notes(h)]
         if times_read(h):
             out += [f"  {describe_step(h, s)}" for s in h.steps] or ["  no step"]
         if h.relative and times_read(h):
@@ -95,6 +98,27 @@ def lines(histories: list[History], fdr: float | None = None) -> list[str]:
         out += [f"  {describe_figure(h, name, s)}" for name, steps in h.figures.items() for s in steps]
         out += [f"  {line}" for line in quiet_series(h)]
     return out + ([fdr_summary(histories, fdr)] if fdr is not None else [])
+
+
+def control_notes(history: History) -> list[str]:
+    """Each sweep whose control gave no time (Entry.control_lost), its runs and what was fitted instead: 'control killed
+    in sweep 3f2a9c81d0e4 (terminated (SIGTERM) while timing): run 9c1e07d2b4a5 left out of the fit relative to its
+    control'; where too few sweeps had its time to fit on (build.fits_relative), the history is fitted on its times,
+    and the first line says so."""
+    lost: dict[str, list[str]] = {}
+    for entry in history.entries:
+        if entry.control_lost:
+            lost.setdefault(entry.control_lost, []).append(run_said(entry.run_id))
+    if not lost:
+        return []
+    then = "left out of the fit relative to its control" if history.relative else "has no ratio to its control"
+    said = [f"{why}: run{'s' if len(runs) > 1 else ''} {', '.join(runs)} {then}" for why, runs in lost.items()]
+    if history.relative:
+        return said
+    sweeps = {e.sweep or e.run_id: not math.isnan(e.control_s) for e in history.entries}
+    named = all(e.control_lost or not math.isnan(e.control_s) for e in history.entries)
+    why = f"its control gave a time in {sum(sweeps.values())} of its {len(sweeps)} sweeps" if named else ""
+    return [f"fitted on its times, not relative to its control: {why or 'some of its sweeps timed none'}", *said]
 
 
 def quiet_series(history: History) -> list[str]:

@@ -1,11 +1,11 @@
 """`runner history --markdown`: the histories as a pull request's comment, in GitHub-flavoured markdown.
 
-A headline with the verdict (the gate's, where --fail-on names labels), what the false-discovery rate says of the
-steps kept (history.fdr_summary), a table of the cases with a step, those that alert first (case, machine, its
-typical time now, with the newest run's host where the case's runs ran on several; the step: a ratio with its
-interval, the numbers either side, or a figure's name, ratio and levels either side; its label, and the re-run's word
-and its q-value), then the quiet cases (no step, or too few runs to tell) in a collapsed <details>. Every name is
-escaped: a pipe in a case's name cannot split a cell, nor a `<` open a tag.
+A headline with the verdict (the gate's, where --fail-on names labels), what the false-discovery rate says of the steps
+kept (history.fdr_summary), each sweep whose control gave no time (describe.control_notes), a table of the cases with a
+step, those that alert first (case, machine, its typical time now, with the newest run's host where the case's runs ran
+on several; the step: a ratio with its interval, the numbers either side, or a figure's name, ratio and levels either
+side; its label, and the re-run's word and its q-value), then the quiet cases (no step, or too few runs to tell) in a
+collapsed <details>. Every name is escaped: a pipe in a case's name cannot split a cell, nor a `<` open a tag.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import math
 import re
 from dataclasses import dataclass
 
+from runner.history.describe import control_notes
 from runner.history.fdr import fdr_summary
 from runner.history.figures import FIGURES, format_figure
 from runner.history.figures import levels as figure_levels
@@ -48,6 +49,8 @@ def comment(
     quiet = [h for h in histories if not any(r.history is h for r in rows)]
     out = [_headline(rows, histories, labels, confirm, within), ""]
     out += [fdr_summary(histories, fdr), ""] if fdr is not None else []
+    notes = [f"- {cell(h.case_name)}: {cell(note)}" for h in histories for note in control_notes(h)]
+    out += [*notes, ""] if notes else []
     out += _table(rows) if rows else ["No step in any case."]
     return "\n".join(out + _quiet(quiet))
 

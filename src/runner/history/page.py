@@ -12,7 +12,14 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
-from runner.history.describe import describe_figure, describe_number, describe_step, quiet_series, run_said
+from runner.history.describe import (
+    control_notes,
+    describe_figure,
+    describe_number,
+    describe_step,
+    quiet_series,
+    run_said,
+)
 from runner.history.figures import FIGURES, format_figure
 from runner.history.gaps import Gapped
 from runner.history.numbers import format_number
@@ -76,11 +83,13 @@ def write(
 
 def _fit_said(h: History) -> str:
     """What decided a case's steps, as its line on the index says it: 'the control of the others', 'fitted relative
-    to its control NAME' or 'fitted on its times', and how many of its runs were measured on a busy machine."""
+    to its control NAME' or 'fitted on its times', how many of its runs were measured on a busy machine, and each
+    sweep whose control gave no time (describe.control_notes)."""
     said = "the control of the others" if h.is_control else "fitted on its times"
     said = f"fitted relative to its control {h.control_name}" if h.relative else said
     busy = sum(_busy(e) for e in h.entries)
-    return said + (f", {busy} of {len(h.entries)} runs on a busy machine" if busy else "")
+    said += f", {busy} of {len(h.entries)} runs on a busy machine" if busy else ""
+    return "; ".join([said, *control_notes(h)])
 
 
 def _index_order(h: History) -> tuple[bool, float]:
@@ -187,8 +196,8 @@ def _profile_diffs(h: History, read: Reader) -> str:
 
 
 def decided_by(h: History) -> str:
-    """What the steps were found in, in words: the times themselves or the ratio to the control, and the runs
-    measured on a busy machine."""
+    """What the steps were found in, in words: the times themselves or the ratio to the control, the runs measured
+    on a busy machine, and each sweep whose control gave no time (describe.control_notes)."""
     if h.is_control:
         said = "This case is the control of other cases: its steps are the whole machine's, and no gate fails on them."
     elif h.relative:
@@ -196,6 +205,8 @@ def decided_by(h: History) -> str:
             f"Fitted relative to the control {h.control_name}: each run's time over the control's, measured in the "
             "same rounds, so the machine's drift between sweeps cancels (the plot shows that ratio)."
         )
+    elif control_notes(h):
+        said = "Fitted on the typical times themselves."
     else:
         said = "Fitted on the typical times themselves (no control was timed beside every run)."
     busy = sum(_busy(e) for e in h.entries)
@@ -204,7 +215,7 @@ def decided_by(h: History) -> str:
             f" {busy} of {len(h.entries)} runs were measured on a busy machine (over {BUSY_OTHER_RUNNABLE:g} other "
             "runnable threads): a step load alone could make beside them is labelled busy machine and fails no gate."
         )
-    return said
+    return " ".join([said, *(f"{note[0].upper()}{note[1:]}." for note in control_notes(h))])
 
 
 def _busy(entry: Entry) -> bool:

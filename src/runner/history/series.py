@@ -58,11 +58,13 @@ class Entry:
     experiment_id: str = ""  # its MLflow experiment ('' read from a folder): its page's link names it
     figures: dict[str, float] = field(default_factory=dict)  # its other figures (figures.FIGURES) recorded
     host: str = ""  # where it ran ('' not known): a pool's runs of one kind of machine are one series
+    control_lost: str = ""  # where its sweep named a control that gave no time, why (build.control_lost)
 
     def point(self, relative: bool = False) -> Point:
         """Its typical time as a run of the series, or its ratio to its control (`relative`): measured in the same
-        rounds, the machine's drift between sweeps cancels in it and only the two processes' offsets are left. The
-        runs of one sweep are replicates (seeds, hosts of one kind): the detector takes them as one point."""
+        rounds, the machine's drift between sweeps cancels in it and only the two processes' offsets are left (NaN,
+        which the detector leaves out, where its control gave no time). The runs of one sweep are replicates (seeds,
+        hosts of one kind): the detector takes them as one point."""
         if relative:
             value = self.typical_s / self.control_s
             low, high = relative_interval(value, self.processes)

@@ -16,7 +16,7 @@ from runner.history.page import page_name
 from runner.history.series import History
 from runner.history.steps import Label
 from runner.history.tags import CHANGE_TAG, VERDICT_TAG
-from runner.record.result import RESULT_FILE
+from runner.record.result import RESULT_FILE, Status
 from runner.record.runs import CONTROL_TAG, from_dirs
 
 
@@ -46,7 +46,12 @@ def histories(uri: str, dirs: list[Path], query: Query) -> tuple[list[History], 
         failed = tracking.history_runs(uri, query.experiment, query.case, query.machine, status="FAILED")
         ran = measured + failed
         control_cases = {r.tags[CONTROL_TAG] for r in measured if r.tags.get(CONTROL_TAG)}
-        controls = [r for case in sorted(control_cases) for r in tracking.history_runs(uri, None, case)]
+        controls = [  # a killed or failed control's run too: its sweep's cases say why it gave no time
+            r
+            for case in sorted(control_cases)
+            for status in (Status.FINISHED, Status.KILLED, Status.FAILED)
+            for r in tracking.history_runs(uri, None, case, status=status)
+        ]
         found = from_runs(measured, query.by_host, controls, query.fdr)
     gapped = gaps(ran, query.missing_after)
     if not found and not gapped:

@@ -92,5 +92,15 @@ def _gapped(gap: Gap, run: Run, count: int, error: str = "") -> Gapped:
     found = run.identity
     assert found is not None
     name = run.run_id or "/".join(Path(run.run_dir or run.name).parts[-2:])  # a folder's run: sweep/job
-    return Gapped(gap, found.case.key, found.case.name, found.machine.key, found.machine.name, name, run.started,
+    return Gapped(gap, found.case.key, found.case.name, found.machine.key, machine_said(run), name, run.started,
                   count, error)  # fmt: skip
+
+
+def machine_said(run: Run) -> str:
+    """The run's kind of machine as a line names it; where it recorded none (a SLURM block whose node was lost before
+    the job read its machine: runner.launch.slurm.record_slurm_end), what is known: 'node-2 (machine unknown)', its
+    host or the node SLURM placed it on, else 'machine unknown'; never blank."""
+    assert run.identity is not None
+    if run.identity.machine.name:
+        return run.identity.machine.name
+    return f"{run.host} (machine unknown)" if run.host else "machine unknown"

@@ -36,7 +36,10 @@ SHADES = {
     Label.SUSPICIOUS: "tab:orange",
     Label.BUSY: "tab:grey",
 }
-STYLE = "body{font-family:sans-serif;max-width:60em;margin:2em auto}td,th{padding:.2em .6em;text-align:left}"
+STYLE = (
+    "body{font-family:sans-serif;max-width:60em;margin:2em auto}td,th{padding:.2em .6em;text-align:left}"
+    "td.when,td.host{white-space:nowrap}"  # a narrow column broke 'ci-runner-1' at its hyphens, over three lines
+)
 
 
 def write(
@@ -138,8 +141,8 @@ def _case_page(h: History, image: str, diffs: str, ui: str | None, in_viewer: bo
     figures = list(h.figures)  # each figure some run recorded (of those --series named), a column
     hosts = h.several_hosts()
     rows = "".join(
-        f"<tr><td>{i}</td><td>{_when(e.started)}</td>"
-        + (f"<td>{html.escape(e.host)}</td>" if hosts else "")
+        f"<tr><td>{i}</td><td class='when'>{_when(e.started)}</td>"
+        + (f"<td class='host'>{html.escape(e.host)}</td>" if hosts else "")
         + f"<td>{format_seconds(e.typical_s)}</td>"
         + "".join(f"<td>{format_number(n, e.numbers[n]) if n in e.numbers else ''}</td>" for n in numbers)
         + "".join(f"<td>{format_figure(n, e.figures[n]) if n in e.figures else ''}</td>" for n in figures)

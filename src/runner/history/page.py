@@ -26,7 +26,7 @@ from runner.history.numbers import format_number
 from runner.history.profiles import Reader, step_diff
 from runner.history.series import NUMBERS, Entry, History
 from runner.history.steps import Label
-from runner.measure.machine_load import BUSY_OTHER_RUNNABLE
+from runner.measure.machine_load import BUSY_OTHER_RUNNABLE, was_busy
 from runner.record.table import format_seconds
 from runner.tracking.store import MODEL_TRAINING
 
@@ -222,7 +222,7 @@ def decided_by(h: History) -> str:
 
 
 def _busy(entry: Entry) -> bool:
-    return entry.busy > BUSY_OTHER_RUNNABLE
+    return was_busy(entry.busy)
 
 
 def _when(epoch_s: float) -> str:

@@ -60,3 +60,29 @@ def test_a_failed_run_with_no_machine_nor_node_says_machine_unknown(tmp_path):
     ran[2] = dataclasses.replace(ran[2], environment={})  # no node either
     (gap,) = gaps(ran)
     assert gap.machine_name == "machine unknown" and f"{CASE_NAME} on machine unknown: failing since" in gap.line()
+
+
+def test_a_lost_blocks_failed_run_read_from_its_folder_is_dated_by_its_record_not_1970(tmp_path):
+    """Before: 'failing since run sweep/2 (1970-01-01 00:00)': a block whose node was lost recorded no start. Its
+    record's time (when record_slurm_end wrote it, at the sweep's end) is what is known, and said as such."""
+    import os
+
+    folders = _sweep(tmp_path / "sweep")
+    recorded = 1.79e9 + 600  # 2026-09-21 14:23 UTC
+    os.utime(folders[2] / "result.json", (recorded, recorded))
+    printed = runner_main("history", str(tmp_path / "sweep"))
+    assert printed.returncode == 0, printed.stderr[-3000:]
+    assert f"{CASE_NAME} on node-2 (machine unknown): failing since run sweep/2 (recorded 2026-09-21 14:23): " in (
+        printed.stdout
+    ), printed.stdout
+    assert "1970" not in printed.stdout
+
+
+def test_a_failed_run_whose_time_nothing_records_says_date_unknown(tmp_path):
+    from runner.history.gaps import gaps
+
+    ran = runs.from_dirs(_sweep(tmp_path / "sweep"))
+    ran[2] = dataclasses.replace(ran[2], run_dir=None, name="lost")  # no start, and no record to date it by
+    (gap,) = gaps(ran)
+    assert f"{CASE_NAME} on node-2 (machine unknown): failing since run lost (date unknown): 1 run" in gap.line()
+    assert json.loads(json.dumps(dataclasses.asdict(gap)))["dated"] == "unknown"

@@ -11,7 +11,7 @@ from enum import StrEnum
 from itertools import groupby
 from pathlib import Path
 
-from runner.record.result import Status
+from runner.record.result import RESULT_FILE, Status
 from runner.record.runs import Run
 
 MISSING_AFTER = 3  # sweeps of its machine without a case before it is `no data since` (--missing-after)
@@ -32,18 +32,22 @@ class Gapped:
     machine: str
     machine_name: str
     since_run: str  # the first failed run, or the case's last run
-    since: float  # its start, epoch seconds
+    since: float  # its start, epoch seconds (what `dated` says it is; 0.0 where nothing dates it)
     count: int  # the failed runs since, or the machine's sweeps since without the case
     error: str = ""  # the newest failed run's error line
+    dated: str = "started"  # what `since` is: the run's start, when its record was written (`recorded`), `unknown`
 
     def line(self) -> str:
         """'mlp gradients on AMD EPYC · 2 cores: failing since run abc (2026-12-04 16:00): 2 runs failed, the last:
-        ValueError: ...', or '...: no data since 2026-12-01 03:00: 3 sweeps of its machine since ran without it'."""
-        when = datetime.fromtimestamp(self.since, UTC).strftime("%Y-%m-%d %H:%M")
+        ValueError: ...', or '...: no data since 2026-12-01 03:00: 3 sweeps of its machine since ran without it'. A run
+        that recorded no start is dated by its record ('recorded 2026-12-04 16:00'), else 'date unknown': never 1970."""
+        date = datetime.fromtimestamp(self.since, UTC).strftime("%Y-%m-%d %H:%M")
         where = f"{self.case_name} on {self.machine_name}"
         if self.gap == Gap.FAILURE:
+            when = {"started": date, "recorded": f"recorded {date}"}.get(self.dated, "date unknown")
             runs = f"{self.count} run{'s' if self.count != 1 else ''} failed"
             return f"{where}: failing since run {self.since_run} ({when}): {runs}, the last: {self.error}"
+        when = date if self.dated != "unknown" else "a run of unknown date"
         return f"{where}: no data since {when}: {self.count} sweeps of its machine since ran without it"
 
 
@@ -51,7 +55,7 @@ def gaps(runs: list[Run], missing_after: int = MISSING_AFTER) -> list[Gapped]:
     """The cases among `runs` (finished and failed, with an identity) whose newest runs failed, then those absent from
     at least `missing_after` of their machine's newest sweeps."""
     ran = sorted((r for r in runs if r.identity is not None and r.status in (Status.FINISHED, Status.FAILED)),
-                 key=lambda r: r.started)  # fmt: skip
+                 key=when)  # fmt: skip
     return _failing(ran) + _missing(ran, missing_after)
 
 
@@ -63,7 +67,7 @@ def _key(run: Run) -> tuple[str, str]:
 def _failing(ran: list[Run]) -> list[Gapped]:
     found = []
     for _, series in groupby(sorted(ran, key=_key), key=_key):
-        ordered = sorted(series, key=lambda r: r.started)
+        ordered = sorted(series, key=when)
         trailing = len(ordered) - max((i + 1 for i, r in enumerate(ordered) if r.status != Status.FAILED), default=0)
         if trailing:
             first, last = ordered[-trailing], ordered[-1]
@@ -78,7 +82,7 @@ def _missing(ran: list[Run], after: int) -> list[Gapped]:
     found = []
     machine_of = lambda r: (r.identity.machine.key, r.experiment_id)  # noqa: E731
     for _, on_machine in groupby(sorted(ran, key=machine_of), key=machine_of):
-        runs = sorted(on_machine, key=lambda r: r.started)
+        runs = sorted(on_machine, key=when)
         sweeps = list(dict.fromkeys(r.sweep or r.where for r in runs))  # in the order they began
         last_run = {_key(r): r for r in runs}  # each case's newest run on this machine
         for run in last_run.values():
@@ -92,8 +96,20 @@ def _gapped(gap: Gap, run: Run, count: int, error: str = "") -> Gapped:
     found = run.identity
     assert found is not None
     name = run.run_id or "/".join(Path(run.run_dir or run.name).parts[-2:])  # a folder's run: sweep/job
-    return Gapped(gap, found.case.key, found.case.name, found.machine.key, machine_said(run), name, run.started,
-                  count, error)  # fmt: skip
+    since, dated = when(run), "started" if run.started else "recorded" if when(run) else "unknown"
+    return Gapped(gap, found.case.key, found.case.name, found.machine.key, machine_said(run), name, since, count,
+                  error, dated)  # fmt: skip
+
+
+def when(run: Run) -> float:
+    """When a run began, epoch seconds: its start; where it recorded none (a SLURM block whose node was lost before
+    its job began, read from its folder: runner.launch.slurm.record_slurm_end), when its record was written (its
+    result file's time, at the sweep's end), else 0.0 (unknown). In MLflow a run's start is never missing (a run
+    logged without one starts when it was logged)."""
+    if run.started or not run.run_dir:
+        return run.started
+    record = Path(run.run_dir) / RESULT_FILE
+    return record.stat().st_mtime if record.is_file() else 0.0
 
 
 def machine_said(run: Run) -> str:

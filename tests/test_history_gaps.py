@@ -5,21 +5,30 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 from pathlib import Path
 
 from helpers import made_store, runner_main
 from test_history import MACHINE
 
+from runner import identity
 from runner.record import job_record, runs
 from runner.record.result import Result, Status
 from runner.tracking.upload import log_to_mlflow
 
 CASE_NAME = "numpy-mlp-gradients-eager-cpu-float32 batch_size=32"
+MACHINE_NAME = identity.machine(MACHINE).name  # AMD EPYC 7B13 · 2 cores · 24 GiB
 
 
 def _sweep(folder: Path) -> list[Path]:
     """A SLURM sweep's three blocks: two finished on node-1 and node-3, the third's node lost (NODE_FAIL) before its
     job recorded anything, recorded FAILED with SLURM's reason and the node alone, as record_slurm_end does."""
+    return _night(folder, 1.79e9)
+
+
+def _night(folder: Path, started: float, hosts: tuple[str, ...] = ("node-1", "node-3"), lost: str = "node-2"):
+    """A SLURM sweep of one case, a block on each of `hosts` finished from `started` on, and a last block on `lost`
+    (none where '') whose node was lost (as _sweep's). Its blocks' folders, in job order."""
     from runner.config import compose
     from runner.launch.slurm import record_slurm_end
     from runner.launch.slurm_queue import JobState
@@ -27,14 +36,21 @@ def _sweep(folder: Path) -> list[Path]:
 
     spec = JobSpec.of(compose(["backend=numpy", "tracking=none"]))
     metrics = {"time_typical_s": 1e-4, "time_median_s": 1e-4, "time_iqr_s": 0.0, "first_call_s": 1e-4}
-    for job, host in enumerate(("node-1", "node-3")):
+    for job, host in enumerate(hosts):
         result = Result(Status.FINISHED, metrics=metrics, environment={**MACHINE, "hostname": host},
-                        started=1.79e9 + job)  # fmt: skip
+                        started=started + job)  # fmt: skip
         (folder / str(job)).mkdir(parents=True)
         job_record.write(spec, folder / str(job), result)
-    lost = JobState("7_2", "NODE_FAIL", "sinfo: node-2 down* (Not responding)", "9", ": its node is lost", "node-2")
-    record_slurm_end(spec, folder / "2", lost)
-    return [folder / str(job) for job in range(3)]
+    if lost:
+        node = JobState("7_2", "NODE_FAIL", f"sinfo: {lost} down* (Not responding)", "9", ": its node is lost", lost)
+        record_slurm_end(spec, folder / str(len(hosts)), node)
+    return [folder / str(job) for job in range(len(hosts) + bool(lost))]
+
+
+def _logged(uri: str, folders: list[Path], night: int) -> list[str]:
+    """The night's blocks logged to the store under its sweep's parent run, their run ids; a lost block's run starts
+    when it is logged (it recorded no start), at the sweep's end."""
+    return [log_to_mlflow(folder, uri, "slurm", parent_run_id=f"{night:032x}") for folder in folders]
 
 
 def test_a_lost_blocks_failed_run_names_its_node_in_the_failing_list(tmp_path):
@@ -81,8 +97,55 @@ def test_a_lost_blocks_failed_run_read_from_its_folder_is_dated_by_its_record_no
 def test_a_failed_run_whose_time_nothing_records_says_date_unknown(tmp_path):
     from runner.history.gaps import gaps
 
-    ran = runs.from_dirs(_sweep(tmp_path / "sweep"))
-    ran[2] = dataclasses.replace(ran[2], run_dir=None, name="lost")  # no start, and no record to date it by
-    (gap,) = gaps(ran)
+    ran = runs.from_dirs(_sweep(tmp_path / "sweep"))[2:]  # its sweep's finished blocks aside: undated, it is oldest
+    (gap,) = gaps([dataclasses.replace(ran[0], run_dir=None, name="lost")])  # no start, and no record to date it by
     assert f"{CASE_NAME} on node-2 (machine unknown): failing since run lost (date unknown): 1 run" in gap.line()
     assert json.loads(json.dumps(dataclasses.asdict(gap)))["dated"] == "unknown"
+
+
+ALL = ("node-1", "node-2", "node-3")
+
+
+def test_a_lost_blocks_failure_is_on_its_nodes_machine_and_the_cases_next_finished_run_clears_it(tmp_path):
+    """Night 0 the case ran on node-1..3; night 1 node-2 was lost. Before: its failure was filed under a machine of no
+    facts (its own case in --json, 'on node-2 (machine unknown)'), where no run could ever finish, so --fail-on
+    failure failed on every night after it. Now it is on the machine node-2 ran the case on: tonight's failure fails
+    the gate, and the case's next finished runs there clear it."""
+    uri, now = made_store(tmp_path / "store"), time.time()
+    _logged(uri, _night(tmp_path / "night0", now - 86_400, ALL, lost=""), 0)
+    ids = _logged(uri, _night(tmp_path / "night1", now - 600), 1)
+    gate = runner_main("history", "--tracking-uri", uri, "--fail-on", "failure")
+    said = f"{CASE_NAME} on {MACHINE_NAME} (node-2, as its other runs of the case recorded it): failing since run"
+    assert gate.returncode == 1 and f"failing: {said} {ids[2]} (" in gate.stderr, gate.stderr[-3000:]
+    (case,) = json.loads(runner_main("history", "--tracking-uri", uri, "--json").stdout)  # no case of its own
+    assert case["machine_name"] == MACHINE_NAME and [g["since_run"] for g in case["gaps"]] == [ids[2]]
+    _logged(uri, _night(tmp_path / "night2", now + 600, ALL, lost=""), 2)
+    gate = runner_main("history", "--tracking-uri", uri, "--fail-on", "failure")
+    assert gate.returncode == 0 and "failing" not in gate.stdout + gate.stderr, gate.stdout + gate.stderr
+
+
+def test_a_lost_block_on_a_node_that_never_ran_the_case_is_cleared_by_the_cases_next_finished_run(tmp_path):
+    """node-2 ran the case neither before nor after: its machine is unknown, so the case's next finished run, on any
+    machine, clears its failure (before: it failed the gate every night after)."""
+    uri, now = made_store(tmp_path / "store"), time.time()
+    _logged(uri, _night(tmp_path / "night1", now - 600), 1)
+    gate = runner_main("history", "--tracking-uri", uri, "--fail-on", "failure")
+    assert gate.returncode == 1 and f"failing: {CASE_NAME} on node-2 (machine unknown): failing since" in gate.stderr
+    _logged(uri, _night(tmp_path / "night2", now + 600, ("node-1",), lost=""), 2)
+    gate = runner_main("history", "--tracking-uri", uri, "--fail-on", "failure")
+    assert gate.returncode == 0 and "failing" not in gate.stdout + gate.stderr, gate.stdout + gate.stderr
+
+
+def test_a_lost_blocks_failure_read_from_folders_is_on_its_nodes_machine_until_the_next_night(tmp_path):
+    """The same from the sweeps' folders, the lost block dated by its record (at its sweep's end)."""
+    import os
+
+    _night(tmp_path / "night0", 1.79e9, ALL, lost="")
+    lost = _night(tmp_path / "night1", 1.79e9 + 86_400)[-1]
+    os.utime(lost / "result.json", (1.79e9 + 87_000, 1.79e9 + 87_000))
+    gate = runner_main("history", str(tmp_path), "--fail-on", "failure")
+    said = f"{CASE_NAME} on {MACHINE_NAME} (node-2, as its other runs of the case recorded it): failing since run"
+    assert gate.returncode == 1 and f"{said} night1/2 (recorded 2026-09-22 14:23)" in gate.stdout, gate.stdout
+    _night(tmp_path / "night2", 1.79e9 + 2 * 86_400, ALL, lost="")
+    gate = runner_main("history", str(tmp_path), "--fail-on", "failure")
+    assert gate.returncode == 0 and "failing" not in gate.stdout + gate.stderr, gate.stdout + gate.stderr

@@ -5,12 +5,13 @@ green while the case it guarded no longer ran; here each is said in one line and
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from enum import StrEnum
 from itertools import groupby
 from pathlib import Path
 
+from runner.identity import machine_facts
 from runner.record.result import RESULT_FILE, Status
 from runner.record.runs import Run
 
@@ -53,10 +54,11 @@ class Gapped:
 
 def gaps(runs: list[Run], missing_after: int = MISSING_AFTER) -> list[Gapped]:
     """The cases among `runs` (finished and failed, with an identity) whose newest runs failed, then those absent from
-    at least `missing_after` of their machine's newest sweeps."""
-    ran = sorted((r for r in runs if r.identity is not None and r.status in (Status.FINISHED, Status.FAILED)),
-                 key=when)  # fmt: skip
-    return _failing(ran) + _missing(ran, missing_after)
+    at least `missing_after` of their machine's newest sweeps. A failed run that recorded no machine is put on its
+    host's (placed); one left on none is the case's failure on a machine unknown, and no machine's sweep."""
+    ran = placed(sorted((r for r in runs if r.identity is not None and r.status in (Status.FINISHED, Status.FAILED)),
+                        key=when))  # fmt: skip
+    return _failing(ran) + _missing([r for r in ran if not _unknown(r)], missing_after)
 
 
 def _key(run: Run) -> tuple[str, str]:
@@ -65,9 +67,16 @@ def _key(run: Run) -> tuple[str, str]:
 
 
 def _failing(ran: list[Run]) -> list[Gapped]:
+    """Per case and machine, its failed runs since its last finished one. Failed runs on no machine known (placed
+    found none) are cleared by the case's next finished run on any machine: none could finish on a machine unknown."""
+    finished: dict[str, list[Run]] = {}
+    for run in ran:
+        if run.status == Status.FINISHED and run.identity is not None:
+            finished.setdefault(run.identity.case.key, []).append(run)
     found = []
-    for _, series in groupby(sorted(ran, key=_key), key=_key):
-        ordered = sorted(series, key=when)
+    for (case, _), series in groupby(sorted(ran, key=_key), key=_key):
+        ordered = list(series)
+        ordered = sorted([*ordered, *finished.get(case, [])] if _unknown(ordered[0]) else ordered, key=when)
         trailing = len(ordered) - max((i + 1 for i, r in enumerate(ordered) if r.status != Status.FAILED), default=0)
         if trailing:
             first, last = ordered[-trailing], ordered[-1]
@@ -114,9 +123,48 @@ def when(run: Run) -> float:
 
 def machine_said(run: Run) -> str:
     """The run's kind of machine as a line names it; where it recorded none (a SLURM block whose node was lost before
-    the job read its machine: runner.launch.slurm.record_slurm_end), what is known: 'node-2 (machine unknown)', its
-    host or the node SLURM placed it on, else 'machine unknown'; never blank."""
+    the job read its machine: runner.launch.slurm.record_slurm_end), what is known: the machine its host ran the case
+    on (placed), 'AMD EPYC 7B13 · 2 cores · 24 GiB (node-2, as its other runs of the case recorded it)', else
+    'node-2 (machine unknown)', its host or the node SLURM placed it on, else 'machine unknown'; never blank."""
     assert run.identity is not None
-    if run.identity.machine.name:
-        return run.identity.machine.name
+    name = run.identity.machine.name
+    if name and no_machine(run):
+        return f"{name} ({run.host}, as its other runs of the case recorded it)"
+    if name:
+        return name
     return f"{run.host} (machine unknown)" if run.host else "machine unknown"
+
+
+def no_machine(run: Run) -> bool:
+    """Whether a run recorded none of its machine's facts (runner.identity.MACHINE): a SLURM block whose node was lost
+    before its job read them is recorded with SLURM's reason and node alone."""
+    return not any(machine_facts(run.environment).values())
+
+
+def _unknown(run: Run) -> bool:
+    """On no machine known: it recorded none, and placed found none."""
+    return run.identity is not None and not run.identity.machine.name
+
+
+def placed(ran: list[Run]) -> list[Run]:
+    """The runs (in time order), each that recorded no machine put on the kind of machine its host (or the node SLURM
+    placed it on) ran its case on, as its run of the case there nearest before it says, else nearest after it (a
+    host is one kind of machine; its case's runs there recorded which). The case's runs only: a thread count set in
+    the environment is part of a machine's kind, and another case's may differ. One whose host ran the case nowhere
+    among `ran` stays on none (_unknown)."""
+    on_host: dict[tuple[str, str], list[Run]] = {}
+    for run in ran:
+        if run.identity is not None and run.host and not no_machine(run):
+            on_host.setdefault((run.host, run.identity.case.key), []).append(run)
+    return [_on_hosts_machine(run, on_host) if no_machine(run) else run for run in ran]
+
+
+def _on_hosts_machine(run: Run, on_host: dict[tuple[str, str], list[Run]]) -> Run:
+    assert run.identity is not None
+    there = on_host.get((run.host, run.identity.case.key), [])
+    if not there:
+        return run
+    before = [r for r in there if when(r) <= when(run)]
+    nearest = before[-1] if before else there[0]
+    assert nearest.identity is not None
+    return replace(run, identity=replace(run.identity, machine=nearest.identity.machine))

@@ -110,6 +110,32 @@ def test_a_history_relative_to_its_control_calls_the_case_s_step_and_not_the_mac
     assert "the control of the cases timed beside it" in printed
 
 
+def test_a_sweeps_closing_lines_judge_its_case_relative_to_its_control_as_runner_history_does(tmp_path):
+    """12 sweeps; in the newest the whole machine was 15% slower (the case and its control alike), and in a second
+    store the case's own work was 10% heavier there too. Before: a sweep's closing lines fitted the case's raw times
+    ('history: CASE: suspicious: 1.15x ...' for the machine's slowdown, 1.26x for the case's own 10%) and the
+    control's own series, the machine's, while `runner history` fitted the case relative to its control (no step;
+    1.10x). Now the closing lines say what `runner history` says: nothing of the machine, the case's own step as it
+    is."""
+    from runner.history.store import regressed_here
+
+    rng = np.random.default_rng(5)
+    machine = [1.15 if i == 11 else 1.0 for i in range(12)]
+    noise = [(math.exp(rng.normal(0, 0.005)), math.exp(rng.normal(0, 0.005))) for _ in range(12)]
+    for heavier in (1.0, 1.1):
+        folder = tmp_path / f"heavier{heavier}"
+        case_s = [1e-4 * machine[i] * a * (heavier if i == 11 else 1.0) for i, (a, _) in enumerate(noise)]
+        uri, ids = _sweeps(folder, case_s, [2e-5 * machine[i] * b for i, (_, b) in enumerate(noise)])
+        closing = regressed_here(uri, [folder / "sweep11" / str(job) for job in range(2)])
+        result = runner_main("history", "--tracking-uri", uri, "--fail-on", "regression,suspicious")
+        assert f"fitted relative to its control, {_case(CONTROL).name}" in result.stdout, result.stdout
+        said = [line.removeprefix("failing: ") for line in result.stderr.splitlines() if line.startswith("failing: ")]
+        where = f" (runner history --case {_case(CASE).key})"
+        assert [line.removeprefix("history: ").removesuffix(where) for line in closing] == said, (closing, said)
+        assert result.returncode == (heavier > 1), result.stderr
+        assert not said or (said[0].startswith(f"{_case(CASE).name}: suspicious: 1.1") and ids[11][:12] in said[0])
+
+
 def test_a_sweep_with_a_control_times_it_in_the_same_rounds_and_its_jobs_name_it(tmp_path):
     result = sweep_cli(tmp_path, "backend=numpy,torch", "model=mlp", "control=matmul", *FAST_TIMING)
     assert result.returncode == 0, result.stderr[-3000:]

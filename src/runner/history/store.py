@@ -17,7 +17,7 @@ from runner.history.series import History
 from runner.history.steps import Label
 from runner.history.tags import CHANGE_TAG, VERDICT_TAG
 from runner.record.result import RESULT_FILE, Status
-from runner.record.runs import CONTROL_TAG, from_dirs
+from runner.record.runs import CONTROL_TAG, Run, from_dirs
 
 
 @dataclass(frozen=True)
@@ -45,18 +45,26 @@ def histories(uri: str, dirs: list[Path], query: Query) -> tuple[list[History], 
         measured = tracking.history_runs(uri, query.experiment, query.case, query.machine)
         failed = tracking.history_runs(uri, query.experiment, query.case, query.machine, status="FAILED")
         ran = measured + failed
-        control_cases = {r.tags[CONTROL_TAG] for r in measured if r.tags.get(CONTROL_TAG)}
-        controls = [  # a killed or failed control's run too: its sweep's cases say why it gave no time
-            r
-            for case in sorted(control_cases)
-            for status in (Status.FINISHED, Status.KILLED, Status.FAILED)
-            for r in tracking.history_runs(uri, None, case, status=status)
-        ]
-        found = from_runs(measured, query.by_host, controls, query.fdr)
+        found = from_runs(measured, query.by_host, control_runs(uri, measured), query.fdr)
     gapped = gaps(ran, query.missing_after)
     if not found and not gapped:
         raise LookupError("no finished run with a case and a typical time there")
     return found, gapped
+
+
+def control_runs(uri: str, measured: list[Run]) -> list[Run]:
+    """The runs of the controls the `measured` runs' sweeps named (CONTROL_TAG), of any experiment and machine (each
+    is paired with its own sweep's: build.from_runs); a killed or failed control's run too: its sweep's cases say why
+    it gave no time."""
+    from runner import tracking
+
+    control_cases = {r.tags[CONTROL_TAG] for r in measured if r.tags.get(CONTROL_TAG)}
+    return [
+        r
+        for case in sorted(control_cases)
+        for status in (Status.FINISHED, Status.KILLED, Status.FAILED)
+        for r in tracking.history_runs(uri, None, case, status=status)
+    ]
 
 
 def _runs(path: Path) -> list:
@@ -105,18 +113,21 @@ def log_pages(uri: str, found: list[History], folder: Path) -> str:
 
 def regressed_here(uri: str, run_dirs: list[Path]) -> list[str]:
     """A sweep's closing lines: for each case these runs measured, on their machine, its newest step where it is a
-    regression (or suspicious) that starts at one of these runs."""
+    regression (or suspicious) that starts at one of these runs; fitted as `runner history --case` fits it, relative
+    to its control where its sweeps timed one (control_runs), so that the two say the same. The control's own series
+    is the machine's, as there: no line of it."""
     from runner import tracking
 
     ours, cases = set(), set()
     for run in from_dirs(run_dirs):
         run_id = tracking.read_link(Path(str(run.run_dir))).get("run_id")
-        if run_id and run.timed and run.identity:
+        if run_id and run.timed and run.identity and not run.is_control:
             ours.add(run_id)
             cases.add((run.identity.case.key, run.identity.machine.key))
     lines = []
     for case, machine in sorted(cases):
-        for h in from_runs(tracking.history_runs(uri, None, case, machine)):
+        measured = tracking.history_runs(uri, None, case, machine)
+        for h in from_runs(measured, control_runs=control_runs(uri, measured)):
             step = h.newest_step()
             if step is None or not step.significant or step.label not in (Label.REGRESSION, Label.SUSPICIOUS):
                 continue

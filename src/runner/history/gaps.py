@@ -1,6 +1,8 @@
 """What a history of times cannot show: a case whose newest runs failed, and a case that stopped appearing while its
 machine went on. Both are dropped from the series (only finished, timed runs are points), so a nightly gate stayed
 green while the case it guarded no longer ran; here each is said in one line and gated (`--fail-on failure,missing`).
+A case whose newest runs were stopped (KILLED: Ctrl-C, or SIGTERM from scancel or a CI job's timeout) is said too, and
+gated by nothing: a user who stopped a sweep fails no gate, and a timeout is the CI job's own failure.
 """
 
 from __future__ import annotations
@@ -21,6 +23,10 @@ MISSING_AFTER = 3  # sweeps of its machine without a case before it is `no data 
 class Gap(StrEnum):
     FAILURE = "failure"  # its newest runs failed
     MISSING = "missing"  # its machine ran sweeps of its experiment since its last run, without it
+    STOPPED = "stopped"  # its newest runs were stopped from outside (KILLED): said, never gated
+
+
+GATED = (Gap.FAILURE, Gap.MISSING)  # what --fail-on takes
 
 
 @dataclass(frozen=True)
@@ -32,33 +38,44 @@ class Gapped:
     case_name: str
     machine: str
     machine_name: str
-    since_run: str  # the first failed run, or the case's last run
+    since_run: str  # the first failed (or stopped) run, or the case's last run
     since: float  # its start, epoch seconds (what `dated` says it is; 0.0 where nothing dates it)
-    count: int  # the failed runs since, or the machine's sweeps since without the case
-    error: str = ""  # the newest failed run's error line
+    count: int  # the failed (or stopped) runs since, or the machine's sweeps since without the case
+    error: str = ""  # the newest failed (or stopped) run's error line
     dated: str = "started"  # what `since` is: the run's start, when its record was written (`recorded`), `unknown`
 
     def line(self) -> str:
         """'mlp gradients on AMD EPYC · 2 cores: failing since run abc (2026-12-04 16:00): 2 runs failed, the last:
-        ValueError: ...', or '...: no data since 2026-12-01 03:00: 3 sweeps of its machine since ran without it'. A run
-        that recorded no start is dated by its record ('recorded 2026-12-04 16:00'), else 'date unknown': never 1970."""
+        ValueError: ...', or '...: no data since 2026-12-01 03:00: 3 sweeps of its machine since ran without it', or
+        '...: stopped since run abc (...): 1 run stopped, the last: terminated (SIGTERM) while timing; no gate fails on
+        a stopped run'. A run that recorded no start is dated by its record ('recorded 2026-12-04 16:00'), else 'date
+        unknown': never 1970."""
         date = datetime.fromtimestamp(self.since, UTC).strftime("%Y-%m-%d %H:%M")
         where = f"{self.case_name} on {self.machine_name}"
-        if self.gap == Gap.FAILURE:
+        if self.gap in (Gap.FAILURE, Gap.STOPPED):
             when = {"started": date, "recorded": f"recorded {date}"}.get(self.dated, "date unknown")
-            runs = f"{self.count} run{'s' if self.count != 1 else ''} failed"
-            return f"{where}: failing since run {self.since_run} ({when}): {runs}, the last: {self.error}"
+            failed = self.gap == Gap.FAILURE
+            runs = f"{self.count} run{'s' if self.count != 1 else ''} {'failed' if failed else 'stopped'}"
+            said = f"{'failing' if failed else 'stopped'} since run {self.since_run} ({when}): {runs}"
+            return f"{where}: {said}, the last: {self.error}{'' if failed else '; no gate fails on a stopped run'}"
         when = date if self.dated != "unknown" else "a run of unknown date"
         return f"{where}: no data since {when}: {self.count} sweeps of its machine since ran without it"
 
 
 def gaps(runs: list[Run], missing_after: int = MISSING_AFTER) -> list[Gapped]:
-    """The cases among `runs` (finished and failed, with an identity) whose newest runs failed, then those absent from
-    at least `missing_after` of their machine's newest sweeps. A failed run that recorded no machine is put on its
-    host's (placed); one left on none is the case's failure on a machine unknown, and no machine's sweep."""
-    ran = placed(sorted((r for r in runs if r.identity is not None and r.status in (Status.FINISHED, Status.FAILED)),
-                        key=when))  # fmt: skip
-    return _failing(ran) + _missing([r for r in ran if not _unknown(r)], missing_after)
+    """The cases among `runs` (finished, failed and killed, with an identity) whose newest runs failed, then those
+    absent from at least `missing_after` of their machine's newest sweeps, then those whose newest runs were stopped
+    (a control's aside: its sweep's cases say it, build.control_lost). A failed run that recorded no machine is put
+    on its host's (placed); one left on none is the case's failure on a machine unknown, and no machine's sweep."""
+    said = [r for r in runs if r.identity is not None and (r.status in (Status.FINISHED, Status.FAILED) or _stop(r))]
+    everything = placed(sorted(said, key=when))
+    ran = [r for r in everything if r.status != Status.KILLED]  # a stopped run neither fails nor clears a failure
+    failing = _since(ran, Gap.FAILURE, Status.FAILED)
+    return failing + _missing([r for r in ran if not _unknown(r)], missing_after) + _since(everything, Gap.STOPPED)
+
+
+def _stop(run: Run) -> bool:
+    return run.status == Status.KILLED and not run.is_control
 
 
 def _key(run: Run) -> tuple[str, str]:
@@ -66,9 +83,10 @@ def _key(run: Run) -> tuple[str, str]:
     return run.identity.case.key, run.identity.machine.key
 
 
-def _failing(ran: list[Run]) -> list[Gapped]:
-    """Per case and machine, its failed runs since its last finished one. Failed runs on no machine known (placed
-    found none) are cleared by the case's next finished run on any machine: none could finish on a machine unknown."""
+def _since(ran: list[Run], gap: Gap, status: str = Status.KILLED) -> list[Gapped]:
+    """Per case and machine, its runs of `status` (failed, or stopped) since its last of another. Those on no machine
+    known (placed found none) end at the case's next finished run on any machine: none could finish on a machine
+    unknown."""
     finished: dict[str, list[Run]] = {}
     for run in ran:
         if run.status == Status.FINISHED and run.identity is not None:
@@ -77,10 +95,10 @@ def _failing(ran: list[Run]) -> list[Gapped]:
     for (case, _), series in groupby(sorted(ran, key=_key), key=_key):
         ordered = list(series)
         ordered = sorted([*ordered, *finished.get(case, [])] if _unknown(ordered[0]) else ordered, key=when)
-        trailing = len(ordered) - max((i + 1 for i, r in enumerate(ordered) if r.status != Status.FAILED), default=0)
+        trailing = len(ordered) - max((i + 1 for i, r in enumerate(ordered) if r.status != status), default=0)
         if trailing:
             first, last = ordered[-trailing], ordered[-1]
-            found.append(_gapped(Gap.FAILURE, first, trailing, (last.error or "no error recorded").splitlines()[0]))
+            found.append(_gapped(gap, first, trailing, (last.error or "no error recorded").splitlines()[0]))
     return found
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from typing import TextIO
 
 from runner.history.describe import describe_figure, describe_number, describe_step
-from runner.history.gaps import Gap, Gapped
+from runner.history.gaps import GATED, Gapped
 from runner.history.series import History
 from runner.history.steps import Label, Step
 
@@ -133,7 +133,7 @@ def fail_labels(text: str) -> set[str]:
     """--fail-on's labels ('regression,suspicious'), each checked against the labels a step can have; a label of two
     words may be given by its first ('numeric': 'numeric change')."""
     given = {label.strip() for label in text.split(",") if label.strip()}
-    labels = [*map(str, Label), *map(str, Gap)]  # a step's, or a case's newest data: failing, missing
+    labels = [*map(str, Label), *map(str, GATED)]  # a step's, or a case's newest data: failing, missing (not stopped)
     known = {label: label for label in labels} | {label.split()[0]: label for label in labels}
     if given - known.keys():
         allowed = ", ".join(sorted(labels))

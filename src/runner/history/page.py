@@ -77,7 +77,7 @@ def write(
     body = "<h1>History</h1>"
     if gapped:
         lines = "".join(f"<li>{html.escape(g.line())}</li>" for g in gapped)
-        body += f"<h2>Failing or missing</h2><ul>{lines}</ul><h2>Series</h2>"
+        body += f"<h2>Failing, missing or stopped</h2><ul>{lines}</ul><h2>Series</h2>"
     body += "<p>Cases with a regression first, then the others; each the newest first.</p>"
     body += f"<ul>{''.join(items)}</ul>"
     index.write_text(_page("History", body))

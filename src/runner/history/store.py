@@ -43,8 +43,9 @@ def histories(uri: str, dirs: list[Path], query: Query) -> tuple[list[History], 
         found = from_runs(ran, query.by_host, fdr=query.fdr)
     else:
         measured = tracking.history_runs(uri, query.experiment, query.case, query.machine)
-        failed = tracking.history_runs(uri, query.experiment, query.case, query.machine, status="FAILED")
-        ran = measured + failed
+        failed, stopped = (tracking.history_runs(uri, query.experiment, query.case, query.machine, status=status)
+                           for status in (Status.FAILED, Status.KILLED))  # fmt: skip
+        ran = measured + failed + stopped
         found = from_runs(measured, query.by_host, control_runs(uri, measured), query.fdr)
     gapped = gaps(ran, query.missing_after)
     if not found and not gapped:

@@ -212,3 +212,22 @@ def test_a_one_shot_time_preempted_on_two_nights_is_no_regression():
     assert fitted([ms / 1e3 for ms in first_ms]) == {"first_call_s": []}
     (step,) = fitted([0.1 + ms / 1e3 + (0.03 if i >= 11 else 0.0) for i, ms in enumerate(first_ms)])["first_call_s"]
     assert (step.index, str(step.label)) == (11, "regression")
+
+
+def test_a_figure_that_load_moves_beside_busy_nights_is_no_regression_and_memory_still_is():
+    """The busy rule of the times holds for a figure's series too: a first call 1.5x longer on nights measured beside
+    3 other runnable threads is labelled 'busy machine', and gates nothing; the same step on quiet nights is a
+    regression; a peak memory that grows on the busy nights is one, since no load makes memory."""
+    rng = np.random.default_rng(5)
+
+    def fitted(busy: float) -> dict:
+        nights = []
+        for i in range(12):
+            grown = 1.5 if i >= 6 else 1.0
+            figures = {"first_call_s": 0.2 * grown * math.exp(rng.normal(0, 0.02)), "peak_host_mb": 300 * grown}
+            nights.append(Entry(f"night-{i}", i, 1e-3, busy=busy if i >= 6 else 0.0, figures=figures))
+        (history,) = build([("c", "case", "m", "machine", e) for e in nights])
+        return {name: [(s.index, str(s.label)) for s in steps] for name, steps in history.figures.items()}
+
+    assert fitted(busy=0.0) == {"first_call_s": [(6, "regression")], "peak_host_mb": [(6, "regression")]}
+    assert fitted(busy=3.0) == {"first_call_s": [(6, "busy machine")], "peak_host_mb": [(6, "regression")]}

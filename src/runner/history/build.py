@@ -35,7 +35,7 @@ from dataclasses import replace
 
 from runner.history.describe import run_said
 from runner.history.fdr import DEFAULT_FDR, control_fdr
-from runner.history.figures import figure_steps, recorded_figures
+from runner.history.figures import FIGURES, figure_steps, recorded_figures
 from runner.history.numbers import numeric_steps, recorded_numbers
 from runner.history.series import Entry, History, either_side
 from runner.history.steps import Label, Step, find_steps
@@ -74,7 +74,10 @@ def build(
             relative = [e.point(relative=True) for e in history.entries]  # NaN where its control gave no time: out
             history.steps = unless_busy(history.entries, find_steps(relative, MIN_STEP))
         history.numbers = numeric_steps(history.entries)
-        history.figures = figure_steps(history.entries)
+        history.figures = {
+            name: unless_busy(history.entries, steps) if FIGURES[name].load_moves else steps
+            for name, steps in figure_steps(history.entries).items()
+        }
     histories = list(found.values())
     if fdr is not None:
         control_fdr(histories, fdr)
@@ -105,8 +108,9 @@ def in_time(entries: list[Entry]) -> list[Entry]:
 def unless_busy(entries: list[Entry], steps: list[Step]) -> list[Step]:
     """The steps, a regression or improvement that load alone could make (comparison.load_could_make) where a level
     either side of it was measured busy (its runs' median of other runnable threads) labelled BUSY: shown, and no gate
-    fails on it. A load through a few nights slows a case's long calls, and not the control's short ones, so the
-    control cannot cancel it; once the level's runs are mostly quiet again, a step that stays is a step again."""
+    fails on it; so are a figure's where load moves the figure (figures.Figure.load_moves: not memory). A load through
+    a few nights slows a case's long calls, and not the control's short ones, so the control cannot cancel it; once
+    the level's runs are mostly quiet again, a step that stays is a step again."""
     marked = []
     for step in steps:
         busy = max(statistics.median(e.busy for e in level) for level in either_side(entries, steps, step) if level)

@@ -116,7 +116,7 @@ def test_a_sweeps_closing_lines_judge_its_case_relative_to_its_control_as_runner
     ('history: CASE: suspicious: 1.15x ...' for the machine's slowdown, 1.26x for the case's own 10%) and the
     control's own series, the machine's, while `runner history` fitted the case relative to its control (no step;
     1.10x). Now the closing lines say what `runner history` says: nothing of the machine, the case's own step as it
-    is."""
+    is, relative to its control, in so many words."""
     from runner.history.store import regressed_here
 
     rng = np.random.default_rng(5)
@@ -134,6 +134,7 @@ def test_a_sweeps_closing_lines_judge_its_case_relative_to_its_control_as_runner
         assert [line.removeprefix("history: ").removesuffix(where) for line in closing] == said, (closing, said)
         assert result.returncode == (heavier > 1), result.stderr
         assert not said or (said[0].startswith(f"{_case(CASE).name}: suspicious: 1.1") and ids[11][:12] in said[0])
+        assert all("] relative to its control from run " in line for line in said)  # a line alone says what it fits
 
 
 def test_a_sweep_with_a_control_times_it_in_the_same_rounds_and_its_jobs_name_it(tmp_path):

@@ -18,10 +18,11 @@ from runner.record.table import format_interval, format_ratio, format_seconds
 
 
 def describe_step(history: History, step: Step) -> str:
-    """'regression: 1.10x [1.06–1.14] from run 3f2a… (2026-11-26 14:02, torch 2.14.1 @ 0f5a11b)', or 'insufficient
-    data: 2 runs since 2026-11-26 14:02, 4 tell a step' ('6 runs in 3 sweeps since ..., 4 sweeps tell a step'); a
-    step above the store's false-discovery rate says so after its label ('regression, not significant across the store
-    (q 0.31): ...')."""
+    """'regression: 1.10x [1.06–1.14] from run 3f2a… (2026-11-26 14:02, torch 2.14.1 @ 0f5a11b)' ('1.10x
+    [1.06–1.14] relative to its control' where the series was fitted so: a gate's or a sweep's line stands alone), or
+    'insufficient data: 2 runs since 2026-11-26 14:02, 4 tell a step' ('6 runs in 3 sweeps since ..., 4 sweeps tell a
+    step'); a step above the store's false-discovery rate says so after its label ('regression, not significant
+    across the store (q 0.31): ...')."""
     first = history.entries[step.index]
     when = _when(first)
     if step.label == Label.INSUFFICIENT:
@@ -33,7 +34,9 @@ def describe_step(history: History, step: Step) -> str:
         return f"{step.label}: {runs} run{'s' if runs != 1 else ''} since {when}, {MIN_POINTS} tell a step"
     interval = format_interval((step.low, step.high))
     where = f"run {run_said(first.run_id)} ({when}{', ' + first.version if first.version else ''})"
-    said = f"{_label(step)}: {format_ratio(step.ratio)}{f' [{interval[:-1]}]' if interval else ''} from {where}"
+    relative = " relative to its control" if history.relative and any(s is step for s in history.steps) else ""
+    ratio = f"{format_ratio(step.ratio)}{f' [{interval[:-1]}]' if interval else ''}{relative}"
+    said = f"{_label(step)}: {ratio} from {where}"
     return said + (", beside runs measured busy: load alone makes as much" if step.label == Label.BUSY else "")
 
 

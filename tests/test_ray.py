@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 
 import pytest
 from helpers import free_port, mlflow_runs, results, sweep_cli
@@ -136,10 +138,11 @@ def _on_host(host: str, *command: str) -> list[str]:
     return ["unshare", "--uts", "sh", "-c", f'hostname {host} && exec "$0" "$@"', *command]
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def ray_nodes():
     """A Ray cluster of three nodes on this machine (a head and two workers, each `ray start` in a host name of its
-    own and on ports of its own); its address. Needs root for unshare."""
+    own and on ports of its own, all in one temp folder, so one logs folder: each node's log monitor reads every
+    worker's output), started once for this module's tests; its address. Needs root for unshare."""
     if os.geteuid() != 0 or shutil.which("unshare") is None:
         pytest.skip("three Ray nodes with their own host names need unshare --uts (root)")
     port = free_port()
@@ -211,6 +214,7 @@ def test_a_sweep_blocked_by_node_on_three_ray_nodes_ranks_its_configurations(ray
         timeout=900,
     )
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    assert said_lines(result.stderr) == {number: 1 for number in range(6)}, result.stderr[-3000:]
     found = runs.from_dirs(runs.runs_in(tmp_path / "sweep"))
     assert [run.status for run in found] == ["FINISHED"] * 6
     by_node = {node: sorted(r.params["backend.name"] for r in found if r.identity.host == node) for node in NODES}
@@ -227,6 +231,34 @@ def test_a_sweep_blocked_by_node_on_three_ray_nodes_ranks_its_configurations(ray
     )
     assert refused.returncode == 1
     assert "error: hydra.launcher.blocks=4 asks for 4 nodes, but the Ray cluster has 3" in refused.stderr
+
+
+def said_lines(stderr: str) -> Counter:
+    """How many times each job's line ('numpy · matmul-inference-eager-cpu-float32 #3: FINISHED, median ...') is on
+    a sweep's terminal, by job number."""
+    return Counter(int(number) for number in re.findall(r" #(\d+): (?:FINISHED|FAILED)", stderr))
+
+
+@pytest.mark.slow
+def test_each_jobs_line_of_a_sweep_on_three_ray_nodes_is_said_once(ray_nodes, tmp_path):
+    """Forwarded by Ray, a task's output came once per node reading the logs folder: each job's line three times on
+    three nodes of one machine (and Ray's deduplication hid lines of jobs that differ only in numbers, seed=1 and
+    seed=3). The launching process says each job's line itself, as its task ends."""
+    result = sweep_cli(
+        tmp_path,
+        "hydra/launcher=ray_cluster",
+        f"hydra.launcher.ray.init.address={ray_nodes}",
+        "hydra.launcher.ray.remote.num_cpus=1",
+        "model=matmul",
+        "task=inference",
+        "model.n=64",
+        "backend=numpy,torch",
+        "seed=1,2,3",
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    assert said_lines(result.stderr) == {number: 1 for number in range(6)}, result.stderr[-3000:]
+    assert "(run_job_as_launched pid=" not in result.stderr  # nothing of the tasks' own output forwarded
 
 
 def test_a_task_asking_for_more_than_any_node_has_is_refused_in_one_line_naming_both():

@@ -19,6 +19,11 @@
 - A job runs with the thread variables (runner.identity.SPEED_VARIABLES) of the environment that launched the sweep,
   as sbatch exports it: Ray sets OMP_NUM_THREADS to a task's num_cpus where it is unset, which would make a Ray run
   another machine than a run of the same job outside Ray.
+- The launching process says each job's line as its task ends (and a progress line every few seconds meanwhile),
+  from the job's result.json; the tasks' own output is not forwarded (`ray.init(log_to_driver=False)` unless
+  hydra.launcher.ray.init.log_to_driver says otherwise). Forwarded, a line came once per node where nodes share a
+  logs folder (each node's log monitor reads every worker's file there: three nodes on one machine, three times),
+  and Ray's deduplication hid the lines of jobs that differ only in numbers (seed=1, seed=3) or nodes.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from runner.config import first_line
 from runner.identity import SPEED_VARIABLES
 from runner.launch import cluster_jobs
+from runner.launch.sweep_lines import PROGRESS_EVERY_S, Every, say_job_line, time_left
 
 log = logging.getLogger(__name__)
 PLACEMENT_WAIT_S = 60.0  # how long the blocks' placement group may wait for its nodes before the sweep is refused
@@ -62,7 +68,7 @@ class RayLauncher(UpstreamRayLauncher):
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
         Path(str(self.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
         stop = signal.getsignal(signal.SIGTERM)
-        start_ray(self.ray_cfg.init)
+        start_ray(init_options(self.ray_cfg.init))
         signal.signal(signal.SIGTERM, stop)  # the runner's: the sweep stops as on one machine, its parent KILLED
         cluster_gpus = ray.cluster_resources().get("GPU", 0)
         indices = range(initial_job_idx, initial_job_idx + len(job_overrides))
@@ -81,9 +87,8 @@ class RayLauncher(UpstreamRayLauncher):
         for index, overrides, config, remote in zip(indices, job_overrides, configs, options, strict=True):
             log.info(f"\t#{index} : {' '.join(filter_overrides(overrides))}")
             refs.append(self._submit(remote, config, Singleton.get_state()))
-        return cancelled_when_stopped(
-            refs, lambda: [self._collect(*job) for job in zip(refs, map(list, job_overrides), indices, strict=True)]
-        )
+        jobs = list(zip(refs, map(list, job_overrides), indices, strict=True))
+        return cancelled_when_stopped(refs, lambda: said_as_they_end(refs, lambda k: [self._collect(*jobs[k])], "job"))
 
     def _submit(self, remote: dict, config: DictConfig, state: Any) -> Any:
         """One job as a Ray task (hydra-ray-launcher's), run with the launching environment's thread variables."""
@@ -136,8 +141,7 @@ class RayLauncher(UpstreamRayLauncher):
         ]
         try:
             return cancelled_when_stopped(
-                refs,
-                lambda: [r for ref, block in zip(refs, numbered, strict=True) for r in self._collect_block(ref, block)],
+                refs, lambda: said_as_they_end(refs, lambda b: self._collect_block(refs[b], numbered[b]), "block")
             )
         finally:
             remove_placement_group(group)
@@ -174,11 +178,49 @@ class RayLauncher(UpstreamRayLauncher):
         """A job whose Ray task ended without a result, recorded FAILED with Ray's reason."""
         run_dir, spec = cluster_jobs.job_config(self.hydra_context, self.config, overrides, index)
         reason = f"Ray task ended without a result ({type(error).__name__}: {first_line(error)})"
-        cluster_jobs.record_ended(spec, run_dir, reason, {})
-        log.error(f"\t#{index} : {reason}")
+        cluster_jobs.record_ended(spec, run_dir, reason, {})  # its line, the reason in it: said_as_they_end
         failed = JobReturn(overrides=overrides, working_dir=str(run_dir), status=JobStatus.COMPLETED)
         failed.return_value = math.nan  # what run.py returns for a job that did not finish
         return failed
+
+
+def init_options(init: DictConfig) -> DictConfig:
+    """hydra.launcher.ray.init as ray.init takes it, with log_to_driver false unless it is set: the launching process
+    says each job's line itself (said_as_they_end)."""
+    options = OmegaConf.create(OmegaConf.to_container(init, resolve=True) if init else {})
+    if "log_to_driver" not in options:
+        options.log_to_driver = False
+    return cast(DictConfig, options)
+
+
+def said_as_they_end(refs: list[Any], collect: Any, noun: str) -> list[JobReturn]:
+    """collect(k), the JobReturns of task k, for each task of refs, in their order; each job's line said as its task
+    ends (sweep_lines.say_job_line), and a progress line every PROGRESS_EVERY_S meanwhile. The lines are the launching
+    process's own, once each, however many nodes forward a task's output."""
+    import ray
+
+    position = {ref: k for k, ref in enumerate(refs)}
+    returns: dict[int, list[JobReturn]] = {}
+    progress = Every(log)
+    pending = list(refs)
+    while pending:
+        ended, pending = ray.wait(pending, num_returns=1, timeout=PROGRESS_EVERY_S)
+        for ref in ended:
+            returns[position[ref]] = collect(position[ref])
+            for job in returns[position[ref]]:
+                say_job_line(log, run_dir_of(job))
+        if pending:
+            left = time_left(progress.elapsed(), len(returns), len(refs))
+            progress.say(f"{len(returns)} of {len(refs)} {noun}s ended, {progress.elapsed():.0f} s so far{left}")
+    return [job for k in range(len(refs)) for job in returns[k]]
+
+
+def run_dir_of(job: JobReturn) -> Path:
+    """The job's run directory: its Hydra config's output_dir, where run_job gave it one, else its working_dir (the
+    FAILED record of a task that ended without a result)."""
+    if job.hydra_cfg is not None:
+        return Path(str(job.hydra_cfg.hydra.runtime.output_dir))
+    return Path(str(job.working_dir))
 
 
 def remote_options(remote: DictConfig, device: str, gpus_per_cuda_job: float, cluster_gpus: float) -> dict:

@@ -49,6 +49,16 @@ def job_line(run_dir: Path, result: Result) -> str:
     return f"{head}{name}: {tail}{notes}"
 
 
+def say_job_line(logger: logging.Logger, run_dir: Path) -> None:
+    """The job's line (job_line), from its result.json, said by the process that launched it on another machine (a
+    Ray task): INFO where it finished, else WARNING, as a job says it itself (runner.launch.job_return). Nothing
+    where run_dir holds no result (a sweep folder the nodes do not share: the table says so)."""
+    if not Result.exists(run_dir):
+        return
+    result = Result.load(run_dir)
+    logger.log(logging.INFO if result.status == Status.FINISHED else logging.WARNING, job_line(run_dir, result))
+
+
 def grouped_warnings(job_warnings: Iterable[tuple[str, list[str]]]) -> list[str]:
     """Each warning once, with the jobs it concerns: warnings that differ only in their numbers are one,
     each number shown as the range the jobs gave ('2.1-2.3 other runnable threads ... (jobs 0-15)')."""

@@ -261,6 +261,31 @@ def test_each_jobs_line_of_a_sweep_on_three_ray_nodes_is_said_once(ray_nodes, tm
     assert "(run_job_as_launched pid=" not in result.stderr  # nothing of the tasks' own output forwarded
 
 
+@pytest.mark.slow
+def test_a_block_run_by_a_ray_worker_without_the_sweeps_job_id_records_it(ray_head, tmp_path):
+    """A Ray worker started before the sweep's Ray job (as on the node a sweep is launched from, where Ray starts
+    workers when a driver connects) has no job id or the nil one in its RAY_JOB_ID, which a block's measuring workers
+    inherited: the head node's runs recorded no ray_job_id. Here every worker of the sweep has the nil id."""
+    result = sweep_cli(
+        tmp_path,
+        "hydra/launcher=ray_cluster",
+        f"hydra.launcher.ray.init.address={ray_head}",
+        "hydra.launcher.ray.remote.num_cpus=1",
+        "hydra.launcher.blocks=1",
+        "+hydra.launcher.ray.init.runtime_env.env_vars.RAY_JOB_ID=ffffffff",
+        "model=matmul",
+        "task=inference",
+        "model.n=64",
+        "backend=numpy,torch",
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    ray_jobs = [r["environment"].get("ray_job_id") for r in results(tmp_path).values()]
+    assert len(ray_jobs) == 2 and len(set(ray_jobs)) == 1, ray_jobs
+    assert isinstance(ray_jobs[0], str) and ray_jobs[0].strip("f"), ray_jobs  # the sweep's, not none nor the nil id
+    assert said_lines(result.stderr) == {0: 1, 1: 1}, result.stderr[-3000:]
+
+
 def test_a_task_asking_for_more_than_any_node_has_is_refused_in_one_line_naming_both():
     from runner.launch.ray_launch import asked_of, resources_refusal
 

@@ -24,6 +24,9 @@
   hydra.launcher.ray.init.log_to_driver says otherwise). Forwarded, a line came once per node where nodes share a
   logs folder (each node's log monitor reads every worker's file there: three nodes on one machine, three times),
   and Ray's deduplication hid the lines of jobs that differ only in numbers (seed=1, seed=3) or nodes.
+- Each run records the sweep's Ray job id (environment.ray_job_id): the task hands it to the job's measuring worker,
+  in either mode. A Ray worker started before the job (as on the node the sweep is launched from) has no or the nil
+  job id in its RAY_JOB_ID, which the blocks' workers inherited.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from runner.config import first_line
 from runner.identity import SPEED_VARIABLES
 from runner.launch import cluster_jobs
 from runner.launch.sweep_lines import PROGRESS_EVERY_S, Every, say_job_line, time_left
+from runner.record import environment
 
 log = logging.getLogger(__name__)
 PLACEMENT_WAIT_S = 60.0  # how long the blocks' placement group may wait for its nodes before the sweep is refused
@@ -286,7 +290,9 @@ def thread_variables() -> dict[str, str | None]:
 
 def run_job_as_launched(variables: dict[str, str | None], run: Any, *args: Any) -> Any:
     """In the Ray task: run(*args) with the thread variables the sweep was launched with, not Ray's (it sets
-    OMP_NUM_THREADS to the task's num_cpus where unset): the run is the machine it runs on, as outside Ray."""
+    OMP_NUM_THREADS to the task's num_cpus where unset): the run is the machine it runs on, as outside Ray. The task's
+    Ray job id goes to the job's measuring worker (RAY_JOB_ID): the worker process's own may be none or nil."""
+    environment.export_ray_job_id()
     for name, value in variables.items():
         if value is None:
             os.environ.pop(name, None)

@@ -69,7 +69,8 @@ numpy fastest (109 µs); torch 5.74x [4.11–8.02]; jax 180x [159–204]; the or
   11 rounds` says its budget ran out first: a longer `timing.max_time_s` narrows it.
 - **`ratio from 9 rounds, 1 of 5 comparisons`**: a round is every job taking one turn; the ratio is the geometric
   mean of its 9 rounds' ratios. `1 of 5 comparisons`: the sweep compares 5 jobs with the fastest at once, so each
-  interval is at 1 - 0.05 / 5 and the five together at 95%. `1 round`: measured apart, no interval.
+  interval is at 1 - 0.05 / 5 and the five together at 95%. `1 round`: measured apart, no interval; `cannot tell
+  (the fastest took 1 round)`: this job took many rounds, but the fastest fit only one turn in its budget.
 - **Warnings** (`busy machine while timing`, `noisy measurement`, `out of budget`): each once, with the jobs it
   concerns, under the terminal's table, in `summary.md` and in the parent run's description.
 """

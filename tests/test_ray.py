@@ -302,6 +302,19 @@ def test_a_task_asking_for_more_than_any_node_has_is_refused_in_one_line_naming_
     assert "(each has 2 CPUs or 8 CPUs, ray.nodes())" in refused
 
 
+def test_a_ray_option_blocks_do_not_apply_is_refused_in_one_line_not_dropped():
+    """A block's task asked Ray for CPUs and GPUs only, and a `memory` or `runtime_env` under hydra.launcher.ray.remote
+    was dropped without a word."""
+    from runner.launch.ray_launch import unused_by_blocks
+
+    assert unused_by_blocks({"num_cpus": 4, "max_retries": 0, "num_gpus": 1}) is None  # the shipped ones
+    assert unused_by_blocks({"num_cpus": 4, "runtime_env": {}, "memory": 1e9}) == (
+        "hydra.launcher.ray.remote.memory, hydra.launcher.ray.remote.runtime_env are not applied to blocks "
+        "(hydra.launcher.blocks): a block's Ray task asks for num_cpus and num_gpus only; give the workers' "
+        "environment with hydra.launcher.ray.init.runtime_env, or launch a task per job (no blocks)"
+    )
+
+
 def test_a_placement_group_not_placed_in_its_time_is_removed_and_the_sweep_refused_saying_what_is_free(monkeypatch):
     import ray
 

@@ -68,6 +68,8 @@ class RayLauncher(UpstreamRayLauncher):
         from hydra_plugins.hydra_ray_launcher._launcher_util import start_ray
 
         blocks = cluster_jobs.blocks_asked(self.blocks)  # before a Ray cluster is started for it
+        if blocks and (line := unused_by_blocks(self.ray_cfg.remote)):
+            cluster_jobs.refuse(line)
         setup_globals()
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
         Path(str(self.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
@@ -236,6 +238,24 @@ def remote_options(remote: DictConfig, device: str, gpus_per_cuda_job: float, cl
     if device == "cuda":
         options.setdefault("num_gpus", gpus_per_cuda_job)
     return options
+
+
+BLOCK_OPTIONS = ("num_cpus", "num_gpus", "max_retries")  # what a block's task takes of hydra.launcher.ray.remote
+
+
+def unused_by_blocks(remote: DictConfig | dict | None) -> str | None:
+    """Why the launcher's Ray task options cannot apply to blocks, in one line; None where they can. A block's task
+    asks for its bundle's CPUs and GPUs only, and is never retried (it would time its rounds twice): Ray's other
+    options (memory, resources, runtime_env, ...) were dropped without a word."""
+    extra = sorted(str(key) for key in (remote or {}) if key not in BLOCK_OPTIONS)
+    if not extra:
+        return None
+    named = ", ".join(f"hydra.launcher.ray.remote.{key}" for key in extra)
+    return (
+        f"{named} {'is' if len(extra) == 1 else 'are'} not applied to blocks (hydra.launcher.blocks): a block's Ray "
+        "task asks for num_cpus and num_gpus only; give the workers' environment with "
+        "hydra.launcher.ray.init.runtime_env, or launch a task per job (no blocks)"
+    )
 
 
 def asked_of(remote: dict) -> dict[str, float]:

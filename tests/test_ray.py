@@ -235,8 +235,9 @@ def test_a_sweep_blocked_by_node_on_three_ray_nodes_ranks_its_configurations(ray
 
 def said_lines(stderr: str) -> Counter:
     """How many times each job's line ('numpy · matmul-inference-eager-cpu-float32 #3: FINISHED, median ...') is on
-    a sweep's terminal, by job number."""
-    return Counter(int(number) for number in re.findall(r" #(\d+): (?:FINISHED|FAILED)", stderr))
+    a sweep's terminal, by job number, each opening on its place among the sweep's jobs ('[4/6] ...'), as on one
+    machine."""
+    return Counter(int(number) for number in re.findall(r"^\[\d+/\d+\] .* #(\d+): (?:FINISHED|FAILED)", stderr, re.M))
 
 
 @pytest.mark.slow

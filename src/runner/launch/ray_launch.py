@@ -46,6 +46,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from runner.config import first_line
 from runner.identity import SPEED_VARIABLES
 from runner.launch import cluster_jobs
+from runner.launch.sweep import lifecycle
 from runner.launch.sweep_lines import PROGRESS_EVERY_S, Every, say_job_line, time_left
 from runner.record import environment
 
@@ -73,6 +74,7 @@ class RayLauncher(UpstreamRayLauncher):
         setup_globals()
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
         Path(str(self.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
+        lifecycle.note_jobs_launched(Path(str(self.config.hydra.sweep.dir)), initial_job_idx + len(job_overrides))
         stop = signal.getsignal(signal.SIGTERM)
         start_ray(init_options(self.ray_cfg.init))
         signal.signal(signal.SIGTERM, stop)  # the runner's: the sweep stops as on one machine, its parent KILLED

@@ -182,7 +182,7 @@ def test_a_folders_sizes_must_be_the_runs_and_a_run_says_so_in_one_line(tmp_path
 def test_a_lone_file_of_more_layers_or_other_widths_is_refused(tmp_path):
     deeper = state_file(gpt2(n_layer=3).state_dict(), tmp_path / "deeper.safetensors")
     assert refusal(deeper) == (
-        f"{deeper} holds 12 tensor(s) model=gpt2 does not use (transformer.h.2.attn.c_attn.bias, "
+        f"{deeper} holds 12 tensors model=gpt2 does not use (transformer.h.2.attn.c_attn.bias, "
         "transformer.h.2.attn.c_attn.weight, transformer.h.2.attn.c_proj.bias, ...): refused rather than dropped "
         "(a checkpoint of other sizes or another model?)"
     )
@@ -214,7 +214,7 @@ def test_an_untied_head_is_refused_and_a_stray_key_too(tmp_path, model):
         "(its head is wte.weight, tied)"
     )
     stray = state_file({**model.state_dict(), "score.weight": torch.zeros(2, 64)}, tmp_path / "stray.safetensors")
-    assert refusal(stray).startswith(f"{stray} holds 1 tensor(s) model=gpt2 does not use (score.weight)")
+    assert refusal(stray).startswith(f"{stray} holds 1 tensor model=gpt2 does not use (score.weight)")
 
 
 def test_files_and_folders_that_are_no_checkpoint_are_one_line(tmp_path, folders):

@@ -96,7 +96,7 @@ def sweeps(tmp_path_factory) -> Path:
 def test_compare_with_a_side_that_has_no_finished_run_says_so(sweeps, failed_side):
     sides = [str(sweeps / "failed"), str(sweeps / "finished")]
     result = runner_main("compare", *(sides if failed_side == "before" else sides[::-1]))
-    _one_line_refusal(result, f"{sweeps / 'failed'} has no finished, timed run to compare (1 run(s): FAILED)")
+    _one_line_refusal(result, f"{sweeps / 'failed'} has no finished, timed run to compare (1 run: FAILED)")
 
 
 def test_history_with_an_html_folder_it_cannot_write_prints_nothing_before_refusing(sweeps, tmp_path):

@@ -207,7 +207,7 @@ def test_a_key_of_no_use_is_refused(tmp_path, checkpoints):
     stray = folder_with(tmp_path, "stray", {**model.state_dict(), "score.weight": torch.zeros(2, 32)},
                         folder / "config.json")  # fmt: skip
     assert refusal(stray, "llama", tmp_path) == (
-        f"{stray}/model.safetensors holds 1 tensor(s) model=llama does not use (score.weight): refused rather than "
+        f"{stray}/model.safetensors holds 1 tensor model=llama does not use (score.weight): refused rather than "
         "dropped (a checkpoint of other sizes or another model?)"
     )
 

@@ -72,6 +72,22 @@ def _runs(rng: np.random.Generator, typical_s: float) -> pd.DataFrame:
     )
 
 
+def test_runner_compare_names_each_case_one_side_alone_ran():
+    """Two sweeps, numpy and torch before, numpy and jax after: the table compares numpy, and the lines under it said
+    '1 case(s) of BEFORE were not run by AFTER', naming neither torch nor jax."""
+    rng = np.random.default_rng(3)
+
+    def side(*backends: str) -> pd.DataFrame:
+        runs = [_runs(rng, 1e-3).assign(**{"params.backend.name": b, "run": f"{b}-mlp #0"}) for b in backends]
+        return identified(pd.concat(runs, ignore_index=True).drop(columns=["case", "case_name"], errors="ignore"))
+
+    before, after = side("numpy", "torch"), side("numpy", "jax")
+    assert len(before_after.compare(before, after)) == 1
+    alone = before_after.unmatched(before, after)
+    assert [line.split(": ")[1] for line in alone] == ["before only", "after only"]
+    assert alone[0].startswith("torch-") and alone[1].startswith("jax-"), alone
+
+
 @pytest.mark.parametrize(("slowdown", "expected"), [(1.5, "slower"), (0.5, "faster"), (1.0, "within noise")])
 def test_before_after_gives_the_ratio_its_interval_and_a_verdict(slowdown, expected):
     rng = np.random.default_rng(1)

@@ -146,8 +146,9 @@ def strict_weights(
     unused = [key for name, key in keys.items() if name not in spec and name not in tied and not is_buffer(name)]
     if unused:
         listed = ", ".join(unused[:3]) + (", ..." if len(unused) > 3 else "")
+        tensors = f"{len(unused)} tensor{'s' if len(unused) != 1 else ''}"
         raise ConfigError(
-            f"{file[unused[0]]} holds {len(unused)} tensor(s) model={model} does not use ({listed}): refused rather "
+            f"{file[unused[0]]} holds {tensors} model={model} does not use ({listed}): refused rather "
             "than dropped (a checkpoint of other sizes or another model?)"
         )
     for name, target in tied.items():

@@ -87,7 +87,8 @@ def run(before_source: str, after_source: str, uri: str | None, factor: float = 
         for side, source in ((before, before_source), (after, after_source)):
             if timed_runs(side).empty:
                 statuses = ", ".join(sorted(set(side["status"].map(str)))) if not side.empty else "none"
-                raise LookupError(f"{source} has no finished, timed run to compare ({len(side)} run(s): {statuses})")
+                runs = f"{len(side)} run{'s' if len(side) != 1 else ''}"
+                raise LookupError(f"{source} has no finished, timed run to compare ({runs}: {statuses})")
         compared = compare(before, after, factor)
     if compared.empty:
         raise LookupError(f"no run of {after_source} did the same work as a finished run of {before_source}")
@@ -114,7 +115,17 @@ def run(before_source: str, after_source: str, uri: str | None, factor: float = 
         f"(what the ratio compares); a change is called where the interval excludes 1 and the ratio is beyond "
         f"{factor:.2f}x"
     )
-    unmatched = timed_runs(before)["case"].nunique() - len(compared)
-    if unmatched:
-        lines.append(f"{unmatched} case(s) of {before_source} were not run by {after_source}")
+    if alone := unmatched(before, after):
+        lines.append(f"not compared, run by one side only: {'; '.join(alone)}")
     return lines
+
+
+def unmatched(before: pd.DataFrame, after: pd.DataFrame) -> list[str]:
+    """Each case that only one side ran, finished and timed, by name and side ('torch-mlp-... batch_size=32: before
+    only'): what the table leaves out."""
+    before, after = timed_runs(before), timed_runs(after)
+    alone = []
+    for side, mine, theirs in (("before", before, after), ("after", after, before)):
+        alone += [f"{_case_name(runs)}: {side} only" for key, runs in mine.groupby("case", sort=False)
+                  if key not in set(theirs["case"])]  # fmt: skip
+    return alone

@@ -35,7 +35,7 @@ import logging
 import math
 import os
 import signal
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, cast
 
@@ -201,7 +201,7 @@ def init_options(init: DictConfig) -> DictConfig:
     return cast(DictConfig, options)
 
 
-def said_as_they_end(refs: list[Any], collect: Any, noun: str) -> list[JobReturn]:
+def said_as_they_end(refs: list[Any], collect: Callable[[int], list[JobReturn]], noun: str) -> list[JobReturn]:
     """collect(k), the JobReturns of task k, for each task of refs, in their order; each job's line said as its task
     ends (sweep_lines.say_job_line), and a progress line every PROGRESS_EVERY_S meanwhile. The lines are the launching
     process's own, once each, however many nodes forward a task's output."""

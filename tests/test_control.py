@@ -130,7 +130,7 @@ def test_a_sweeps_closing_lines_judge_its_case_relative_to_its_control_as_runner
         result = runner_main("history", "--tracking-uri", uri, "--fail-on", "regression,suspicious")
         assert f"fitted relative to its control, {_case(CONTROL).name}" in result.stdout, result.stdout
         said = [line.removeprefix("failing: ") for line in result.stderr.splitlines() if line.startswith("failing: ")]
-        where = f" (runner history --case {_case(CASE).key})"
+        where = f" (runner history --case {_case(CASE).key} --machine {identity.machine(MACHINE).key})"
         assert [line.removeprefix("history: ").removesuffix(where) for line in closing] == said, (closing, said)
         assert result.returncode == (heavier > 1), result.stderr
         assert not said or (said[0].startswith(f"{_case(CASE).name}: suspicious: 1.1") and ids[11][:12] in said[0])

@@ -110,3 +110,23 @@ def test_a_case_whose_control_gave_a_time_in_too_few_sweeps_is_fitted_on_its_tim
         f"control killed in sweep s{i} (terminated (SIGTERM) while timing): run run{i} has no ratio to its control"
         for i in range(5, 12)
     ]
+
+
+def test_the_plot_holds_the_place_of_a_run_whose_control_gave_no_time():
+    """Before: fitted relative to its control, a run whose control gave no time had no ratio and the plot showed
+    nothing where it was: a person counting points found one missing and no word why. Now a dotted line holds its
+    place, and the legend says what it is."""
+    from runner.history import build as history
+    from runner.history.page import figure
+
+    def entry(i: int) -> history.Entry:
+        lost = f"control killed in sweep s{i} (terminated (SIGTERM) while timing)" if i == KILLED else ""
+        return history.Entry(f"run{i}", 1.79e9 + 3600 * i, 1e-4, control_s=math.nan if lost else 2e-5,
+                             sweep=f"s{i}", control_lost=lost)  # fmt: skip
+
+    (found,) = history.build([("c", "case", "m", "box", entry(i)) for i in range(12)], {"c": "matmul"})
+    assert found.relative
+    (ax,) = figure(found).axes
+    dotted = [line.get_xdata()[0] for line in ax.get_lines() if line.get_linestyle() == ":"]
+    assert dotted == [KILLED]
+    assert "its control gave no time: no ratio" in [text.get_text() for text in ax.get_legend().get_texts()]

@@ -124,6 +124,24 @@ def test_a_lost_blocks_failure_is_on_its_nodes_machine_and_the_cases_next_finish
     assert gate.returncode == 0 and "failing" not in gate.stdout + gate.stderr, gate.stdout + gate.stderr
 
 
+def test_machine_reads_the_lost_blocks_failures_placed_on_that_machine(tmp_path):
+    """Before: `--machine KEY` read no lost block's failure (it recorded no machine to filter on), so a nightly gate
+    narrowed to one kind of machine passed on the night a node was lost. Now one its node's runs place there fails
+    it; one on a node that ran the case nowhere is on no machine known, not this one's."""
+    uri, now = made_store(tmp_path / "store"), time.time()
+    _logged(uri, _night(tmp_path / "night0", now - 86_400, ("node-1", "node-2"), lost=""), 0)
+    ids = _logged(uri, _night(tmp_path / "night1", now - 600, ("node-1",), lost="node-2"), 1)
+    on_machine = ("history", "--machine", identity.machine(MACHINE).key, "--fail-on", "failure")
+    gate = runner_main(*on_machine, "--tracking-uri", uri)
+    said = f"{CASE_NAME} on {MACHINE_NAME} (node-2, as its other runs of the case recorded it): failing since run"
+    assert gate.returncode == 1 and f"failing: {said} {ids[1]} (" in gate.stderr, gate.stderr[-3000:]
+    elsewhere = made_store(tmp_path / "elsewhere")
+    _logged(elsewhere, _night(tmp_path / "node9", now - 600, ("node-1",), lost="node-9"), 0)
+    assert runner_main("history", "--tracking-uri", elsewhere, "--fail-on", "failure").returncode == 1
+    gate = runner_main(*on_machine, "--tracking-uri", elsewhere)
+    assert gate.returncode == 0 and "node-9" not in gate.stdout + gate.stderr, gate.stdout + gate.stderr
+
+
 def test_a_lost_block_on_a_node_that_never_ran_the_case_is_cleared_by_the_cases_next_finished_run(tmp_path):
     """node-2 ran the case neither before nor after: its machine is unknown, so the case's next finished run, on any
     machine, clears its failure (before: it failed the gate every night after)."""
@@ -146,6 +164,22 @@ def test_a_lost_blocks_failure_read_from_folders_is_on_its_nodes_machine_until_t
     gate = runner_main("history", str(tmp_path), "--fail-on", "failure")
     said = f"{CASE_NAME} on {MACHINE_NAME} (node-2, as its other runs of the case recorded it): failing since run"
     assert gate.returncode == 1 and f"{said} night1/2 (recorded 2026-09-22 14:23)" in gate.stdout, gate.stdout
+    on_machine = runner_main("history", str(tmp_path), "--machine", identity.machine(MACHINE).key, "--fail-on",
+                             "failure")  # fmt: skip
+    assert on_machine.returncode == 1 and f"{said} night1/2 (recorded" in on_machine.stdout, on_machine.stderr
     _night(tmp_path / "night2", 1.79e9 + 2 * 86_400, ALL, lost="")
     gate = runner_main("history", str(tmp_path), "--fail-on", "failure")
     assert gate.returncode == 0 and "failing" not in gate.stdout + gate.stderr, gate.stdout + gate.stderr
+
+
+def test_case_and_machine_narrow_the_runs_read_from_folders(tmp_path):
+    """Before: `runner history DIR --case KEY` (or --machine KEY) read every run in DIR whatever key it named, and
+    --experiment was ignored without a word. Now the keys narrow a folder's runs as MLflow's tags narrow a store's,
+    and --experiment, which a folder has not, is refused in one line."""
+    _night(tmp_path / "night0", 1.79e9, ALL, lost="")
+    case = identity.machine(MACHINE).key  # a key, but no case's
+    for option in ("--case", "--machine"):
+        other = runner_main("history", str(tmp_path), option, "0" * 16 if option == "--machine" else case)
+        assert other.returncode != 0 and "no finished run" in other.stderr, other.stdout + other.stderr
+    refused = runner_main("history", str(tmp_path), "--experiment", "nightly")
+    assert refused.returncode == 1 and refused.stderr.count("\n") == 1 and "--experiment" in refused.stderr

@@ -222,6 +222,8 @@ def _history_checked(args: argparse.Namespace) -> set[str]:
     labels = gate.fail_labels(args.fail_on)
     if args.new_within is not None and args.new_within < 1:
         raise LookupError(f"--new-within must be a number of runs, 1 or more, not {args.new_within}")
+    if args.experiment and args.dirs:
+        raise LookupError("--experiment names an MLflow experiment; runs read from a DIR have none: give either")
     if args.confirm and (not labels or args.dirs):
         raise LookupError("--confirm runs the cases --fail-on flags again into MLflow: give --fail-on LABELS, no DIR")
     return labels

@@ -11,6 +11,7 @@ import shutil
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from runner.history.describe import (
     control_notes,
@@ -29,6 +30,9 @@ from runner.history.steps import Label
 from runner.measure.machine_load import BUSY_OTHER_RUNNABLE, was_busy
 from runner.record.table import format_seconds
 from runner.tracking.store import MODEL_TRAINING
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 SHADES = {
     Label.REGRESSION: "tab:red",
@@ -234,7 +238,18 @@ def _plot(h: History, path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    fig = figure(h)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def figure(h: History) -> Figure:
+    """A case's plot: each run's point and interval in time order, the steps shaded, the known changes named; fitted
+    relative to its control, a run whose control gave no time has no ratio, and a dotted line holds its place."""
+    import matplotlib.pyplot as plt
     import numpy as np
+    from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
     points = [e.point(relative=h.relative) for e in h.entries]
@@ -256,6 +271,11 @@ def _plot(h: History, path: Path) -> None:
         end = min((s.index for s in h.steps if s.index > step.index), default=len(points))
         ax.axvspan(step.index - 0.5, end - 0.5, color=SHADES.get(step.label, "lightgrey"), alpha=0.15)
         ax.axvline(step.index - 0.5, color=SHADES.get(step.label, "grey"), linestyle="--")
+    lost = [i for i, e in enumerate(h.entries) if h.relative and e.control_lost]
+    for i in lost:
+        ax.axvline(i, color="grey", linestyle=":")
+    if lost:
+        handles.append((Line2D([], [], color="grey", linestyle=":"), "its control gave no time: no ratio"))
     for i, e in enumerate(h.entries):
         if e.change:
             ax.annotate(e.change, (i, typical[i] * scale), rotation=90, fontsize=8, va="bottom")
@@ -268,5 +288,4 @@ def _plot(h: History, path: Path) -> None:
     ax.set_title(f"{h.case_name}\non {h.machine_name}{fit}", loc="left", fontsize=9)
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    return fig

@@ -8,10 +8,11 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from runner import identity
 from runner.history.build import from_runs
 from runner.history.describe import describe_step, verdict
 from runner.history.fdr import DEFAULT_FDR
-from runner.history.gaps import MISSING_AFTER, Gapped, gaps
+from runner.history.gaps import MISSING_AFTER, Gapped, gaps, no_machine
 from runner.history.page import page_name
 from runner.history.series import History
 from runner.history.steps import Label
@@ -39,18 +40,38 @@ def histories(uri: str, dirs: list[Path], query: Query) -> tuple[list[History], 
     from runner import tracking
 
     if dirs:
-        ran = [run for path in dirs for run in _runs(path)]
+        ran = [run for path in dirs for run in _runs(path) if _asked(run, query)]
         found = from_runs(ran, query.by_host, fdr=query.fdr)
     else:
         measured = tracking.history_runs(uri, query.experiment, query.case, query.machine)
         failed, stopped = (tracking.history_runs(uri, query.experiment, query.case, query.machine, status=status)
                            for status in (Status.FAILED, Status.KILLED))  # fmt: skip
-        ran = measured + failed + stopped
+        ran = measured + failed + stopped + _machineless_failures(uri, query)
         found = from_runs(measured, query.by_host, control_runs(uri, measured), query.fdr)
-    gapped = gaps(ran, query.missing_after)
+    gapped = [g for g in gaps(ran, query.missing_after) if query.machine in (None, g.machine)]
     if not found and not gapped:
         raise LookupError("no finished run with a case and a typical time there")
     return found, gapped
+
+
+def _asked(run: Run, query: Query) -> bool:
+    """Whether a folder's run is of the case and machine --case and --machine name (MLflow filters a store's on its
+    tags); one that recorded no machine is kept for gaps.placed to put where its node ran the case."""
+    if run.identity is None:
+        return not (query.case or query.machine)
+    case, machine = run.identity.case.key, run.identity.machine.key
+    return query.case in (None, case) and (query.machine in (None, machine) or no_machine(run))
+
+
+def _machineless_failures(uri: str, query: Query) -> list[Run]:
+    """With --machine, the failed runs that recorded no machine (a lost SLURM block's): gaps.placed puts each on the
+    machine its node ran the case on, and those it puts on this one are this machine's failures."""
+    from runner import tracking
+
+    unknown = identity.machine({}).key  # the key of no facts, which such a run is tagged with
+    if query.machine in (None, unknown):
+        return []
+    return tracking.history_runs(uri, query.experiment, query.case, unknown, status=Status.FAILED)
 
 
 def control_runs(uri: str, measured: list[Run]) -> list[Run]:
@@ -114,8 +135,9 @@ def log_pages(uri: str, found: list[History], folder: Path) -> str:
 
 def regressed_here(uri: str, run_dirs: list[Path]) -> list[str]:
     """A sweep's closing lines: for each case these runs measured, on their machine, its newest step where it is a
-    regression (or suspicious) that starts at one of these runs; fitted as `runner history --case` fits it, relative
-    to its control where its sweeps timed one (control_runs), so that the two say the same. The control's own series
+    regression (or suspicious) that starts at one of these runs; fitted as the command it names (`runner history`
+    with the case's and machine's keys) fits it, relative to its control where its sweeps timed one (control_runs), so
+    that the two say the same, its false-discovery rate held over the same series. The control's own series
     is the machine's, as there: no line of it."""
     from runner import tracking
 
@@ -133,5 +155,6 @@ def regressed_here(uri: str, run_dirs: list[Path]) -> list[str]:
             if step is None or not step.significant or step.label not in (Label.REGRESSION, Label.SUSPICIOUS):
                 continue
             if h.entries[step.index].run_id in ours:
-                lines.append(f"history: {h.case_name}: {describe_step(h, step)} (runner history --case {case})")
+                shows = f"runner history --case {case} --machine {machine}"
+                lines.append(f"history: {h.case_name}: {describe_step(h, step)} ({shows})")
     return lines

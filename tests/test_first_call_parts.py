@@ -57,6 +57,19 @@ def test_torch_compile_records_dynamo_and_the_backend_compile(make_config, tmp_p
     assert metrics[GRAPHS] == 1  # the MLP's forward is one frame: no graph break
 
 
+@pytest.mark.heavy  # as above: Inductor builds C++
+def test_a_compiled_torch_run_ends_without_the_resource_trackers_warning(tmp_path):
+    """Before: every compiled torch run ended on 'UserWarning: resource_tracker: There appear to be 1 leaked
+    semaphore objects to clean up at shutdown' (torch.compile's progress bar took a multiprocessing lock in the
+    worker, which ends with os._exit)."""
+    from helpers import FAST_TIMING, run_cli
+
+    out = run_cli("backend=torch", "model=mlp", "mode=function", "tracking=none", f"hydra.run.dir={tmp_path}",
+                  *FAST_TIMING, timeout=600)  # fmt: skip
+    assert out.returncode == 0 and "FINISHED" in out.stdout, out.stderr[-3000:]
+    assert "leaked semaphore" not in out.stderr, out.stderr[-3000:]
+
+
 def test_parts_that_overrun_the_call_leave_the_execution_out_and_zeros_are_not_recorded():
     heard = Parts({TRACE_S: 0.2, COMPILE_S: 0.0})
     assert figures(heard, first_call_s=0.5) == {TRACE_S: 0.2, EXECUTE_S: pytest.approx(0.3)}
@@ -71,3 +84,28 @@ def test_the_history_watches_every_part_lower_being_better():
     assert all(name in WATCHED and not WATCHED[name].higher_is_better for name in FIGURES)
     recorded = {"first_call_s": 1.0, TRACE_S: 0.1, COMPILE_S: 0.5, EXECUTE_S: 0.4, GRAPHS: 1.0}
     assert recorded_figures(recorded) == recorded
+
+
+def test_a_runs_summary_keeps_every_value_in_one_column_beside_the_longest_label(capsys, tmp_path):
+    """Before: the labels were padded to 16 characters, and 'first-call compile' ran into its value
+    ('first-call compile833 ms'), as 'first-call trace' and 'first-call graphs' did."""
+    from runner.launch.terminal import print_summary
+    from runner.record.result import Result, Status
+
+    parts = {TRACE_S: 0.302, LOWER_S: 0.01, COMPILE_S: 0.833, EXECUTE_S: 0.0292, GRAPHS: 1}
+    print_summary(tmp_path, Result(Status.FINISHED, metrics={"time_median_s": 1e-4, "first_call_s": 1.16, **parts}))
+    labelled = [line for line in capsys.readouterr().out.splitlines()[1:] if not line.startswith("  results in")]
+    assert "first-call compile" in "\n".join(labelled) and len(labelled) == 7, labelled
+    starts = {_value_starts(line) for line in labelled}
+    assert len(starts) == 1 and None not in starts, labelled
+
+
+def _value_starts(line: str) -> int | None:
+    """The column a summary line's value begins at, after its label and at least one space; None: no label so."""
+    from runner.record.table import COLUMNS
+
+    label = max((c.label for c in COLUMNS if line[2:].startswith(f"{c.label} ")), key=len, default=None)
+    if label is None:
+        return None
+    rest = line[2 + len(label) :]
+    return len(line) - len(rest.lstrip())

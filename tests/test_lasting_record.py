@@ -13,6 +13,8 @@ import pytest
 from helpers import FAST_TIMING, made_store, run_cli, runner_main
 from PIL import Image
 
+from runner.launch.terminal import LABEL_WIDTH
+
 EXPERIMENT = "record"
 
 
@@ -128,14 +130,14 @@ def test_experiment_opens_on_runs_and_terminal_says_where(experiment):
     single = children["numpy-mlp-gradients-eager-cpu-float32"].info.run_id
     experiment_id = children["numpy-mlp-gradients-eager-cpu-float32"].info.experiment_id
     runs = f"http://127.0.0.1:5000/#/experiments/{experiment_id}/runs"  # the port the printed command serves
-    assert f"MLflow run      {single}" in outputs[2]
-    assert f"then open       {runs}/{single}?workflowType=machine_learning" in outputs[2]  # not the GenAI view
+    assert f"{'MLflow run':<{LABEL_WIDTH}}{single}" in outputs[2]
+    assert f"{'then open':<{LABEL_WIDTH}}{runs}/{single}?workflowType=machine_learning" in outputs[2]  # not GenAI's
     assert f"mlflow ui --backend-store-uri sqlite:///{tmp}/mlflow.db --port 5000" in outputs[2]
     parent = parents["sweep mode=eager,map_fn"].info.run_id
     assert f"MLflow parent run {parent} (sweep mode=eager,map_fn)" in outputs[1]
-    assert f"then open       {runs}/{parent}?workflowType=machine_learning" in outputs[1]
+    assert f"{'then open':<{LABEL_WIDTH}}{runs}/{parent}?workflowType=machine_learning" in outputs[1]
     view = f"{runs}?workflowType=machine_learning&viewStateShareKey=tensor-runner"  # the runs list, its columns set
-    assert f"runs list       {view}" in outputs[1]
+    assert f"{'runs list':<{LABEL_WIDTH}}{view}" in outputs[1]
     shared = json.loads(client.get_experiment(experiment_id).tags["mlflow.sharedViewState.tensor-runner"])
     columns = {"tags.`verdict`", "tags.`env.hostname`", "metrics.`next_fastest.time_ratio`", "metrics.`time_ratio`"}
     columns |= {"metrics.`time_typical_us`", "metrics.`tpot_p50_us`", "metrics.`tokens_per_s`"}  # ratios; tasks

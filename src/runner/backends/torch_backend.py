@@ -4,6 +4,7 @@ jacobians, torch.func only for vmap's per-example gradients, torch.compile(model
 from __future__ import annotations
 
 import sys
+import threading
 import warnings
 from collections.abc import Callable
 
@@ -25,6 +26,11 @@ DTYPES = {
 }
 _ops = sys.modules[__name__]
 torch_precision.remember_shipped()  # before prepare() changes them: what precision=default restores
+# torch.compile's progress bar (torch.hub's tqdm, where tqdm is installed) takes a multiprocessing lock, whose semaphore
+# a worker ending with os._exit left to the resource tracker: 'leaked semaphore objects' after each compiled run. No
+# other process draws this bar: a thread's lock will do.
+if hasattr(torch.hub.tqdm, "set_lock"):
+    torch.hub.tqdm.set_lock(threading.RLock())
 
 
 def set_threads(threads: int) -> None:

@@ -10,6 +10,8 @@ from runner.record.naming import choice
 from runner.record.result import Result
 from runner.record.table import COLUMNS
 
+LABEL_WIDTH = 1 + max(len(column.label) for column in COLUMNS)  # 'first-call compile': a value never runs into it
+
 
 def print_summary(run_dir: Path, result: Result) -> None:
     """A few readable lines: what ran (from the record's config), how fast, how accurate, where the files are."""
@@ -21,7 +23,7 @@ def print_summary(run_dir: Path, result: Result) -> None:
     for column in COLUMNS:
         cell = column.cell(result.metrics)
         if cell:
-            print(f"  {column.label:<16}{cell}")
+            print(_line(column.label, cell))
     for warning in result.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     print(f"  results in {run_dir}")
@@ -36,7 +38,7 @@ def tracking_lines(run_dir: Path) -> list[str]:
     link = read_link_or_empty(run_dir)
     if not link.get("run_id"):
         return []
-    return [f"  MLflow run      {link['run_id']}", *ui_lines(link["uri"], link["run_id"])]
+    return [_line("MLflow run", link["run_id"]), *ui_lines(link["uri"], link["run_id"])]
 
 
 def ui_lines(uri: str, run_id: str, runs_list: bool = False) -> list[str]:
@@ -47,15 +49,15 @@ def ui_lines(uri: str, run_id: str, runs_list: bool = False) -> list[str]:
 
     served = uri.startswith(("http://", "https://"))
     base = tracking.ui_base(uri)
-    lines = [] if served else [f"  browse with     mlflow ui --backend-store-uri {uri} --port {tracking.UI_PORT}"]
+    lines = [] if served else [_line("browse with", f"mlflow ui --backend-store-uri {uri} --port {tracking.UI_PORT}")]
     label = "open" if served else "then open"
     experiment = tracking.experiment_of(uri, run_id)
     if experiment is None:
-        return [*lines, f"  {label:<16}{base}/#/runs/{run_id}"]
+        return [*lines, _line(label, f"{base}/#/runs/{run_id}")]
     runs = f"{base}/#/experiments/{experiment}/runs"
-    lines.append(f"  {label:<16}{runs}/{run_id}?{tracking.MODEL_TRAINING}")
+    lines.append(_line(label, f"{runs}/{run_id}?{tracking.MODEL_TRAINING}"))
     if runs_list:
-        lines.append(f"  {'runs list':<16}{runs}?{tracking.MODEL_TRAINING}&viewStateShareKey={tracking.RUNS_VIEW}")
+        lines.append(_line("runs list", f"{runs}?{tracking.MODEL_TRAINING}&viewStateShareKey={tracking.RUNS_VIEW}"))
     return lines
 
 
@@ -81,3 +83,8 @@ def print_answer(console, answer) -> None:
     console.print(f"[bold]{sentence(answer.pooled)}[/]", highlight=False)
     if answer.call:
         console.print(answer.call, highlight=False)
+
+
+def _line(label: str, value: str) -> str:
+    """A labelled line of the summary, its value in the column after the longest label."""
+    return f"  {label:<{LABEL_WIDTH}}{value}"

@@ -19,7 +19,8 @@ def _closed_port() -> int:
 
 
 def _one_line_refusal(result, *said: str) -> None:
-    assert result.returncode == 1, (result.stdout, result.stderr)
+    """One line, `error: ...`, and exit 2 (as argparse's refusals: runner history's 1 is what its gate found)."""
+    assert result.returncode == 2, (result.stdout, result.stderr)
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
     assert "Traceback" not in result.stdout + result.stderr

@@ -163,7 +163,7 @@ def test_fail_on_regression_exits_1_for_ci(slowed):
     result = runner_main("history", "--tracking-uri", uri, "--fail-on", "regression")
     assert result.returncode == 1 and "failing: numpy-mlp-gradients" in result.stderr
     refused = runner_main("history", "--tracking-uri", uri, "--fail-on", "slower")
-    assert refused.returncode == 1 and refused.stderr.startswith("error: --fail-on slower: slower is no label")
+    assert refused.returncode == 2 and refused.stderr.startswith("error: --fail-on slower: slower is no label")
 
 
 def test_a_marked_known_change_raises_no_alert(tmp_path):
@@ -210,7 +210,7 @@ def test_a_short_history_says_it_is_too_short_to_tell(tmp_path):
 
 def test_a_store_that_is_not_there_is_one_line_and_stays_not_there(tmp_path):
     result = runner_main("history", "--tracking-uri", f"sqlite:///{tmp_path}/none/mlflow.db")
-    assert result.returncode == 1 and result.stderr.startswith("error: no MLflow store at ")
+    assert result.returncode == 2 and result.stderr.startswith("error: no MLflow store at ")
     assert not (tmp_path / "none").exists()
 
 
@@ -237,7 +237,7 @@ def test_history_with_no_arguments_reads_the_default_store_and_says_so(slowed, m
     assert len(case["runs"]) == 14
     monkeypatch.setattr(runner.locations, "output_root", lambda: tmp_path / "elsewhere")
     missing = runner_main("history")
-    assert missing.returncode == 1 and missing.stderr.startswith("error: no store at ")
+    assert missing.returncode == 2 and missing.stderr.startswith("error: no store at ")
 
 
 def test_a_step_read_from_folders_names_the_run_by_its_sweep_folder_and_job(tmp_path):

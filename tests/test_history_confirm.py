@@ -51,7 +51,7 @@ def test_the_rerun_is_the_recorded_run_with_its_own_store_and_folder(tmp_path):
 def test_confirm_without_fail_on_or_with_directories_is_one_line(tmp_path):
     for args in (["--confirm"], [str(tmp_path), "--fail-on", "regression", "--confirm"]):
         done = runner_main("history", *args)
-        assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
+        assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
         assert "--confirm runs the cases --fail-on flags again" in done.stderr
 
 

@@ -180,6 +180,6 @@ def test_case_and_machine_narrow_the_runs_read_from_folders(tmp_path):
     case = identity.machine(MACHINE).key  # a key, but no case's
     for option in ("--case", "--machine"):
         other = runner_main("history", str(tmp_path), option, "0" * 16 if option == "--machine" else case)
-        assert other.returncode != 0 and "no finished run" in other.stderr, other.stdout + other.stderr
+        assert other.returncode == 2 and "no finished run" in other.stderr, other.stdout + other.stderr
     refused = runner_main("history", str(tmp_path), "--experiment", "nightly")
-    assert refused.returncode == 1 and refused.stderr.count("\n") == 1 and "--experiment" in refused.stderr
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1 and "--experiment" in refused.stderr

@@ -98,7 +98,7 @@ def test_a_step_p_value_is_small_for_a_real_step_and_rarely_small_in_noise():
 def test_fdr_outside_0_and_1_is_refused_in_one_line(tmp_path):
     for value in ("2", "0", "nan"):
         done = runner_main("history", str(tmp_path), "--fdr", value)
-        assert done.returncode == 1 and done.stderr.startswith("error: --fdr must be in (0, 1)"), done.stderr
+        assert done.returncode == 2 and done.stderr.startswith("error: --fdr must be in (0, 1)"), done.stderr
         assert done.stderr.count("\n") == 1
 
 
@@ -362,4 +362,4 @@ def test_a_nightly_gate_fails_on_what_the_newest_runs_changed_not_on_an_old_step
     assert comment.stdout.startswith("### runner history: ✅ passes `--fail-on regression --new-within 3`: 0 alerts")
     assert "| 1.5x" in comment.stdout or "| 1.50x" in comment.stdout, comment.stdout
     bad = runner_main("history", "--tracking-uri", old, "--fail-on", "regression", "--new-within", "0")
-    assert bad.returncode == 1 and bad.stderr.startswith("error: --new-within must be a number of runs, 1 or more")
+    assert bad.returncode == 2 and bad.stderr.startswith("error: --new-within must be a number of runs, 1 or more")

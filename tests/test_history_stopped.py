@@ -45,7 +45,7 @@ def test_a_case_whose_newest_run_was_stopped_is_said_and_fails_no_gate(tmp_path)
     assert [(g["gap"], g["line"]) for g in cases[CASE_NAME]["gaps"]] == [("stopped", said)]
     assert all(not c["gaps"] for name, c in cases.items() if name != CASE_NAME)
     refused = runner_main("history", "--tracking-uri", uri, "--fail-on", "stopped")
-    assert refused.returncode == 1 and "error: --fail-on stopped: stopped is no label" in refused.stderr
+    assert refused.returncode == 2 and "error: --fail-on stopped: stopped is no label" in refused.stderr
     folders = runner_main("history", str(tmp_path / "runs"), "--fail-on", "failure")
     assert folders.returncode == 0 and "night-03-32 (2026-09-24 14:13): 1 run stopped" in folders.stdout
     log_to_mlflow(_night(tmp_path / "runs", 4), uri, "nightly")

@@ -148,10 +148,10 @@ def test_report_over_a_sweep_is_logged_to_its_parent(size_sweep, tmp_path):
 
 def test_report_bad_input_is_one_line(tmp_path):
     result = runner_main("report", "--sweep-dir", str(tmp_path / "nope"), "--out", str(tmp_path / "out"))
-    assert result.returncode == 1 and result.stderr.strip().count("\n") == 0 and "not a directory" in result.stderr
+    assert result.returncode == 2 and result.stderr.strip().count("\n") == 0 and "not a directory" in result.stderr
     uri = made_store(tmp_path)
     result = runner_main("report", "--tracking-uri", uri, "--experiment", "absent", "--out", str(tmp_path / "out"))
-    assert result.returncode == 1 and "no experiment named 'absent'" in result.stderr
+    assert result.returncode == 2 and "no experiment named 'absent'" in result.stderr
 
 
 def test_run_while_the_server_is_down_arrives_after_sync(tmp_path):

@@ -201,7 +201,7 @@ def test_two_identical_sweeps_run_one_after_the_other_are_called_neither_slower_
 
 def test_runner_compare_bad_input_is_one_line(tmp_path):
     result = runner_main("compare", str(tmp_path), "nonexistent-run-id")
-    assert result.returncode == 1
+    assert result.returncode == 2
     assert result.stderr.strip() == f"error: {tmp_path} holds no run (result.json) and no sweep of runs"
 
 

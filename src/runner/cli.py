@@ -44,8 +44,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.command(args)
     except (LookupError, FileNotFoundError, ConnectionError, ConfigError, ResultUnreadable) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 1
+        print(f"error: {error}", file=sys.stderr)  # what cannot be read or is refused: exit 2, as argparse's own
+        return 2  # refusals and run.py's, so that a gate's 1 (runner history --fail-on) is only what it found
     except KeyboardInterrupt:  # Ctrl-C: what was written stays (a re-run closes its own runs), and no traceback
         print("interrupted", file=sys.stderr)
         return 130
@@ -171,12 +171,7 @@ def _history(args: argparse.Namespace) -> int:
     if args.mark:
         print(store.mark(uri, args.mark, args.why))
         return 0
-    labels = _history_checked(args)
-    try:
-        series = narrow.chosen(args.series)
-    except LookupError as error:  # a name the user mistyped: the names there are, exit 2 as argparse's refusals
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+    labels, series = _history_checked(args), narrow.chosen(args.series)
     if args.html:
         writable_folder(args.html, "--html")
     uri = "" if args.dirs else uri or _project_store()

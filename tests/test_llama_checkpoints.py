@@ -100,6 +100,13 @@ def generate(tmp_path: Path, weights: Path, family: str, *more: str):
         return outcome, f["inputs/x"][()], f["outputs/tokens"][()], f["outputs/logits"][()]
 
 
+# How far the runner's logits may be from transformers', over the largest logit. float32: two frameworks' float32 in
+# their own orders, 5e-7 to 1.1e-5 over this file's and test_llama_configs.py's 65 cases (YaRN on TensorFlow the most,
+# tied embeddings on JAX eager next: 8.8e-6), and at 1e-5 a fresh clone's CI failed one; a setting read wrong is held
+# to 1e-9 by the float64 cases, and in float32 changes the tokens.
+LOGITS_AGREE = {"float32": 1e-4, "float64": 1e-9}
+
+
 def transformers_generation(model, prompt: np.ndarray, tokens: np.ndarray, dtype: str):
     """transformers' greedy tokens after `prompt`, and its logits at each step of the sequence the run wrote."""
     model = model.double() if dtype == "float64" else model.float()
@@ -156,7 +163,7 @@ def test_a_save_pretrained_folder_generates_transformers_tokens(
     np.testing.assert_array_equal(tokens, greedy)
     assert len(np.unique(tokens)) > 3  # tokens that vary: a wrong weight would show
     error = np.abs(logits - expected).max() / np.abs(expected).max()
-    assert error < {"float32": 1e-5, "float64": 1e-9}[dtype], error
+    assert error < LOGITS_AGREE[dtype], error
 
 
 def test_names_are_read_once_for_every_backend_under_transformers_names(checkpoints, tmp_path):

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import yaml
 from test_llama import _in_float64
-from test_llama_checkpoints import FAST, NEW_TOKENS, distinct, transformers_generation
+from test_llama_checkpoints import FAST, LOGITS_AGREE, NEW_TOKENS, distinct, transformers_generation
 
 from runner.config import CONFIG_DIR, compose
 from runner.launch import preflight
@@ -129,7 +129,7 @@ def test_a_folder_describes_its_model(tmp_path, folders, monkeypatch, name, back
     np.testing.assert_array_equal(tokens, greedy)
     assert len(np.unique(tokens)) > 3  # tokens that vary: a wrong weight would show
     error = np.abs(logits - expected).max() / np.abs(expected).max()
-    assert error < {"float32": 1e-5, "float64": 1e-9}[dtype], error
+    assert error < LOGITS_AGREE[dtype], error
 
 
 def test_the_record_keeps_config_jsons_settings(tmp_path, folders):

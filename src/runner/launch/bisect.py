@@ -296,6 +296,17 @@ def _sweep_info(found: Probe) -> dict:
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
+def _check_job(overrides: list[str]) -> None:
+    """The job's overrides checked as run.py checks a sweep's (runner.launch.preflight), before a candidate is listed
+    or a probe started: a mistyped one is one line, with nothing said or made before it."""
+    from runner.launch import preflight
+
+    try:
+        preflight.check(["-m", *overrides])
+    except preflight.BadInput as error:
+        raise ConfigError(f"runner bisect: {error}") from None
+
+
 def run(good: str, bad: str, overrides: list[str], find_links: Path | None, threshold: float, out: Path | None) -> int:
     """`runner bisect`: each probe's verdict, then the answer; its exit status (EXIT_FOUND, EXIT_NONE,
     EXIT_BAD_INPUT, with one line on stderr)."""
@@ -306,6 +317,7 @@ def run(good: str, bad: str, overrides: list[str], find_links: Path | None, thre
             raise ConfigError(f"runner bisect: --find-links {find_links}: no such folder")
         if not 0 <= threshold < 10:
             raise ConfigError(f"runner bisect: --threshold {threshold}: must be a fraction from 0 (e.g. 0.02: 2%)")
+        _check_job(overrides)
         package, found = candidates(good, bad, find_links)
         folder = out or output_root() / "outputs" / "bisect" / time.strftime("%Y-%m-%d/%H-%M-%S")
         print(f"bisect {package}: {len(found)} candidates from {found[0].name} to {found[-1].name}, sweeps in {folder}")

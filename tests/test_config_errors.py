@@ -20,7 +20,10 @@ def _error_lines(stderr: str) -> list[str]:
         (["backend=foo"], "backend=foo is not an option (allowed backend: jax, numpy, tensorflow, tnp, torch)"),
         (["dtype=float8"], "dtype=float8"),
         (["batch_size=abc"], "batch_size=abc"),
-        (["no_such_key=1"], "no_such_key"),
+        (["no_such_key=1"], "the run has no setting no_such_key (its settings: backend, device, model, mode, task,"),
+        (["timing.min_time_s=1"], "timing has no setting timing.min_time_s (its settings: warmup_s, min_warmup_calls,"),
+        (["timing.min_time_s=1"], "; did you mean timing.max_time_s?"),  # Hydra said: Key 'min_time_s' not in ...
+        (["data.batch=3"], "data=random has no setting data.batch (its settings: path, dataset, image_size)"),
         (["backend=numpy", "mode=function"], "backend=numpy cannot run mode=function"),
         (["backend=torch", "device=cuda"], "device=cuda"),
         (["batch_size=-3"], "batch_size=-3: must be a positive integer"),

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import copy
 import os
-import re
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple, cast
@@ -20,6 +19,7 @@ from hydra.types import RunMode
 
 from runner.config import CONFIG_DIR, ConfigError, check_values, compose, first_line
 from runner.launch import job_checks, where_it_runs
+from runner.launch.composition_errors import composition_message, missing_option
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
@@ -338,9 +338,9 @@ def _compose(overrides: list[str], config_dir: Path, return_hydra_config: bool =
     except ConfigError as error:
         raise BadInput(str(error)) from None
     except MissingConfigException as error:
-        raise BadInput(_missing_option(error, overrides)) from None
+        raise BadInput(missing_option(error)) from None
     except Exception as error:
-        raise BadInput(_composition_message(error, overrides, config_dir)) from None
+        raise BadInput(composition_message(error, overrides, config_dir)) from None
 
 
 def _check(cfg: DictConfig) -> None:
@@ -352,38 +352,6 @@ def _check(cfg: DictConfig) -> None:
             check_store_path(cfg.tracking.uri)
         except OSError as error:  # a name longer than the file system takes
             raise ConfigError(f"tracking.uri={cfg.tracking.uri}: {error.strerror}") from None
-
-
-def _missing_option(error: MissingConfigException, overrides: list[str]) -> str:
-    missing = (error.missing_cfg_file or "").removesuffix(".yaml")
-    group, _, value = missing.rpartition("/")
-    options = ", ".join(sorted(error.options or []))
-    if group:
-        return f"{group}={value} is not an option (allowed {group}: {options})"
-    return first_line(error)
-
-
-def _unknown_model_setting(key: str, overrides: list[str], config_dir: Path) -> str:
-    """'model.size=5' on the mlp -> which settings this model does have."""
-    others = [o for o in overrides if not o.lstrip("+~").startswith("model.")]
-    try:
-        model = compose(others, config_dir).model
-    except Exception:
-        return f"model.{key} is not a setting of the chosen model"
-    settings = ", ".join(k for k in model if k not in ("_target_", "name", "supports"))
-    return f"model={model.name} has no setting model.{key} (its settings: {settings})"
-
-
-def _composition_message(error: Exception, overrides: list[str], config_dir: Path) -> str:
-    """'Error merging override dtype=float8' + its cause -> one line naming both."""
-    head = first_line(error)
-    unknown = re.match(r"Could not override 'model\.([^']+)'", head)
-    if unknown:
-        return _unknown_model_setting(unknown.group(1), overrides, config_dir)
-    cause = error.__cause__ or error.__context__
-    if cause is not None and first_line(cause) not in head:
-        head = f"{head.removeprefix('Error merging override ').rstrip('.')}: {first_line(cause)}"
-    return head
 
 
 def main(argv: list[str] | None = None) -> Checked | None:

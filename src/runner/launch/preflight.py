@@ -19,7 +19,7 @@ from hydra.types import RunMode
 
 from runner.config import CONFIG_DIR, ConfigError, check_values, compose, first_line
 from runner.launch import job_checks, where_it_runs
-from runner.launch.composition_errors import composition_message, missing_option
+from runner.launch.composition_errors import composition_message, missing_option, nearest_hint, settings_of
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
@@ -271,8 +271,6 @@ def _check_added(parsed: list, cfg) -> None:
     """A key added with `+` (or `++`) that the run has no setting for, with the nearest name it has: refused where a
     built-in model or task would be handed it (its constructor takes exactly its yaml's settings), warned elsewhere
     (`+batchsize=8` beside batch_size). A key added to a user's own model or task is theirs to read."""
-    import difflib
-
     from omegaconf import OmegaConf
 
     from runner.config import RunConfig
@@ -283,13 +281,12 @@ def _check_added(parsed: list, cfg) -> None:
             continue  # not an added key (a config group added: +experiment=NAME)
         parent, _, name = key.rpartition(".")
         node = OmegaConf.select(cfg, parent) if parent else cfg
-        known = [str(k) for k in node if k != name and not str(k).startswith("_") and k not in ("name", "supports")]
+        known = settings_of(node, leaving=name)
         if not parent and (override.type.name == "ADD" or name not in RunConfig.__dataclass_fields__):
             known = [k for k in known if k in RunConfig.__dataclass_fields__]
         elif parent not in ("model", "task") or name in _built_in_settings(node, parent):
             continue
-        nearest = difflib.get_close_matches(name, known, n=1)
-        hint = f"; did you mean {parent + '.' if parent else ''}{nearest[0]}?" if nearest else ""
+        hint = nearest_hint(key, known)
         if parent in ("model", "task") and str(node.get("_target_", "")).startswith("runner."):
             raise BadInput(
                 f"{override.input_line}: {parent}={node.name} has no setting {name} (its settings: "
